@@ -1,0 +1,180 @@
+"""Configuration: embedded defaults < the TOML config file < ``HOLON_*`` environment variables.
+
+The config file is ``$HOLON_CONFIG`` when set, otherwise ``<home>/holon.toml`` (``holon init``
+writes one with every setting commented). The home is ``--home``, else ``$HOLON_HOME``, else
+``~/.holon``. Environment variables are ``HOLON_<SECTION>_<KEY>``, e.g.
+``HOLON_LEDGER_BLOB_THRESHOLD_BYTES=65536``.
+
+Every problem is a one-line ``ConfigError`` naming the key and where it came from: an unknown
+key, a bad value, unreadable TOML, or a ``$HOLON_CONFIG`` that does not exist.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from holon.errors import ConfigError
+
+__all__ = [
+    "HomePaths",
+    "LedgerSettings",
+    "LoggingSettings",
+    "Settings",
+    "load_settings",
+    "resolve_home",
+]
+
+ENV_PREFIX = "HOLON_"
+#: Environment variables holon reads that are not settings.
+_NON_SETTING_ENV = {"HOLON_HOME", "HOLON_CONFIG"}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LedgerSettings(_Section):
+    synchronous: Literal["NORMAL", "FULL", "EXTRA"] = "FULL"
+    """SQLite ``PRAGMA synchronous``. FULL survives power loss; NORMAL survives process crashes."""
+    busy_timeout_ms: int = Field(30_000, ge=0, le=600_000)
+    """How long a writer waits for another process's write transaction before failing."""
+    blob_threshold_bytes: int = Field(16_384, ge=256, le=64 * 1024 * 1024)
+    """Large text fields (tool output, model replies) above this size go to the blob store."""
+    blob_preview_chars: int = Field(400, ge=0, le=4_096)
+    """How much of a blob's text the event itself keeps as a preview."""
+    blob_retention_days: int = Field(90, ge=0, le=36_500)
+    """Blob bodies older than this may be pruned by ``holon ledger prune``; 0 keeps them forever."""
+
+
+class LoggingSettings(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    console: Literal["auto", "pretty", "json", "off"] = "auto"
+    """``auto``: readable lines when stderr is a terminal, nothing otherwise."""
+    file: bool = True
+    """Write JSON lines to ``<home>/logs/holon.log``."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="_",
+        env_nested_max_split=1,
+        extra="forbid",
+        frozen=True,
+    )
+
+    ledger: LedgerSettings = LedgerSettings()
+    logging: LoggingSettings = LoggingSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The TOML file's contents arrive as init kwargs; the environment overrides them.
+        return (env_settings, init_settings)
+
+
+@dataclass(frozen=True, slots=True)
+class HomePaths:
+    """Where a holon home keeps its files."""
+
+    root: Path
+
+    @property
+    def db(self) -> Path:
+        return self.root / "holon.db"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "holon.toml"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def agents(self) -> Path:
+        return self.root / "agents"
+
+    def agent_home(self, name: str) -> Path:
+        return self.agents / name
+
+
+def resolve_home(home: str | Path | None = None, environ: Mapping[str, str] | None = None) -> HomePaths:
+    env = os.environ if environ is None else environ
+    raw = home or env.get("HOLON_HOME") or "~/.holon"
+    return HomePaths(Path(raw).expanduser().absolute())
+
+
+def _read_toml(path: Path) -> dict[str, object]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config: {path}: not valid TOML: {e}") from e
+    except OSError as e:
+        raise ConfigError(f"config: cannot read {path}: {e.strerror}") from e
+
+
+def _env_name(section: str, key: str) -> str:
+    return f"{ENV_PREFIX}{section}_{key}".upper()
+
+
+def _check_env_keys(env: Mapping[str, str]) -> None:
+    """Refuse ``HOLON_<SECTION>_<KEY>`` variables whose key does not exist (typos)."""
+    sections = {name.upper(): field.annotation for name, field in Settings.model_fields.items()}
+    for var in env:
+        if not var.startswith(ENV_PREFIX) or var in _NON_SETTING_ENV:
+            continue
+        rest = var[len(ENV_PREFIX) :]
+        for section, model in sections.items():
+            if rest.startswith(section + "_"):
+                key = rest[len(section) + 1 :].lower()
+                if isinstance(model, type) and key not in model.model_fields:
+                    raise ConfigError(f"config: unknown setting {var} (no key '{section.lower()}.{key}')")
+
+
+def _describe(err: ValidationError, file: Path | None, env: Mapping[str, str]) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    parts = [str(p) for p in first["loc"]]
+    source = str(file) if file else "defaults"
+    if len(parts) == 2 and _env_name(*parts) in env:
+        source = _env_name(*parts)
+    if first["type"] == "extra_forbidden":
+        return f"config: unknown key '{loc}' in {source}"
+    return f"config: bad value for '{loc}' in {source}: {first['msg']}"
+
+
+def load_settings(
+    home: HomePaths,
+    *,
+    config_file: str | Path | None = None,
+) -> Settings:
+    """Load settings for ``home``. Raises ``ConfigError`` with one line on any problem."""
+    env = os.environ
+    named = config_file or env.get("HOLON_CONFIG")
+    path = Path(named).expanduser().absolute() if named else home.config
+    if named and not path.is_file():
+        raise ConfigError(f"config: {path} does not exist (named by HOLON_CONFIG or --config)")
+    data = _read_toml(path) if path.is_file() else {}
+    _check_env_keys(env)
+    try:
+        # Validate the file alone first so its errors name the file, not the environment.
+        Settings.model_validate(data)
+        return Settings(**data)
+    except ValidationError as e:
+        raise ConfigError(_describe(e, path if data else None, env)) from e

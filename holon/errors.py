@@ -1,0 +1,88 @@
+"""The one error tree of holon.
+
+Every error a user can cause, and every failure holon reports on purpose, is a ``HolonError``.
+Foreign exceptions (sqlite3, pydantic, OS errors) are translated at the boundary with
+``raise ... from e``; messages name the key, id or limit at fault. The CLI turns a ``HolonError``
+into one line on stderr and the exit code below, never a traceback.
+
+    HolonError                      exit 1
+    ├── ConfigError                 exit 2   bad config file, unknown key, bad value
+    ├── UsageError                  exit 2   bad command-line input
+    ├── NotFoundError               exit 3   no such agent, event, blob, home
+    │   └── HomeNotFoundError
+    ├── ConflictError               exit 4   name taken, idempotency key reused differently
+    │   └── IdempotencyConflict
+    └── LedgerError                 exit 5   the ledger refused or is damaged
+        ├── EventValidationError             payload does not match its event type
+        ├── IntegrityError                   hash chain or sequence broken
+        └── MigrationError                   schema cannot be brought forward
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ConflictError",
+    "EventValidationError",
+    "HolonError",
+    "HomeNotFoundError",
+    "IdempotencyConflict",
+    "IntegrityError",
+    "LedgerError",
+    "MigrationError",
+    "NotFoundError",
+    "UsageError",
+]
+
+
+class HolonError(Exception):
+    """Root of every error holon raises on purpose."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(HolonError):
+    exit_code = 2
+
+
+class UsageError(HolonError):
+    exit_code = 2
+
+
+class NotFoundError(HolonError):
+    exit_code = 3
+
+
+class HomeNotFoundError(NotFoundError):
+    pass
+
+
+class ConflictError(HolonError):
+    exit_code = 4
+
+
+class IdempotencyConflict(ConflictError):
+    pass
+
+
+class LedgerError(HolonError):
+    exit_code = 5
+
+
+class EventValidationError(LedgerError):
+    pass
+
+
+class IntegrityError(LedgerError):
+    pass
+
+
+class MigrationError(LedgerError):
+    pass

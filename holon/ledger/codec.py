@@ -1,0 +1,186 @@
+"""The one codec between ledger rows and events, and the only code that knows the JSON layout.
+
+* **Canonical JSON**: ``orjson`` with sorted keys, compact, UTF-8. The same value always gives the
+  same bytes, which is what hashing and byte-identical replay rely on.
+* **Payload text**: the payload model dumped to JSON *without* its ``type`` (the row's ``type``
+  column holds the tag). ``LargeText`` fields above the blob threshold are replaced by a
+  ``BlobRef`` and their bodies returned for the blob store.
+* **Hash chain**: ``hash = sha256(prev_hash "\n" header "\n" payload_text)`` where ``header`` is the
+  canonical JSON list of the envelope fields. The hash covers a blob's *reference* (its sha256),
+  not its body, so pruning bodies keeps the chain verifiable.
+* **Upcasting**: a row stored at an older ``version`` is brought forward, dict to dict, by the
+  functions in ``UPCASTERS`` before validation. Stored rows are never rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from holon.errors import EventValidationError
+from holon.ledger.envelope import Event
+from holon.ledger.events import PAYLOAD_TYPES, BlobRef, PayloadBase
+
+__all__ = [
+    "UPCASTERS",
+    "BlobBody",
+    "EncodedPayload",
+    "canonical_json",
+    "chain_hash",
+    "decode_payload",
+    "encode_payload",
+    "envelope_header",
+]
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+#: (event type, stored version) -> function returning the dict at version + 1.
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+def canonical_json(value: Any) -> bytes:
+    """Deterministic JSON bytes: sorted keys, no whitespace, UTF-8."""
+    return orjson.dumps(value, option=_SORTED)
+
+
+def _large_fields(model: type[PayloadBase]) -> tuple[str, ...]:
+    """Names of the fields that may hold a ``BlobRef`` (those typed ``LargeText``)."""
+    names = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, types.UnionType) or typing.get_origin(ann) is typing.Union:
+            if BlobRef in typing.get_args(ann):
+                names.append(name)
+    return tuple(names)
+
+
+_LARGE_FIELDS: dict[str, tuple[str, ...]] = {tag: _large_fields(m) for tag, m in PAYLOAD_TYPES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class BlobBody:
+    """A body to put in the blob store."""
+
+    hash: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedPayload:
+    text: str
+    """Canonical JSON of the payload, without ``type``."""
+    payload: PayloadBase
+    """The payload as stored: large fields replaced by ``BlobRef``."""
+    blobs: tuple[BlobBody, ...]
+
+
+def encode_payload(payload: PayloadBase, *, blob_threshold: int, preview_chars: int) -> EncodedPayload:
+    tag: str = payload.type  # type: ignore[attr-defined]
+    data = payload.model_dump(mode="json", exclude={"type"})
+    blobs: list[BlobBody] = []
+    refs: dict[str, BlobRef] = {}
+    for name in _LARGE_FIELDS[tag]:
+        value = data.get(name)
+        if isinstance(value, str) and len(value) > blob_threshold // 4:
+            body = value.encode("utf-8")
+            if len(body) > blob_threshold:
+                digest = hashlib.sha256(body).hexdigest()
+                ref = BlobRef(blob=digest, size=len(body), preview=value[:preview_chars])
+                refs[name] = ref
+                data[name] = ref.model_dump(mode="json")
+                blobs.append(BlobBody(digest, body))
+    stored = payload.model_copy(update=refs) if refs else payload
+    return EncodedPayload(canonical_json(data).decode("utf-8"), stored, tuple(blobs))
+
+
+def decode_payload(type_: str, version: int, text: str | bytes) -> PayloadBase:
+    """Rebuild a payload model from a stored row, upcasting old versions first."""
+    model = PAYLOAD_TYPES.get(type_)
+    if model is None:
+        raise EventValidationError(f"unknown event type {type_!r}")
+    data = orjson.loads(text)
+    while version < model.VERSION:
+        up = UPCASTERS.get((type_, version))
+        if up is None:
+            raise EventValidationError(f"no upcaster for {type_} v{version} -> v{version + 1}")
+        data = up(data)
+        version += 1
+    if version > model.VERSION:
+        raise EventValidationError(f"{type_} v{version} is newer than this holon (v{model.VERSION})")
+    data["type"] = type_
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise EventValidationError(f"stored {type_} payload does not validate: {e.errors()[0]['msg']}") from e
+
+
+def envelope_header(
+    seq: int,
+    event_id: str,
+    agent_id: str,
+    type_: str,
+    version: int,
+    ts_us: int,
+    origin: str,
+    authority: str,
+    turn_id: str | None,
+    work_item_id: str | None,
+    task_id: str | None,
+    episode_id: str | None,
+    idempotency_key: str | None,
+) -> bytes:
+    return orjson.dumps(
+        [
+            seq,
+            event_id,
+            agent_id,
+            type_,
+            version,
+            ts_us,
+            origin,
+            authority,
+            turn_id,
+            work_item_id,
+            task_id,
+            episode_id,
+            idempotency_key,
+        ]
+    )
+
+
+def chain_hash(prev_hash: str, header: bytes, payload_text: str) -> str:
+    h = hashlib.sha256(prev_hash.encode("ascii"))
+    h.update(b"\n")
+    h.update(header)
+    h.update(b"\n")
+    h.update(payload_text.encode("utf-8"))
+    return h.hexdigest()
+
+
+def event_hash(event: Event, prev_hash: str, payload_text: str) -> str:
+    """Recompute an event's hash from its envelope and stored payload text."""
+    header = envelope_header(
+        event.seq,
+        event.id,
+        event.agent_id,
+        event.type,
+        event.version,
+        event.ts_us,
+        event.origin,
+        event.authority,
+        event.turn_id,
+        event.work_item_id,
+        event.task_id,
+        event.episode_id,
+        event.idempotency_key,
+    )
+    return chain_hash(prev_hash, header, payload_text)

@@ -1,0 +1,415 @@
+"""The catalog of event payloads: one frozen pydantic model per event type.
+
+Each model has a stable string tag in ``type`` (``"work_item.completed"``) and a ``VERSION``. The
+tag, never a Python import path, is what the ledger stores, so classes can be renamed freely.
+``Payload`` is the discriminated union over ``type``; ``PAYLOAD_TYPES`` maps tags to models.
+
+Fields typed ``LargeText`` may hold a lot of text (tool output, model replies, message bodies).
+When such a field is longer than the configured threshold, the codec moves its body to the blob
+store and the stored event keeps a ``BlobRef`` (hash, size, preview) in its place.
+
+Adding a type: write the model, add it to ``Payload``. Changing a type: bump ``VERSION`` and add
+an upcaster in ``holon.ledger.codec`` that turns the previous version's dict into the new one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+__all__ = [
+    "PAYLOAD_ADAPTER",
+    "PAYLOAD_TYPES",
+    "Authority",
+    "BlobRef",
+    "LargeText",
+    "Payload",
+    "PayloadBase",
+]
+
+#: How much authority the cause of an event carries. Only ``operator`` may instruct an agent;
+#: everything else is information the agent weighs, never an order.
+Authority = Literal["operator", "agent", "tool", "runtime", "timer", "external"]
+
+JSONValue = Any  # arbitrary JSON (dict/list/str/int/float/bool/None); pydantic validates JSON-ness.
+
+
+class BlobRef(BaseModel):
+    """Stands in for a large text whose body lives in the blob store."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    blob: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """sha256 of the UTF-8 body."""
+    size: int = Field(ge=0)
+    """Body size in bytes."""
+    preview: str
+    """The start of the body, for display without a blob read."""
+
+
+LargeText = str | BlobRef
+
+
+class PayloadBase(BaseModel):
+    # NaN and infinity have no canonical JSON form, so they are refused at the door.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    VERSION: ClassVar[int] = 1
+
+
+# --- agents ---------------------------------------------------------------------------------
+
+
+class AgentCreated(PayloadBase):
+    type: Literal["agent.created"] = "agent.created"
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    template: str = "assistant"
+    home: str
+    """The agent's home directory (memory files, AGENTS.md)."""
+    settings: dict[str, JSONValue] = Field(default_factory=dict)
+
+
+class AgentConfigured(PayloadBase):
+    type: Literal["agent.configured"] = "agent.configured"
+    changes: dict[str, JSONValue]
+    """Setting name -> new value; ``None`` resets a setting to its default."""
+
+
+# --- inputs and turns -----------------------------------------------------------------------
+
+
+class MessageReceived(PayloadBase):
+    """An input for an agent. Its envelope's ``origin``/``authority`` say who it is from."""
+
+    type: Literal["message.received"] = "message.received"
+    text: LargeText
+    sender: str = "operator"
+    channel: str = "cli"
+    in_reply_to: str | None = None
+    """Event id of the message this one answers, when known."""
+
+
+class TurnStarted(PayloadBase):
+    type: Literal["turn.started"] = "turn.started"
+    turn_id: str
+    inputs: list[int] = Field(default_factory=list)
+    """Ledger sequence numbers of the inputs this turn handles."""
+
+
+TurnOutcome = Literal["completed", "waiting", "failed", "interrupted"]
+
+
+class TurnSettled(PayloadBase):
+    type: Literal["turn.settled"] = "turn.settled"
+    turn_id: str
+    outcome: TurnOutcome
+    reason: str | None = None
+    rounds: int = Field(0, ge=0)
+    tool_calls: int = Field(0, ge=0)
+    reply: LargeText | None = None
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    prompt_tokens: int = Field(0, ge=0)
+    completion_tokens: int = Field(0, ge=0)
+    total_tokens: int = Field(0, ge=0)
+    cached_tokens: int = Field(0, ge=0)
+
+
+class ModelRequested(PayloadBase):
+    type: Literal["model.requested"] = "model.requested"
+    turn_id: str
+    round: int = Field(ge=0)
+    model: str
+    messages: int = Field(ge=0)
+    tools: int = Field(0, ge=0)
+    prompt_tokens_est: int = Field(0, ge=0)
+
+
+class ToolCallSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    call_id: str
+    tool: str
+    arguments: str
+    """The arguments exactly as the model sent them (a JSON string, possibly malformed)."""
+
+
+class ModelResponded(PayloadBase):
+    type: Literal["model.responded"] = "model.responded"
+    turn_id: str
+    round: int = Field(ge=0)
+    model: str
+    content: LargeText | None = None
+    tool_calls: list[ToolCallSpec] = Field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage = Usage()
+    cost_usd: float | None = Field(None, ge=0)
+    latency_ms: float = Field(0.0, ge=0)
+    error: str | None = None
+    """Set when the call failed; ``error_kind`` classifies it."""
+    error_kind: str | None = None
+
+
+class ToolCalled(PayloadBase):
+    type: Literal["tool.called"] = "tool.called"
+    call_id: str
+    tool: str
+    arguments: LargeText
+
+
+ToolStatus = Literal["ok", "error", "invalid", "timeout", "interrupted"]
+
+
+class ToolResulted(PayloadBase):
+    type: Literal["tool.resulted"] = "tool.resulted"
+    call_id: str
+    tool: str
+    status: ToolStatus
+    output: LargeText
+    duration_ms: float = Field(0.0, ge=0)
+
+
+# --- work items and todos -------------------------------------------------------------------
+
+
+class WorkItemOpened(PayloadBase):
+    type: Literal["work_item.opened"] = "work_item.opened"
+    work_item_id: str
+    title: str
+    objective: str = ""
+    delivery_target: str | None = None
+    plan: list[str] = Field(default_factory=list)
+    constraints: list[str] = Field(default_factory=list)
+    activate: bool = True
+    """Make it the active work item at once."""
+
+
+WorkItemStatus = Literal["open", "active", "blocked", "completed", "abandoned"]
+
+
+class WorkItemUpdated(PayloadBase):
+    """A partial update: fields left ``None`` are unchanged."""
+
+    type: Literal["work_item.updated"] = "work_item.updated"
+    work_item_id: str
+    title: str | None = None
+    objective: str | None = None
+    delivery_target: str | None = None
+    plan: list[str] | None = None
+    constraints: list[str] | None = None
+    status: Literal["open", "blocked", "abandoned"] | None = None
+
+
+class WorkItemPicked(PayloadBase):
+    """Switch the active work item. ``work_item_id=None`` returns to the previous one."""
+
+    type: Literal["work_item.picked"] = "work_item.picked"
+    work_item_id: str | None = None
+
+
+class WorkItemCompleted(PayloadBase):
+    type: Literal["work_item.completed"] = "work_item.completed"
+    work_item_id: str
+    report: LargeText
+
+
+TodoStatus = Literal["pending", "in_progress", "done", "dropped"]
+
+
+class TodoChanged(PayloadBase):
+    type: Literal["todo.changed"] = "todo.changed"
+    work_item_id: str
+    op: Literal["add", "update", "remove"]
+    todo_id: str
+    text: str | None = None
+    status: TodoStatus | None = None
+
+
+# --- things the agent keeps in mind ---------------------------------------------------------
+
+
+class ConstraintChanged(PayloadBase):
+    """An agent-wide constraint or scope limit (work-item ones live on the work item)."""
+
+    type: Literal["constraint.changed"] = "constraint.changed"
+    op: Literal["add", "remove"]
+    text: str
+
+
+class DecisionRecorded(PayloadBase):
+    type: Literal["decision.recorded"] = "decision.recorded"
+    text: str
+    work_item_id: str | None = None
+
+
+class FollowUpChanged(PayloadBase):
+    type: Literal["follow_up.changed"] = "follow_up.changed"
+    follow_up_id: str
+    op: Literal["add", "resolve"]
+    text: str | None = None
+    due_us: int | None = None
+
+
+class FileTouched(PayloadBase):
+    type: Literal["file.touched"] = "file.touched"
+    path: str
+    action: Literal["read", "write", "create", "delete"] = "write"
+
+
+# --- tasks, waits, timers -------------------------------------------------------------------
+
+
+TaskState = Literal["pending", "running", "succeeded", "failed", "cancelled", "interrupted"]
+
+
+class TaskCreated(PayloadBase):
+    type: Literal["task.created"] = "task.created"
+    task_id: str
+    kind: Literal["command", "child_agent", "other"] = "command"
+    title: str
+    spec: dict[str, JSONValue] = Field(default_factory=dict)
+
+
+class TaskStateChanged(PayloadBase):
+    type: Literal["task.state_changed"] = "task.state_changed"
+    task_id: str
+    state: TaskState
+    detail: str | None = None
+
+
+class TaskResulted(PayloadBase):
+    type: Literal["task.resulted"] = "task.resulted"
+    task_id: str
+    state: Literal["succeeded", "failed", "cancelled", "interrupted"]
+    output: LargeText = ""
+    exit_code: int | None = None
+
+
+WaitOn = Literal["task", "timer", "operator", "external", "until"]
+
+
+class WaitRegistered(PayloadBase):
+    type: Literal["wait.registered"] = "wait.registered"
+    wait_id: str
+    on: WaitOn
+    target: str | None = None
+    """The task id, timer id or event name waited for."""
+    recheck_at_us: int
+    """Every wait has a time at which the agent is woken to look again."""
+    reason: str = ""
+
+
+class WaitResolved(PayloadBase):
+    type: Literal["wait.resolved"] = "wait.resolved"
+    wait_id: str
+    resolution: Literal["satisfied", "recheck", "cancelled"]
+    by_seq: int | None = None
+
+
+class TimerScheduled(PayloadBase):
+    type: Literal["timer.scheduled"] = "timer.scheduled"
+    timer_id: str
+    kind: Literal["once", "interval", "cron"]
+    spec: str
+    """ISO time for ``once``, seconds for ``interval``, a crontab line for ``cron``."""
+    next_fire_us: int | None = None
+    prompt: str | None = None
+
+
+class TimerFired(PayloadBase):
+    type: Literal["timer.fired"] = "timer.fired"
+    timer_id: str
+    scheduled_for_us: int
+    missed: int = Field(0, ge=0)
+    """Firings missed during downtime and coalesced into this one."""
+    next_fire_us: int | None = None
+
+
+class TimerCancelled(PayloadBase):
+    type: Literal["timer.cancelled"] = "timer.cancelled"
+    timer_id: str
+
+
+# --- derived records ------------------------------------------------------------------------
+
+
+class WorkingMemoryDelta(PayloadBase):
+    """What changed in an agent's working memory since the previous delta (top-level fields)."""
+
+    type: Literal["working_memory.delta"] = "working_memory.delta"
+    turn_id: str | None = None
+    changes: dict[str, JSONValue]
+
+
+class EpisodeSealed(PayloadBase):
+    type: Literal["episode.sealed"] = "episode.sealed"
+    episode_id: str
+    seq_start: int = Field(ge=1)
+    seq_end: int = Field(ge=1)
+    boundary: str
+    work_item_id: str | None = None
+    topic: str | None = None
+    objective: str = ""
+    summary: str = ""
+    files: list[str] = Field(default_factory=list)
+    commands: list[dict[str, JSONValue]] = Field(default_factory=list)
+    decisions: list[str] = Field(default_factory=list)
+    follow_ups: list[str] = Field(default_factory=list)
+
+
+class ContextAssembled(PayloadBase):
+    type: Literal["context.assembled"] = "context.assembled"
+    turn_id: str
+    budget_tokens: int = Field(ge=0)
+    used_tokens: int = Field(ge=0)
+    manifest_digest: str
+    summary: dict[str, JSONValue] = Field(default_factory=dict)
+
+
+Payload = Annotated[
+    AgentCreated
+    | AgentConfigured
+    | MessageReceived
+    | TurnStarted
+    | TurnSettled
+    | ModelRequested
+    | ModelResponded
+    | ToolCalled
+    | ToolResulted
+    | WorkItemOpened
+    | WorkItemUpdated
+    | WorkItemPicked
+    | WorkItemCompleted
+    | TodoChanged
+    | ConstraintChanged
+    | DecisionRecorded
+    | FollowUpChanged
+    | FileTouched
+    | TaskCreated
+    | TaskStateChanged
+    | TaskResulted
+    | WaitRegistered
+    | WaitResolved
+    | TimerScheduled
+    | TimerFired
+    | TimerCancelled
+    | WorkingMemoryDelta
+    | EpisodeSealed
+    | ContextAssembled,
+    Field(discriminator="type"),
+]
+
+PAYLOAD_ADAPTER: TypeAdapter[Payload] = TypeAdapter(Payload)
+
+
+def _catalog() -> dict[str, type[PayloadBase]]:
+    out: dict[str, type[PayloadBase]] = {}
+    for cls in PayloadBase.__subclasses__():
+        tag = cls.model_fields["type"].default
+        out[tag] = cls
+    return out
+
+
+#: Event type tag -> payload model.
+PAYLOAD_TYPES: dict[str, type[PayloadBase]] = _catalog()

@@ -1,0 +1,452 @@
+"""The ledger: append-only, hash-chained, gapless events in SQLite.
+
+``Ledger.append(*events)`` is one write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``): every
+event in it, every blob it references, every projection row its hooks fold and every event those
+hooks derive commit together or not at all. ``Ledger.transaction()`` opens the same kind of
+transaction for callers that must read and append atomically.
+
+Hooks (``TransactionHook``) are how synchronous projections ride along: ``apply`` folds events
+as they are appended and may return derived events (appended in the same transaction), ``flush``
+writes pending rows just before COMMIT, ``reset`` drops in-memory state after a rollback or when
+another process moved the ledger head.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+from holon.clock import Clock
+from holon.errors import IdempotencyConflict, LedgerError, NotFoundError
+from holon.ids import new_id
+from holon.ledger.codec import (
+    BlobBody,
+    canonical_json,
+    chain_hash,
+    decode_payload,
+    encode_payload,
+    envelope_header,
+)
+from holon.ledger.db import Database
+from holon.ledger.envelope import GENESIS_HASH, Event, NewEvent
+from holon.ledger.events import BlobRef, LargeText
+from holon.ledger.migrations import migrate
+
+__all__ = [
+    "BlobText",
+    "EVENT_COLUMNS",
+    "Ledger",
+    "LedgerStats",
+    "Transaction",
+    "TransactionHook",
+    "VerifyResult",
+    "row_to_event",
+]
+
+EVENT_COLUMNS = (
+    "seq, id, agent_id, type, version, ts_us, origin, authority, turn_id, work_item_id, "
+    "task_id, episode_id, idempotency_key, payload, hash"
+)
+_INSERT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_BLOB = (
+    "INSERT INTO blobs(hash, size, body, created_us, referenced_us) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT(hash) DO UPDATE SET referenced_us = excluded.referenced_us, "
+    "body = coalesce(blobs.body, excluded.body), "
+    "pruned_us = CASE WHEN blobs.body IS NULL THEN NULL ELSE blobs.pruned_us END"
+)
+_MAX_DERIVATION_DEPTH = 4
+
+
+class TransactionHook(Protocol):
+    def apply(self, tx: Transaction, events: Sequence[Event]) -> Sequence[NewEvent]:
+        """Fold ``events``; return events to derive from them (appended in the same transaction)."""
+        ...
+
+    def flush(self, tx: Transaction) -> None:
+        """Write pending state; called once just before COMMIT."""
+        ...
+
+    def reset(self) -> None:
+        """Forget in-memory state (after a rollback, or when another process appended)."""
+        ...
+
+
+def row_to_event(row: tuple) -> Event:  # type: ignore[type-arg]  # a sqlite3 row
+    (seq, eid, agent, type_, version, ts, origin, authority, turn, wi, task, ep, key, payload, h) = row
+    return Event(
+        seq=seq,
+        id=eid,
+        agent_id=agent,
+        type=type_,
+        version=version,
+        ts_us=ts,
+        origin=origin,
+        authority=authority,
+        turn_id=turn,
+        work_item_id=wi,
+        task_id=task,
+        episode_id=ep,
+        idempotency_key=key,
+        payload=decode_payload(type_, version, payload),
+        hash=h,
+    )
+
+
+class Transaction:
+    """An open write transaction. Obtain one from ``Ledger.transaction()``."""
+
+    def __init__(self, ledger: Ledger, conn: sqlite3.Connection, head_seq: int, head_hash: str) -> None:
+        self.ledger = ledger
+        self.conn = conn
+        self.head_seq = head_seq
+        self.head_hash = head_hash
+        self.appended: list[Event] = []
+
+    def append(self, *new: NewEvent) -> list[Event]:
+        """Append events; returns the stored events (the originals for known idempotency keys)."""
+        return self._insert(new)
+
+    def _insert(self, new: Sequence[NewEvent], depth: int = 0) -> list[Event]:
+        ledger = self.ledger
+        out: list[Event] = []
+        rows: list[tuple] = []  # type: ignore[type-arg]
+        inserted: list[Event] = []
+        seen_keys: dict[str, Event] = {}
+        blobs: list[BlobBody] = []
+        for ne in new:
+            enc = encode_payload(
+                ne.payload, blob_threshold=ledger.blob_threshold, preview_chars=ledger.preview_chars
+            )
+            key = ne.idempotency_key
+            if key is not None:
+                prior = seen_keys.get(key) or self._by_key(key)
+                if prior is not None:
+                    self._check_same(prior, ne, enc.text, key)
+                    out.append(prior)
+                    continue
+            seq = self.head_seq + 1
+            eid = new_id("evt")
+            ts = ledger.clock.now_us()
+            type_: str = ne.payload.type  # type: ignore[attr-defined]
+            version = type(ne.payload).VERSION
+            header = envelope_header(
+                seq, eid, ne.agent_id, type_, version, ts, ne.origin, ne.authority,
+                ne.turn_id, ne.work_item_id, ne.task_id, ne.episode_id, key,
+            )  # fmt: skip
+            h = chain_hash(self.head_hash, header, enc.text)
+            rows.append(
+                (seq, eid, ne.agent_id, type_, version, ts, ne.origin, ne.authority,
+                 ne.turn_id, ne.work_item_id, ne.task_id, ne.episode_id, key, enc.text, h)
+            )  # fmt: skip
+            event = Event(
+                seq, eid, ne.agent_id, type_, version, ts, ne.origin, ne.authority,
+                ne.turn_id, ne.work_item_id, ne.task_id, ne.episode_id, key, enc.payload, h,
+            )  # fmt: skip
+            self.head_seq, self.head_hash = seq, h
+            blobs.extend(enc.blobs)
+            inserted.append(event)
+            out.append(event)
+            if key is not None:
+                seen_keys[key] = event
+        if not inserted:
+            return out
+        try:
+            if blobs:
+                now = ledger.clock.now_us()
+                self.conn.executemany(_INSERT_BLOB, [(b.hash, len(b.data), b.data, now, now) for b in blobs])
+            self.conn.executemany(_INSERT, rows)
+        except sqlite3.IntegrityError as e:
+            raise LedgerError(f"append refused by the database: {e}") from e
+        self.appended.extend(inserted)
+        derived: list[NewEvent] = []
+        for hook in ledger.hooks:
+            derived.extend(hook.apply(self, inserted))
+        if derived:
+            if depth >= _MAX_DERIVATION_DEPTH:
+                raise LedgerError("derived events keep deriving more events; a hook is looping")
+            self._insert(derived, depth + 1)
+        return out
+
+    def _by_key(self, key: str) -> Event | None:
+        row = self.conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE idempotency_key = ?", (key,)).fetchone()
+        return None if row is None else row_to_event(row)
+
+    def _check_same(self, prior: Event, ne: NewEvent, text: str, key: str) -> None:
+        prior_text = self.conn.execute("SELECT payload FROM events WHERE seq = ?", (prior.seq,)).fetchone()
+        same_payload = prior_text is not None and prior_text[0] == text
+        if prior.agent_id != ne.agent_id or prior.type != ne.payload.type or not same_payload:  # type: ignore[attr-defined]
+            raise IdempotencyConflict(
+                f"idempotency key {key!r} was already used by event {prior.seq} with different content"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    ok: bool
+    events: int
+    first_bad_seq: int | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BlobText:
+    """A large text read back from the blob store; ``text`` is ``None`` when its body was pruned."""
+
+    hash: str
+    size: int
+    preview: str
+    text: str | None
+
+    @property
+    def pruned(self) -> bool:
+        return self.text is None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStats:
+    events: int
+    head_seq: int
+    by_type: dict[str, dict[str, int]]
+    """type -> {"count": n, "payload_bytes": b}"""
+    blobs: int
+    blob_bytes: int
+    blobs_pruned: int
+    db_bytes: int
+
+
+class Ledger:
+    """The append-only event store of one holon home."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        clock: Clock,
+        blob_threshold: int = 16_384,
+        preview_chars: int = 400,
+        hooks: Sequence[TransactionHook] = (),
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.blob_threshold = blob_threshold
+        self.preview_chars = preview_chars
+        self.hooks: list[TransactionHook] = list(hooks)
+        self._lock = threading.RLock()
+        self._known_head: int | None = None
+        self._conn = db.connection()
+        migrate(self._conn, now_us=clock.now_us())
+
+    # --- writing ----------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                seq, h = self._head(conn)
+                if seq != self._known_head:
+                    for hook in self.hooks:
+                        hook.reset()
+                tx = Transaction(self, conn, seq, h)
+                yield tx
+                for hook in self.hooks:
+                    hook.flush(tx)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                self._known_head = None
+                for hook in self.hooks:
+                    hook.reset()
+                raise
+            self._known_head = tx.head_seq
+
+    def append(self, *events: NewEvent) -> list[Event]:
+        """Append ``events`` atomically; returns them as stored, in order."""
+        with self.transaction() as tx:
+            return tx.append(*events)
+
+    def add_hook(self, hook: TransactionHook) -> None:
+        self.hooks.append(hook)
+        self._known_head = None
+
+    # --- reading ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _head(conn: sqlite3.Connection) -> tuple[int, str]:
+        row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        return (0, GENESIS_HASH) if row is None else (row[0], row[1])
+
+    def head(self) -> int:
+        with self._lock:
+            return self._head(self._conn)[0]
+
+    def get(self, seq: int) -> Event:
+        with self._lock:
+            row = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE seq = ?", (seq,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no event with seq {seq}")
+        return row_to_event(row)
+
+    def read(
+        self,
+        after: int = 0,
+        *,
+        agent_id: str | None = None,
+        limit: int | None = None,
+        chunk: int = 2_000,
+    ) -> Iterator[Event]:
+        """Events with ``seq > after`` in order, optionally for one agent, fetched in chunks."""
+        for row in self.read_rows(after, agent_id=agent_id, limit=limit, chunk=chunk):
+            yield row_to_event(row)
+
+    def read_rows(
+        self, after: int = 0, *, agent_id: str | None = None, limit: int | None = None, chunk: int = 2_000
+    ) -> Iterator[tuple]:  # type: ignore[type-arg]
+        """Raw rows (columns as in ``EVENT_COLUMNS``) with ``seq > after``; for verify, replay, export."""
+        remaining = limit
+        cursor = after
+        where = "seq > ?" + (" AND agent_id = ?" if agent_id else "")
+        while remaining is None or remaining > 0:
+            n = chunk if remaining is None else min(chunk, remaining)
+            params: tuple = (cursor, agent_id, n) if agent_id else (cursor, n)  # type: ignore[type-arg]
+            with self._lock:
+                rows = self._conn.execute(
+                    f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} ORDER BY seq LIMIT ?", params
+                ).fetchall()
+            if not rows:
+                return
+            yield from rows
+            cursor = rows[-1][0]
+            if remaining is not None:
+                remaining -= len(rows)
+
+    def tail(self, n: int, *, agent_id: str | None = None) -> list[Event]:
+        where = "WHERE agent_id = ?" if agent_id else ""
+        params: tuple = (agent_id, n) if agent_id else (n,)  # type: ignore[type-arg]
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {EVENT_COLUMNS} FROM events {where} ORDER BY seq DESC LIMIT ?", params
+            ).fetchall()
+        return [row_to_event(r) for r in reversed(rows)]
+
+    def payload_text(self, seq: int) -> str:
+        with self._lock:
+            row = self._conn.execute("SELECT payload FROM events WHERE seq = ?", (seq,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no event with seq {seq}")
+        return str(row[0])
+
+    # --- blobs ------------------------------------------------------------------------------
+
+    def resolve(self, value: LargeText | None) -> str | BlobText | None:
+        """A ``LargeText`` as full text: plain strings as they are, blob refs read from the store."""
+        if value is None or isinstance(value, str):
+            return value
+        return self.read_blob(value)
+
+    def read_blob(self, ref: BlobRef) -> BlobText:
+        with self._lock:
+            row = self._conn.execute("SELECT body FROM blobs WHERE hash = ?", (ref.blob,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no blob {ref.blob}")
+        body = row[0]
+        text = None if body is None else bytes(body).decode("utf-8")
+        return BlobText(ref.blob, ref.size, ref.preview, text)
+
+    def prune_blobs(self, *, older_than_us: int) -> int:
+        """Drop bodies of blobs last referenced before ``older_than_us``; events stay intact."""
+        now = self.clock.now_us()
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = conn.execute(
+                    "UPDATE blobs SET body = NULL, pruned_us = ? WHERE body IS NOT NULL AND referenced_us < ?",
+                    (now, older_than_us),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return int(cur.rowcount)
+
+    # --- integrity and size -----------------------------------------------------------------
+
+    def verify(self, *, check_blobs: bool = True) -> VerifyResult:
+        """Check the sequence is gapless from 1 and every hash matches its content and predecessor."""
+        prev_seq, prev_hash, count = 0, GENESIS_HASH, 0
+        for row in self.read_rows(0, chunk=5_000):
+            seq = row[0]
+            if seq != prev_seq + 1:
+                return VerifyResult(False, count, prev_seq + 1, f"sequence gap: expected {prev_seq + 1}, found {seq}")
+            header = envelope_header(*row[:13])
+            if chain_hash(prev_hash, header, row[13]) != row[14]:
+                return VerifyResult(False, count, seq, f"event {seq}: hash does not match its content")
+            prev_seq, prev_hash = seq, row[14]
+            count += 1
+        if check_blobs:
+            bad = self._first_bad_blob()
+            if bad is not None:
+                return VerifyResult(False, count, None, f"blob {bad}: body does not match its hash")
+        return VerifyResult(True, count, None)
+
+    def _first_bad_blob(self) -> str | None:
+        with self._lock:
+            rows = self._conn.execute("SELECT hash, body FROM blobs WHERE body IS NOT NULL").fetchall()
+        for h, body in rows:
+            if hashlib.sha256(bytes(body)).hexdigest() != h:
+                return str(h)
+        return None
+
+    def stats(self) -> LedgerStats:
+        with self._lock:
+            conn = self._conn
+            by_type = {
+                t: {"count": n, "payload_bytes": b}
+                for t, n, b in conn.execute(
+                    "SELECT type, count(*), sum(length(CAST(payload AS BLOB))) FROM events GROUP BY type ORDER BY type"
+                )
+            }
+            blobs, blob_bytes, pruned = conn.execute(
+                "SELECT count(*), coalesce(sum(length(body)), 0), count(pruned_us) FROM blobs"
+            ).fetchone()
+            page_count = conn.execute("PRAGMA page_count").fetchone()[0]
+            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+            head = self._head(conn)[0]
+        total = sum(v["count"] for v in by_type.values())
+        return LedgerStats(total, head, by_type, blobs, blob_bytes, pruned, page_count * page_size)
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+
+def canonical_event(event: Event) -> bytes:
+    """Canonical JSON of an event (envelope and payload), for display and comparisons."""
+    return canonical_json(
+        {
+            "seq": event.seq,
+            "id": event.id,
+            "agent_id": event.agent_id,
+            "type": event.type,
+            "version": event.version,
+            "ts_us": event.ts_us,
+            "origin": event.origin,
+            "authority": event.authority,
+            "turn_id": event.turn_id,
+            "work_item_id": event.work_item_id,
+            "task_id": event.task_id,
+            "episode_id": event.episode_id,
+            "idempotency_key": event.idempotency_key,
+            "payload": event.payload.model_dump(mode="json"),
+            "hash": event.hash,
+        }
+    )
+

@@ -1,0 +1,110 @@
+"""Logging through structlog: JSON lines to ``<home>/logs/holon.log``, readable lines on a TTY.
+
+Two rules hold everywhere: tracebacks never carry frame locals (they would leak API keys), and
+values under secret-looking keys, or shaped like API keys, are redacted before any renderer
+sees them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+from structlog.tracebacks import ExceptionDictTransformer
+
+__all__ = ["configure_logging", "get_logger", "redact"]
+
+_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|cookie)", re.I)
+_SECRET_VALUE = re.compile(
+    r"(sk-[A-Za-z0-9_\-]{12,}|Bearer\s+[A-Za-z0-9._\-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9\-]{10,})"
+)
+REDACTED = "[redacted]"
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SECRET_VALUE.sub(REDACTED, value)
+    if isinstance(value, dict):
+        return {k: (REDACTED if _SECRET_KEY.search(str(k)) else _redact_value(v)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact_value(v) for v in value]
+    return value
+
+
+def redact(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: hide secrets by key name and by value shape."""
+    for key in list(event_dict):
+        if _SECRET_KEY.search(key):
+            event_dict[key] = REDACTED
+        else:
+            event_dict[key] = _redact_value(event_dict[key])
+    return event_dict
+
+
+def configure_logging(
+    *,
+    level: str = "info",
+    log_file: Path | None = None,
+    console: str = "auto",
+) -> None:
+    """Configure structlog and the stdlib root logger once per process."""
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(level.upper())
+    tracebacks = structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        fh = logging.FileHandler(log_file, encoding="utf-8")
+        fh.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                foreign_pre_chain=shared,
+                processors=[
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    redact,
+                    tracebacks,
+                    structlog.processors.JSONRenderer(),
+                ],
+            )
+        )
+        root.addHandler(fh)
+    mode = console
+    if mode == "auto":
+        mode = "pretty" if sys.stderr.isatty() else "off"
+    if mode != "off":
+        sh = logging.StreamHandler(sys.stderr)
+        renderer: Any = (
+            structlog.processors.JSONRenderer()
+            if mode == "json"
+            else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback)
+        )
+        final = [redact, tracebacks, renderer] if mode == "json" else [redact, renderer]
+        sh.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                foreign_pre_chain=shared,
+                processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
+            )
+        )
+        root.addHandler(sh)
+
+
+def get_logger(name: str = "holon") -> Any:
+    # structlog's BoundLogger is dynamically typed; Any keeps call sites free of casts.
+    return structlog.get_logger(name)

@@ -1,0 +1,151 @@
+"""The synchronous projector: folds events into ``projection_rows`` inside the append transaction.
+
+It is a ``TransactionHook`` of the ledger. Rows are loaded on demand and cached between
+transactions while this process is the only writer; the ledger calls ``reset`` whenever another
+process moved the head. The cursor (``projection_cursors``) is written in the same transaction as
+the rows, so projections are never behind the ledger after a crash. When the cursor is behind
+(an older database, or a ``PROJECTOR_VERSION`` bump that requires a rebuild), ``apply`` catches
+up inside the same transaction before folding anything new.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, MutableMapping, Sequence
+
+from holon.errors import ConflictError
+from holon.ledger import Event, NewEvent, Transaction
+from holon.ledger.store import EVENT_COLUMNS, row_to_event
+from holon.projections.fold import KINDS, Key, derive, fold_event, row_columns, state_json
+from holon.projections.state import State
+
+__all__ = ["CURSOR_NAME", "PROJECTOR_VERSION", "Projector", "load_state"]
+
+#: Bump when a reducer changes what it produces: every home rebuilds its projections on open.
+PROJECTOR_VERSION = 1
+CURSOR_NAME = "projections"
+
+_UPSERT = (
+    "INSERT INTO projection_rows(kind, key, agent_id, status, label, seq, state) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT(kind, key) DO UPDATE SET agent_id = excluded.agent_id, status = excluded.status, "
+    "label = excluded.label, seq = excluded.seq, state = excluded.state"
+)
+_CURSOR = (
+    "INSERT INTO projection_cursors(name, seq, version) VALUES (?, ?, ?) "
+    "ON CONFLICT(name) DO UPDATE SET seq = excluded.seq, version = excluded.version"
+)
+
+
+def load_state(conn: sqlite3.Connection, key: Key) -> State | None:
+    row = conn.execute("SELECT state FROM projection_rows WHERE kind = ? AND key = ?", key).fetchone()
+    return None if row is None else KINDS[key[0]].model.model_validate_json(row[0])
+
+
+class _Rows(MutableMapping[Key, State | None]):
+    """Projection states by key, loaded from the database on first access."""
+
+    def __init__(self) -> None:
+        self.conn: sqlite3.Connection | None = None
+        self.cache: dict[Key, State | None] = {}
+
+    def __getitem__(self, key: Key) -> State | None:
+        try:
+            return self.cache[key]
+        except KeyError:
+            assert self.conn is not None, "rows are only read inside a transaction"
+            state = self.cache[key] = load_state(self.conn, key)
+            return state
+
+    def __setitem__(self, key: Key, value: State | None) -> None:
+        self.cache[key] = value
+
+    def __delitem__(self, key: Key) -> None:
+        del self.cache[key]
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self.cache)
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+
+class Projector:
+    def __init__(self, *, cache_limit: int = 50_000) -> None:
+        self._rows = _Rows()
+        self._dirty: dict[Key, int] = {}
+        self._folded_to: int | None = None
+        self._flushed_to: int | None = None
+        self._cache_limit = cache_limit
+
+    # --- TransactionHook --------------------------------------------------------------------
+
+    def apply(self, tx: Transaction, events: Sequence[Event]) -> Sequence[NewEvent]:
+        self._rows.conn = tx.conn
+        first = events[0].seq
+        if self._folded_to != first - 1:
+            self._catch_up(tx.conn, upto=first - 1)
+        for event in events:
+            for key in fold_event(self._rows, event):
+                self._dirty[key] = event.seq
+        self._folded_to = events[-1].seq
+        return derive(self._rows, events)
+
+    def flush(self, tx: Transaction) -> None:
+        if self._folded_to is None or self._folded_to == self._flushed_to:
+            return
+        rows = []
+        for key, seq in self._dirty.items():
+            state = self._rows.cache[key]
+            if state is None:
+                continue
+            agent_id, status, label = row_columns(key[0], state)
+            rows.append((key[0], key[1], agent_id, status, label, seq, state_json(state)))
+        try:
+            tx.conn.executemany(_UPSERT, rows)
+        except sqlite3.IntegrityError as e:
+            taken = next((r[4] for r in rows if r[0] == "agent"), None)
+            raise ConflictError(f"agent name {taken!r} is already taken" if taken else str(e)) from e
+        tx.conn.execute(_CURSOR, (CURSOR_NAME, self._folded_to, PROJECTOR_VERSION))
+        self._dirty.clear()
+        self._flushed_to = self._folded_to
+        if len(self._rows.cache) > self._cache_limit:
+            self._rows.cache.clear()
+
+    def reset(self) -> None:
+        self._rows.cache.clear()
+        self._dirty.clear()
+        self._folded_to = None
+        self._flushed_to = None
+
+    # --- catch-up ---------------------------------------------------------------------------
+
+    def _catch_up(self, conn: sqlite3.Connection, *, upto: int) -> None:
+        """Bring rows to ``upto`` from the stored cursor (or from scratch on a version change)."""
+        self._rows.conn = conn
+        row = conn.execute("SELECT seq, version FROM projection_cursors WHERE name = ?", (CURSOR_NAME,)).fetchone()
+        start = 0
+        if row is not None and row[1] == PROJECTOR_VERSION:
+            start = row[0]
+        else:
+            conn.execute("DELETE FROM projection_rows")
+            self._rows.cache.clear()
+        self._dirty.clear()
+        if start > upto:
+            raise ConflictError(f"projection cursor {start} is ahead of the ledger head {upto}")
+        while start < upto:
+            batch = conn.execute(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000",
+                (start, upto),
+            ).fetchall()
+            for raw in batch:
+                event = row_to_event(raw)
+                for key in fold_event(self._rows, event):
+                    self._dirty[key] = event.seq
+            start = batch[-1][0]
+        self._folded_to = upto
+        self._flushed_to = row[0] if row is not None and row[1] == PROJECTOR_VERSION else None
+
+    def catch_up(self, tx: Transaction) -> int:
+        """Fold whatever the stored cursor is missing, up to the transaction's head. Returns the head."""
+        self._catch_up(tx.conn, upto=tx.head_seq)
+        return tx.head_seq

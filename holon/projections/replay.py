@@ -1,0 +1,89 @@
+"""Replay: rebuild every projection from sequence 0 and compare with the live rows, byte for byte.
+
+The rebuild folds all events with the same reducers into scratch rows in a TEMP table, inside one
+read transaction (a consistent snapshot of events and live rows), and counts rows that differ in
+either direction. Live rows are never touched.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from holon.ledger.store import EVENT_COLUMNS, row_to_event
+from holon.projections.fold import Key, fold_event, row_columns, state_json
+from holon.projections.projector import CURSOR_NAME
+from holon.projections.state import State
+
+__all__ = ["ReplayResult", "replay"]
+
+_COLS = "kind, key, agent_id, status, label, seq, state"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    ok: bool
+    events: int
+    mismatches: int
+    events_per_s: float
+    rows: int
+    cursor_ok: bool
+    examples: list[str] = field(default_factory=list)
+    """Up to five ``kind/key`` labels of mismatching rows."""
+
+
+def replay(conn: sqlite3.Connection, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+    """Rebuild projections from seq 0 on ``conn`` (a connection of its own) and compare."""
+    conn.execute("BEGIN")
+    try:
+        head = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+        states: dict[Key, State | None] = {}
+        seqs: dict[Key, int] = {}
+        count, after = 0, 0
+        started = time.perf_counter()
+        while True:
+            rows = conn.execute(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000",
+                (after, head),
+            ).fetchall()
+            if not rows:
+                break
+            for raw in rows:
+                event = row_to_event(raw)
+                for key in fold_event(states, event):
+                    seqs[key] = event.seq
+            count += len(rows)
+            after = rows[-1][0]
+            if progress is not None:
+                progress(count, head)
+        elapsed = time.perf_counter() - started
+        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS replay_rows ({_COLS}, PRIMARY KEY (kind, key))")
+        conn.execute("DELETE FROM temp.replay_rows")
+        scratch = []
+        for key, state in states.items():
+            if state is None:
+                continue
+            agent_id, status, label = row_columns(key[0], state)
+            scratch.append((key[0], key[1], agent_id, status, label, seqs[key], state_json(state)))
+        conn.executemany(f"INSERT INTO temp.replay_rows ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)", scratch)
+        diff_sql = (
+            f"SELECT kind, key FROM (SELECT {_COLS} FROM main.projection_rows EXCEPT SELECT {_COLS} FROM temp.replay_rows) "
+            f"UNION SELECT kind, key FROM (SELECT {_COLS} FROM temp.replay_rows EXCEPT SELECT {_COLS} FROM main.projection_rows)"
+        )
+        diffs = conn.execute(diff_sql).fetchall()
+        cursor = conn.execute("SELECT seq FROM projection_cursors WHERE name = ?", (CURSOR_NAME,)).fetchone()
+        cursor_ok = (cursor[0] if cursor else 0) == head
+        conn.execute("DROP TABLE temp.replay_rows")
+    finally:
+        conn.execute("ROLLBACK")
+    return ReplayResult(
+        ok=not diffs and cursor_ok,
+        events=count,
+        mismatches=len(diffs),
+        events_per_s=count / elapsed if elapsed > 0 else float(count),
+        rows=len(scratch),
+        cursor_ok=cursor_ok,
+        examples=[f"{k}/{v}" for k, v in diffs[:5]],
+    )

@@ -1,0 +1,151 @@
+"""Projection state models: what the reducers fold events into.
+
+States are frozen pydantic models. Their JSON (``model_dump_json``) is what projection rows
+store and what replay compares byte for byte, so fields hold only JSON-safe, order-stable values:
+lists keep event order, dicts are kept key-sorted by the reducers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from holon.ledger.events import LargeText, TaskState, TodoStatus, TurnOutcome, WaitOn
+
+__all__ = [
+    "AgentState",
+    "FollowUp",
+    "State",
+    "TaskProjection",
+    "TimerProjection",
+    "Todo",
+    "WaitProjection",
+    "WaitSummary",
+    "WorkItemState",
+    "WorkingMemory",
+    "WorkingMemoryBaseline",
+]
+
+
+class State(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+AgentStatus = Literal["idle", "running", "waiting", "failed", "interrupted"]
+
+
+class AgentState(State):
+    agent_id: str
+    name: str
+    template: str
+    home: str
+    settings: dict[str, Any] = {}
+    status: AgentStatus = "idle"
+    created_us: int
+    last_event_us: int
+    turns: int = 0
+    last_turn_id: str | None = None
+    last_outcome: TurnOutcome | None = None
+    last_error: str | None = None
+
+
+class Todo(State):
+    id: str
+    text: str
+    status: TodoStatus = "pending"
+
+
+class WorkItemState(State):
+    work_item_id: str
+    agent_id: str
+    title: str
+    objective: str = ""
+    delivery_target: str | None = None
+    plan: list[str] = []
+    constraints: list[str] = []
+    todos: list[Todo] = []
+    status: Literal["open", "blocked", "completed", "abandoned"] = "open"
+    report: LargeText | None = None
+    opened_seq: int
+    opened_us: int
+    updated_us: int
+    completed_us: int | None = None
+
+
+class FollowUp(State):
+    id: str
+    text: str
+    due_us: int | None = None
+
+
+class WaitSummary(State):
+    wait_id: str
+    on: WaitOn
+    target: str | None = None
+    recheck_at_us: int
+
+
+class WorkingMemory(State):
+    """Agent-level working memory. The active work item's details are joined in by ``view``."""
+
+    agent_id: str
+    active_work_item: str | None = None
+    work_stack: list[str] = []
+    """Work items switched away from, most recent last: 'pick previous' returns to the top."""
+    constraints: list[str] = []
+    follow_ups: list[FollowUp] = []
+    waiting_on: list[WaitSummary] = []
+    recent_files: list[str] = []
+    """Most recent first, at most ``RECENT_LIMIT``."""
+    recent_decisions: list[str] = []
+    """Most recent last, at most ``RECENT_LIMIT``."""
+    last_turn_id: str | None = None
+    last_outcome: TurnOutcome | None = None
+
+
+class WorkingMemoryBaseline(State):
+    """The working-memory view as of the agent's last ``working_memory.delta`` event."""
+
+    agent_id: str
+    view: dict[str, Any] = {}
+
+
+class TaskProjection(State):
+    task_id: str
+    agent_id: str
+    kind: str
+    title: str
+    spec: dict[str, Any] = {}
+    state: TaskState = "pending"
+    detail: str | None = None
+    exit_code: int | None = None
+    output: LargeText | None = None
+    created_us: int
+    updated_us: int
+
+
+class WaitProjection(State):
+    wait_id: str
+    agent_id: str
+    on: WaitOn
+    target: str | None = None
+    recheck_at_us: int
+    reason: str = ""
+    status: Literal["pending", "satisfied", "recheck", "cancelled"] = "pending"
+    registered_us: int
+    resolved_us: int | None = None
+    by_seq: int | None = None
+
+
+class TimerProjection(State):
+    timer_id: str
+    agent_id: str
+    kind: Literal["once", "interval", "cron"]
+    spec: str
+    prompt: str | None = None
+    status: Literal["scheduled", "done", "cancelled"] = "scheduled"
+    next_fire_us: int | None = None
+    fired: int = 0
+    missed: int = 0
+    last_fired_us: int | None = None

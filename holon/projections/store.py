@@ -1,0 +1,122 @@
+"""``Store``: a home's ledger with its synchronous projections, and typed reads of them.
+
+Most code holds a ``Store``: it appends through ``store.append`` (events and projection rows
+commit together) and reads projections through SQLModel sessions on the same database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlmodel import col, select
+
+from holon.clock import Clock, SystemClock
+from holon.config import HomePaths, Settings
+from holon.errors import NotFoundError
+from holon.ledger import Database, Event, Ledger, NewEvent
+from holon.ledger.schema import ProjectionCursorRow, ProjectionRow
+from holon.projections.fold import KINDS, working_memory_view
+from holon.projections.projector import CURSOR_NAME, PROJECTOR_VERSION, Projector
+from holon.projections.replay import ReplayResult, replay
+from holon.projections.state import AgentState, State, WorkingMemory, WorkItemState
+
+__all__ = ["Store"]
+
+
+class Store:
+    def __init__(self, paths: HomePaths, settings: Settings, ledger: Ledger, projector: Projector) -> None:
+        self.paths = paths
+        self.settings = settings
+        self.ledger = ledger
+        self.projector = projector
+
+    @classmethod
+    def open(cls, paths: HomePaths, settings: Settings, *, clock: Clock | None = None) -> Store:
+        """Open (creating if needed) the database of ``paths``; migrate and catch projections up."""
+        paths.root.mkdir(parents=True, exist_ok=True)
+        cfg = settings.ledger
+        db = Database(paths.db, synchronous=cfg.synchronous, busy_timeout_ms=cfg.busy_timeout_ms)
+        projector = Projector()
+        ledger = Ledger(
+            db,
+            clock=clock or SystemClock(),
+            blob_threshold=cfg.blob_threshold_bytes,
+            preview_chars=cfg.blob_preview_chars,
+            hooks=[projector],
+        )
+        store = cls(paths, settings, ledger, projector)
+        store.catch_up()
+        return store
+
+    def catch_up(self) -> None:
+        """Fold any events the projection cursor is missing (older databases, version bumps)."""
+        cursor = self._cursor()
+        if cursor is not None and cursor.version == PROJECTOR_VERSION and cursor.seq == self.ledger.head():
+            return
+        with self.ledger.transaction() as tx:
+            self.projector.catch_up(tx)
+
+    def _cursor(self) -> ProjectionCursorRow | None:
+        with self.ledger.db.session() as s:
+            return s.get(ProjectionCursorRow, CURSOR_NAME)
+
+    def append(self, *events: NewEvent) -> list[Event]:
+        return self.ledger.append(*events)
+
+    # --- typed reads ------------------------------------------------------------------------
+
+    def state(self, kind: str, key: str) -> State | None:
+        with self.ledger.db.session() as s:
+            row = s.get(ProjectionRow, (kind, key))
+        return None if row is None else KINDS[kind].model.model_validate_json(row.state)
+
+    def rows(self, kind: str, *, agent_id: str | None = None, status: str | None = None) -> list[Any]:
+        """States of one kind, optionally filtered, in the order their rows were last changed."""
+        query = select(ProjectionRow).where(ProjectionRow.kind == kind)
+        if agent_id is not None:
+            query = query.where(ProjectionRow.agent_id == agent_id)
+        if status is not None:
+            query = query.where(ProjectionRow.status == status)
+        with self.ledger.db.session() as s:
+            found = s.exec(query.order_by(col(ProjectionRow.seq))).all()
+        model = KINDS[kind].model
+        return [model.model_validate_json(r.state) for r in found]
+
+    def agents(self) -> list[AgentState]:
+        return sorted(self.rows("agent"), key=lambda a: a.name)
+
+    def agent(self, ref: str) -> AgentState:
+        """An agent by name or id."""
+        query = select(ProjectionRow).where(ProjectionRow.kind == "agent")
+        query = query.where((ProjectionRow.label == ref) | (ProjectionRow.key == ref))
+        with self.ledger.db.session() as s:
+            row = s.exec(query).first()
+        if row is None:
+            raise NotFoundError(f"no agent named {ref!r} (see 'holon agent list')")
+        return AgentState.model_validate_json(row.state)
+
+    def working_memory(self, agent_id: str) -> dict[str, Any]:
+        wm = self.state("working_memory", agent_id)
+        assert wm is None or isinstance(wm, WorkingMemory)
+        item = self.state("work_item", wm.active_work_item) if wm and wm.active_work_item else None
+        assert item is None or isinstance(item, WorkItemState)
+        return working_memory_view(wm, item)
+
+    # --- maintenance ------------------------------------------------------------------------
+
+    def replay(self, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+        raw = self.ledger.db.engine.raw_connection()
+        try:
+            return replay(raw.driver_connection, progress=progress)
+        finally:
+            raw.close()
+
+    def close(self) -> None:
+        self.ledger.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
