@@ -1,0 +1,55 @@
+"""Shared fixtures: an isolated home per test, a FakeClock, and an open ``Store``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import settings as hypothesis_settings
+
+from holon.clock import FakeClock
+from holon.config import HomePaths, Settings, load_settings, resolve_home
+from holon.projections import Store
+
+# Property tests build real databases; a per-example deadline only adds flakiness on slow CI.
+hypothesis_settings.register_profile("holon", deadline=None, print_blob=True)
+hypothesis_settings.load_profile("holon")
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test sees the developer's HOLON_* variables."""
+    for var in list(os.environ):
+        if var.startswith("HOLON_"):
+            monkeypatch.delenv(var)
+
+
+@pytest.fixture
+def fast_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
+    """synchronous=NORMAL: survives process crashes, skips the fsync per commit."""
+    monkeypatch.setenv("HOLON_LEDGER_SYNCHRONOUS", "NORMAL")
+
+
+@pytest.fixture
+def home(tmp_path, fast_ledger) -> HomePaths:
+    return resolve_home(tmp_path / "home")
+
+
+@pytest.fixture
+def settings(home: HomePaths) -> Settings:
+    return load_settings(home)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(home: HomePaths, settings: Settings, clock: FakeClock) -> Iterator[Store]:
+    s = Store.open(home, settings, clock=clock)
+    try:
+        yield s
+    finally:
+        s.close()
