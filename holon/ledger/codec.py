@@ -99,7 +99,11 @@ def encode_payload(payload: PayloadBase, *, blob_threshold: int, preview_chars: 
                 data[name] = ref.model_dump(mode="json")
                 blobs.append(BlobBody(digest, body))
     stored = payload.model_copy(update=refs) if refs else payload
-    return EncodedPayload(canonical_json(data).decode("utf-8"), stored, tuple(blobs))
+    try:
+        text = canonical_json(data).decode("utf-8")
+    except orjson.JSONEncodeError as e:  # e.g. an integer beyond 64 bits
+        raise EventValidationError(f"{tag} payload has no JSON form: {e}") from e
+    return EncodedPayload(text, stored, tuple(blobs))
 
 
 def decode_payload(type_: str, version: int, text: str | bytes) -> PayloadBase:

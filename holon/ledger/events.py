@@ -14,9 +14,9 @@ an upcaster in ``holon.ledger.codec`` that turns the previous version's dict int
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
 __all__ = [
     "PAYLOAD_ADAPTER",
@@ -32,7 +32,7 @@ __all__ = [
 #: everything else is information the agent weighs, never an order.
 Authority = Literal["operator", "agent", "tool", "runtime", "timer", "external"]
 
-JSONValue = Any  # arbitrary JSON (dict/list/str/int/float/bool/None); pydantic validates JSON-ness.
+JSONValue = JsonValue  # arbitrary JSON (dict/list/str/int/float/bool/None); pydantic validates JSON-ness.
 
 
 class BlobRef(BaseModel):
