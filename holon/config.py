@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -22,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from holon.errors import ConfigError
+from holon.paths import HomePaths, resolve_home
 
 __all__ = [
     "HomePaths",
@@ -85,38 +85,6 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The TOML file's contents arrive as init kwargs; the environment overrides them.
         return (env_settings, init_settings)
-
-
-@dataclass(frozen=True, slots=True)
-class HomePaths:
-    """Where a holon home keeps its files."""
-
-    root: Path
-
-    @property
-    def db(self) -> Path:
-        return self.root / "holon.db"
-
-    @property
-    def config(self) -> Path:
-        return self.root / "holon.toml"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def agents(self) -> Path:
-        return self.root / "agents"
-
-    def agent_home(self, name: str) -> Path:
-        return self.agents / name
-
-
-def resolve_home(home: str | Path | None = None, environ: Mapping[str, str] | None = None) -> HomePaths:
-    env = os.environ if environ is None else environ
-    raw = home or env.get("HOLON_HOME") or "~/.holon"
-    return HomePaths(Path(raw).expanduser().absolute())
 
 
 def _read_toml(path: Path) -> dict[str, object]:

@@ -93,7 +93,9 @@ def configure_logging(
         renderer: Any = (
             structlog.processors.JSONRenderer()
             if mode == "json"
-            else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback)
+            else structlog.dev.ConsoleRenderer(
+                colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+            )
         )
         final = [redact, tracebacks, renderer] if mode == "json" else [redact, renderer]
         sh.setFormatter(

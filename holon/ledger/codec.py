@@ -57,9 +57,9 @@ def _large_fields(model: type[PayloadBase]) -> tuple[str, ...]:
     names = []
     for name, field in model.model_fields.items():
         ann = field.annotation
-        if isinstance(ann, types.UnionType) or typing.get_origin(ann) is typing.Union:
-            if BlobRef in typing.get_args(ann):
-                names.append(name)
+        is_union = isinstance(ann, types.UnionType) or typing.get_origin(ann) is typing.Union
+        if is_union and BlobRef in typing.get_args(ann):
+            names.append(name)
     return tuple(names)
 
 

@@ -94,10 +94,10 @@ MIGRATIONS: tuple[Migration, ...] = (
                 label TEXT,
                 seq INTEGER NOT NULL,
                 state TEXT NOT NULL,
-                PRIMARY KEY (kind, key)
-            ) STRICT, WITHOUT ROWID
+                UNIQUE (kind, key)
+            ) STRICT
             """,
-            "CREATE INDEX projection_rows_agent ON projection_rows(kind, agent_id, status)",
+            "CREATE INDEX projection_rows_agent ON projection_rows(kind, agent_id)",
             "CREATE UNIQUE INDEX projection_agent_name ON projection_rows(label) WHERE kind = 'agent'",
             """
             CREATE TABLE projection_cursors (

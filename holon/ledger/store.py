@@ -111,17 +111,47 @@ class Transaction:
         """Append events; returns the stored events (the originals for known idempotency keys)."""
         return self._insert(new)
 
-    def _insert(self, new: Sequence[NewEvent], depth: int = 0) -> list[Event]:
+    def _insert(self, new: Sequence[NewEvent]) -> list[Event]:
+        """Encode, chain, fold and store ``new`` plus whatever the hooks derive, in one statement."""
+        rows: list[tuple] = []  # type: ignore[type-arg]
+        blobs: list[BlobBody] = []
+        out, inserted = self._prepare(new, rows, blobs)
+        fresh = inserted
+        for _ in range(_MAX_DERIVATION_DEPTH):
+            if not fresh:
+                break
+            self.appended.extend(fresh)
+            derived: list[NewEvent] = []
+            for hook in self.ledger.hooks:
+                derived.extend(hook.apply(self, fresh))
+            fresh = self._prepare(derived, rows, blobs)[1] if derived else []
+        else:
+            if fresh:
+                raise LedgerError("derived events keep deriving more events; a hook is looping")
+        if not rows:
+            return out
+        try:
+            if blobs:
+                now = self.ledger.clock.now_us()
+                self.conn.executemany(_INSERT_BLOB, [(b.hash, len(b.data), b.data, now, now) for b in blobs])
+            self.conn.executemany(_INSERT, rows)
+        except sqlite3.IntegrityError as e:
+            raise LedgerError(f"append refused by the database: {e}") from e
+        return out
+
+    def _prepare(
+        self,
+        new: Sequence[NewEvent],
+        rows: list[tuple],  # type: ignore[type-arg]
+        blobs: list[BlobBody],
+    ) -> tuple[list[Event], list[Event]]:
+        """Turn ``new`` into rows (appended to ``rows``); returns (result per input, newly inserted)."""
         ledger = self.ledger
         out: list[Event] = []
-        rows: list[tuple] = []  # type: ignore[type-arg]
         inserted: list[Event] = []
         seen_keys: dict[str, Event] = {}
-        blobs: list[BlobBody] = []
         for ne in new:
-            enc = encode_payload(
-                ne.payload, blob_threshold=ledger.blob_threshold, preview_chars=ledger.preview_chars
-            )
+            enc = encode_payload(ne.payload, blob_threshold=ledger.blob_threshold, preview_chars=ledger.preview_chars)
             key = ne.idempotency_key
             if key is not None:
                 prior = seen_keys.get(key) or self._by_key(key)
@@ -153,24 +183,7 @@ class Transaction:
             out.append(event)
             if key is not None:
                 seen_keys[key] = event
-        if not inserted:
-            return out
-        try:
-            if blobs:
-                now = ledger.clock.now_us()
-                self.conn.executemany(_INSERT_BLOB, [(b.hash, len(b.data), b.data, now, now) for b in blobs])
-            self.conn.executemany(_INSERT, rows)
-        except sqlite3.IntegrityError as e:
-            raise LedgerError(f"append refused by the database: {e}") from e
-        self.appended.extend(inserted)
-        derived: list[NewEvent] = []
-        for hook in ledger.hooks:
-            derived.extend(hook.apply(self, inserted))
-        if derived:
-            if depth >= _MAX_DERIVATION_DEPTH:
-                raise LedgerError("derived events keep deriving more events; a hook is looping")
-            self._insert(derived, depth + 1)
-        return out
+        return out, inserted
 
     def _by_key(self, key: str) -> Event | None:
         row = self.conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE idempotency_key = ?", (key,)).fetchone()
@@ -449,4 +462,3 @@ def canonical_event(event: Event) -> bytes:
             "hash": event.hash,
         }
     )
-

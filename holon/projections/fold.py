@@ -8,13 +8,14 @@ same order, so ``fold(fold({}, prefix), suffix) == fold({}, prefix + suffix)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 from holon.ledger import Event, NewEvent
-from holon.ledger.codec import canonical_json
 from holon.ledger import events as ev
+from holon.ledger.codec import canonical_json
+from holon.ledger.events import PAYLOAD_TYPES
 from holon.projections import reducers as r
 from holon.projections.state import (
     AgentState,
@@ -81,26 +82,44 @@ _WM_TYPES = {
 }
 
 
+def _by_agent(kind: str) -> Callable[[Event], str | None]:
+    return lambda e: e.agent_id
+
+
+def _by_field(field: str) -> Callable[[Event], str | None]:
+    return lambda e: getattr(e.payload, field)
+
+
+def _route_table() -> dict[str, tuple[tuple[str, Callable[[Event], str | None]], ...]]:
+    table: dict[str, list[tuple[str, Callable[[Event], str | None]]]] = {t: [] for t in PAYLOAD_TYPES}
+    for t, route in table.items():
+        if t in _AGENT_TYPES:
+            route.append(("agent", _by_agent("agent")))
+        if t in _WM_TYPES:
+            route.append(("working_memory", _by_agent("working_memory")))
+        if t.startswith("work_item.") or t == "todo.changed":
+            route.append(("work_item", _by_field("work_item_id")))
+        elif t.startswith("task."):
+            route.append(("task", _by_field("task_id")))
+        elif t.startswith("wait."):
+            route.append(("wait", _by_field("wait_id")))
+        elif t.startswith("timer."):
+            route.append(("timer", _by_field("timer_id")))
+        elif t == "working_memory.delta":
+            route.append(("wm_baseline", _by_agent("wm_baseline")))
+    return {t: tuple(r) for t, r in table.items()}
+
+
+_ROUTES = _route_table()
+
+
 def routes(event: Event) -> list[Key]:
     """The projection rows an event may change."""
-    t = event.type
-    p: Any = event.payload  # narrowed by ``t``; each branch reads a field its types all have
-    out: list[Key] = []
-    if t in _AGENT_TYPES:
-        out.append(("agent", event.agent_id))
-    if t in _WM_TYPES:
-        out.append(("working_memory", event.agent_id))
-    if t.startswith("work_item.") or t == "todo.changed":
-        if p.work_item_id is not None:
-            out.append(("work_item", p.work_item_id))
-    elif t.startswith("task."):
-        out.append(("task", p.task_id))
-    elif t.startswith("wait."):
-        out.append(("wait", p.wait_id))
-    elif t.startswith("timer."):
-        out.append(("timer", p.timer_id))
-    elif t == "working_memory.delta":
-        out.append(("wm_baseline", event.agent_id))
+    out = []
+    for kind, key_of in _ROUTES[event.type]:
+        key = key_of(event)
+        if key is not None:
+            out.append((kind, key))
     return out
 
 
@@ -153,12 +172,25 @@ def working_memory_view(wm: WorkingMemory | None, item: WorkItemState | None) ->
             work_item_constraints=list(item.constraints),
         )
     else:
-        base.update(objective="", delivery_target=None, plan=[], todos=[], work_item_title=None, work_item_constraints=[])
+        base.update(
+            objective="", delivery_target=None, plan=[], todos=[], work_item_title=None, work_item_constraints=[]
+        )
     return dict(sorted(base.items()))
 
 
-def derive(states: MutableMapping[Key, State | None], events: Iterable[Event]) -> list[NewEvent]:
-    """Events the projector derives after folding ``events``: a working-memory delta per settled turn."""
+def derive(
+    states: MutableMapping[Key, State | None],
+    events: Iterable[Event],
+    memo: dict[str, tuple[State | None, dict[str, Any]]] | None = None,
+) -> list[NewEvent]:
+    """Events derived after folding ``events``: a working-memory delta per settled turn.
+
+    A delta lists the view fields whose value differs from the agent's baseline (the digests of
+    the previous delta). ``memo`` (agent -> (baseline state, the view it was made from)) lets a
+    long-lived projector compare plain values instead of hashing every field; it only applies
+    while the baseline object is the one it was recorded with, so the result is the same with or
+    without it.
+    """
     out: list[NewEvent] = []
     for event in events:
         p = event.payload
@@ -171,16 +203,23 @@ def derive(states: MutableMapping[Key, State | None], events: Iterable[Event]) -
         assert item is None or isinstance(item, WorkItemState)
         view = working_memory_view(wm, item)
         base = states.get(("wm_baseline", agent))
-        old = base.view if isinstance(base, WorkingMemoryBaseline) else {}
-        changes = {k: v for k, v in view.items() if old.get(k) != v}
+        seen = memo.get(agent) if memo is not None else None
+        if seen is not None and seen[0] is base:
+            changes = {k: v for k, v in view.items() if seen[1].get(k) != v}
+        else:
+            old = base.digests if isinstance(base, WorkingMemoryBaseline) else {}
+            changes = {k: v for k, v in view.items() if old.get(k) != r.value_digest(v)}
         if changes:
-            out.append(
-                NewEvent(
-                    agent_id=agent,
-                    payload=ev.WorkingMemoryDelta(turn_id=p.turn_id, changes=changes),
-                    origin="runtime:projector",
-                    authority="runtime",
-                    turn_id=p.turn_id,
-                )
+            delta = NewEvent(
+                agent_id=agent,
+                payload=ev.WorkingMemoryDelta(turn_id=p.turn_id, changes=changes),
+                origin="runtime:projector",
+                authority="runtime",
+                turn_id=p.turn_id,
             )
+            out.append(delta)
+        if memo is not None:
+            # The baseline after this delta is folded is a new object; remember the view under a
+            # placeholder that ``Projector`` re-keys once the delta has been applied.
+            memo[agent] = (None if changes else base, view)
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, MutableMapping, Sequence
+from typing import Any
 
 from holon.errors import ConflictError
 from holon.ledger import Event, NewEvent, Transaction
@@ -76,6 +77,8 @@ class Projector:
         self._folded_to: int | None = None
         self._flushed_to: int | None = None
         self._cache_limit = cache_limit
+        # agent -> (baseline state, working-memory view it stands for); see ``fold.derive``.
+        self._memo: dict[str, tuple[State | None, dict[str, Any]]] = {}
 
     # --- TransactionHook --------------------------------------------------------------------
 
@@ -84,11 +87,16 @@ class Projector:
         first = events[0].seq
         if self._folded_to != first - 1:
             self._catch_up(tx.conn, upto=first - 1)
+        memo = self._memo
         for event in events:
             for key in fold_event(self._rows, event):
                 self._dirty[key] = event.seq
+            if event.type == "working_memory.delta":
+                seen = memo.get(event.agent_id)
+                if seen is not None and seen[0] is None:
+                    memo[event.agent_id] = (self._rows.cache.get(("wm_baseline", event.agent_id)), seen[1])
         self._folded_to = events[-1].seq
-        return derive(self._rows, events)
+        return derive(self._rows, events, memo)
 
     def flush(self, tx: Transaction) -> None:
         if self._folded_to is None or self._folded_to == self._flushed_to:
@@ -110,8 +118,10 @@ class Projector:
         self._flushed_to = self._folded_to
         if len(self._rows.cache) > self._cache_limit:
             self._rows.cache.clear()
+            self._memo.clear()
 
     def reset(self) -> None:
+        self._memo.clear()
         self._rows.cache.clear()
         self._dirty.clear()
         self._folded_to = None

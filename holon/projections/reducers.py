@@ -8,10 +8,13 @@ item) leaves it unchanged rather than failing, because the ledger is history, no
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
+from typing import Any
 
 from holon.ledger import Event
 from holon.ledger import events as ev
+from holon.ledger.codec import canonical_json
 from holon.projections.state import (
     AgentState,
     FollowUp,
@@ -36,6 +39,7 @@ __all__ = [
     "apply_wait",
     "apply_work_item",
     "apply_working_memory",
+    "value_digest",
 ]
 
 #: How many recent files and decisions working memory keeps.
@@ -256,9 +260,7 @@ def apply_wait(state: WaitProjection | None, event: Event) -> WaitProjection | N
                 registered_us=event.ts_us,
             )
         case ev.WaitResolved() if state is not None:
-            return state.model_copy(
-                update={"status": p.resolution, "resolved_us": event.ts_us, "by_seq": p.by_seq}
-            )
+            return state.model_copy(update={"status": p.resolution, "resolved_us": event.ts_us, "by_seq": p.by_seq})
     return state
 
 
@@ -293,7 +295,12 @@ def apply_timer(state: TimerProjection | None, event: Event) -> TimerProjection 
 def apply_baseline(state: WorkingMemoryBaseline | None, event: Event) -> WorkingMemoryBaseline | None:
     p = event.payload
     if isinstance(p, ev.WorkingMemoryDelta):
-        base = state.view if state is not None else {}
-        view = dict(sorted({**base, **p.changes}.items()))
-        return WorkingMemoryBaseline(agent_id=event.agent_id, view=view)
+        base = state.digests if state is not None else {}
+        changed = {k: value_digest(v) for k, v in p.changes.items()}
+        return WorkingMemoryBaseline(agent_id=event.agent_id, digests=dict(sorted({**base, **changed}.items())))
     return state
+
+
+def value_digest(value: Any) -> str:
+    """A short digest of a JSON value, enough to tell whether a working-memory field changed."""
+    return hashlib.sha256(canonical_json(value)).hexdigest()[:16]

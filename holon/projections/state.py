@@ -108,7 +108,8 @@ class WorkingMemoryBaseline(State):
     """The working-memory view as of the agent's last ``working_memory.delta`` event."""
 
     agent_id: str
-    view: dict[str, Any] = {}
+    digests: dict[str, str] = {}
+    """Field of the view -> ``value_digest`` of its value (the values are in the delta events)."""
 
 
 class TaskProjection(State):

@@ -1,0 +1,79 @@
+"""``holon agent ...``: create, list and show agents."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
+
+app = typer.Typer(help="Create, list and inspect agents.", no_args_is_help=True)
+
+
+@app.command("create")
+def create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Agent name: a-z, 0-9, '-' and '_'.")],
+    template: Annotated[str, typer.Option(help="Agent template.")] = "assistant",
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Create an agent with its own home directory, initialised from the template."""
+    from holon.runtime.agents import create_agent
+
+    c = ctx_of(ctx, home, json_out)
+    with open_store(c) as store:
+        agent = create_agent(store, name, template=template)
+    emit(c, agent.model_dump(mode="json"), f"created agent {agent.name} ({agent.agent_id})\n  home: {agent.home}")
+
+
+@app.command("list")
+def list_(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
+    """List agents with their status."""
+    c = ctx_of(ctx, home, json_out)
+    with open_store(c) as store:
+        agents = store.agents()
+    if c.json:
+        emit(c, [a.model_dump(mode="json") for a in agents])
+        return
+    if not agents:
+        emit(c, None, "no agents yet (create one with 'holon agent create NAME')")
+        return
+    width = max(len(a.name) for a in agents)
+    lines = [f"{a.name:<{width}}  {a.status:<11}  turns={a.turns:<5}  {a.agent_id}" for a in agents]
+    emit(c, None, "\n".join(lines))
+
+
+@app.command("show")
+def show(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Agent name or id.")],
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show an agent: settings, status, working memory and open work."""
+    c = ctx_of(ctx, home, json_out)
+    with open_store(c) as store:
+        agent = store.agent(name)
+        wm = store.working_memory(agent.agent_id)
+        counts = {
+            kind: len(store.rows(kind, agent_id=agent.agent_id)) for kind in ("work_item", "task", "wait", "timer")
+        }
+    data = {"agent": agent.model_dump(mode="json"), "working_memory": wm, "counts": counts}
+    lines = [
+        f"{agent.name} ({agent.agent_id})",
+        f"  status:    {agent.status}" + (f" (last error: {agent.last_error})" if agent.last_error else ""),
+        f"  template:  {agent.template}",
+        f"  home:      {agent.home}",
+        f"  turns:     {agent.turns}",
+        f"  settings:  {agent.settings or '{}'}",
+        f"  work:      {wm.get('work_item_title') or '(no active work item)'}",
+    ]
+    if wm.get("objective"):
+        lines.append(f"  objective: {wm['objective']}")
+    lines += [f"  plan:      {step}" for step in wm.get("plan", [])]
+    lines += [f"  todo:      [{t['status']}] {t['text']}" for t in wm.get("todos", [])]
+    lines += [f"  waiting:   {w['on']} {w.get('target') or ''}".rstrip() for w in wm.get("waiting_on", [])]
+    lines.append("  " + ", ".join(f"{k}s: {v}" for k, v in counts.items()))
+    emit(c, data, "\n".join(lines))

@@ -1,0 +1,29 @@
+"""``holon bench ...``: benchmarks that report ratios to a physical baseline measured in the same run."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from holon.cli.common import JsonOpt, ctx_of, emit
+
+app = typer.Typer(help="Benchmarks (each measures its own baseline in the same run).", no_args_is_help=True)
+
+
+@app.command("ledger")
+def ledger(
+    ctx: typer.Context,
+    events: Annotated[
+        int, typer.Option("--events", min=1000, help="Ledger size for the replay measurement.")
+    ] = 100_000,
+    rounds: Annotated[int, typer.Option(min=1, help="Alternating rounds; medians are reported.")] = 3,
+    synchronous: Annotated[str, typer.Option(help="PRAGMA synchronous for both sides.")] = "NORMAL",
+    json_out: JsonOpt = False,
+) -> None:
+    """Append throughput vs raw sqlite3 (same pragmas, same table), and replay speed."""
+    from holon.bench.ledger import format_report, run_ledger_bench
+
+    c = ctx_of(ctx, None, json_out)
+    result = run_ledger_bench(replay_events=events, rounds=rounds, synchronous=synchronous.upper())
+    emit(c, result, format_report(result))

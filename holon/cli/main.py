@@ -1,0 +1,92 @@
+"""Entry point of the ``holon`` command: the root app, global options and error handling.
+
+A ``HolonError`` becomes one line on stderr (``holon: error: ...``) and its exit code; nothing a
+user types produces a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import click
+import typer
+
+from holon import __version__
+from holon.cli import agent_cmd, bench_cmd, ledger_cmd
+from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit
+from holon.errors import HolonError
+
+__all__ = ["app", "main", "run"]
+
+app = typer.Typer(
+    name="holon",
+    help="holon: a long-lived agent runtime on an append-only ledger.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(agent_cmd.app, name="agent")
+app.add_typer(ledger_cmd.app, name="ledger")
+app.add_typer(bench_cmd.app, name="bench")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"holon {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    ctx.obj = {"home": home, "json": json_out}
+
+
+@app.command()
+def init(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
+    """Create a holon home: database, config file, logs and agents folders (idempotent)."""
+    from holon.runtime.home import init_home
+
+    c = ctx_of(ctx, home, json_out)
+    result = init_home(c.paths)
+    verb = "created" if result.created else "already initialised"
+    emit(
+        c,
+        {"home": result.home, "db": result.db, "config": result.config, "created": result.created},
+        f"holon home {verb} at {result.home}\n  database: {result.db}\n  config:   {result.config}",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        rv = app(args=argv, standalone_mode=False)
+    except HolonError as e:
+        sys.stderr.write(f"holon: error: {e}\n")
+        return e.exit_code
+    except click.exceptions.Abort:
+        sys.stderr.write("holon: aborted\n")
+        return 130
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    return rv if isinstance(rv, int) else 0
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,66 @@
+"""Agent lifecycle operations: create one (with its own home directory), look agents up."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from holon.errors import ConflictError, NotFoundError, UsageError
+from holon.ids import is_valid_name, new_id
+from holon.ledger import NewEvent
+from holon.ledger import events as ev
+from holon.projections import Store
+from holon.projections.state import AgentState
+from holon.resources import agent_home_template
+
+__all__ = ["TEMPLATES", "create_agent"]
+
+#: Agent templates: name -> what the template is for. Each starts from ``agent_home/``.
+TEMPLATES = {"assistant": "a general assistant that works with the operator"}
+
+
+def _install_home(target: Path) -> bool:
+    """Copy the agent home template to ``target`` atomically. False when it already exists."""
+    if target.exists():
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        shutil.copytree(agent_home_template(), staging, dirs_exist_ok=True)
+        staging.replace(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return True
+
+
+def create_agent(store: Store, name: str, *, template: str = "assistant", origin: str = "operator:cli") -> AgentState:
+    """Create agent ``name``: its home directory from the template, then its ``agent.created`` event."""
+    if not is_valid_name(name):
+        raise UsageError(f"bad agent name {name!r}: use 1-63 of a-z, 0-9, '-' and '_', starting with a letter or digit")
+    if template not in TEMPLATES:
+        raise UsageError(f"unknown template {template!r}; known: {', '.join(sorted(TEMPLATES))}")
+    try:
+        store.agent(name)
+    except NotFoundError:
+        pass
+    else:
+        raise ConflictError(f"agent name {name!r} is already taken")
+    home = store.paths.agent_home(name)
+    installed = _install_home(home)
+    agent_id = new_id("agt")
+    try:
+        store.append(
+            NewEvent(
+                agent_id,
+                ev.AgentCreated(name=name, template=template, home=str(home)),
+                origin=origin,
+                authority="operator",
+            )
+        )
+    except BaseException:
+        if installed:
+            shutil.rmtree(home, ignore_errors=True)
+        raise
+    return store.agent(agent_id)
