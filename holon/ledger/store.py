@@ -190,8 +190,15 @@ class Transaction:
         return None if row is None else row_to_event(row)
 
     def _check_same(self, prior: Event, ne: NewEvent, text: str, key: str) -> None:
-        prior_text = self.conn.execute("SELECT payload FROM events WHERE seq = ?", (prior.seq,)).fetchone()
-        same_payload = prior_text is not None and prior_text[0] == text
+        row = self.conn.execute("SELECT payload FROM events WHERE seq = ?", (prior.seq,)).fetchone()
+        if row is not None:
+            prior_text = row[0]
+        else:  # the prior is earlier in this same batch and not inserted yet: encode its stored form
+            ledger = self.ledger
+            prior_text = encode_payload(
+                prior.payload, blob_threshold=ledger.blob_threshold, preview_chars=ledger.preview_chars
+            ).text
+        same_payload = prior_text == text
         if prior.agent_id != ne.agent_id or prior.type != ne.payload.type or not same_payload:  # type: ignore[attr-defined]
             raise IdempotencyConflict(
                 f"idempotency key {key!r} was already used by event {prior.seq} with different content"
