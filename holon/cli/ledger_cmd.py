@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Read, verify, replay and maintain the ledger.", no_args_is_help=True)
 
+#: The largest integer SQLite can bind; larger command-line numbers are usage errors, not crashes.
+_SQLITE_MAX_INT = 2**63 - 1
+
 AgentOpt = Annotated[str | None, typer.Option("--agent", help="Only this agent's events (name or id).")]
 
 
@@ -45,7 +48,9 @@ def _print_event(c: Ctx, event: Event, names: dict[str, str]) -> None:
 def tail(
     ctx: typer.Context,
     agent: AgentOpt = None,
-    lines: Annotated[int, typer.Option("-n", "--lines", min=1, help="How many recent events.")] = 20,
+    lines: Annotated[
+        int, typer.Option("-n", "--lines", min=1, max=_SQLITE_MAX_INT, help="How many recent events.")
+    ] = 20,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
@@ -71,7 +76,7 @@ def tail(
 @app.command("show")
 def show(
     ctx: typer.Context,
-    seq: Annotated[int, typer.Argument(help="Sequence number of the event.")],
+    seq: Annotated[int, typer.Argument(max=_SQLITE_MAX_INT, help="Sequence number of the event.")],
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -162,7 +167,7 @@ def replay(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) 
 def prune(
     ctx: typer.Context,
     older_than_days: Annotated[
-        int | None, typer.Option(min=0, help="Override [ledger] blob_retention_days for this run.")
+        int | None, typer.Option(min=0, max=36_500, help="Override [ledger] blob_retention_days for this run.")
     ] = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,

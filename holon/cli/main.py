@@ -9,13 +9,17 @@ from __future__ import annotations
 import sys
 from typing import Annotated
 
-import click
 import typer
 
 from holon import __version__
 from holon.cli import agent_cmd, bench_cmd, ledger_cmd
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit
 from holon.errors import HolonError
+
+try:  # typer >= 0.2x vendors click: its usage errors derive from TyperException, not click's.
+    from typer import TyperException as _CliError
+except ImportError:  # pragma: no cover - older typer raises click's own exceptions
+    from click import ClickException as _CliError
 
 __all__ = ["app", "main", "run"]
 
@@ -64,17 +68,32 @@ def init(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) ->
     )
 
 
+def _log_error(e: HolonError) -> None:
+    """Record a command's failure in the home's log when logging was configured for it."""
+    import logging
+
+    if logging.getLogger().handlers:
+        from holon.logs import get_logger
+
+        get_logger("holon.cli").warning("command.failed", error=str(e), kind=type(e).__name__)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         rv = app(args=argv, standalone_mode=False)
     except HolonError as e:
         sys.stderr.write(f"holon: error: {e}\n")
+        _log_error(e)
         return e.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         sys.stderr.write("holon: aborted\n")
         return 130
-    except click.ClickException as e:
-        e.show()
+    except _CliError as e:
+        show = getattr(e, "show", None)
+        if show is not None:
+            show()
+        else:
+            sys.stderr.write(f"holon: error: {e.format_message()}\n")
         return e.exit_code
     except KeyboardInterrupt:
         return 130

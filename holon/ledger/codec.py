@@ -162,12 +162,8 @@ def envelope_header(
 
 
 def chain_hash(prev_hash: str, header: bytes, payload_text: str) -> str:
-    h = hashlib.sha256(prev_hash.encode("ascii"))
-    h.update(b"\n")
-    h.update(header)
-    h.update(b"\n")
-    h.update(payload_text.encode("utf-8"))
-    return h.hexdigest()
+    data = b"\n".join((prev_hash.encode("ascii"), header, payload_text.encode("utf-8")))
+    return hashlib.sha256(data).hexdigest()
 
 
 def event_hash(event: Event, prev_hash: str, payload_text: str) -> str:

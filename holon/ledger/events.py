@@ -14,9 +14,10 @@ an upcaster in ``holon.ledger.codec`` that turns the previous version's dict int
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, field_validator
 
 __all__ = [
     "PAYLOAD_ADAPTER",
@@ -60,6 +61,20 @@ class PayloadBase(BaseModel):
 # --- agents ---------------------------------------------------------------------------------
 
 
+_SECRET_SETTING = re.compile(r"(api[_-]?key|token|secret|password|passwd)", re.I)
+
+
+def _no_secret_settings(settings: dict[str, JSONValue]) -> dict[str, JSONValue]:
+    """Secrets never enter the ledger: a setting may name an environment variable, not hold a key."""
+    for key in settings:
+        if _SECRET_SETTING.search(key) and not key.endswith("_env"):
+            raise ValueError(
+                f"setting {key!r} looks like a secret; store the name of an environment variable "
+                f"holding it instead (e.g. '{key}_env')"
+            )
+    return settings
+
+
 class AgentCreated(PayloadBase):
     type: Literal["agent.created"] = "agent.created"
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -68,11 +83,15 @@ class AgentCreated(PayloadBase):
     """The agent's home directory (memory files, AGENTS.md)."""
     settings: dict[str, JSONValue] = Field(default_factory=dict)
 
+    _no_secrets = field_validator("settings")(_no_secret_settings)
+
 
 class AgentConfigured(PayloadBase):
     type: Literal["agent.configured"] = "agent.configured"
     changes: dict[str, JSONValue]
     """Setting name -> new value; ``None`` resets a setting to its default."""
+
+    _no_secrets = field_validator("changes")(_no_secret_settings)
 
 
 # --- inputs and turns -----------------------------------------------------------------------

@@ -212,7 +212,9 @@ def derive(
         if changes:
             delta = NewEvent(
                 agent_id=agent,
-                payload=ev.WorkingMemoryDelta(turn_id=p.turn_id, changes=changes),
+                # The values come from ``model_dump(mode="json")``: already valid JSON, so the
+                # deep JsonValue validation is skipped.
+                payload=ev.WorkingMemoryDelta.model_construct(turn_id=p.turn_id, changes=changes),
                 origin="runtime:projector",
                 authority="runtime",
                 turn_id=p.turn_id,

@@ -11,7 +11,7 @@ up inside the same transaction before folding anything new.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from holon.errors import ConflictError
@@ -42,32 +42,18 @@ def load_state(conn: sqlite3.Connection, key: Key) -> State | None:
     return None if row is None else KINDS[key[0]].model.model_validate_json(row[0])
 
 
-class _Rows(MutableMapping[Key, State | None]):
+class _Rows(dict[Key, State | None]):
     """Projection states by key, loaded from the database on first access."""
 
-    def __init__(self) -> None:
-        self.conn: sqlite3.Connection | None = None
-        self.cache: dict[Key, State | None] = {}
+    conn: sqlite3.Connection | None = None
 
-    def __getitem__(self, key: Key) -> State | None:
-        try:
-            return self.cache[key]
-        except KeyError:
-            assert self.conn is not None, "rows are only read inside a transaction"
-            state = self.cache[key] = load_state(self.conn, key)
-            return state
+    def __missing__(self, key: Key) -> State | None:
+        assert self.conn is not None, "rows are only read inside a transaction"
+        state = self[key] = load_state(self.conn, key)
+        return state
 
-    def __setitem__(self, key: Key, value: State | None) -> None:
-        self.cache[key] = value
-
-    def __delitem__(self, key: Key) -> None:
-        del self.cache[key]
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(self.cache)
-
-    def __len__(self) -> int:
-        return len(self.cache)
+    def get(self, key: Key, default: State | None = None) -> State | None:  # type: ignore[override]
+        return self[key]
 
 
 class Projector:
@@ -94,7 +80,7 @@ class Projector:
             if event.type == "working_memory.delta":
                 seen = memo.get(event.agent_id)
                 if seen is not None and seen[0] is None:
-                    memo[event.agent_id] = (self._rows.cache.get(("wm_baseline", event.agent_id)), seen[1])
+                    memo[event.agent_id] = (self._rows.get(("wm_baseline", event.agent_id)), seen[1])
         self._folded_to = events[-1].seq
         return derive(self._rows, events, memo)
 
@@ -103,7 +89,7 @@ class Projector:
             return
         rows = []
         for key, seq in self._dirty.items():
-            state = self._rows.cache[key]
+            state = self._rows[key]
             if state is None:
                 continue
             agent_id, status, label = row_columns(key[0], state)
@@ -116,13 +102,13 @@ class Projector:
         tx.conn.execute(_CURSOR, (CURSOR_NAME, self._folded_to, PROJECTOR_VERSION))
         self._dirty.clear()
         self._flushed_to = self._folded_to
-        if len(self._rows.cache) > self._cache_limit:
-            self._rows.cache.clear()
+        if len(self._rows) > self._cache_limit:
+            self._rows.clear()
             self._memo.clear()
 
     def reset(self) -> None:
         self._memo.clear()
-        self._rows.cache.clear()
+        self._rows.clear()
         self._dirty.clear()
         self._folded_to = None
         self._flushed_to = None
@@ -138,7 +124,7 @@ class Projector:
             start = row[0]
         else:
             conn.execute("DELETE FROM projection_rows")
-            self._rows.cache.clear()
+            self._rows.clear()
         self._dirty.clear()
         if start > upto:
             raise ConflictError(f"projection cursor {start} is ahead of the ledger head {upto}")

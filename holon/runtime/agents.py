@@ -10,6 +10,7 @@ from holon.errors import ConflictError, NotFoundError, UsageError
 from holon.ids import is_valid_name, new_id
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
+from holon.logs import get_logger
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.resources import agent_home_template
@@ -63,4 +64,6 @@ def create_agent(store: Store, name: str, *, template: str = "assistant", origin
         if installed:
             shutil.rmtree(home, ignore_errors=True)
         raise
-    return store.agent(agent_id)
+    agent = store.agent(agent_id)
+    get_logger("holon.agents").info("agent.created", agent=agent.name, agent_id=agent.agent_id, home=str(home))
+    return agent

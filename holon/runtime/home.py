@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from holon.clock import Clock
 from holon.config import HomePaths, Settings, load_settings
 from holon.errors import HomeNotFoundError
-from holon.logs import configure_logging
+from holon.logs import configure_logging, get_logger
 from holon.projections import Store
 from holon.resources import default_config_text
 
@@ -34,8 +34,15 @@ def init_home(paths: HomePaths, *, clock: Clock | None = None) -> InitResult:
         tmp.write_text(default_config_text(), encoding="utf-8")
         tmp.replace(paths.config)
     settings = load_settings(paths)
+    _configure(paths, settings)
     Store.open(paths, settings, clock=clock).close()
+    get_logger("holon.home").info("home.initialised", home=str(paths.root), created=created)
     return InitResult(str(paths.root), str(paths.db), str(paths.config), created)
+
+
+def _configure(paths: HomePaths, settings: Settings) -> None:
+    cfg = settings.logging
+    configure_logging(level=cfg.level, log_file=paths.logs / "holon.log" if cfg.file else None, console=cfg.console)
 
 
 def open_home(paths: HomePaths, *, clock: Clock | None = None, log: bool = True) -> Store:
@@ -44,10 +51,5 @@ def open_home(paths: HomePaths, *, clock: Clock | None = None, log: bool = True)
         raise HomeNotFoundError(f"no holon home at {paths.root} (run 'holon init' or pass --home)")
     settings: Settings = load_settings(paths)
     if log:
-        cfg = settings.logging
-        configure_logging(
-            level=cfg.level,
-            log_file=paths.logs / "holon.log" if cfg.file else None,
-            console=cfg.console,
-        )
+        _configure(paths, settings)
     return Store.open(paths, settings, clock=clock)
