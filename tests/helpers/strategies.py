@@ -13,7 +13,7 @@ from typing import Any
 
 import annotated_types
 from hypothesis import strategies as st
-from pydantic import BaseModel, JsonValue
+from pydantic import BaseModel, JsonValue, ValidationError
 
 from holon.ledger.events import BlobRef
 
@@ -95,7 +95,15 @@ def models(model: type[BaseModel]) -> st.SearchStrategy[Any]:
     fields = {
         name: for_annotation(f.annotation, list(f.metadata)) for name, f in model.model_fields.items() if name != "type"
     }
-    return st.fixed_dictionaries(fields).map(lambda kw: model(**kw))
+    return st.fixed_dictionaries(fields).map(lambda kw: _build(model, kw)).filter(lambda m: m is not None)
+
+
+def _build(model: type[BaseModel], kw: dict[str, Any]) -> BaseModel | None:
+    """The model, or ``None`` when a model-level rule refuses the values (e.g. secret-looking settings)."""
+    try:
+        return model(**kw)
+    except ValidationError:
+        return None
 
 
 payloads = models
