@@ -30,6 +30,7 @@ from holon.projections.state import (
 
 __all__ = [
     "KINDS",
+    "MEMO_PENDING",
     "Key",
     "Kind",
     "derive",
@@ -43,6 +44,10 @@ __all__ = [
 
 Key = tuple[str, str]
 """(kind, key) of one projection row."""
+
+#: ``derive`` memo placeholder: a delta is pending and the baseline it yields is not folded yet.
+#: Distinct from ``None``, which is the baseline of an agent that never had a delta.
+MEMO_PENDING: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,5 +228,5 @@ def derive(
         if memo is not None:
             # The baseline after this delta is folded is a new object; remember the view under a
             # placeholder that ``Projector`` re-keys once the delta has been applied.
-            memo[agent] = (None if changes else base, view)
+            memo[agent] = (MEMO_PENDING if changes else base, view)
     return out

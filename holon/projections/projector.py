@@ -17,7 +17,7 @@ from typing import Any
 from holon.errors import ConflictError
 from holon.ledger import Event, NewEvent, Transaction
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
-from holon.projections.fold import KINDS, Key, derive, fold_event, row_columns, state_json
+from holon.projections.fold import KINDS, MEMO_PENDING, Key, derive, fold_event, row_columns, state_json
 from holon.projections.state import State
 
 __all__ = ["CURSOR_NAME", "PROJECTOR_VERSION", "Projector", "load_state"]
@@ -79,7 +79,7 @@ class Projector:
                 self._dirty[key] = event.seq
             if event.type == "working_memory.delta":
                 seen = memo.get(event.agent_id)
-                if seen is not None and seen[0] is None:
+                if seen is not None and seen[0] is MEMO_PENDING:
                     memo[event.agent_id] = (self._rows.get(("wm_baseline", event.agent_id)), seen[1])
         self._folded_to = events[-1].seq
         return derive(self._rows, events, memo)
