@@ -93,6 +93,8 @@ def _read_toml(path: Path) -> dict[str, object]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config: {path}: not valid TOML: {e}") from e
+    except UnicodeDecodeError as e:  # tomllib decodes the bytes itself and lets this through
+        raise ConfigError(f"config: {path}: not valid UTF-8 (byte {e.start})") from e
     except OSError as e:
         raise ConfigError(f"config: cannot read {path}: {e.strerror}") from e
 
@@ -139,6 +141,11 @@ def load_settings(
     if named and not path.is_file():
         raise ConfigError(f"config: {path} does not exist (named by HOLON_CONFIG or --config)")
     data = _read_toml(path) if path.is_file() else {}
+    # Only sections are keys here: anything else would reach BaseSettings.__init__, whose own
+    # options (``_env_file``, ``_cli_parse_args``, ...) must not be settable from a config file.
+    unknown = next((key for key in data if key not in Settings.model_fields), None)
+    if unknown is not None:
+        raise ConfigError(f"config: unknown key '{unknown}' in {path}")
     _check_env_keys(env)
     try:
         # Validate the file alone first so its errors name the file, not the environment.
