@@ -7,6 +7,7 @@ sees them.
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import sys
@@ -39,11 +40,22 @@ def _redact_value(value: Any) -> Any:
 def redact(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """structlog processor: hide secrets by key name and by value shape."""
     for key in list(event_dict):
+        if key == "exc_info":
+            # The exception itself: left intact for the exception renderer, whose output is
+            # redacted in turn (a tuple turned into a list here would lose the traceback).
+            continue
         if _SECRET_KEY.search(key):
             event_dict[key] = REDACTED
         else:
             event_dict[key] = _redact_value(event_dict[key])
     return event_dict
+
+
+def _redacted_traceback(sio: Any, exc_info: Any) -> None:
+    """structlog's plain traceback with secret-shaped values (e.g. in the message) redacted."""
+    buf = io.StringIO()
+    structlog.dev.plain_traceback(buf, exc_info)
+    sio.write(_SECRET_VALUE.sub(REDACTED, buf.getvalue()))
 
 
 def configure_logging(
@@ -78,8 +90,8 @@ def configure_logging(
                 foreign_pre_chain=shared,
                 processors=[
                     structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    redact,
                     tracebacks,
+                    redact,
                     structlog.processors.JSONRenderer(),
                 ],
             )
@@ -94,10 +106,10 @@ def configure_logging(
             structlog.processors.JSONRenderer()
             if mode == "json"
             else structlog.dev.ConsoleRenderer(
-                colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+                colors=sys.stderr.isatty(), exception_formatter=_redacted_traceback
             )
         )
-        final = [redact, tracebacks, renderer] if mode == "json" else [redact, renderer]
+        final = [tracebacks, redact, renderer] if mode == "json" else [redact, renderer]
         sh.setFormatter(
             structlog.stdlib.ProcessorFormatter(
                 foreign_pre_chain=shared,
