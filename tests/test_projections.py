@@ -610,3 +610,26 @@ def test_replay_detects_a_wrong_live_row(store: Store) -> None:
     assert not result.ok
     assert result.mismatches == 2
     assert set(result.examples) == {f"working_memory/{A}", "task/extra"}
+
+
+def test_small_projector_cache_gives_the_same_rows(home, settings: Settings, clock: FakeClock) -> None:
+    """Evicting the projector's row cache (and its delta memo) between transactions changes nothing."""
+    from holon.ledger import Database, Ledger
+    from holon.projections import Projector
+
+    home.root.mkdir(parents=True)
+    projector = Projector(cache_limit=2)
+    ledger = Ledger(Database(home.db, synchronous="NORMAL"), clock=clock, hooks=[projector])
+    small = Store(home, settings, ledger, projector)
+    small.catch_up()
+    _history(small)
+    put(small, ev.TurnSettled(turn_id="x1", outcome="completed"), ev.TurnSettled(turn_id="x2", outcome="failed"))
+    events = list(small.ledger.read())
+    assert _live_rows(small) == _expected_rows(events)
+    assert small.replay().ok
+    small.close()
+    # The same history through a store with the default cache derives the same events.
+    with Store.open(resolve_home(home.root.parent / "other"), settings, clock=FakeClock()) as big:
+        _history(big)
+        put(big, ev.TurnSettled(turn_id="x1", outcome="completed"), ev.TurnSettled(turn_id="x2", outcome="failed"))
+        assert [(e.type, e.payload) for e in big.ledger.read()] == [(e.type, e.payload) for e in events]
