@@ -12,13 +12,17 @@ into one line on stderr and the exit code below, never a traceback.
     │   └── HomeNotFoundError
     ├── ConflictError               exit 4   name taken, idempotency key reused differently
     │   └── IdempotencyConflict
-    └── LedgerError                 exit 5   the ledger refused or is damaged
-        ├── EventValidationError             payload does not match its event type
-        ├── IntegrityError                   hash chain or sequence broken
-        └── MigrationError                   schema cannot be brought forward
+    ├── LedgerError                 exit 5   the ledger refused or is damaged
+    │   ├── EventValidationError             payload does not match its event type
+    │   ├── IntegrityError                   hash chain or sequence broken
+    │   └── MigrationError                   schema cannot be brought forward
+    └── ModelError                  exit 6   a model call failed (``kind`` says how)
+        └── ModelNotConfigured               no model configured and no local model installed
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 __all__ = [
     "ConfigError",
@@ -30,6 +34,9 @@ __all__ = [
     "IntegrityError",
     "LedgerError",
     "MigrationError",
+    "ModelError",
+    "ModelErrorKind",
+    "ModelNotConfigured",
     "NotFoundError",
     "UsageError",
 ]
@@ -86,3 +93,39 @@ class IntegrityError(LedgerError):
 
 class MigrationError(LedgerError):
     pass
+
+
+ModelErrorKind = Literal[
+    "rate_limit", "timeout", "server", "connection", "context_overflow", "auth", "bad_request", "unknown"
+]
+
+#: Kinds worth retrying with backoff; the rest fail at once.
+RETRYABLE_KINDS: frozenset[str] = frozenset({"rate_limit", "timeout", "server", "connection"})
+
+
+class ModelError(HolonError):
+    """A model call failed. ``kind`` classifies it; ``retryable`` says whether backoff may help."""
+
+    exit_code = 6
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: ModelErrorKind = "unknown",
+        status: int | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind: ModelErrorKind = kind
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE_KINDS
+
+
+class ModelNotConfigured(ModelError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="bad_request")

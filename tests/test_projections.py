@@ -451,7 +451,7 @@ def test_agent_status_follows_turns(alice: Store, outcome: str, status: str) -> 
     put(alice, ev.TurnSettled(turn_id="t1", outcome=outcome, reason="why"), turn_id="t1")  # type: ignore[arg-type]
     agent = alice.agent("alice")
     assert (agent.status, agent.turns, agent.last_outcome) == (status, 1, outcome)
-    assert agent.last_error == ("why" if outcome == "failed" else None)
+    assert agent.last_error == ("why" if outcome in ("failed", "interrupted") else None)
     put(alice, ev.TurnStarted(turn_id="t2"), ev.TurnSettled(turn_id="t2", outcome="completed"))
     agent = alice.agent("alice")
     assert (agent.status, agent.turns, agent.last_error) == ("idle", 2, None)
@@ -633,3 +633,25 @@ def test_small_projector_cache_gives_the_same_rows(home, settings: Settings, clo
         _history(big)
         put(big, ev.TurnSettled(turn_id="x1", outcome="completed"), ev.TurnSettled(turn_id="x2", outcome="failed"))
         assert [(e.type, e.payload) for e in big.ledger.read()] == [(e.type, e.payload) for e in events]
+
+
+def test_inbox_takes_inputs_and_requeues_interrupted_or_failed_turns(alice: Store) -> None:
+    m1, m2 = (put(alice, ev.MessageReceived(text=t))[0].seq for t in ("one", "two"))
+    assert alice.agent("alice").pending_inputs == [m1, m2]
+    started = put(alice, ev.TurnStarted(turn_id="t1", inputs=[m1]), turn_id="t1")[0]
+    agent = alice.agent("alice")
+    assert (agent.pending_inputs, agent.current_inputs, agent.current_turn_seq) == ([m2], [m1], started.seq)
+    m3 = put(alice, ev.MessageReceived(text="three"))[0].seq
+    put(alice, ev.TurnSettled(turn_id="t1", outcome="interrupted", reason="crash"), turn_id="t1")
+    agent = alice.agent("alice")
+    assert agent.pending_inputs == [m1, m2, m3]
+    assert agent.resume_from_seq == started.seq and agent.current_turn_id is None
+    # A transient failure re-queues too; a completed turn consumes its inputs and clears the resume point.
+    put(alice, ev.TurnStarted(turn_id="t2", inputs=[m1, m2, m3]), turn_id="t2")
+    put(alice, ev.TurnSettled(turn_id="t2", outcome="failed", reason="429", requeue=True), turn_id="t2")
+    assert alice.agent("alice").pending_inputs == [m1, m2, m3]
+    put(alice, ev.TurnStarted(turn_id="t3", inputs=[m1, m2, m3]), turn_id="t3")
+    put(alice, ev.TurnSettled(turn_id="t3", outcome="completed", usage=ev.Usage(total_tokens=7)), turn_id="t3")
+    agent = alice.agent("alice")
+    assert (agent.pending_inputs, agent.resume_from_seq, agent.tokens_total) == ([], None, 7)
+    assert alice.replay().ok

@@ -82,6 +82,10 @@ class AgentCreated(PayloadBase):
     home: str
     """The agent's home directory (memory files, AGENTS.md)."""
     settings: dict[str, JSONValue] = Field(default_factory=dict)
+    workspace: str | None = None
+    """Where the agent's commands run; its home when ``None``."""
+    parent_id: str | None = None
+    """The agent that spawned this one, for child agents."""
 
     _no_secrets = field_validator("settings")(_no_secret_settings)
 
@@ -115,6 +119,14 @@ class TurnStarted(PayloadBase):
     """Ledger sequence numbers of the inputs this turn handles."""
 
 
+class Usage(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    prompt_tokens: int = Field(0, ge=0)
+    completion_tokens: int = Field(0, ge=0)
+    total_tokens: int = Field(0, ge=0)
+    cached_tokens: int = Field(0, ge=0)
+
+
 TurnOutcome = Literal["completed", "waiting", "failed", "interrupted"]
 
 
@@ -126,14 +138,10 @@ class TurnSettled(PayloadBase):
     rounds: int = Field(0, ge=0)
     tool_calls: int = Field(0, ge=0)
     reply: LargeText | None = None
-
-
-class Usage(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    prompt_tokens: int = Field(0, ge=0)
-    completion_tokens: int = Field(0, ge=0)
-    total_tokens: int = Field(0, ge=0)
-    cached_tokens: int = Field(0, ge=0)
+    requeue: bool = False
+    """Put the turn's inputs back in the queue (set for interruptions and transient model failures)."""
+    usage: Usage = Usage()
+    cost_usd: float | None = Field(None, ge=0)
 
 
 class ModelRequested(PayloadBase):
@@ -377,6 +385,15 @@ class EpisodeSealed(PayloadBase):
     follow_ups: list[str] = Field(default_factory=list)
 
 
+class BriefDelivered(PayloadBase):
+    """A message from an agent to the operator: progress, a result, a question."""
+
+    type: Literal["brief.delivered"] = "brief.delivered"
+    kind: Literal["progress", "result", "question", "budget", "error"]
+    text: LargeText
+    work_item_id: str | None = None
+
+
 class ContextAssembled(PayloadBase):
     type: Literal["context.assembled"] = "context.assembled"
     turn_id: str
@@ -415,6 +432,7 @@ Payload = Annotated[
     | TimerCancelled
     | WorkingMemoryDelta
     | EpisodeSealed
+    | BriefDelivered
     | ContextAssembled,
     Field(discriminator="type"),
 ]

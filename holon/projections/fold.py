@@ -70,7 +70,7 @@ KINDS: dict[str, Kind] = {
     )
 }
 
-_AGENT_TYPES = {"agent.created", "agent.configured", "turn.started", "turn.settled"}
+_AGENT_TYPES = {"agent.created", "agent.configured", "turn.started", "turn.settled", "message.received"}
 _WM_TYPES = {
     "agent.created",
     "work_item.opened",

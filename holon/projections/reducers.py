@@ -61,30 +61,65 @@ def apply_agent(state: AgentState | None, event: Event) -> AgentState | None:
                 name=p.name,
                 template=p.template,
                 home=p.home,
+                workspace=p.workspace,
+                parent_id=p.parent_id,
                 settings=dict(sorted(p.settings.items())),
                 created_us=event.ts_us,
                 last_event_us=event.ts_us,
+            )
+        case ev.MessageReceived() if state is not None:
+            return state.model_copy(
+                update={"pending_inputs": [*state.pending_inputs, event.seq], "last_event_us": event.ts_us}
             )
         case ev.AgentConfigured() if state is not None:
             merged = {**state.settings, **p.changes}
             settings = {k: v for k, v in sorted(merged.items()) if v is not None}
             return state.model_copy(update={"settings": settings, "last_event_us": event.ts_us})
         case ev.TurnStarted() if state is not None:
-            return state.model_copy(
-                update={"status": "running", "last_turn_id": p.turn_id, "last_event_us": event.ts_us}
-            )
-        case ev.TurnSettled() if state is not None:
+            taken = set(p.inputs)
             return state.model_copy(
                 update={
-                    "status": _TURN_STATUS[p.outcome],
-                    "turns": state.turns + 1,
+                    "status": "running",
                     "last_turn_id": p.turn_id,
-                    "last_outcome": p.outcome,
-                    "last_error": p.reason if p.outcome == "failed" else None,
+                    "current_turn_id": p.turn_id,
+                    "current_turn_seq": event.seq,
+                    "current_inputs": list(p.inputs),
+                    "pending_inputs": [s for s in state.pending_inputs if s not in taken],
                     "last_event_us": event.ts_us,
                 }
             )
+        case ev.TurnSettled() if state is not None:
+            return _settle(state, p, event)
     return state
+
+
+def _settle(state: AgentState, p: ev.TurnSettled, event: Event) -> AgentState:
+    requeue = p.requeue or p.outcome == "interrupted"
+    pending = state.pending_inputs
+    if requeue and p.turn_id == state.current_turn_id:
+        back = [s for s in state.current_inputs if s not in pending]
+        pending = [*back, *pending]
+    if p.outcome == "interrupted":
+        resume = state.resume_from_seq if state.resume_from_seq is not None else state.current_turn_seq
+    else:
+        resume = None
+    return state.model_copy(
+        update={
+            "status": _TURN_STATUS[p.outcome],
+            "turns": state.turns + 1,
+            "last_turn_id": p.turn_id,
+            "last_outcome": p.outcome,
+            "last_error": p.reason if p.outcome in ("failed", "interrupted") else None,
+            "pending_inputs": pending,
+            "current_turn_id": None,
+            "current_turn_seq": None,
+            "current_inputs": [],
+            "resume_from_seq": resume,
+            "tokens_total": state.tokens_total + p.usage.total_tokens,
+            "cost_usd_total": round(state.cost_usd_total + (p.cost_usd or 0.0), 6),
+            "last_event_us": event.ts_us,
+        }
+    )
 
 
 def _push_recent(items: list[str], item: str, *, newest_first: bool) -> list[str]:

@@ -44,10 +44,22 @@ class AgentState(State):
     status: AgentStatus = "idle"
     created_us: int
     last_event_us: int
+    workspace: str | None = None
+    parent_id: str | None = None
     turns: int = 0
     last_turn_id: str | None = None
     last_outcome: TurnOutcome | None = None
     last_error: str | None = None
+    pending_inputs: list[int] = []
+    """Sequence numbers of inputs (``message.received``) no turn has taken yet, oldest first."""
+    current_turn_id: str | None = None
+    current_turn_seq: int | None = None
+    """Seq of the running turn's ``turn.started``."""
+    current_inputs: list[int] = []
+    resume_from_seq: int | None = None
+    """Seq of the ``turn.started`` of an interrupted turn the next turn must continue from."""
+    tokens_total: int = 0
+    cost_usd_total: float = 0.0
 
 
 class Todo(State):
