@@ -27,6 +27,8 @@ __all__ = [
     "HomePaths",
     "LedgerSettings",
     "LoggingSettings",
+    "ModelDefaults",
+    "RuntimeSettings",
     "Settings",
     "load_settings",
     "resolve_home",
@@ -54,6 +56,31 @@ class LedgerSettings(_Section):
     """Blob bodies older than this may be pruned by ``holon ledger prune``; 0 keeps them forever."""
 
 
+class ModelDefaults(_Section):
+    """The model agents use unless ``holon agent configure`` gives them their own."""
+
+    model: str = ""
+    """A litellm model name such as ``openai/gpt-4o-mini``. Empty: the embedded local model."""
+    api_base: str | None = None
+    api_key_env: str | None = None
+    """Name of the environment variable that holds the API key (never the key itself)."""
+    temperature: float | None = Field(None, ge=0, le=2)
+    max_output_tokens: int | None = Field(None, ge=1)
+    context_window: int | None = Field(None, ge=256)
+    timeout_s: float = Field(120.0, gt=0, le=3_600)
+
+
+class RuntimeSettings(_Section):
+    max_rounds: int = Field(12, ge=1, le=200)
+    """Model rounds one turn may take before it settles as failed."""
+    max_tokens_per_turn: int = Field(400_000, ge=1_000)
+    max_cost_per_turn_usd: float | None = Field(None, gt=0)
+    max_tool_errors: int = Field(6, ge=0, le=100)
+    """Failed or malformed tool calls one turn tolerates."""
+    retry_attempts: int = Field(4, ge=1, le=20)
+    """Attempts per model call for rate limits, timeouts, server and connection errors."""
+
+
 class LoggingSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     console: Literal["auto", "pretty", "json", "off"] = "auto"
@@ -72,6 +99,8 @@ class Settings(BaseSettings):
     )
 
     ledger: LedgerSettings = LedgerSettings()
+    model: ModelDefaults = ModelDefaults()
+    runtime: RuntimeSettings = RuntimeSettings()
     logging: LoggingSettings = LoggingSettings()
 
     @classmethod

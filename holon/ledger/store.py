@@ -356,6 +356,36 @@ class Ledger:
             ).fetchall()
         return [row_to_event(r) for r in reversed(rows)]
 
+    def recent(
+        self, agent_id: str, types: tuple[str, ...], *, limit: int, before: int | None = None
+    ) -> list[Event]:
+        """The newest ``limit`` events of ``types`` for one agent (before seq ``before``), oldest first.
+
+        Walks the agent's index backwards from the end, so the cost depends on how recent the
+        matches are, not on how long the ledger is.
+        """
+        marks = ", ".join("?" for _ in types)
+        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE agent_id = ? AND type IN ({marks})"
+        params: list[object] = [agent_id, *types]
+        if before is not None:
+            sql += " AND seq < ?"
+            params.append(before)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        params.append(limit)
+        with self._lock:
+            rows = self._conn.execute(sql, params).fetchall()
+        return [row_to_event(r) for r in reversed(rows)]
+
+    def get_many(self, seqs: list[int]) -> list[Event]:
+        """Events by sequence number, in the order asked (missing ones are skipped)."""
+        if not seqs:
+            return []
+        marks = ", ".join("?" for _ in seqs)
+        with self._lock:
+            rows = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE seq IN ({marks})", seqs).fetchall()
+        by_seq = {r[0]: row_to_event(r) for r in rows}
+        return [by_seq[s] for s in seqs if s in by_seq]
+
     def payload_text(self, seq: int) -> str:
         with self._lock:
             row = self._conn.execute("SELECT payload FROM events WHERE seq = ?", (seq,)).fetchone()

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import JsonValue
 
 from holon.errors import ConflictError, NotFoundError, UsageError
 from holon.ids import is_valid_name, new_id
@@ -15,13 +18,31 @@ from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.resources import agent_home_template
 
-__all__ = ["TEMPLATES", "create_agent"]
-
-#: Agent templates: name -> what the template is for. Each starts from ``agent_home/``.
-TEMPLATES = {"assistant": "a general assistant that works with the operator"}
+__all__ = ["TEMPLATES", "Template", "create_agent"]
 
 
-def _install_home(target: Path) -> bool:
+@dataclass(frozen=True, slots=True)
+class Template:
+    description: str
+    agents_md: str | None
+    """A role contract replacing ``agent_home/AGENTS.md`` (a file in ``templates/``), or ``None``."""
+    settings: dict[str, JsonValue]
+    """Default settings; ``holon agent configure`` overrides them."""
+
+
+#: Agent templates. Each starts from ``agent_home/``; a template may replace AGENTS.md and set defaults.
+TEMPLATES: dict[str, Template] = {
+    "assistant": Template("a general assistant that works with the operator", None, {}),
+    "monitor": Template(
+        "a background monitor that checks something on a schedule and briefs the operator on changes",
+        "monitor.md",
+        {"max_rounds": 6},
+    ),
+}
+_TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+
+
+def _install_home(target: Path, template: Template) -> bool:
     """Copy the agent home template to ``target`` atomically. False when it already exists."""
     if target.exists():
         return False
@@ -29,6 +50,8 @@ def _install_home(target: Path) -> bool:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         shutil.copytree(agent_home_template(), staging, dirs_exist_ok=True)
+        if template.agents_md:
+            shutil.copyfile(_TEMPLATE_DIR / template.agents_md, staging / "AGENTS.md")
         staging.replace(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -36,7 +59,16 @@ def _install_home(target: Path) -> bool:
     return True
 
 
-def create_agent(store: Store, name: str, *, template: str = "assistant", origin: str = "operator:cli") -> AgentState:
+def create_agent(
+    store: Store,
+    name: str,
+    *,
+    template: str = "assistant",
+    origin: str = "operator:cli",
+    settings: dict[str, JsonValue] | None = None,
+    workspace: str | None = None,
+    parent_id: str | None = None,
+) -> AgentState:
     """Create agent ``name``: its home directory from the template, then its ``agent.created`` event."""
     if not is_valid_name(name):
         raise UsageError(f"bad agent name {name!r}: use 1-63 of a-z, 0-9, '-' and '_', starting with a letter or digit")
@@ -48,16 +80,26 @@ def create_agent(store: Store, name: str, *, template: str = "assistant", origin
         pass
     else:
         raise ConflictError(f"agent name {name!r} is already taken")
+    if workspace is not None and not Path(workspace).is_dir():
+        raise UsageError(f"workspace {workspace!r} is not a directory")
     home = store.paths.agent_home(name)
-    installed = _install_home(home)
+    installed = _install_home(home, TEMPLATES[template])
     agent_id = new_id("agt")
+    merged = {**TEMPLATES[template].settings, **(settings or {})}
     try:
         store.append(
             NewEvent(
                 agent_id,
-                ev.AgentCreated(name=name, template=template, home=str(home)),
+                ev.AgentCreated(
+                    name=name,
+                    template=template,
+                    home=str(home),
+                    settings=merged,
+                    workspace=str(Path(workspace).resolve()) if workspace else None,
+                    parent_id=parent_id,
+                ),
                 origin=origin,
-                authority="operator",
+                authority="agent" if parent_id else "operator",
             )
         )
     except BaseException:

@@ -1,0 +1,292 @@
+"""The agent host: runs turns for many agents in one asyncio loop.
+
+* Turns of one agent run one at a time (a lock per agent); different agents run concurrently.
+* Inputs are ledger events before anything acts on them (``submit``), so an acknowledged input is
+  never lost: at worst it is still pending after a crash, and recovery re-queues a half-done turn.
+* Background tasks and child agents report back as inputs that also resolve the waits on them;
+  ``tick`` wakes agents whose waits reached their recheck time.
+* One host per home: ``start`` takes an exclusive lock on ``<home>/run/host.lock`` and runs
+  recovery, which is only safe when no other process is running turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from holon.clock import Clock
+from holon.errors import ConflictError
+from holon.ids import new_id
+from holon.ledger import Event, NewEvent
+from holon.ledger import events as ev
+from holon.ledger.events import Authority
+from holon.logs import get_logger
+from holon.projections import Store
+from holon.projections.state import AgentState
+from holon.runtime.agents import create_agent
+from holon.runtime.inputs import input_events
+from holon.runtime.providers.retry import RetryPolicy
+from holon.runtime.recovery import RecoveryReport, recover
+from holon.runtime.tasks import TaskManager
+from holon.runtime.tools import ToolRegistry, builtin_registry
+from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnRunner
+
+__all__ = ["AgentHost"]
+
+log = get_logger("holon.host")
+
+
+class AgentHost:
+    def __init__(
+        self,
+        store: Store,
+        resolve_provider: ProviderResolver,
+        *,
+        clock: Clock,
+        registry: ToolRegistry | None = None,
+        limits: TurnLimits | None = None,
+        retry: RetryPolicy | None = None,
+        observer: TurnObserver | None = None,
+        sleep: Callable[[float], Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.tasks = TaskManager(store.append, clock, on_done=self._task_done)
+        self.runner = TurnRunner(
+            store,
+            registry or builtin_registry(),
+            resolve_provider,
+            clock=clock,
+            services=self,
+            limits=limits,
+            retry=retry,
+            observer=observer,
+            sleep=sleep,
+        )
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._runs: dict[str, asyncio.Task[list[TurnResult]]] = {}
+        self._stalled: set[str] = set()
+        self._lock_file: TextIO | None = None
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> RecoveryReport:
+        """Take the home's host lock and recover what a previous process left half-done."""
+        run_dir = self.store.paths.root / "run"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fh = (run_dir / "host.lock").open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            fh.seek(0)
+            owner = fh.read().strip() or "?"
+            fh.close()
+            raise ConflictError(f"another holon process (pid {owner}) is running agents in this home") from e
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._lock_file = fh
+        report = recover(self.store)
+        if report.turns or report.tasks:
+            log.warning("recovered", turns=report.turns, tool_calls=report.tool_calls, tasks=report.tasks)
+        return report
+
+    async def close(self) -> None:
+        for run in list(self._runs.values()):
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await run
+        await self.tasks.shutdown()
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    # --- inputs -----------------------------------------------------------------------------
+
+    def submit(
+        self,
+        agent_ref: str,
+        text: str,
+        *,
+        origin: str = "operator:cli",
+        authority: Authority = "operator",
+        sender: str = "operator",
+        channel: str = "cli",
+    ) -> Event:
+        """Record an input for an agent (durable before this returns). Returns its event."""
+        agent = self.store.agent(agent_ref)
+        wakes: tuple[ev.WaitOn, str | None] | None = ("operator", None) if authority == "operator" else None
+        events = input_events(
+            self.store,
+            agent.agent_id,
+            text,
+            origin=origin,
+            authority=authority,
+            sender=sender,
+            channel=channel,
+            wakes=wakes,
+        )
+        stored = self.store.append(*events)
+        self._stalled.discard(agent.agent_id)
+        return stored[-1]
+
+    # --- running turns ----------------------------------------------------------------------
+
+    async def run_agent(self, agent_id: str) -> list[TurnResult]:
+        """Run turns for one agent until it has no pending input (or a turn fails and re-queues)."""
+        lock = self._locks.setdefault(agent_id, asyncio.Lock())
+        results: list[TurnResult] = []
+        async with lock:
+            while True:
+                result = await self.runner.run(agent_id)
+                if result is None:
+                    break
+                results.append(result)
+                await self._after_turn(agent_id, result)
+                if result.outcome == "failed" and self.store.agent(agent_id).pending_inputs:
+                    # A transient failure re-queued the inputs: retrying at once would spin.
+                    self._stalled.add(agent_id)
+                    break
+        return results
+
+    def schedule(self, agent_id: str) -> None:
+        """Run the agent's pending turns in the background (no-op if already running)."""
+        if agent_id in self._runs and not self._runs[agent_id].done():
+            return
+        task = asyncio.create_task(self.run_agent(agent_id), name=f"agent:{agent_id}")
+        self._runs[agent_id] = task
+        task.add_done_callback(self._run_done)
+
+    def _run_done(self, task: asyncio.Task[list[TurnResult]]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("agent run failed", error=str(task.exception()), task=task.get_name())
+
+    async def run_until_idle(self, *, timeout_s: float | None = None) -> None:
+        """Run every agent with pending inputs, and whatever they start, until all is quiet."""
+        deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
+        while True:
+            self.tick()
+            for agent in self.store.agents():
+                if agent.pending_inputs and agent.agent_id not in self._stalled:
+                    self.schedule(agent.agent_id)
+            active = [t for t in self._runs.values() if not t.done()]
+            if not active and not self.tasks.running:
+                return
+            if deadline is not None and asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError("agents still busy when the time ran out")
+            if active:
+                await asyncio.wait(active, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+            else:
+                await asyncio.sleep(0.02)
+
+    def tick(self) -> int:
+        """Wake agents whose waits reached their recheck time. Returns how many were woken."""
+        now = self.clock.now_us()
+        woken = 0
+        for wait in self.store.rows("wait", status="pending"):
+            if wait.recheck_at_us > now:
+                continue
+            what = f"{wait.on} {wait.target}" if wait.target else wait.on
+            text = (
+                f"Recheck: you were waiting on {what}" + (f" ({wait.reason})" if wait.reason else "")
+                + ". Nothing has resolved it yet; look again and decide what to do."
+            )  # fmt: skip
+            self.store.append(
+                NewEvent(wait.agent_id, ev.WaitResolved(wait_id=wait.wait_id, resolution="recheck"), origin="timer:wait", authority="timer"),
+                NewEvent(wait.agent_id, ev.MessageReceived(text=text, sender="timer", channel="timer"), origin=f"timer:{wait.wait_id}", authority="timer"),
+            )  # fmt: skip
+            self._stalled.discard(wait.agent_id)
+            woken += 1
+        return woken
+
+    # --- tasks and child agents -------------------------------------------------------------
+
+    async def _task_done(self, agent_id: str, task_id: str) -> None:
+        task = self.store.state("task", task_id)
+        state = getattr(task, "state", "?")
+        output = self.store.ledger.resolve(getattr(task, "output", None))
+        body = output if isinstance(output, str) or output is None else (output.text or output.preview)
+        tail = "\n".join((body or "").splitlines()[-40:])
+        text = (
+            f"Background task {task_id} ({getattr(task, 'title', '')}) ended: {state}, exit code "
+            f"{getattr(task, 'exit_code', None)}.\nLast lines of its output:\n{tail}"
+        )
+        self._deliver_task_result(agent_id, task_id, text)
+
+    def _deliver_task_result(self, agent_id: str, task_id: str, text: str) -> None:
+        events = input_events(
+            self.store, agent_id, text, origin=f"task:{task_id}", authority="tool", sender="task", channel="task",
+            wakes=("task", task_id), task_id=task_id,
+        )  # fmt: skip
+        self.store.append(*events)
+        self._stalled.discard(agent_id)
+        self.schedule(agent_id)
+
+    async def spawn_child(self, parent_id: str, task_text: str, *, name: str | None, template: str) -> tuple[str, str]:
+        parent = self.store.agent(parent_id)
+        child_name = name or f"{parent.name}-child-{new_id('c')[-6:]}"
+        task_id = new_id("task")
+        workspace = _child_workspace(parent, self.store.paths.agent_home(child_name))
+        child = create_agent(
+            self.store,
+            child_name,
+            template=template,
+            origin=f"agent:{parent_id}",
+            settings={**{k: v for k, v in parent.settings.items() if k != "parent_task_id"}, "parent_task_id": task_id},
+            workspace=workspace,
+            parent_id=parent_id,
+        )
+        self.store.append(
+            NewEvent(parent_id, ev.TaskCreated(task_id=task_id, kind="child_agent", title=task_text[:200], spec={"child_agent_id": child.agent_id, "child": child.name}), origin=f"agent:{parent_id}", authority="agent", task_id=task_id),
+            NewEvent(parent_id, ev.TaskStateChanged(task_id=task_id, state="running", detail=f"child agent {child.name}"), origin="runtime:host", task_id=task_id),
+            NewEvent(child.agent_id, ev.MessageReceived(text=task_text, sender=parent.name, channel="parent"), origin=f"agent:{parent_id}", authority="agent", task_id=task_id),
+        )  # fmt: skip
+        self.schedule(child.agent_id)
+        return child.name, task_id
+
+    async def _after_turn(self, agent_id: str, result: TurnResult) -> None:
+        """A child agent's settled turn answers its parent's task."""
+        if result.outcome not in ("completed", "failed"):
+            return
+        agent = self.store.agent(agent_id)
+        task_id = agent.settings.get("parent_task_id")
+        if agent.parent_id is None or not isinstance(task_id, str):
+            return
+        task = self.store.state("task", task_id)
+        if task is None or getattr(task, "state", None) != "running":
+            return
+        answer = result.reply if result.outcome == "completed" else f"the child agent failed: {result.reason}"
+        state: ev.TaskState = "succeeded" if result.outcome == "completed" else "failed"
+        self.store.append(
+            NewEvent(agent.parent_id, ev.TaskResulted(task_id=task_id, state=state, output=answer or ""), origin=f"agent:{agent_id}", authority="agent", task_id=task_id)
+        )  # fmt: skip
+        text = f"Child agent {agent.name} finished task {task_id} ({state}). Its answer:\n{answer or ''}"
+        self._deliver_task_result(agent.parent_id, task_id, text)
+
+
+def _child_workspace(parent: AgentState, child_home: Path) -> str | None:
+    """A git worktree of the parent's workspace when it is a git repository; else the child's home."""
+    workspace = Path(parent.workspace or parent.home)
+    probe = subprocess.run(
+        ["git", "-C", str(workspace), "rev-parse", "--is-inside-work-tree"], capture_output=True, text=True, check=False
+    )
+    if probe.returncode != 0 or probe.stdout.strip() != "true":
+        return None
+    target = child_home.parent / f".{child_home.name}-worktree"
+    made = subprocess.run(
+        ["git", "-C", str(workspace), "worktree", "add", "--detach", str(target)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        log.warning("git worktree failed; the child works in its home", error=made.stderr.strip()[:300])
+        return None
+    return str(target)

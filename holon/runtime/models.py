@@ -1,0 +1,73 @@
+"""Which model an agent talks to: its own settings, else the ``[model]`` defaults, else local.
+
+Agent settings (from ``holon agent configure``) override the config file's ``[model]`` section
+key by key. With no model named anywhere, holon starts the embedded local model once per process
+(on loopback, stopped on exit); when that is not installed either, ``ModelNotConfigured`` says
+exactly what to do. Nothing is spent before this resolves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from holon.config import ModelDefaults
+from holon.errors import ModelNotConfigured
+from holon.projections.state import AgentState
+from holon.runtime.providers.base import ModelSettings, Provider
+from holon.runtime.providers.litellm_provider import LiteLLMProvider
+from holon.runtime.providers.local import MODEL_NOT_CONFIGURED_MESSAGE, LocalModelServer, local_model_available
+
+__all__ = ["MODEL_SETTING_KEYS", "ModelResolver", "model_settings"]
+
+#: Agent settings that describe its model.
+MODEL_SETTING_KEYS = (
+    "model",
+    "api_base",
+    "api_key_env",
+    "temperature",
+    "max_output_tokens",
+    "context_window",
+    "timeout_s",
+)
+
+
+def model_settings(agent: AgentState, defaults: ModelDefaults) -> ModelSettings | None:
+    """The agent's model settings, or ``None`` when no model is named (use the local one)."""
+    own = agent.settings
+    merged = {k: own.get(k, getattr(defaults, k)) for k in MODEL_SETTING_KEYS}
+    if not merged["model"]:
+        return None
+    return ModelSettings(
+        model=str(merged["model"]),
+        api_base=merged["api_base"],  # type: ignore[arg-type]
+        api_key_env=merged["api_key_env"],  # type: ignore[arg-type]
+        temperature=merged["temperature"],  # type: ignore[arg-type]
+        max_output_tokens=merged["max_output_tokens"],  # type: ignore[arg-type]
+        context_window=merged["context_window"],  # type: ignore[arg-type]
+        timeout_s=float(merged["timeout_s"]),  # type: ignore[arg-type]
+    )
+
+
+class ModelResolver:
+    """Resolves an agent to (provider, settings); owns the local model server when one is needed."""
+
+    def __init__(self, defaults: ModelDefaults, log_dir: Path, *, provider: Provider | None = None) -> None:
+        self.defaults = defaults
+        self.log_dir = log_dir
+        self.provider: Provider = provider or LiteLLMProvider()
+        self._local: LocalModelServer | None = None
+
+    def __call__(self, agent: AgentState) -> tuple[Provider, ModelSettings]:
+        settings = model_settings(agent, self.defaults)
+        if settings is not None:
+            return self.provider, settings
+        if not local_model_available():
+            raise ModelNotConfigured(MODEL_NOT_CONFIGURED_MESSAGE)
+        if self._local is None or not self._local.running:
+            self._local = LocalModelServer(self.log_dir).start()
+        return self.provider, self._local.settings
+
+    def close(self) -> None:
+        if self._local is not None:
+            self._local.stop()
+            self._local = None

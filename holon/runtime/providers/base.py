@@ -1,0 +1,58 @@
+"""The provider interface: messages, tool schemas and settings in; text, tool calls, usage out.
+
+Every provider (litellm, the scripted in-process one for unit tests) implements ``Provider``.
+Failures raise ``holon.errors.ModelError`` with a ``kind``; retrying is the caller's policy
+(``holon.runtime.providers.retry``), never the provider's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from holon.ledger.events import ToolCallSpec, Usage
+
+__all__ = ["ModelReply", "ModelRequest", "ModelSettings", "Provider", "TextSink"]
+
+#: Receives streamed text fragments of a reply as they arrive.
+TextSink = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """How to reach a model. ``api_key_env`` names an environment variable; keys never live here."""
+
+    model: str
+    """litellm model name, e.g. ``openai/gpt-4o-mini`` or ``anthropic/claude-sonnet-4``."""
+    api_base: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    context_window: int | None = None
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    # OpenAI-style chat messages and tool schemas: JSON data by nature, hence Any.
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    settings: ModelSettings = ModelSettings(model="unset")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    content: str | None
+    tool_calls: list[ToolCallSpec]
+    finish_reason: str | None
+    usage: Usage
+    model: str
+    cost_usd: float | None = None
+    latency_ms: float = 0.0
+
+
+class Provider(Protocol):
+    async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelReply:
+        """One model call. Streams text to ``on_text`` when given. Raises ``ModelError``."""
+        ...

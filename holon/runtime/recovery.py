@@ -1,0 +1,110 @@
+"""Crash recovery: settle what a dead process left half-done, so nothing is lost or silently re-run.
+
+Run once when a host starts (and only by the one host that holds the home's lock):
+
+* a turn that started but never settled gets ``turn.settled(interrupted)``, which re-queues its
+  inputs; the next turn sees the interrupted turn's recorded rounds and a note;
+* a ``tool.called`` without a ``tool.resulted`` gets a result with status ``interrupted``: the
+  call may have had effects, so it is reported, never re-run automatically;
+* a task still marked running has no process any more: it gets ``task.resulted(interrupted)``,
+  and its agent gets that result as an input, like any task result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from holon.ledger import NewEvent
+from holon.ledger import events as ev
+from holon.projections import Store
+from holon.projections.state import AgentState, TaskProjection
+from holon.runtime.inputs import input_events
+
+__all__ = ["RecoveryReport", "recover"]
+
+INTERRUPTED_TOOL = (
+    "interrupted: holon stopped while this tool call was running. It may have had effects (files "
+    "written, commands started). Check the current state before running it again."
+)
+
+
+@dataclass
+class RecoveryReport:
+    turns: list[str] = field(default_factory=list)
+    tool_calls: list[str] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
+
+
+def _recover_turn(store: Store, agent: AgentState, report: RecoveryReport) -> None:
+    assert agent.current_turn_id is not None and agent.current_turn_seq is not None
+    turn_id = agent.current_turn_id
+    events = list(store.ledger.read(agent.current_turn_seq - 1, agent_id=agent.agent_id))
+    called: dict[str, ev.ToolCalled] = {}
+    resulted: set[str] = set()
+    phase = "before its first model call"
+    for e in events:
+        p = e.payload
+        if isinstance(p, ev.ToolCalled):
+            called[p.call_id] = p
+        elif isinstance(p, ev.ToolResulted):
+            resulted.add(p.call_id)
+        if isinstance(p, ev.ModelRequested):
+            phase = "during a model call"
+        elif isinstance(p, ev.ModelResponded | ev.ToolCalled | ev.ToolResulted):
+            phase = "between tool calls"
+    in_flight = [c for cid, c in called.items() if cid not in resulted]
+    out = []
+    for c in in_flight:
+        phase = f"during tool call {c.tool} ({c.call_id})"
+        out.append(
+            NewEvent(
+                agent.agent_id,
+                ev.ToolResulted(call_id=c.call_id, tool=c.tool, status="interrupted", output=INTERRUPTED_TOOL),
+                origin="runtime:recovery",
+                authority="runtime",
+                turn_id=turn_id,
+            )
+        )
+        report.tool_calls.append(c.call_id)
+    out.append(
+        NewEvent(
+            agent.agent_id,
+            ev.TurnSettled(turn_id=turn_id, outcome="interrupted", reason=f"holon stopped {phase}", requeue=True),
+            origin="runtime:recovery",
+            authority="runtime",
+            turn_id=turn_id,
+        )
+    )
+    store.append(*out)
+    report.turns.append(turn_id)
+
+
+def _task_input(store: Store, task: TaskProjection, output: str) -> list[NewEvent]:
+    result = NewEvent(
+        task.agent_id,
+        ev.TaskResulted(task_id=task.task_id, state="interrupted", output=output),
+        origin="runtime:recovery",
+        authority="runtime",
+        task_id=task.task_id,
+    )
+    text = f"Task {task.task_id} ({task.title}) ended: interrupted. {output}"
+    return [
+        result,
+        *input_events(
+            store, task.agent_id, text, origin=f"task:{task.task_id}", authority="tool", sender="task",
+            channel="task", wakes=("task", task.task_id), task_id=task.task_id,
+        ),
+    ]  # fmt: skip
+
+
+def recover(store: Store) -> RecoveryReport:
+    report = RecoveryReport()
+    for agent in store.agents():
+        if agent.current_turn_id is not None:
+            _recover_turn(store, agent, report)
+    for task in store.rows("task", status="running") + store.rows("task", status="pending"):
+        if task.kind == "child_agent":
+            continue  # a child agent's task ends when the child's turn does; the child is recovered above
+        store.append(*_task_input(store, task, "holon stopped while the task was running; its process is gone."))
+        report.tasks.append(task.task_id)
+    return report

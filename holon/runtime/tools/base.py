@@ -1,0 +1,201 @@
+"""The tool framework: typed parameters, JSON schemas, validation, timeouts and emitted events.
+
+A tool is a name, a description written for the model, a pydantic parameter model and an async
+handler ``(ctx, params) -> ToolOutput | str``. Handlers get a narrow ``ToolContext``: their agent,
+the clock, their home and workspace, read-only views of their own state, and ``ctx.emit`` to
+record events. They never see the database: what they emit commits atomically with their result.
+
+Errors are signals, not strings: a handler raises ``ToolRetry`` for a problem the model can fix
+(bad id, wrong state). Malformed JSON, unknown tools, wrong types, unknown parameters and
+timeouts become the same kind of result: a clear message back to the model, recorded in the
+ledger, that uses up one of the turn's tool-error allowance. Any other exception is a bug in holon
+and ends the turn loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from holon.clock import Clock
+from holon.ledger.events import PayloadBase, ToolCallSpec, ToolStatus
+
+__all__ = [
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolOutput",
+    "ToolParams",
+    "ToolRegistry",
+    "ToolRetry",
+    "ToolResult",
+    "Views",
+]
+
+
+class ToolParams(BaseModel):
+    """Base of every tool's parameters: unknown (hallucinated) parameters are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolRetry(Exception):  # a signal, not an error: the model gets another try
+    """Raised by a handler when the model should fix its call; the message goes back to it."""
+
+
+EndTurn = Literal["waiting"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    text: str
+    status: ToolStatus = "ok"
+    ends_turn: EndTurn | None = None
+    """Set by wait/sleep: the turn settles as waiting after this round."""
+
+
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    payload: PayloadBase
+    work_item_id: str | None = None
+    task_id: str | None = None
+
+
+class Views(Protocol):
+    """Read-only views of the calling agent's own state."""
+
+    def working_memory(self) -> dict[str, Any]: ...
+    def work_item(self, work_item_id: str) -> Any: ...
+    def task(self, task_id: str) -> Any: ...
+    def blob_text(self, blob_hash: str) -> str | None: ...
+
+
+@dataclass
+class ToolContext:
+    agent_id: str
+    agent_name: str
+    turn_id: str
+    clock: Clock
+    home: Path
+    workspace: Path
+    views: Views
+    services: Any
+    """Host services a tool may need (tasks, child agents); typed where each tool uses it."""
+    emitted: list[Emitted] = field(default_factory=list)
+
+    def emit(self, payload: PayloadBase, *, work_item_id: str | None = None, task_id: str | None = None) -> None:
+        """Record an event; it commits atomically with this tool call's result."""
+        self.emitted.append(Emitted(payload, work_item_id, task_id))
+
+
+Handler = Callable[[ToolContext, Any], Awaitable["ToolOutput | str"]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    description: str
+    params: type[ToolParams]
+    handler: Handler
+    timeout_s: float = 60.0
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI-style function schema the model sees."""
+        params = self.params.model_json_schema()
+        params.pop("title", None)
+        for prop in params.get("properties", {}).values():
+            prop.pop("title", None)
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    call: ToolCall
+    status: ToolStatus
+    output: str
+    duration_ms: float
+    emitted: tuple[Emitted, ...] = ()
+    ends_turn: EndTurn | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.status != "ok"
+
+
+def _explain(e: ValidationError) -> str:
+    problems = []
+    for err in e.errors()[:6]:
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        if err["type"] == "extra_forbidden":
+            problems.append(f"'{where}' is not a parameter of this tool")
+        elif err["type"] == "missing":
+            problems.append(f"'{where}' is required")
+        else:
+            problems.append(f"'{where}': {err['msg']}")
+    return "; ".join(problems)
+
+
+class ToolRegistry:
+    def __init__(self, tools: list[Tool]) -> None:
+        self.tools = {t.name: t for t in tools}
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [self.tools[name].schema() for name in sorted(self.tools)]
+
+    def _parse(self, call: ToolCall) -> tuple[Tool, ToolParams]:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self.tools))
+            raise ToolRetry(f"unknown tool {call.name!r}; available tools: {known}")
+        raw = call.arguments.strip() or "{}"
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ToolRetry(f"arguments are not valid JSON ({e.msg} at position {e.pos}); send a JSON object") from e
+        if not isinstance(data, dict):
+            raise ToolRetry(f"arguments must be a JSON object, not {type(data).__name__}")
+        try:
+            return tool, tool.params.model_validate(data)
+        except ValidationError as e:
+            raise ToolRetry(f"invalid arguments for {tool.name}: {_explain(e)}") from e
+
+    async def execute(self, spec: ToolCallSpec, ctx: ToolContext) -> ToolResult:
+        call = ToolCall(spec.call_id, spec.tool, spec.arguments)
+        started = asyncio.get_running_loop().time()
+
+        def done(status: ToolStatus, text: str, ends: EndTurn | None = None, *, kept: bool = False) -> ToolResult:
+            # Events a handler emitted count only when it returned normally; a refused or
+            # timed-out call changes nothing.
+            elapsed = (asyncio.get_running_loop().time() - started) * 1000
+            emitted = tuple(ctx.emitted) if kept else ()
+            return ToolResult(call, status, text, round(elapsed, 3), emitted, ends)
+
+        try:
+            tool, params = self._parse(call)
+        except ToolRetry as e:
+            return done("invalid", str(e))
+        try:
+            out = await asyncio.wait_for(tool.handler(ctx, params), timeout=tool.timeout_s)
+        except ToolRetry as e:
+            return done("error", str(e))
+        except TimeoutError:
+            return done("timeout", f"{tool.name} did not finish within {tool.timeout_s:g} s and was stopped")
+        if isinstance(out, str):
+            out = ToolOutput(out)
+        return done(out.status, out.text, out.ends_turn, kept=True)
