@@ -105,9 +105,7 @@ def configure_logging(
         renderer: Any = (
             structlog.processors.JSONRenderer()
             if mode == "json"
-            else structlog.dev.ConsoleRenderer(
-                colors=sys.stderr.isatty(), exception_formatter=_redacted_traceback
-            )
+            else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), exception_formatter=_redacted_traceback)
         )
         final = [tracebacks, redact, renderer] if mode == "json" else [redact, renderer]
         sh.setFormatter(

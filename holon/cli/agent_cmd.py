@@ -11,11 +11,34 @@ from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
 app = typer.Typer(help="Create, list and inspect agents.", no_args_is_help=True)
 
 
+ModelOpt = Annotated[str | None, typer.Option("--model", help="litellm model name, e.g. openai/gpt-4o-mini.")]
+ApiBaseOpt = Annotated[str | None, typer.Option("--api-base", help="Base URL of an OpenAI-compatible server.")]
+KeyEnvOpt = Annotated[
+    str | None, typer.Option("--api-key-env", help="Name of the environment variable holding the API key.")
+]
+TempOpt = Annotated[float | None, typer.Option("--temperature", min=0, max=2)]
+MaxOutOpt = Annotated[int | None, typer.Option("--max-output-tokens", min=1)]
+CtxOpt = Annotated[int | None, typer.Option("--context-window", min=256, help="Override the model's context window.")]
+RoundsOpt = Annotated[int | None, typer.Option("--max-rounds", min=1, max=200, help="Model rounds per turn.")]
+TokensOpt = Annotated[int | None, typer.Option("--max-tokens-per-turn", min=1000)]
+CostOpt = Annotated[float | None, typer.Option("--max-cost-per-turn-usd", min=0.0)]
+
+
+def _settings(**values: object) -> dict[str, object]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
 @app.command("create")
 def create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Agent name: a-z, 0-9, '-' and '_'.")],
-    template: Annotated[str, typer.Option(help="Agent template.")] = "assistant",
+    template: Annotated[str, typer.Option(help="Agent template: assistant or monitor.")] = "assistant",
+    workspace: Annotated[
+        str | None, typer.Option(help="Directory where the agent's commands run (default: its home).")
+    ] = None,
+    model: ModelOpt = None,
+    api_base: ApiBaseOpt = None,
+    api_key_env: KeyEnvOpt = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -23,9 +46,47 @@ def create(
     from holon.runtime.agents import create_agent
 
     c = ctx_of(ctx, home, json_out)
+    settings = _settings(model=model, api_base=api_base, api_key_env=api_key_env)
     with open_store(c) as store:
-        agent = create_agent(store, name, template=template)
+        agent = create_agent(store, name, template=template, settings=settings, workspace=workspace)  # type: ignore[arg-type]
     emit(c, agent.model_dump(mode="json"), f"created agent {agent.name} ({agent.agent_id})\n  home: {agent.home}")
+
+
+@app.command("configure")
+def configure(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Agent name or id.")],
+    model: ModelOpt = None,
+    api_base: ApiBaseOpt = None,
+    api_key_env: KeyEnvOpt = None,
+    temperature: TempOpt = None,
+    max_output_tokens: MaxOutOpt = None,
+    context_window: CtxOpt = None,
+    max_rounds: RoundsOpt = None,
+    max_tokens_per_turn: TokensOpt = None,
+    max_cost_per_turn_usd: CostOpt = None,
+    unset: Annotated[list[str] | None, typer.Option("--unset", help="Reset a setting to its default.")] = None,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Change an agent's model and limits (recorded in the ledger; keys never are, only env var names)."""
+    from holon.runtime.agents import configure_agent
+
+    c = ctx_of(ctx, home, json_out)
+    changes = _settings(
+        model=model,
+        api_base=api_base,
+        api_key_env=api_key_env,
+        temperature=temperature,
+        max_output_tokens=max_output_tokens,
+        context_window=context_window,
+        max_rounds=max_rounds,
+        max_tokens_per_turn=max_tokens_per_turn,
+        max_cost_per_turn_usd=max_cost_per_turn_usd,
+    )
+    with open_store(c) as store:
+        agent = configure_agent(store, name, changes, unset=unset or [])  # type: ignore[arg-type]
+    emit(c, agent.model_dump(mode="json"), f"configured {agent.name}: {agent.settings or '{}'}")
 
 
 @app.command("list")

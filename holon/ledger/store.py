@@ -356,9 +356,7 @@ class Ledger:
             ).fetchall()
         return [row_to_event(r) for r in reversed(rows)]
 
-    def recent(
-        self, agent_id: str, types: tuple[str, ...], *, limit: int, before: int | None = None
-    ) -> list[Event]:
+    def recent(self, agent_id: str, types: tuple[str, ...], *, limit: int, before: int | None = None) -> list[Event]:
         """The newest ``limit`` events of ``types`` for one agent (before seq ``before``), oldest first.
 
         Walks the agent's index backwards from the end, so the cost depends on how recent the

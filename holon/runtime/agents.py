@@ -18,7 +18,7 @@ from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.resources import agent_home_template
 
-__all__ = ["TEMPLATES", "Template", "create_agent"]
+__all__ = ["SETTING_KEYS", "TEMPLATES", "Template", "configure_agent", "create_agent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +109,44 @@ def create_agent(
     agent = store.agent(agent_id)
     get_logger("holon.agents").info("agent.created", agent=agent.name, agent_id=agent.agent_id, home=str(home))
     return agent
+
+
+#: Settings ``configure_agent`` accepts: the model's and the turn limits.
+SETTING_KEYS = frozenset(
+    {
+        "model",
+        "api_base",
+        "api_key_env",
+        "temperature",
+        "max_output_tokens",
+        "context_window",
+        "timeout_s",
+        "max_rounds",
+        "max_tokens_per_turn",
+        "max_cost_per_turn_usd",
+    }
+)
+
+
+def configure_agent(
+    store: Store,
+    ref: str,
+    changes: dict[str, JsonValue],
+    *,
+    unset: list[str] | tuple[str, ...] = (),
+    origin: str = "operator:cli",
+) -> AgentState:
+    """Record new settings for an agent. Unknown keys are refused; ``unset`` resets keys to defaults."""
+    agent = store.agent(ref)
+    unknown = sorted((set(changes) | set(unset)) - SETTING_KEYS)
+    if unknown:
+        raise UsageError(f"unknown setting {unknown[0]!r}; known: {', '.join(sorted(SETTING_KEYS))}")
+    merged: dict[str, JsonValue] = {**changes, **dict.fromkeys(unset)}
+    if not merged:
+        raise UsageError("nothing to configure: give at least one option")
+    try:
+        payload = ev.AgentConfigured(changes=merged)
+    except ValueError as e:
+        raise UsageError(str(e).splitlines()[-1].strip()) from e
+    store.append(NewEvent(agent.agent_id, payload, origin=origin, authority="operator"))
+    return store.agent(agent.agent_id)

@@ -73,6 +73,8 @@ class AgentHost:
         self._runs: dict[str, asyncio.Task[list[TurnResult]]] = {}
         self._stalled: set[str] = set()
         self._lock_file: TextIO | None = None
+        self.finished: list[TurnResult] = []
+        """Every turn this host ran, in the order they settled."""
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -149,6 +151,7 @@ class AgentHost:
                 if result is None:
                     break
                 results.append(result)
+                self.finished.append(result)
                 await self._after_turn(agent_id, result)
                 if result.outcome == "failed" and self.store.agent(agent_id).pending_inputs:
                     # A transient failure re-queued the inputs: retrying at once would spin.

@@ -80,7 +80,8 @@ async def create_work_item(ctx: ToolContext, p: CreateParams) -> str:
     for i, text in enumerate(p.todos, start=1):
         ctx.emit(ev.TodoChanged(work_item_id=wid, op="add", todo_id=f"t{i}", text=text), work_item_id=wid)
     state = "active" if p.activate else "open (not active)"
-    return f"created work item {wid} '{p.title}', {state}, with {len(p.todos)} todos (ids t1..t{len(p.todos)})"
+    todos = f"{len(p.todos)} todos (ids t1..t{len(p.todos)})" if p.todos else "no todos yet"
+    return f"created work item {wid} '{p.title}', {state}, with {todos}"
 
 
 async def update_work_item(ctx: ToolContext, p: UpdateParams) -> str:
