@@ -11,6 +11,14 @@ from holon.cli.common import JsonOpt, ctx_of, emit
 app = typer.Typer(help="Benchmarks (each measures its own baseline in the same run).", no_args_is_help=True)
 
 
+@app.callback()
+def _quiet() -> None:
+    """Benchmarks log nothing: their homes are temporary and the output is their report."""
+    from holon.logs import configure_logging
+
+    configure_logging(console="off")
+
+
 @app.command("ledger")
 def ledger(
     ctx: typer.Context,
@@ -26,4 +34,20 @@ def ledger(
 
     c = ctx_of(ctx, None, json_out)
     result = run_ledger_bench(replay_events=events, rounds=rounds, synchronous=synchronous.upper())
+    emit(c, result, format_report(result))
+
+
+@app.command("turn")
+def turn(
+    ctx: typer.Context,
+    events: Annotated[int, typer.Option("--events", min=10_000, help="Prior events in the large ledger.")] = 1_000_000,
+    turns: Annotated[int, typer.Option(min=20, help="Measured turns per ledger size.")] = 200,
+    synchronous: Annotated[str, typer.Option(help="PRAGMA synchronous.")] = "NORMAL",
+    json_out: JsonOpt = False,
+) -> None:
+    """Runtime overhead per turn (model time excluded) on small and large ledgers."""
+    from holon.bench.turn import format_report, run_turn_bench
+
+    c = ctx_of(ctx, None, json_out)
+    result = run_turn_bench(large_events=events, turns=turns, synchronous=synchronous.upper())
     emit(c, result, format_report(result))

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, event
-from sqlalchemy.pool import NullPool
 from sqlmodel import Session, create_engine
 
 __all__ = ["Database"]
@@ -37,7 +36,8 @@ class Database:
                 "check_same_thread": False,
                 "timeout": busy_timeout_ms / 1000,
             },
-            poolclass=NullPool,
+            pool_size=2,
+            max_overflow=8,
         )
         event.listen(self.engine, "connect", self._on_connect)
         self._raw: Any = None

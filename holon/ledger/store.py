@@ -384,6 +384,11 @@ class Ledger:
         by_seq = {r[0]: row_to_event(r) for r in rows}
         return [by_seq[s] for s in seqs if s in by_seq]
 
+    def query(self, sql: str, params: tuple[object, ...] | list[object] = ()) -> list[tuple]:  # type: ignore[type-arg]
+        """Run a read query on the ledger's connection (for projection reads on hot paths)."""
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
     def payload_text(self, seq: int) -> str:
         with self._lock:
             row = self._conn.execute("SELECT payload FROM events WHERE seq = ?", (seq,)).fetchone()

@@ -67,34 +67,41 @@ class Store:
     # --- typed reads ------------------------------------------------------------------------
 
     def state(self, kind: str, key: str) -> State | None:
-        with self.ledger.db.session() as s:
-            row = s.get(ProjectionRow, (kind, key))
-        return None if row is None else KINDS[kind].model.model_validate_json(row.state)
+        rows = self.ledger.query("SELECT state FROM projection_rows WHERE kind = ? AND key = ?", (kind, key))
+        return KINDS[kind].model.model_validate_json(rows[0][0]) if rows else None
 
     def rows(self, kind: str, *, agent_id: str | None = None, status: str | None = None) -> list[Any]:
         """States of one kind, optionally filtered, in the order their rows were last changed."""
-        query = select(ProjectionRow).where(ProjectionRow.kind == kind)
+        sql = "SELECT state FROM projection_rows WHERE kind = ?"
+        params: list[object] = [kind]
         if agent_id is not None:
-            query = query.where(ProjectionRow.agent_id == agent_id)
+            sql += " AND agent_id = ?"
+            params.append(agent_id)
         if status is not None:
-            query = query.where(ProjectionRow.status == status)
-        with self.ledger.db.session() as s:
-            found = s.exec(query.order_by(col(ProjectionRow.seq))).all()
+            sql += " AND status = ?"
+            params.append(status)
         model = KINDS[kind].model
-        return [model.model_validate_json(r.state) for r in found]
+        return [model.model_validate_json(r[0]) for r in self.ledger.query(sql + " ORDER BY seq", params)]
 
     def agents(self) -> list[AgentState]:
         return sorted(self.rows("agent"), key=lambda a: a.name)
 
     def agent(self, ref: str) -> AgentState:
         """An agent by name or id."""
-        query = select(ProjectionRow).where(ProjectionRow.kind == "agent")
-        query = query.where((ProjectionRow.label == ref) | (ProjectionRow.key == ref))
-        with self.ledger.db.session() as s:
-            row = s.exec(query).first()
-        if row is None:
+        rows = self.ledger.query(
+            "SELECT state FROM projection_rows WHERE kind = 'agent' AND label = ? "
+            "UNION ALL SELECT state FROM projection_rows WHERE kind = 'agent' AND key = ? LIMIT 1",
+            (ref, ref),
+        )
+        if not rows:
             raise NotFoundError(f"no agent named {ref!r} (see 'holon agent list')")
-        return AgentState.model_validate_json(row.state)
+        return AgentState.model_validate_json(rows[0][0])
+
+    def projection_rows(self, kind: str) -> list[ProjectionRow]:
+        """Typed rows of one kind through SQLModel (admin and inspection paths)."""
+        query = select(ProjectionRow).where(ProjectionRow.kind == kind).order_by(col(ProjectionRow.seq))
+        with self.ledger.db.session() as s:
+            return list(s.exec(query).all())
 
     def working_memory(self, agent_id: str) -> dict[str, Any]:
         wm = self.state("working_memory", agent_id)

@@ -89,14 +89,14 @@ class LiteLLMProvider:
             else:
                 stream = await litellm.acompletion(**kwargs, stream=True, stream_options={"include_usage": True})
         except Exception as e:
-            raise classify(e, model=settings.model, secrets=secrets) from e
+            raise classify(e, model=settings.model, api_base=settings.api_base, secrets=secrets) from e
         if on_text is not None:
             # Outside the try above: an error raised by on_text is the caller's and propagates as is.
-            chunks = [chunk async for chunk in _guarded(stream, on_text, settings.model, secrets)]
+            chunks = [chunk async for chunk in _guarded(stream, on_text, settings, secrets)]
             try:
                 response = litellm.stream_chunk_builder(chunks, messages=request.messages)
             except Exception as e:
-                raise classify(e, model=settings.model, secrets=secrets) from e
+                raise classify(e, model=settings.model, api_base=settings.api_base, secrets=secrets) from e
             if response is None:
                 raise ModelError(f"{settings.model}: server error: the stream ended with no data", kind="server")
         latency_ms = (time.perf_counter() - started) * 1000.0
@@ -137,7 +137,9 @@ def _call_kwargs(request: ModelRequest, api_key: str | None) -> dict[str, Any]:
     return kwargs
 
 
-async def _guarded(stream: Any, on_text: TextSink, model: str, secrets: tuple[str, ...]) -> AsyncIterator[Any]:
+async def _guarded(
+    stream: Any, on_text: TextSink, settings: ModelSettings, secrets: tuple[str, ...]
+) -> AsyncIterator[Any]:
     """Yield stream chunks, feeding text deltas to ``on_text``.
 
     Errors from the stream are classified here; an error raised by ``on_text`` is the caller's
@@ -151,7 +153,7 @@ async def _guarded(stream: Any, on_text: TextSink, model: str, secrets: tuple[st
             except StopAsyncIteration:
                 return
             except Exception as e:
-                raise classify(e, model=model, secrets=secrets) from e
+                raise classify(e, model=settings.model, api_base=settings.api_base, secrets=secrets) from e
             yield chunk
             choices = getattr(chunk, "choices", None) or []
             text = getattr(getattr(choices[0], "delta", None), "content", None) if choices else None
@@ -225,17 +227,22 @@ _CONNECTION_TEXT = re.compile(
     r"|server disconnected|name or service not known|network is unreachable",
     re.IGNORECASE,
 )
+_AUTH_TEXT = re.compile(
+    r"missing credentials|api[_ ]key client option must be set|(?:invalid|incorrect) api key|no api key", re.IGNORECASE
+)
 _OVERFLOW_TEXT = re.compile(r"maximum context length|context[_ ]length[_ ]exceeded|context window", re.IGNORECASE)
 _PREFIX = re.compile(r"^\s*(?:litellm\.)?\w*(?:Error|Exception|Timeout)\s*(?::|-)\s*")
 _SECRET_TEXT = re.compile(
     r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-]{6,}|\bBearer\s+\S+|\bapi[_-]?key\s*[=:]\s*\S+", re.IGNORECASE
 )
 
+_USERINFO = re.compile(r"//[^/@]*@")
+
 _LABELS: dict[ModelErrorKind, str] = {
     "rate_limit": "rate limited",
     "timeout": "timed out",
     "server": "server error",
-    "connection": "cannot connect",
+    "connection": "connection failed",
     "context_overflow": "context window exceeded",
     "auth": "authentication failed",
     "bad_request": "request rejected",
@@ -243,20 +250,27 @@ _LABELS: dict[ModelErrorKind, str] = {
 }
 
 
-def classify(exc: BaseException, *, model: str | None = None, secrets: Iterable[str] = ()) -> ModelError:
+def classify(
+    exc: BaseException, *, model: str | None = None, api_base: str | None = None, secrets: Iterable[str] = ()
+) -> ModelError:
     """Map a litellm/openai/transport exception to a ``ModelError`` with a ``kind``.
 
     Branches on ``status_code`` as well as the class: litellm reports a refused connection as an
     ``InternalServerError`` (500) and some 401s as ``BadRequestError``. The message is one line,
-    names the model, and has ``secrets`` and anything that looks like a key redacted.
+    names the model (and ``api_base`` when the server could not be reached or was too slow), and
+    has ``secrets`` and anything that looks like a key redacted.
     """
     if isinstance(exc, ModelError):
         return exc
     kind = _kind(exc)
     # litellm invents statuses (500, 408) for failures that never got an HTTP answer; drop them.
     status = None if kind in {"timeout", "connection"} else _status(exc)
+    if kind == "auth" and status not in {401, 403}:
+        status = None
     retry_after = _retry_after(exc) if kind == "rate_limit" else None
     label = _LABELS[kind] + (f" (HTTP {status})" if status is not None else "")
+    if api_base and kind in {"timeout", "connection"}:
+        label += f" ({_USERINFO.sub('//', api_base)})"
     message = f"{model}: {label}" if model else label
     detail = _detail(exc, secrets)
     if detail:
@@ -285,6 +299,8 @@ def _kind(exc: BaseException) -> ModelErrorKind:
         return "timeout"
     if any(isinstance(c, openai.APIConnectionError | ConnectionError) for c in causes) or _CONNECTION_TEXT.search(text):
         return "connection"
+    if _AUTH_TEXT.search(text):  # e.g. no key at all: the SDK refuses before any request is sent
+        return "auth"
     if isinstance(exc, openai.InternalServerError) or (status is not None and status >= 500):
         return "server"
     if isinstance(exc, openai.BadRequestError | openai.NotFoundError | openai.UnprocessableEntityError) or (

@@ -154,9 +154,11 @@ def _explain(e: ValidationError) -> str:
 class ToolRegistry:
     def __init__(self, tools: list[Tool]) -> None:
         self.tools = {t.name: t for t in tools}
+        # Tools never change after registration; generating JSON schemas costs milliseconds.
+        self._schemas = [self.tools[name].schema() for name in sorted(self.tools)]
 
     def schemas(self) -> list[dict[str, Any]]:
-        return [self.tools[name].schema() for name in sorted(self.tools)]
+        return self._schemas
 
     def _parse(self, call: ToolCall) -> tuple[Tool, ToolParams]:
         tool = self.tools.get(call.name)
