@@ -39,15 +39,26 @@ def create(
     model: ModelOpt = None,
     api_base: ApiBaseOpt = None,
     api_key_env: KeyEnvOpt = None,
+    exist_ok: Annotated[bool, typer.Option("--exist-ok", help="Succeed if the agent already exists.")] = False,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Create an agent with its own home directory, initialised from the template."""
+    from holon.errors import NotFoundError
     from holon.runtime.agents import create_agent
 
     c = ctx_of(ctx, home, json_out)
     settings = _settings(model=model, api_base=api_base, api_key_env=api_key_env)
     with open_store(c) as store:
+        existing = None
+        if exist_ok:
+            try:
+                existing = store.agent(name)
+            except NotFoundError:
+                existing = None
+        if existing is not None:
+            emit(c, existing.model_dump(mode="json"), f"agent {existing.name} already exists ({existing.agent_id})")
+            return
         agent = create_agent(store, name, template=template, settings=settings, workspace=workspace)  # type: ignore[arg-type]
     emit(c, agent.model_dump(mode="json"), f"created agent {agent.name} ({agent.agent_id})\n  home: {agent.home}")
 
