@@ -61,7 +61,8 @@ class PayloadBase(BaseModel):
 # --- agents ---------------------------------------------------------------------------------
 
 
-_SECRET_SETTING = re.compile(r"(api[_-]?key|token|secret|password|passwd)", re.I)
+# "tokens" (plural) is a count, as in max_tokens_per_turn and max_output_tokens, not a credential.
+_SECRET_SETTING = re.compile(r"(api[_-]?key|token(?!s)|secret|password|passwd)", re.I)
 
 
 def _no_secret_settings(settings: dict[str, JSONValue]) -> dict[str, JSONValue]:
@@ -383,6 +384,11 @@ class EpisodeSealed(PayloadBase):
     commands: list[dict[str, JSONValue]] = Field(default_factory=list)
     decisions: list[str] = Field(default_factory=list)
     follow_ups: list[str] = Field(default_factory=list)
+    turns: int = Field(0, ge=0)
+    tool_calls: int = Field(0, ge=0)
+    excerpts: list[str] = Field(default_factory=list)
+    """The first operator messages of the episode, shortened."""
+    last_reply: str = ""
 
 
 class BriefDelivered(PayloadBase):

@@ -17,8 +17,10 @@ from holon.ledger import events as ev
 from holon.ledger.codec import canonical_json
 from holon.ledger.events import PAYLOAD_TYPES
 from holon.projections import reducers as r
+from holon.projections.episodes import EPISODE_TYPES, apply_episode_drafts, sealed_payload
 from holon.projections.state import (
     AgentState,
+    EpisodeDrafts,
     State,
     TaskProjection,
     TimerProjection,
@@ -67,6 +69,7 @@ KINDS: dict[str, Kind] = {
         Kind("task", TaskProjection, r.apply_task),  # type: ignore[arg-type]
         Kind("wait", WaitProjection, r.apply_wait),  # type: ignore[arg-type]
         Kind("timer", TimerProjection, r.apply_timer),  # type: ignore[arg-type]
+        Kind("episode_drafts", EpisodeDrafts, apply_episode_drafts),  # type: ignore[arg-type]
     )
 }
 
@@ -112,6 +115,8 @@ def _route_table() -> dict[str, tuple[tuple[str, Callable[[Event], str | None]],
             route.append(("timer", _by_field("timer_id")))
         elif t == "working_memory.delta":
             route.append(("wm_baseline", _by_agent("wm_baseline")))
+        if t in EPISODE_TYPES:
+            route.append(("episode_drafts", _by_agent("episode_drafts")))
     return {t: tuple(r) for t, r in table.items()}
 
 
@@ -196,7 +201,7 @@ def derive(
     while the baseline object is the one it was recorded with, so the result is the same with or
     without it.
     """
-    out: list[NewEvent] = []
+    out: list[NewEvent] = _seal_ready(states, events)
     for event in events:
         p = event.payload
         if not isinstance(p, ev.TurnSettled):
@@ -229,4 +234,27 @@ def derive(
             # The baseline after this delta is folded is a new object; remember the view under a
             # placeholder that ``Projector`` re-keys once the delta has been applied.
             memo[agent] = (MEMO_PENDING if changes else base, view)
+    return out
+
+
+def _seal_ready(states: MutableMapping[Key, State | None], events: Iterable[Event]) -> list[NewEvent]:
+    """An ``episode.sealed`` event for every draft that reached a boundary in ``events``."""
+    out: list[NewEvent] = []
+    for agent in dict.fromkeys(e.agent_id for e in events if e.type in EPISODE_TYPES and e.type != "episode.sealed"):
+        drafts = states.get(("episode_drafts", agent))
+        if not isinstance(drafts, EpisodeDrafts):
+            continue
+        for d in drafts.ready:
+            item = states.get(("work_item", d.work_item_id)) if d.work_item_id else None
+            payload = sealed_payload(d, item if isinstance(item, WorkItemState) else None)
+            out.append(
+                NewEvent(
+                    agent_id=agent,
+                    payload=payload,
+                    origin="runtime:projector",
+                    authority="runtime",
+                    episode_id=payload.episode_id,
+                    work_item_id=d.work_item_id,
+                )
+            )
     return out

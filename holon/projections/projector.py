@@ -23,7 +23,7 @@ from holon.projections.state import State
 __all__ = ["CURSOR_NAME", "PROJECTOR_VERSION", "Projector", "load_state"]
 
 #: Bump when a reducer changes what it produces: every home rebuilds its projections on open.
-PROJECTOR_VERSION = 2
+PROJECTOR_VERSION = 3
 CURSOR_NAME = "projections"
 
 _UPSERT = (
@@ -88,12 +88,16 @@ class Projector:
         if self._folded_to is None or self._folded_to == self._flushed_to:
             return
         rows = []
+        gone = []
         for key, seq in self._dirty.items():
             state = self._rows[key]
-            if state is None:
+            if state is None:  # folded away: replay would have no such row either
+                gone.append(key)
                 continue
             agent_id, status, label = row_columns(key[0], state)
             rows.append((key[0], key[1], agent_id, status, label, seq, state_json(state)))
+        if gone:
+            tx.conn.executemany("DELETE FROM projection_rows WHERE kind = ? AND key = ?", gone)
         try:
             tx.conn.executemany(_UPSERT, rows)
         except sqlite3.IntegrityError as e:

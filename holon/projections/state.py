@@ -25,6 +25,9 @@ __all__ = [
     "WorkItemState",
     "WorkingMemory",
     "WorkingMemoryBaseline",
+    "CommandRun",
+    "Draft",
+    "EpisodeDrafts",
 ]
 
 
@@ -162,3 +165,35 @@ class TimerProjection(State):
     fired: int = 0
     missed: int = 0
     last_fired_us: int | None = None
+
+
+class CommandRun(State):
+    call_id: str
+    command: str
+    exit_code: int | None = None
+
+
+class Draft(State):
+    """An episode being accumulated: everything since the last boundary, for one thread."""
+
+    seq_start: int
+    last_seq: int
+    last_us: int
+    work_item_id: str | None = None
+    boundary: str = ""
+    turns: int = 0
+    tool_calls: int = 0
+    files: list[str] = []
+    commands: list[CommandRun] = []
+    decisions: list[str] = []
+    follow_ups: list[str] = []
+    excerpts: list[str] = []
+    last_reply: str = ""
+
+
+class EpisodeDrafts(State):
+    """Per agent: the open draft, and drafts that reached a boundary and wait to be sealed."""
+
+    agent_id: str
+    current: Draft | None = None
+    ready: list[Draft] = []

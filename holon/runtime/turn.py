@@ -133,7 +133,17 @@ class TurnRunner:
         limits = self._limits(agent)
         turn_id = new_id("turn")
         inputs = list(agent.pending_inputs)
-        started = self._append(agent_id, turn_id, ev.TurnStarted(turn_id=turn_id, inputs=inputs))[0]
+        active = self.store.working_memory(agent_id).get("active_work_item")
+        started = self.store.append(
+            NewEvent(
+                agent_id,
+                ev.TurnStarted(turn_id=turn_id, inputs=inputs),
+                origin="runtime:turn",
+                authority="runtime",
+                turn_id=turn_id,
+                work_item_id=active,
+            )
+        )[0]
         messages = build_messages(self.store.ledger, self._parts(agent, inputs, started.seq))
         tools = self.registry.schemas()
         result = TurnResult(turn_id, "completed")
@@ -149,7 +159,9 @@ class TurnRunner:
                     turn_id=turn_id, round=round_no, model=settings.model, messages=len(messages), tools=len(tools)
                 ),
             )
-            request = ModelRequest(messages=messages, tools=tools, settings=settings)
+            # A snapshot: the runner keeps appending to `messages`, and a provider (or a test)
+            # may hold on to the request it was given.
+            request = ModelRequest(messages=list(messages), tools=tools, settings=settings)
             try:
                 reply = await complete_with_retry(
                     provider,
@@ -318,7 +330,10 @@ class TurnRunner:
         history = []
         for e in recent:
             p = e.payload
-            if isinstance(p, ev.TurnSettled) and p.outcome != "interrupted" and p.turn_id in starts:
+            # A turn whose inputs were re-queued (interrupted, or failed transiently) is not history:
+            # its inputs come back as a later turn's inputs and must not be shown twice.
+            requeued = p.outcome == "interrupted" or p.requeue
+            if isinstance(p, ev.TurnSettled) and not requeued and p.turn_id in starts:
                 start = starts[p.turn_id].payload
                 assert isinstance(start, ev.TurnStarted)
                 reply = ledger.resolve(p.reply)

@@ -170,6 +170,10 @@ class ToolRegistry:
             data = json.loads(raw)
         except json.JSONDecodeError as e:
             raise ToolRetry(f"arguments are not valid JSON ({e.msg} at position {e.pos}); send a JSON object") from e
+        except (ValueError, RecursionError) as e:
+            # Nested too deeply to parse, or an integer too long to convert: unusable all the same.
+            reason = str(e).split(":", 1)[0]
+            raise ToolRetry(f"arguments are not valid JSON ({reason}); send a JSON object") from e
         if not isinstance(data, dict):
             raise ToolRetry(f"arguments must be a JSON object, not {type(data).__name__}")
         try:

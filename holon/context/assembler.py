@@ -1,0 +1,212 @@
+"""The budgeted assembler: sections in, messages and a manifest out. A pure function.
+
+Each ``Section`` offers renderings from richest to leanest (``full``, then optionally
+``compact``); omitting it is the last resort. Sections have a tier that fixes their place in the
+prompt (``stable`` first, then ``agent``, then ``turn``), so the prompt's prefix stays the same
+from turn to turn and providers can cache it.
+
+**One budget** covers everything the request contains: system text, tool schemas, history, the
+input, the current turn's rounds, and the tokens reserved for the reply. Degradation follows one
+fixed sequence of steps, computed from the sections alone and never from the budget:
+
+1. compact sections, lowest priority first;
+2. omit non-pinned sections, lowest priority first.
+
+Assembly runs the steps in order until the request fits. A smaller budget therefore runs a longer
+prefix of the same sequence, and can never include something a larger budget dropped
+(monotone degradation). If even the pinned minimum does not fit, ``ContextOverflow`` says by how
+much, and no request is sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from holon.errors import HolonError
+
+__all__ = [
+    "Assembly",
+    "Budget",
+    "ContextOverflow",
+    "Rendering",
+    "Section",
+    "assemble",
+]
+
+Tier = Literal["stable", "agent", "turn"]
+Slot = Literal["system", "context", "history", "input", "rounds"]
+Form = Literal["full", "compact", "omitted"]
+
+_TIER_RANK = {"stable": 0, "agent": 1, "turn": 2}
+_SLOT_RANK = {"system": 0, "context": 1, "history": 2, "input": 3, "rounds": 4}
+
+
+class ContextOverflow(HolonError):
+    """Even the pinned minimum of a prompt does not fit the budget."""
+
+    exit_code = 7
+
+
+@dataclass(frozen=True, slots=True)
+class Rendering:
+    form: Literal["full", "compact"]
+    tokens: int
+    """Everything this rendering adds to the request, per-message overhead included."""
+    text: str = ""
+    """For the system and context slots: text joined into one system message."""
+    messages: tuple[dict[str, Any], ...] = ()
+    """For the history, input and rounds slots: chat messages."""
+    tools: tuple[dict[str, Any], ...] = ()
+    """Tool schemas (the tools section only)."""
+    refs: tuple[str, ...] = ()
+    """Ledger references this rendering carries (``event:42``, ``episode:ep_..``, ``file:memory/self.md``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    key: str
+    tier: Tier
+    slot: Slot
+    order: int
+    """Position within its slot (older history first)."""
+    priority: int
+    """Higher survives longer. Ties break on ``key``, so the sequence is deterministic."""
+    renderings: tuple[Rendering, ...]
+    pinned: bool = False
+    """Never omitted (may still be compacted)."""
+    reason: str = ""
+    """Why the section is a candidate (shown in the manifest)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    context_window: int
+    output_reserve: int
+    frame_tokens: int = 8
+    """Fixed cost of the request itself (reply priming)."""
+
+    @property
+    def limit(self) -> int:
+        return self.context_window - self.output_reserve - self.frame_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    manifest: dict[str, Any]
+    used_tokens: int
+    stable_prefix: str
+    """The bytes of the stable tier, for prefix-stability checks and cache markers."""
+
+    @property
+    def digest(self) -> str:
+        return str(self.manifest["digest"])
+
+
+@dataclass
+class _Plan:
+    sections: list[Section]
+    level: dict[str, int] = field(default_factory=dict)
+    """Section key -> index into its renderings; ``len(renderings)`` means omitted."""
+
+    def tokens(self, s: Section) -> int:
+        i = self.level[s.key]
+        return s.renderings[i].tokens if i < len(s.renderings) else 0
+
+    def total(self) -> int:
+        return sum(self.tokens(s) for s in self.sections)
+
+
+def _steps(sections: list[Section]) -> list[tuple[str, int]]:
+    """The fixed degradation sequence: (section key, new level)."""
+    by_priority = sorted(sections, key=lambda s: (s.priority, s.key))
+    steps = [(s.key, i) for s in by_priority for i in range(1, len(s.renderings))]
+    steps += [(s.key, len(s.renderings)) for s in by_priority if not s.pinned]
+    return steps
+
+
+def assemble(sections: list[Section], budget: Budget) -> Assembly:
+    keys = [s.key for s in sections]
+    if len(set(keys)) != len(keys):
+        raise ValueError("section keys must be unique")
+    plan = _Plan(sections, {s.key: 0 for s in sections})
+    total = plan.total()
+    reasons: dict[str, str] = {}
+    for key, level in _steps(sections):
+        if total <= budget.limit:
+            break
+        section = next(s for s in sections if s.key == key)
+        before = plan.tokens(section)
+        plan.level[key] = level
+        total += plan.tokens(section) - before
+        reasons[key] = (
+            "omitted to fit the budget" if level >= len(section.renderings) else "compacted to fit the budget"
+        )
+    if total > budget.limit:
+        raise ContextOverflow(
+            f"the pinned minimum of this prompt is {total} tokens but the budget allows {budget.limit} "
+            f"(context window {budget.context_window} minus {budget.output_reserve} reserved for the reply)"
+        )
+    return _layout(plan, budget, total, reasons)
+
+
+def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) -> Assembly:
+    ordered = sorted(plan.sections, key=lambda s: (_TIER_RANK[s.tier], _SLOT_RANK[s.slot], s.order, s.key))
+    system_parts: list[str] = []
+    context_parts: list[str] = []
+    history: list[dict[str, Any]] = []
+    tail: list[dict[str, Any]] = []
+    tools: list[dict[str, Any]] = []
+    manifest_sections = []
+    for s in ordered:
+        level = plan.level[s.key]
+        chosen = s.renderings[level] if level < len(s.renderings) else None
+        full = s.renderings[0]
+        included = set(chosen.refs) if chosen else set()
+        manifest_sections.append(
+            {
+                "key": s.key,
+                "tier": s.tier,
+                "representation": chosen.form if chosen else "omitted",
+                "requested_tokens": full.tokens,
+                "allocated_tokens": chosen.tokens if chosen else 0,
+                "reason": reasons.get(s.key, "pinned" if s.pinned else (s.reason or "fits")),
+                "refs_included": sorted(included),
+                "refs_omitted": sorted(set(full.refs) - included),
+            }
+        )
+        if chosen is None:
+            continue
+        tools.extend(chosen.tools)
+        if s.slot == "system" and chosen.text:
+            system_parts.append(chosen.text)
+        elif s.slot == "context" and chosen.text:
+            context_parts.append(chosen.text)
+        elif s.slot == "history":
+            history.extend(chosen.messages)
+        else:
+            tail.extend(chosen.messages)
+    stable_prefix = "\n\n".join(system_parts)
+    messages: list[dict[str, Any]] = []
+    if system_parts:
+        messages.append({"role": "system", "content": stable_prefix})
+    if context_parts:
+        messages.append({"role": "system", "content": "\n\n".join(context_parts)})
+    messages += history + tail
+    digest = hashlib.sha256(orjson.dumps([messages, tools], option=orjson.OPT_SORT_KEYS)).hexdigest()
+    manifest = {
+        "budget": {
+            "context_window": budget.context_window,
+            "output_reserve": budget.output_reserve,
+            "limit": budget.limit,
+        },
+        "used_tokens": total,
+        "digest": digest,
+        "sections": manifest_sections,
+    }
+    return Assembly(messages, tools, manifest, total, stable_prefix)
