@@ -24,15 +24,48 @@ from typing import Any
 
 from holon.ledger import Event
 from holon.ledger import events as ev
-from holon.projections.state import CommandRun, Draft, EpisodeDrafts, WorkItemState
+from holon.projections.state import CommandRun, Draft, EpisodeDrafts, KeyPoint, WorkItemState
 
-__all__ = ["EPISODE_TYPES", "IDLE_GAP_US", "TURN_CAP", "apply_episode_drafts", "sealed_payload"]
+__all__ = [
+    "EPISODE_TYPES",
+    "IDLE_GAP_US",
+    "KEY_POINTS",
+    "TURN_CAP",
+    "apply_episode_drafts",
+    "is_key_point",
+    "is_topic_switch",
+    "sealed_payload",
+]
 
 TURN_CAP = 20
 IDLE_GAP_US = 30 * 60 * 1_000_000
 _KEEP = 20
 _EXCERPTS = 3
 _EXIT = re.compile(r"^exit code: (-?\d+)")
+KEY_POINTS = 40
+
+# Operator statements that set something lasting: decisions, rules, preferences. Deterministic
+# markers in English and Chinese; a miss only means the statement ages out with its turns.
+_KEY = re.compile(
+    r"(\b(decid\w*|decision|we('ll| will) (use|go with)|let'?s (use|go with)|always|never|must|"
+    r"do not|don'?t ever|from now on|the rule is|i prefer|make sure)\b|决定|必须|不要|总是|永远|以后都|规则|我更喜欢)",
+    re.IGNORECASE,
+)
+# Explicit changes of subject in plain conversation.
+_TOPIC = re.compile(
+    r"^\s*(new topic|different topic|change of topic|another (topic|question|thing)|switching (topics?|gears)|"
+    r"unrelated|换个话题|另一个问题|换个问题|新话题|说点别的)",
+    re.IGNORECASE,
+)
+
+
+def is_key_point(text: str) -> bool:
+    return bool(_KEY.search(text))
+
+
+def is_topic_switch(text: str) -> bool:
+    return bool(_TOPIC.search(text))
+
 
 #: Event types the draft reducer looks at.
 EPISODE_TYPES = frozenset(
@@ -125,31 +158,56 @@ def _fold(d: Draft, event: Event) -> Draft:
     return d.model_copy(update=up)
 
 
+def _operator_text(event: Event) -> str | None:
+    p = event.payload
+    if isinstance(p, ev.MessageReceived) and event.authority == "operator":
+        return p.text if isinstance(p.text, str) else p.text.preview
+    return None
+
+
+def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str, str]:
+    """(thread after this event, boundary name if it is a change of subject)."""
+    p = event.payload
+    now = s.thread or f"conv:{event.seq}"
+    moving = isinstance(p, ev.WorkItemPicked) or (isinstance(p, ev.WorkItemOpened) and p.activate)
+    if moving and p.work_item_id is not None:
+        return p.work_item_id, "work_switched"
+    if isinstance(p, ev.TurnStarted):
+        if event.work_item_id is not None:
+            return event.work_item_id, "work_switched"
+        if not now.startswith("conv:"):  # the work item ended: a new conversation begins
+            return f"conv:{event.seq}", "work_switched"
+    cur = s.current
+    if said is not None and now.startswith("conv:") and cur is not None and cur.turns > 0:
+        if event.ts_us - cur.last_us >= IDLE_GAP_US:
+            return f"conv:{event.seq}", "idle_gap"
+        if is_topic_switch(said):
+            return f"conv:{event.seq}", "topic_switched"
+    return now, ""
+
+
 def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDrafts | None:
     p = event.payload
     s = state if state is not None else EpisodeDrafts(agent_id=event.agent_id)
     if isinstance(p, ev.EpisodeSealed):
         ready = [d for d in s.ready if d.seq_start != p.seq_start]
         return s.model_copy(update={"ready": ready}) if len(ready) != len(s.ready) else state
-    # Boundaries that start a new episode with this event.
+    said = _operator_text(event)
+    thread, boundary = _next_thread(s, event, said)
+    points = s.key_points
     cur = s.current
-    if cur is not None:
-        target = p.work_item_id if isinstance(p, ev.WorkItemPicked | ev.WorkItemOpened) else None
-        moves = isinstance(p, ev.WorkItemPicked) or (isinstance(p, ev.WorkItemOpened) and p.activate)
-        # A draft with no work item and no settled turn adopts the first work item (the turn that
-        # is creating it belongs to it); anything else moving to other work is a switch.
-        switch = moves and target != cur.work_item_id and (cur.work_item_id is not None or cur.turns > 0)
-        idle = (
-            isinstance(p, ev.MessageReceived) and cur.work_item_id is None and event.ts_us - cur.last_us >= IDLE_GAP_US
-        )
-        if switch:
-            s = _close(s, "work_switched")
-        elif idle:
-            s = _close(s, "idle_gap")
-    base = s.current or Draft(seq_start=event.seq, last_seq=event.seq, last_us=event.ts_us)
-    s = s.model_copy(update={"current": _fold(base, event)})
+    if cur is not None and thread != cur.thread:
+        if cur.turns == 0:
+            # Nothing settled yet: the draft (and what it heard) belongs to the new thread.
+            s = s.model_copy(update={"current": cur.model_copy(update={"thread": thread})})
+            points = [k.model_copy(update={"thread": thread}) if k.seq >= cur.seq_start else k for k in points]
+        else:
+            s = _close(s, boundary or "work_switched")
+    if said is not None and is_key_point(said):
+        points = [*points, KeyPoint(seq=event.seq, text=_short(said, 300), thread=thread)][-KEY_POINTS:]
+    base = s.current or Draft(seq_start=event.seq, last_seq=event.seq, last_us=event.ts_us, thread=thread)
+    s = s.model_copy(update={"current": _fold(base, event), "thread": thread, "key_points": points})
     # Boundaries that end the episode with this event.
-    assert s.current is not None
     if isinstance(p, ev.WorkItemCompleted):
         s = _close(s, "work_item_completed")
     elif isinstance(p, ev.WaitRegistered):

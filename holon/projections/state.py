@@ -28,6 +28,7 @@ __all__ = [
     "CommandRun",
     "Draft",
     "EpisodeDrafts",
+    "KeyPoint",
 ]
 
 
@@ -173,10 +174,20 @@ class CommandRun(State):
     exit_code: int | None = None
 
 
+class KeyPoint(State):
+    """An operator statement that must outlive the turns around it (a decision, a rule)."""
+
+    seq: int
+    text: str
+    thread: str
+
+
 class Draft(State):
     """An episode being accumulated: everything since the last boundary, for one thread."""
 
     seq_start: int
+    thread: str = ""
+    """The work item id, or ``conv:<seq>`` for a conversation topic (kept across turn caps)."""
     last_seq: int
     last_us: int
     work_item_id: str | None = None
@@ -197,3 +208,7 @@ class EpisodeDrafts(State):
     agent_id: str
     current: Draft | None = None
     ready: list[Draft] = []
+    thread: str = ""
+    """The thread the agent is in now."""
+    key_points: list[KeyPoint] = []
+    """The latest operator decisions and rules, across threads (at most ``KEY_POINTS``)."""

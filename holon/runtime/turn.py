@@ -332,8 +332,7 @@ class TurnRunner:
             p = e.payload
             # A turn whose inputs were re-queued (interrupted, or failed transiently) is not history:
             # its inputs come back as a later turn's inputs and must not be shown twice.
-            requeued = p.outcome == "interrupted" or p.requeue
-            if isinstance(p, ev.TurnSettled) and not requeued and p.turn_id in starts:
+            if isinstance(p, ev.TurnSettled) and not (p.outcome == "interrupted" or p.requeue) and p.turn_id in starts:
                 start = starts[p.turn_id].payload
                 assert isinstance(start, ev.TurnStarted)
                 reply = ledger.resolve(p.reply)
