@@ -181,6 +181,7 @@ class FakeLLM:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128  # the default listen backlog (5) resets bursts of concurrent connects
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], fake: FakeLLM) -> None:
         self.fake = fake
