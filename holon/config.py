@@ -25,6 +25,7 @@ from holon.paths import HomePaths, resolve_home
 
 __all__ = [
     "HomePaths",
+    "ContextSettings",
     "LedgerSettings",
     "LoggingSettings",
     "ModelDefaults",
@@ -81,6 +82,16 @@ class RuntimeSettings(_Section):
     """Attempts per model call for rate limits, timeouts, server and connection errors."""
 
 
+class ContextSettings(_Section):
+    default_context_window: int = Field(8_192, ge=1_024)
+    """Window assumed for models litellm does not know and no setting names."""
+    output_reserve_tokens: int | None = Field(None, ge=64)
+    """Tokens kept free for the reply; default: the model's max output setting, else a quarter of
+    the window, at most 4,096."""
+    record_prompts: bool = True
+    """Record the exact prompt of every model request in the ledger (``holon context show --render``)."""
+
+
 class LoggingSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     console: Literal["auto", "pretty", "json", "off"] = "auto"
@@ -101,6 +112,7 @@ class Settings(BaseSettings):
     ledger: LedgerSettings = LedgerSettings()
     model: ModelDefaults = ModelDefaults()
     runtime: RuntimeSettings = RuntimeSettings()
+    context: ContextSettings = ContextSettings()
     logging: LoggingSettings = LoggingSettings()
 
     @classmethod

@@ -85,7 +85,7 @@ def test_concurrent_appenders(home: HomePaths, tmp_path: Path) -> None:
         derived = [e for e in events if e.origin == "runtime:projector"]
         assert len(appended) == WORKERS * (PER_WORKER + 1)
         assert Counter(e.type for e in appended)["agent.created"] == WORKERS
-        assert {e.type for e in derived} <= {"working_memory.delta"}
+        assert {e.type for e in derived} <= {"working_memory.delta", "episode.sealed"}
         # Each worker's events are all there, exactly once, in the order it appended them.
         for w in range(WORKERS):
             keys = [e.idempotency_key for e in appended if e.agent_id == f"agt_w{w}" and e.idempotency_key]

@@ -79,7 +79,9 @@ class Section:
     pinned: bool = False
     """Never omitted (may still be compacted)."""
     reason: str = ""
-    """Why the section is a candidate (shown in the manifest)."""
+    """Why the section is a candidate, or why it is excluded (shown in the manifest)."""
+    excluded: bool = False
+    """Not a candidate at all (e.g. evidence of a paused work item): listed in the manifest only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +126,7 @@ class _Plan:
 
 def _steps(sections: list[Section]) -> list[tuple[str, int]]:
     """The fixed degradation sequence: (section key, new level)."""
-    by_priority = sorted(sections, key=lambda s: (s.priority, s.key))
+    by_priority = sorted((s for s in sections if not s.excluded), key=lambda s: (s.priority, s.key))
     steps = [(s.key, i) for s in by_priority for i in range(1, len(s.renderings))]
     steps += [(s.key, len(s.renderings)) for s in by_priority if not s.pinned]
     return steps
@@ -134,7 +136,7 @@ def assemble(sections: list[Section], budget: Budget) -> Assembly:
     keys = [s.key for s in sections]
     if len(set(keys)) != len(keys):
         raise ValueError("section keys must be unique")
-    plan = _Plan(sections, {s.key: 0 for s in sections})
+    plan = _Plan(sections, {s.key: len(s.renderings) if s.excluded else 0 for s in sections})
     total = plan.total()
     reasons: dict[str, str] = {}
     for key, level in _steps(sections):
@@ -176,6 +178,7 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) ->
                 "requested_tokens": full.tokens,
                 "allocated_tokens": chosen.tokens if chosen else 0,
                 "reason": reasons.get(s.key, "pinned" if s.pinned else (s.reason or "fits")),
+                "excluded": s.excluded,
                 "refs_included": sorted(included),
                 "refs_omitted": sorted(set(full.refs) - included),
             }

@@ -401,12 +401,19 @@ class BriefDelivered(PayloadBase):
 
 
 class ContextAssembled(PayloadBase):
+    """What one model request contained and why: the manifest, and the exact prompt when recorded."""
+
     type: Literal["context.assembled"] = "context.assembled"
     turn_id: str
+    round: int = Field(0, ge=0)
     budget_tokens: int = Field(ge=0)
     used_tokens: int = Field(ge=0)
     manifest_digest: str
     summary: dict[str, JSONValue] = Field(default_factory=dict)
+    manifest: LargeText | None = None
+    """The full manifest as JSON."""
+    prompt: LargeText | None = None
+    """The exact messages and tools sent, as JSON (``[context] record_prompts``)."""
 
 
 Payload = Annotated[

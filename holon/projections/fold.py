@@ -240,7 +240,9 @@ def derive(
 def _seal_ready(states: MutableMapping[Key, State | None], events: Iterable[Event]) -> list[NewEvent]:
     """An ``episode.sealed`` event for every draft that reached a boundary in ``events``."""
     out: list[NewEvent] = []
+    events = list(events)
     for agent in dict.fromkeys(e.agent_id for e in events if e.type in EPISODE_TYPES and e.type != "episode.sealed"):
+        turn_id = next((e.turn_id for e in reversed(events) if e.agent_id == agent and e.turn_id), None)
         drafts = states.get(("episode_drafts", agent))
         if not isinstance(drafts, EpisodeDrafts):
             continue
@@ -255,6 +257,7 @@ def _seal_ready(states: MutableMapping[Key, State | None], events: Iterable[Even
                     authority="runtime",
                     episode_id=payload.episode_id,
                     work_item_id=d.work_item_id,
+                    turn_id=turn_id,
                 )
             )
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -82,10 +83,11 @@ def create_agent(
         raise ConflictError(f"agent name {name!r} is already taken")
     if workspace is not None and not Path(workspace).is_dir():
         raise UsageError(f"workspace {workspace!r} is not a directory")
+    merged = {**TEMPLATES[template].settings, **(settings or {})}
+    _check_env_names(merged)
     home = store.paths.agent_home(name)
     installed = _install_home(home, TEMPLATES[template])
     agent_id = new_id("agt")
-    merged = {**TEMPLATES[template].settings, **(settings or {})}
     try:
         store.append(
             NewEvent(
@@ -128,6 +130,20 @@ SETTING_KEYS = frozenset(
 )
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def _check_env_names(settings: dict[str, JsonValue]) -> None:
+    """``*_env`` settings name an environment variable. Refuse anything else: it may be the key
+    itself pasted in by mistake, which would then be in the ledger for good (so never echo it)."""
+    for key, value in settings.items():
+        if key.endswith("_env") and value is not None and not (isinstance(value, str) and _ENV_NAME.match(value)):
+            raise UsageError(
+                f"setting {key!r} must be the name of an environment variable (letters, digits and '_', "
+                f"e.g. OPENAI_API_KEY), not the secret itself; the value given was not recorded"
+            )
+
+
 def configure_agent(
     store: Store,
     ref: str,
@@ -144,6 +160,7 @@ def configure_agent(
     merged: dict[str, JsonValue] = {**changes, **dict.fromkeys(unset)}
     if not merged:
         raise UsageError("nothing to configure: give at least one option")
+    _check_env_names(merged)
     try:
         payload = ev.AgentConfigured(changes=merged)
     except ValueError as e:

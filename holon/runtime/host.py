@@ -54,6 +54,7 @@ class AgentHost:
         retry: RetryPolicy | None = None,
         observer: TurnObserver | None = None,
         sleep: Callable[[float], Any] | None = None,
+        window_of: Callable[[str], int | None] | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -68,6 +69,7 @@ class AgentHost:
             retry=retry,
             observer=observer,
             sleep=sleep,
+            window_of=window_of,
         )
         self._locks: dict[str, asyncio.Lock] = {}
         self._runs: dict[str, asyncio.Task[list[TurnResult]]] = {}

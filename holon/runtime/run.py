@@ -7,6 +7,7 @@ from holon.errors import ConflictError
 from holon.projections import Store
 from holon.runtime.host import AgentHost
 from holon.runtime.models import ModelResolver
+from holon.runtime.providers.litellm_provider import known_context_window
 from holon.runtime.providers.retry import RetryPolicy
 from holon.runtime.turn import TurnLimits, TurnObserver, TurnResult
 
@@ -38,7 +39,15 @@ async def run_input(
     resolver = resolver or ModelResolver(store.settings.model, store.paths.logs)
     resolver(agent)  # fail before recording anything when no model can be reached
     limits, retry = limits_from(store)
-    host = AgentHost(store, resolver, clock=SystemClock(), limits=limits, retry=retry, observer=observer)
+    host = AgentHost(
+        store,
+        resolver,
+        clock=SystemClock(),
+        limits=limits,
+        retry=retry,
+        observer=observer,
+        window_of=known_context_window,
+    )
     try:
         host.start()
     except ConflictError as e:

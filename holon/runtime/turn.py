@@ -16,20 +16,25 @@ the inputs (``requeue``), so an input is never lost.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from holon.clock import Clock
+from holon.context.assembler import Assembly, Budget, ContextOverflow, assemble
+from holon.context.render import with_cache_markers
+from holon.context.sections import build_sections
+from holon.context.tokens import TokenCounter
+from holon.context.view import RoundView, ToolEvidence, gather
 from holon.errors import ModelError
 from holon.ids import new_id
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
+from holon.ledger.codec import canonical_json
 from holon.projections import Store
 from holon.projections.state import AgentState
-from holon.runtime.prompt import HISTORY_TURNS, PromptParts, build_messages, read_agents_md
 from holon.runtime.providers.base import ModelRequest, ModelSettings, Provider
 from holon.runtime.providers.retry import RetryPolicy, complete_with_retry
 from holon.runtime.tools.base import ToolContext, ToolRegistry, ToolResult
@@ -37,8 +42,7 @@ from holon.runtime.views import StoreViews
 
 __all__ = ["TurnLimits", "TurnObserver", "TurnResult", "TurnRunner"]
 
-DISPLAY_CAP = 8_000
-"""Characters of one tool output shown to the model; the rest is fetched with read_output."""
+MAX_OUTPUT_RESERVE = 4_096
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,18 +90,6 @@ class TurnObserver:
 ProviderResolver = Callable[[AgentState], tuple[Provider, ModelSettings]]
 
 
-def _shown(result: ToolResult) -> str:
-    text = result.output
-    if len(text) <= DISPLAY_CAP:
-        return text
-    head, tail = text[: DISPLAY_CAP * 2 // 3], text[-DISPLAY_CAP // 4 :]
-    omitted = len(text) - len(head) - len(tail)
-    return (
-        f"{head}\n[... {omitted} characters omitted of {len(text)}; the full output is stored: call "
-        f"read_output with ref 'out:{result.call.call_id}' and an offset to read more ...]\n{tail}"
-    )
-
-
 class TurnRunner:
     def __init__(
         self,
@@ -111,6 +103,8 @@ class TurnRunner:
         retry: RetryPolicy | None = None,
         observer: TurnObserver | None = None,
         sleep: Callable[[float], Any] | None = None,
+        context: Any = None,
+        window_of: Callable[[str], int | None] | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -121,6 +115,10 @@ class TurnRunner:
         self.retry = retry or RetryPolicy()
         self.observer = observer or TurnObserver()
         self._sleep = sleep
+        # ``[context]`` settings: tests may pass their own; the store's config otherwise.
+        self.context = context if context is not None else store.settings.context
+        self._window_of = window_of
+        self._counters: dict[str, TokenCounter] = {}
 
     # --- the turn ---------------------------------------------------------------------------
 
@@ -133,6 +131,8 @@ class TurnRunner:
         limits = self._limits(agent)
         turn_id = new_id("turn")
         inputs = list(agent.pending_inputs)
+        settings, budget = self._budget(settings)
+        counter = self._counter(settings.model)
         active = self.store.working_memory(agent_id).get("active_work_item")
         started = self.store.append(
             NewEvent(
@@ -144,24 +144,35 @@ class TurnRunner:
                 work_item_id=active,
             )
         )[0]
-        messages = build_messages(self.store.ledger, self._parts(agent, inputs, started.seq))
-        tools = self.registry.schemas()
+        base_view = gather(self.store, agent_id, inputs=inputs, started_seq=started.seq, tools=self.registry.schemas())
+        rounds: list[RoundView] = []
         result = TurnResult(turn_id, "completed")
         tool_errors = 0
         for round_no in range(limits.max_rounds):
-            refusal = self._over_budget(result, limits, messages)
+            try:
+                assembly = assemble(
+                    build_sections(dataclasses.replace(base_view, rounds=tuple(rounds)), counter), budget
+                )
+            except ContextOverflow as e:
+                return self._settle(agent_id, result, "failed", reason=f"context: {e}")
+            refusal = self._over_budget(result, limits, assembly.used_tokens)
             if refusal:
                 return self._settle(agent_id, result, "failed", reason=refusal)
+            self._record_context(agent_id, turn_id, round_no, budget, assembly)
             self._append(
                 agent_id,
                 turn_id,
                 ev.ModelRequested(
-                    turn_id=turn_id, round=round_no, model=settings.model, messages=len(messages), tools=len(tools)
+                    turn_id=turn_id,
+                    round=round_no,
+                    model=settings.model,
+                    messages=len(assembly.messages),
+                    tools=len(assembly.tools),
+                    prompt_tokens_est=assembly.used_tokens,
                 ),
             )
-            # A snapshot: the runner keeps appending to `messages`, and a provider (or a test)
-            # may hold on to the request it was given.
-            request = ModelRequest(messages=list(messages), tools=tools, settings=settings)
+            messages = with_cache_markers(assembly.messages, settings.model)
+            request = ModelRequest(messages=messages, tools=assembly.tools, settings=settings)
             try:
                 reply = await complete_with_retry(
                     provider,
@@ -187,7 +198,7 @@ class TurnRunner:
             if reply.cost_usd is not None:
                 result.cost_usd = round((result.cost_usd or 0.0) + reply.cost_usd, 8)
             calls = reply.tool_calls
-            self._append(
+            recorded = self._append(
                 agent_id,
                 turn_id,
                 ev.ModelResponded(
@@ -206,23 +217,21 @@ class TurnRunner:
             if not calls:
                 result.reply = reply.content or ""
                 return self._settle(agent_id, result, "completed")
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": reply.content or None,
-                    "tool_calls": [
-                        {"id": c.call_id, "type": "function", "function": {"name": c.tool, "arguments": c.arguments}}
-                        for c in calls
-                    ],
-                }
-            )
+            called_seq = {e.payload.call_id: e.seq for e in recorded if isinstance(e.payload, ev.ToolCalled)}
             waiting = False
+            evidence = []
             for call in calls:
-                tool_result = await self._call_tool(agent, turn_id, call)
+                tool_result, result_seq = await self._call_tool(agent, turn_id, call)
                 result.tool_calls += 1
                 tool_errors += tool_result.is_error
                 waiting = waiting or tool_result.ends_turn == "waiting"
-                messages.append({"role": "tool", "tool_call_id": call.call_id, "content": _shown(tool_result)})
+                evidence.append(
+                    ToolEvidence(
+                        call.call_id, call.tool, call.arguments, tool_result.status, tool_result.output,
+                        called_seq[call.call_id], result_seq,
+                    )
+                )  # fmt: skip
+            rounds.append(RoundView(round_no, reply.content, tuple(evidence)))
             if waiting:
                 result.reply = reply.content
                 return self._settle(agent_id, result, "waiting")
@@ -239,7 +248,7 @@ class TurnRunner:
 
     # --- steps ------------------------------------------------------------------------------
 
-    async def _call_tool(self, agent: AgentState, turn_id: str, call: ev.ToolCallSpec) -> ToolResult:
+    async def _call_tool(self, agent: AgentState, turn_id: str, call: ev.ToolCallSpec) -> tuple[ToolResult, int]:
         self.observer.on_tool_call(agent.agent_id, call.tool, call.arguments)
         home = Path(agent.home)
         ctx = ToolContext(
@@ -281,9 +290,9 @@ class TurnRunner:
                 turn_id=turn_id,
             )
         )
-        self.store.append(*events)
+        stored = self.store.append(*events)
         self.observer.on_tool_result(agent.agent_id, result)
-        return result
+        return result, stored[-1].seq
 
     def _settle(
         self,
@@ -319,35 +328,51 @@ class TurnRunner:
             *(NewEvent(agent_id, p, origin="runtime:turn", authority="runtime", turn_id=turn_id) for p in payloads)
         )
 
-    # --- inputs to the turn ------------------------------------------------------------------
+    # --- context --------------------------------------------------------------------------
 
-    def _parts(self, agent: AgentState, inputs: list[int], started_seq: int) -> PromptParts:
-        ledger = self.store.ledger
-        recent = ledger.recent(
-            agent.agent_id, ("turn.started", "turn.settled"), limit=HISTORY_TURNS * 2 + 2, before=started_seq
+    def _counter(self, model: str) -> TokenCounter:
+        counter = self._counters.get(model)
+        if counter is None:
+            counter = self._counters[model] = TokenCounter(model)
+        return counter
+
+    def _budget(self, settings: ModelSettings) -> tuple[ModelSettings, Budget]:
+        """The request budget: the model's window minus the tokens reserved for its reply."""
+        window = settings.context_window or (self._window_of(settings.model) if self._window_of else None)
+        window = window or self.context.default_context_window
+        reserve = (
+            self.context.output_reserve_tokens or settings.max_output_tokens or min(MAX_OUTPUT_RESERVE, window // 4)
         )
-        starts = {e.payload.turn_id: e for e in recent if isinstance(e.payload, ev.TurnStarted)}
-        history = []
-        for e in recent:
-            p = e.payload
-            # A turn whose inputs were re-queued (interrupted, or failed transiently) is not history:
-            # its inputs come back as a later turn's inputs and must not be shown twice.
-            if isinstance(p, ev.TurnSettled) and not (p.outcome == "interrupted" or p.requeue) and p.turn_id in starts:
-                start = starts[p.turn_id].payload
-                assert isinstance(start, ev.TurnStarted)
-                reply = ledger.resolve(p.reply)
-                text = reply if isinstance(reply, str) or reply is None else (reply.text or reply.preview)
-                history.append((ledger.get_many(start.inputs), text))
-        resumed: list[Event] = []
-        if agent.resume_from_seq is not None:
-            resumed = [
-                e
-                for e in ledger.read(agent.resume_from_seq - 1, agent_id=agent.agent_id)
-                if e.seq < started_seq and e.type in ("model.responded", "tool.resulted")
-            ]
-        wm = self.store.working_memory(agent.agent_id)
-        return PromptParts(
-            read_agents_md(Path(agent.home)), wm, history[-HISTORY_TURNS:], ledger.get_many(inputs), resumed
+        reserve = min(reserve, window // 2)
+        if settings.max_output_tokens is None:
+            settings = dataclasses.replace(settings, max_output_tokens=reserve)
+        return settings, Budget(context_window=window, output_reserve=reserve)
+
+    def _record_context(self, agent_id: str, turn_id: str, round_no: int, budget: Budget, a: Assembly) -> None:
+        sections = a.manifest["sections"]
+        summary: dict[str, int] = {
+            form: sum(1 for s in sections if s["representation"] == form and not s["excluded"])
+            for form in ("full", "compact", "omitted")
+        }
+        summary["excluded"] = sum(1 for s in sections if s["excluded"])
+        summary["refs_included"] = sum(len(s["refs_included"]) for s in sections)
+        summary["refs_omitted"] = sum(len(s["refs_omitted"]) for s in sections)
+        prompt = (
+            canonical_json({"messages": a.messages, "tools": a.tools}).decode() if self.context.record_prompts else None
+        )
+        self._append(
+            agent_id,
+            turn_id,
+            ev.ContextAssembled(
+                turn_id=turn_id,
+                round=round_no,
+                budget_tokens=budget.limit,
+                used_tokens=a.used_tokens,
+                manifest_digest=a.digest,
+                summary=summary,  # type: ignore[arg-type]
+                manifest=canonical_json(a.manifest).decode(),
+                prompt=prompt,
+            ),
         )
 
     def _limits(self, agent: AgentState) -> TurnLimits:
@@ -361,8 +386,7 @@ class TurnRunner:
         )
 
     @staticmethod
-    def _over_budget(result: TurnResult, limits: TurnLimits, messages: list[dict[str, Any]]) -> str | None:
-        estimate = len(json.dumps(messages, ensure_ascii=False)) // 4
+    def _over_budget(result: TurnResult, limits: TurnLimits, estimate: int) -> str | None:
         if result.usage.total_tokens + estimate > limits.max_tokens:
             return (
                 f"token limit: {result.usage.total_tokens} used + ~{estimate} for the next call would pass "

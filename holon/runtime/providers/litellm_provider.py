@@ -30,7 +30,7 @@ from holon.errors import ModelError, ModelErrorKind
 from holon.ledger.events import ToolCallSpec, Usage
 from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, TextSink
 
-__all__ = ["LiteLLMProvider", "classify"]
+__all__ = ["known_context_window", "LiteLLMProvider", "classify"]
 
 #: Sent as the API key to servers that need none (local OpenAI-compatible servers).
 PLACEHOLDER_API_KEY = "not-needed"
@@ -372,3 +372,13 @@ def _detail(exc: BaseException, secrets: Iterable[str]) -> str:
             text = text.replace(secret, "[redacted]")
     text = _SECRET_TEXT.sub("[redacted]", text)
     return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
+
+
+def known_context_window(model: str) -> int | None:
+    """The input window litellm's bundled model map gives for ``model``, or ``None`` if unknown."""
+    try:
+        info = _litellm().get_model_info(model)
+    except Exception:  # unknown and custom names raise assorted errors; all mean "unknown"
+        return None
+    window = info.get("max_input_tokens") or info.get("max_tokens")
+    return int(window) if isinstance(window, int) and window > 0 else None

@@ -1,0 +1,234 @@
+"""``TurnView``: everything a prompt may be made of, gathered from the store as plain values.
+
+``gather`` is the only I/O of context assembly. Every read is a primary-key lookup, an indexed
+projection query, or a bounded backwards walk of the agent's own index, so its cost depends on
+the window, not on the length of history. Large texts are resolved here, so the section builder
+and the assembler stay pure.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from holon.context.render import InputView
+from holon.ledger import Event
+from holon.ledger import events as ev
+from holon.projections import Store
+from holon.projections.state import (
+    AgentState,
+    EpisodeDrafts,
+    KeyPoint,
+    TaskProjection,
+    WaitProjection,
+    WorkItemState,
+)
+
+__all__ = ["EpisodeView", "HistoryTurn", "RoundView", "ToolEvidence", "TurnView", "gather"]
+
+MAX_HISTORY = 40
+"""Candidate past turns of the current thread (the budget decides how many are used)."""
+MAX_EPISODES = 50
+MEMORY_FILES = ("memory/self.md", "memory/operator.md")
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryTurn:
+    turn_id: str
+    started_seq: int
+    settled_seq: int
+    thread: str | None
+    inputs: tuple[InputView, ...]
+    reply: str
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeView:
+    episode_id: str
+    seq: int
+    seq_start: int
+    seq_end: int
+    work_item_id: str | None
+    topic: str
+    summary: str
+    boundary: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEvidence:
+    call_id: str
+    tool: str
+    arguments: str
+    status: str
+    output: str
+    called_seq: int
+    result_seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RoundView:
+    """One model round of the current turn: what the model said and the tool calls it made."""
+
+    index: int
+    content: str | None
+    calls: tuple[ToolEvidence, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnView:
+    agent: AgentState
+    agents_md: str
+    memory_files: tuple[tuple[str, str], ...]
+    tools: tuple[dict[str, Any], ...]
+    working_memory: dict[str, Any]
+    work_item: WorkItemState | None
+    open_items: tuple[WorkItemState, ...]
+    thread: str
+    key_points: tuple[KeyPoint, ...]
+    history: tuple[HistoryTurn, ...]
+    episodes: tuple[EpisodeView, ...]
+    tasks: tuple[TaskProjection, ...]
+    waits: tuple[WaitProjection, ...]
+    inputs: tuple[InputView, ...]
+    last_turn: HistoryTurn | None
+    resumed: tuple[RoundView, ...] = ()
+    rounds: tuple[RoundView, ...] = field(default_factory=tuple)
+
+
+def _text(store: Store, value: ev.LargeText | None) -> str:
+    resolved = store.ledger.resolve(value)
+    if resolved is None or isinstance(resolved, str):
+        return resolved or ""
+    return resolved.text if resolved.text is not None else f"[body pruned; preview]\n{resolved.preview}"
+
+
+def input_view(store: Store, e: Event) -> InputView:
+    p = e.payload
+    text = _text(store, p.text) if isinstance(p, ev.MessageReceived) else ""
+    return InputView(e.seq, e.ts_us, e.authority, e.origin, text)
+
+
+def _history(store: Store, agent_id: str, before: int) -> list[HistoryTurn]:
+    events = store.ledger.recent(agent_id, ("turn.started", "turn.settled"), limit=MAX_HISTORY * 3, before=before)
+    starts = {e.payload.turn_id: e for e in events if isinstance(e.payload, ev.TurnStarted)}
+    out = []
+    for e in events:
+        p = e.payload
+        # A turn whose inputs were re-queued (interrupted, or failed transiently) is not history:
+        # its inputs come back as a later turn's inputs and must not be shown twice.
+        if not isinstance(p, ev.TurnSettled) or p.outcome == "interrupted" or p.requeue or p.turn_id not in starts:
+            continue
+        start = starts[p.turn_id]
+        assert isinstance(start.payload, ev.TurnStarted)
+        inputs = tuple(input_view(store, i) for i in store.ledger.get_many(start.payload.inputs))
+        out.append(
+            HistoryTurn(p.turn_id, start.seq, e.seq, start.work_item_id, inputs, _text(store, p.reply), p.outcome)
+        )
+    return out
+
+
+def _in_thread(turn: HistoryTurn, thread: str) -> bool:
+    if thread.startswith("conv:"):
+        return turn.thread is None and turn.started_seq >= int(thread[5:])
+    return turn.thread == thread
+
+
+def _rounds(store: Store, events: list[Event]) -> tuple[RoundView, ...]:
+    results = {e.payload.call_id: e for e in events if isinstance(e.payload, ev.ToolResulted)}
+    rounds = []
+    for e in events:
+        p = e.payload
+        if not isinstance(p, ev.ModelResponded) or p.error:
+            continue
+        calls = []
+        for c in p.tool_calls:
+            r = results.get(c.call_id)
+            rp = r.payload if r is not None else None
+            calls.append(
+                ToolEvidence(
+                    c.call_id,
+                    c.tool,
+                    c.arguments,
+                    rp.status if isinstance(rp, ev.ToolResulted) else "interrupted",
+                    _text(store, rp.output) if isinstance(rp, ev.ToolResulted) else "(no result recorded)",
+                    e.seq,
+                    r.seq if r is not None else None,
+                )
+            )
+        rounds.append(RoundView(p.round, _text(store, p.content) or None, tuple(calls)))
+    return tuple(rounds)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def gather(
+    store: Store,
+    agent_id: str,
+    *,
+    inputs: list[int],
+    started_seq: int,
+    tools: list[dict[str, Any]] | tuple[dict[str, Any], ...],
+    current: list[Event] = (),  # type: ignore[assignment]
+) -> TurnView:
+    """Read what a turn of ``agent_id`` (started at ``started_seq``) may show the model."""
+    agent = store.agent(agent_id)
+    home = Path(agent.home)
+    wm = store.working_memory(agent_id)
+    active = wm.get("active_work_item")
+    item = store.state("work_item", active) if active else None
+    drafts = store.state("episode_drafts", agent_id)
+    thread = drafts.thread if isinstance(drafts, EpisodeDrafts) and drafts.thread else (active or f"conv:{started_seq}")
+    if active:
+        thread = active
+    key_points = tuple(k for k in drafts.key_points if k.thread == thread) if isinstance(drafts, EpisodeDrafts) else ()
+    history = _history(store, agent_id, started_seq)
+    episodes = []
+    for e in store.ledger.recent(agent_id, ("episode.sealed",), limit=MAX_EPISODES, before=started_seq):
+        p = e.payload
+        assert isinstance(p, ev.EpisodeSealed)
+        episodes.append(
+            EpisodeView(
+                p.episode_id, e.seq, p.seq_start, p.seq_end, p.work_item_id, p.topic or "", p.summary, p.boundary
+            )
+        )
+    resumed: tuple[RoundView, ...] = ()
+    if agent.resume_from_seq is not None:
+        interrupted = [
+            e for e in store.ledger.read(agent.resume_from_seq - 1, agent_id=agent_id) if e.seq < started_seq
+        ]
+        resumed = _rounds(store, interrupted)
+    memory = tuple((name, text) for name in MEMORY_FILES if (text := _read(home / name)) is not None)
+    return TurnView(
+        agent=agent,
+        agents_md=_read(home / "AGENTS.md") or "",
+        memory_files=memory,
+        tools=tuple(tools),
+        working_memory=wm,
+        work_item=item if isinstance(item, WorkItemState) else None,
+        open_items=tuple(i for i in store.rows("work_item", agent_id=agent_id) if i.status in ("open", "blocked")),
+        thread=thread,
+        key_points=key_points,
+        history=tuple(t for t in history if _in_thread(t, thread))[-MAX_HISTORY:],
+        episodes=tuple(episodes),
+        tasks=tuple(t for t in store.rows("task", agent_id=agent_id, status="running")),
+        waits=tuple(store.rows("wait", agent_id=agent_id, status="pending")),
+        inputs=tuple(input_view(store, e) for e in store.ledger.get_many(inputs)),
+        last_turn=history[-1] if history else None,
+        resumed=resumed,
+        rounds=_rounds(store, list(current)),
+    )
+
+
+def arguments_preview(arguments: str, limit: int = 200) -> str:
+    try:
+        return json.dumps(json.loads(arguments), ensure_ascii=False)[:limit]
+    except ValueError:
+        return arguments[:limit]
