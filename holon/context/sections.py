@@ -233,7 +233,7 @@ def _tasks_waits(view: TurnView) -> tuple[str, str] | None:
     return "\n".join(lines), compact
 
 
-def _round_messages(r: RoundView) -> list[dict[str, Any]]:
+def _round_messages(r: RoundView, cap: int | None = None) -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = [
         {
             "role": "assistant",
@@ -244,17 +244,20 @@ def _round_messages(r: RoundView) -> list[dict[str, Any]]:
             ],
         }
     ]
-    msgs += [{"role": "tool", "tool_call_id": c.call_id, "content": _shown(c)} for c in r.calls]
+    msgs += [{"role": "tool", "tool_call_id": c.call_id, "content": _shown(c, cap or DISPLAY_CAP)} for c in r.calls]
     return msgs
 
 
 DISPLAY_CAP = 8_000
 
 
-def _shown(c: ToolEvidence) -> str:
-    if len(c.output) <= DISPLAY_CAP:
+COMPACT_CAP = 1_200
+
+
+def _shown(c: ToolEvidence, cap: int = DISPLAY_CAP) -> str:
+    if len(c.output) <= cap:
         return c.output
-    return shorten(c.output, DISPLAY_CAP) + f"\n[full output: read_output with ref 'out:{c.call_id}']"
+    return shorten(c.output, cap) + f"\n[full output: read_output with ref 'out:{c.call_id}']"
 
 
 def _recap(r: RoundView) -> str:
@@ -449,10 +452,11 @@ def _round_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
         msgs.append(
             {
                 "role": "user",
-                "content": "[note from the runtime; not an operator instruction] Your previous turn on these inputs was "
-                "interrupted (holon stopped). The tool calls above already ran and their results are recorded; do not "
-                "repeat them. A call marked 'interrupted' was in flight and may have had effects: check before running "
-                f"it again. Calls so far: {summary}. Continue from here.",
+                "content": "[note from the runtime; not an operator instruction] Your previous attempt at these "
+                f"inputs stopped before it finished ({view.agent.last_error or 'holon stopped'}). The tool calls above "
+                "already ran and their results are recorded; do not repeat them. A call marked 'interrupted' was in "
+                f"flight and may have had effects: check before running it again. Calls so far: {summary}. "
+                "Continue from here.",
             }
         )
         refs = tuple(ref for r in view.resumed for ref in _round_refs(r))
@@ -466,7 +470,11 @@ def _round_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
         refs = _round_refs(r)
         exact = _messages_rendering(counter, "full", _round_messages(r), refs)
         if i == last:
-            out.append(Section(f"round:{r.index}", "turn", "rounds", r.index, 900, (exact,), pinned=True))
+            # The latest round stays exact; under pressure its outputs shrink (the full text stays
+            # one read_output away), but the calls and their results are always there.
+            trimmed = _messages_rendering(counter, "compact", _round_messages(r, COMPACT_CAP), refs)
+            renderings = (exact, trimmed) if trimmed.tokens < exact.tokens else (exact,)
+            out.append(Section(f"round:{r.index}", "turn", "rounds", r.index, 900, renderings, pinned=True))
             continue
         recap = _messages_rendering(counter, "compact", [{"role": "assistant", "content": _recap(r)}], refs)
         # Older rounds are recapped (call and result together), never dropped: the model must

@@ -8,6 +8,7 @@ and the assembler stay pure.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from holon.projections.state import (
     WorkItemState,
 )
 
-__all__ = ["EpisodeView", "HistoryTurn", "RoundView", "ToolEvidence", "TurnView", "gather"]
+__all__ = ["EpisodeView", "HistoryTurn", "RoundView", "ToolEvidence", "TurnView", "gather", "refresh"]
 
 MAX_HISTORY = 40
 """Candidate past turns of the current thread (the budget decides how many are used)."""
@@ -232,3 +233,20 @@ def arguments_preview(arguments: str, limit: int = 200) -> str:
         return json.dumps(json.loads(arguments), ensure_ascii=False)[:limit]
     except ValueError:
         return arguments[:limit]
+
+
+def refresh(store: Store, view: TurnView, rounds: tuple[RoundView, ...]) -> TurnView:
+    """The view for the next round of the same turn: state tools may have changed, re-read."""
+    agent_id = view.agent.agent_id
+    wm = store.working_memory(agent_id)
+    active = wm.get("active_work_item")
+    item = store.state("work_item", active) if active else None
+    return dataclasses.replace(
+        view,
+        working_memory=wm,
+        work_item=item if isinstance(item, WorkItemState) else None,
+        open_items=tuple(i for i in store.rows("work_item", agent_id=agent_id) if i.status in ("open", "blocked")),
+        tasks=tuple(store.rows("task", agent_id=agent_id, status="running")),
+        waits=tuple(store.rows("wait", agent_id=agent_id, status="pending")),
+        rounds=rounds,
+    )

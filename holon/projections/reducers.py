@@ -99,7 +99,9 @@ def _settle(state: AgentState, p: ev.TurnSettled, event: Event) -> AgentState:
     if requeue and p.turn_id == state.current_turn_id:
         back = [s for s in state.current_inputs if s not in pending]
         pending = [*back, *pending]
-    if p.outcome == "interrupted":
+    if requeue:
+        # The next turn on these inputs continues from this one: it sees the tool calls that
+        # already ran instead of running them again.
         resume = state.resume_from_seq if state.resume_from_seq is not None else state.current_turn_seq
     else:
         resume = None

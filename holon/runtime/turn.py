@@ -27,7 +27,7 @@ from holon.context.assembler import Assembly, Budget, ContextOverflow, assemble
 from holon.context.render import with_cache_markers
 from holon.context.sections import build_sections
 from holon.context.tokens import TokenCounter
-from holon.context.view import RoundView, ToolEvidence, gather
+from holon.context.view import RoundView, ToolEvidence, gather, refresh
 from holon.errors import ModelError
 from holon.ids import new_id
 from holon.ledger import Event, NewEvent
@@ -150,9 +150,8 @@ class TurnRunner:
         tool_errors = 0
         for round_no in range(limits.max_rounds):
             try:
-                assembly = assemble(
-                    build_sections(dataclasses.replace(base_view, rounds=tuple(rounds)), counter), budget
-                )
+                view = refresh(self.store, base_view, tuple(rounds)) if rounds else base_view
+                assembly = assemble(build_sections(view, counter), budget)
             except ContextOverflow as e:
                 return self._settle(agent_id, result, "failed", reason=f"context: {e}")
             refusal = self._over_budget(result, limits, assembly.used_tokens)
