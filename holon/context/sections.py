@@ -26,13 +26,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from holon.clock import format_us
 from holon.context.assembler import Rendering, Section
 from holon.context.render import is_short_reply, render_inputs, shorten
 from holon.context.tokens import MESSAGE_OVERHEAD, TokenCounter
-from holon.context.view import EpisodeView, RoundView, ToolEvidence, TurnView
+from holon.context.view import EpisodeView, HistoryTurn, RoundView, ToolEvidence, TurnView
 
 __all__ = ["PREAMBLE", "build_sections", "relevance"]
 
@@ -215,8 +216,8 @@ def _anchor(view: TurnView) -> str | None:
         parts.append(
             f"You were working on '{view.work_item.title}'" + (f"; next todo: {nxt.text}" if nxt else "") + "."
         )
-    if last is not None and last.reply:
-        parts.append(f"Your last reply: {shorten(last.reply, 300)}")
+    if view.waits:
+        parts.append(f"You are waiting on {len(view.waits)} thing(s); see running tasks and waits.")
     return "\n".join(parts)
 
 
@@ -324,13 +325,18 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
                 refs=(f"work_item:{view.work_item.work_item_id}",),
             )
         )
-    if view.key_points:
-        full = "# Decisions and rules the operator set\n" + "\n".join(f"- {k.text}" for k in view.key_points)
+    plan = _history_plan(view)
+    # Key points inside the history window travel with their turns (no evidence twice); the
+    # older ones are listed here.
+    window_start = min((t.started_seq for t, _p, _r in plan.candidates), default=None)
+    points = [k for k in view.key_points if window_start is None or k.seq < window_start]
+    if points:
+        full = "# Decisions and rules the operator set\n" + "\n".join(f"- {k.text}" for k in points)
         compact = "# Decisions and rules the operator set\n" + "\n".join(
-            f"- {shorten(k.text, 120)}" for k in view.key_points[-12:]
+            f"- {shorten(k.text, 120)}" for k in points[-12:]
         )
-        refs = tuple(f"event:{k.seq}" for k in view.key_points)
-        compact_refs = tuple(f"event:{k.seq}" for k in view.key_points[-12:])
+        refs = tuple(f"event:{k.seq}" for k in points)
+        compact_refs = tuple(f"event:{k.seq}" for k in points[-12:])
         s.append(
             _text_section(
                 counter, "decisions", "turn", "context", 1, 800, full, compact, refs=refs, compact_refs=compact_refs
@@ -338,15 +344,14 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
         )
     anchor = _anchor(view)
     if anchor:
-        refs = (f"event:{view.last_turn.settled_seq}",) if view.last_turn else ()
-        s.append(_text_section(counter, "anchor", "turn", "context", 2, 750, anchor, refs=refs))
+        s.append(_text_section(counter, "anchor", "turn", "context", 2, 750, anchor))
     wm_full, wm_compact = _working_memory(view)
     s.append(_text_section(counter, "working_memory", "turn", "context", 3, 700, wm_full, wm_compact))
     tw = _tasks_waits(view)
     if tw is not None:
         s.append(_text_section(counter, "tasks_waits", "turn", "context", 4, 600, tw[0], tw[1]))
-    s += _episode_sections(view, counter)
-    s += _history_sections(view, counter)
+    s += _episode_sections(view, counter, plan)
+    s += _history_sections(view, counter, plan)
     text = render_inputs(view.inputs)
     compact_input = render_inputs(view.inputs, limit=4_000)
     refs = tuple(i.ref for i in view.inputs)
@@ -369,16 +374,29 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
     return s
 
 
-def _episode_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
+def _query(view: TurnView) -> str:
     query = " ".join(i.text for i in view.inputs)
     if view.work_item is not None:
         query += f" {view.work_item.title} {view.work_item.objective}"
-    paused = {i.work_item_id for i in view.open_items} - {view.thread}
+    return query
+
+
+def _paused(view: TurnView) -> set[str]:
+    return {i.work_item_id for i in view.open_items} - {view.thread}
+
+
+def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan) -> list[Section]:
+    query = _query(view)
+    paused = _paused(view)
+    covered = [t.started_seq for t, _p, _r in plan.candidates]
     scored = []
     for n, e in enumerate(view.episodes):
         own = e.work_item_id is not None and e.work_item_id == view.thread
         if e.work_item_id in paused:
             scored.append((e, -1.0, f"belongs to paused work item {e.work_item_id}"))
+            continue
+        if any(e.seq_start <= seq <= e.seq_end for seq in covered):
+            scored.append((e, -1.0, "covered by recent turns in this prompt"))
             continue
         score = relevance(query, e) + (1.0 if own else 0.0) + n / (100.0 * max(len(view.episodes), 1))
         reason = (
@@ -406,35 +424,79 @@ def _episode_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
     return out
 
 
-def _history_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
+@dataclass(frozen=True, slots=True)
+class _HistoryPlan:
+    candidates: list[tuple[HistoryTurn, int, str]]
+    """(turn, priority, reason) of turns that may appear, oldest first."""
+    excluded: list[tuple[HistoryTurn, str]]
+    pinned: str | None
+    """The turn a short reply answers."""
+
+
+_RELEVANT = 0.34
+
+
+def _turn_text(t: HistoryTurn) -> str:
+    return " ".join(i.text for i in t.inputs) + " " + t.reply
+
+
+def _share(query: str, text: str) -> float:
+    q = _terms(query)
+    return len(q & _terms(text)) / len(q) if q else 0.0
+
+
+def _history_plan(view: TurnView) -> _HistoryPlan:
+    """Which past turns are candidates: this thread's by recency, other threads' by relevance."""
+    paused = _paused(view)
+    query = _query(view)
+    key_seqs = {k.seq for k in view.key_points}
+    last = view.history[-1] if view.history else None
+    pinned = last.turn_id if last is not None and is_short_reply(view.inputs) else None
+    same = [t for t in view.history if t.thread == view.thread]
+    candidates: list[tuple[HistoryTurn, int, str]] = []
+    excluded: list[tuple[HistoryTurn, str]] = []
+    for i, t in enumerate(same):
+        bump = 150 if any(x.seq in key_seqs for x in t.inputs) else 0
+        reason = "recent turn of this thread" + (" (holds a decision)" if bump else "")
+        candidates.append((t, 400 + min(i, 99) + bump, reason))
+    others = [t for t in view.history if t.thread != view.thread]
+    scores = {t.turn_id: _share(query, _turn_text(t)) for t in others}
+    relevant = [t for t in others if scores[t.turn_id] >= _RELEVANT and t.work_item_id not in paused]
+    rank = {t.turn_id: n for n, t in enumerate(sorted(relevant, key=lambda t: -scores[t.turn_id]))}
+    for t in others:
+        if t.turn_id == pinned:
+            candidates.append((t, 880, "the message this short reply answers"))
+        elif t.work_item_id in paused:
+            excluded.append((t, f"belongs to paused work item {t.work_item_id}"))
+        elif t.turn_id in rank:
+            why = f"relevant to this input ({scores[t.turn_id]:.2f}), from another thread"
+            candidates.append((t, 390 - min(rank[t.turn_id], 89), why))
+        else:
+            excluded.append((t, "another thread, not relevant to this input"))
+    candidates.sort(key=lambda c: c[0].started_seq)
+    return _HistoryPlan(candidates, excluded, pinned)
+
+
+def _history_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan) -> list[Section]:
     out = []
-    short = is_short_reply(view.inputs)
-    n = len(view.history)
-    for i, t in enumerate(view.history):
-        newest = i == n - 1
-        user = {"role": "user", "content": render_inputs(t.inputs)}
+    for t, priority, reason in plan.candidates:
         refs = (*(x.ref for x in t.inputs), f"event:{t.settled_seq}")
-        full_msgs = [user] + ([{"role": "assistant", "content": t.reply}] if t.reply else [])
-        compact_msgs = [{"role": "user", "content": render_inputs(t.inputs, limit=300)}] + (
-            [{"role": "assistant", "content": shorten(t.reply, 300)}] if t.reply else []
-        )
-        pinned = short and newest
-        priority = 880 if pinned else 400 + min(i, 299) - (0 if i >= n - 60 else 100)
+        reply = [{"role": "assistant", "content": t.reply}] if t.reply else []
+        full_msgs = [{"role": "user", "content": render_inputs(t.inputs)}, *reply]
+        compact_reply = [{"role": "assistant", "content": shorten(t.reply, 300)}] if t.reply else []
+        compact_msgs = [{"role": "user", "content": render_inputs(t.inputs, limit=300)}, *compact_reply]
+        pinned = t.turn_id == plan.pinned
         renderings = [_messages_rendering(counter, "full", full_msgs, refs)]
         if compact_msgs != full_msgs:
             renderings.append(_messages_rendering(counter, "compact", compact_msgs, refs))
-        reason = "the message this short reply answers" if pinned else "recent turn of this thread"
+        prio, why = (880, "the message this short reply answers") if pinned else (priority, reason)
+        key = f"turn:{t.turn_id}"
+        out.append(Section(key, "turn", "history", t.started_seq, prio, tuple(renderings), pinned=pinned, reason=why))
+    for t, reason in plan.excluded:
+        refs = (*(x.ref for x in t.inputs), f"event:{t.settled_seq}")
+        absent = (Rendering("full", 0, refs=refs),)
         out.append(
-            Section(
-                f"turn:{t.turn_id}",
-                "turn",
-                "history",
-                t.started_seq,
-                priority,
-                tuple(renderings),
-                pinned=pinned,
-                reason=reason,
-            )
+            Section(f"turn:{t.turn_id}", "turn", "history", t.started_seq, 0, absent, reason=reason, excluded=True)
         )
     return out
 

@@ -29,8 +29,8 @@ from holon.projections.state import (
 
 __all__ = ["EpisodeView", "HistoryTurn", "RoundView", "ToolEvidence", "TurnView", "gather", "refresh"]
 
-MAX_HISTORY = 40
-"""Candidate past turns of the current thread (the budget decides how many are used)."""
+MAX_HISTORY = 60
+"""Candidate past turns, newest first, of any thread (the sections decide which fit the turn)."""
 MAX_EPISODES = 50
 MEMORY_FILES = ("memory/self.md", "memory/operator.md")
 
@@ -40,10 +40,12 @@ class HistoryTurn:
     turn_id: str
     started_seq: int
     settled_seq: int
-    thread: str | None
+    work_item_id: str | None
     inputs: tuple[InputView, ...]
     reply: str
     outcome: str
+    thread: str = ""
+    """The work item id, or the conversation thread (``conv:<seq>``) the turn belonged to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +133,11 @@ def _history(store: Store, agent_id: str, before: int) -> list[HistoryTurn]:
     return out
 
 
-def _in_thread(turn: HistoryTurn, thread: str) -> bool:
-    if thread.startswith("conv:"):
-        return turn.thread is None and turn.started_seq >= int(thread[5:])
-    return turn.thread == thread
+def _thread_of(turn: HistoryTurn, starts: list[KeyPoint]) -> str:
+    if turn.work_item_id is not None:
+        return turn.work_item_id
+    conv = [k.thread for k in starts if k.seq <= turn.started_seq and k.thread.startswith("conv:")]
+    return conv[-1] if conv else "conv:0"
 
 
 def _rounds(store: Store, events: list[Event]) -> tuple[RoundView, ...]:
@@ -190,7 +193,8 @@ def gather(
     if active:
         thread = active
     key_points = tuple(k for k in drafts.key_points if k.thread == thread) if isinstance(drafts, EpisodeDrafts) else ()
-    history = _history(store, agent_id, started_seq)
+    starts = drafts.thread_starts if isinstance(drafts, EpisodeDrafts) else []
+    history = [dataclasses.replace(t, thread=_thread_of(t, starts)) for t in _history(store, agent_id, started_seq)]
     episodes = []
     for e in store.ledger.recent(agent_id, ("episode.sealed",), limit=MAX_EPISODES, before=started_seq):
         p = e.payload
@@ -217,7 +221,7 @@ def gather(
         open_items=tuple(i for i in store.rows("work_item", agent_id=agent_id) if i.status in ("open", "blocked")),
         thread=thread,
         key_points=key_points,
-        history=tuple(t for t in history if _in_thread(t, thread))[-MAX_HISTORY:],
+        history=tuple(history[-MAX_HISTORY:]),
         episodes=tuple(episodes),
         tasks=tuple(t for t in store.rows("task", agent_id=agent_id, status="running")),
         waits=tuple(store.rows("wait", agent_id=agent_id, status="pending")),

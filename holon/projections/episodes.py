@@ -54,7 +54,7 @@ _KEY = re.compile(
 # Explicit changes of subject in plain conversation.
 _TOPIC = re.compile(
     r"^\s*(new topic|different topic|change of topic|another (topic|question|thing)|switching (topics?|gears)|"
-    r"unrelated|换个话题|另一个问题|换个问题|新话题|说点别的)",
+    r"unrelated|back to|going back to|returning to|换个话题|另一个问题|换个问题|新话题|说点别的|回到)",
     re.IGNORECASE,
 )
 
@@ -205,8 +205,13 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
             s = _close(s, boundary or "work_switched")
     if said is not None and is_key_point(said):
         points = [*points, KeyPoint(seq=event.seq, text=_short(said, 300), thread=thread)][-KEY_POINTS:]
+    starts = s.thread_starts
+    if thread != s.thread:
+        starts = [*starts, KeyPoint(seq=event.seq, text="", thread=thread)][-KEY_POINTS:]
     base = s.current or Draft(seq_start=event.seq, last_seq=event.seq, last_us=event.ts_us, thread=thread)
-    s = s.model_copy(update={"current": _fold(base, event), "thread": thread, "key_points": points})
+    s = s.model_copy(
+        update={"current": _fold(base, event), "thread": thread, "key_points": points, "thread_starts": starts}
+    )
     # Boundaries that end the episode with this event.
     if isinstance(p, ev.WorkItemCompleted):
         s = _close(s, "work_item_completed")

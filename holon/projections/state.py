@@ -212,3 +212,5 @@ class EpisodeDrafts(State):
     """The thread the agent is in now."""
     key_points: list[KeyPoint] = []
     """The latest operator decisions and rules, across threads (at most ``KEY_POINTS``)."""
+    thread_starts: list[KeyPoint] = []
+    """Where recent threads began (``seq``, ``thread``; ``text`` unused), oldest first."""

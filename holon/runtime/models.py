@@ -17,7 +17,12 @@ from holon.runtime.providers.base import ModelSettings, Provider
 from holon.runtime.providers.litellm_provider import LiteLLMProvider
 from holon.runtime.providers.local import MODEL_NOT_CONFIGURED_MESSAGE, LocalModelServer, local_model_available
 
-__all__ = ["MODEL_SETTING_KEYS", "ModelResolver", "model_settings"]
+__all__ = ["LOCAL_TURN_CONTEXT_WINDOW", "MODEL_SETTING_KEYS", "ModelResolver", "model_settings"]
+
+LOCAL_TURN_CONTEXT_WINDOW = 8192
+"""Context window the local model is served with for turns: SmolLM2's trained length. A turn's
+pinned prompt (role contract, tool schemas, inputs) is ~3k tokens, so the server's small default
+(2048) would make every turn fail before its first model call."""
 
 #: Agent settings that describe its model.
 MODEL_SETTING_KEYS = (
@@ -64,7 +69,7 @@ class ModelResolver:
         if not local_model_available():
             raise ModelNotConfigured(MODEL_NOT_CONFIGURED_MESSAGE)
         if self._local is None or not self._local.running:
-            self._local = LocalModelServer(self.log_dir).start()
+            self._local = LocalModelServer(self.log_dir, n_ctx=LOCAL_TURN_CONTEXT_WINDOW).start()
         return self.provider, self._local.settings
 
     def close(self) -> None:

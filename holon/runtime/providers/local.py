@@ -39,9 +39,7 @@ __all__ = [
 ]
 
 LOCAL_MODEL_ALIAS = "smollm2"
-LOCAL_CONTEXT_WINDOW = 8192
-"""SmolLM2's trained context length. A turn's pinned prompt (role contract, tool schemas, inputs)
-is ~3k tokens, so a smaller window makes every turn fail before its first model call."""
+LOCAL_CONTEXT_WINDOW = 2048
 
 #: What a user sees when there is no model to talk to (one line: the CLI prints it as is).
 MODEL_NOT_CONFIGURED_MESSAGE = (
