@@ -12,7 +12,7 @@ Priorities (higher survives longer under a tight budget):
      750  continuation anchor
      700  working memory
      600  active tasks and waits
-     500  curated memory files
+     450  curated memory files
      400+ recent turns of this thread (newer higher)
      300+ relevant episodes (more relevant higher)
      200+ older rounds of this turn (compact: a recap of call and result together)
@@ -169,6 +169,49 @@ def _compact_tools(tools: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], .
     return tuple(out)
 
 
+def _outline(markdown: str, per_heading: int = 2) -> str:
+    """Headings with the first lines under each: a compact form of a role contract."""
+    out: list[str] = []
+    taken = 0
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            out.append(line)
+            taken = 0
+        elif line.strip() and taken < per_heading:
+            out.append(line)
+            taken += 1
+    return "\n".join(out)
+
+
+def _simple_type(prop: dict[str, Any]) -> str:
+    if isinstance(prop.get("type"), str):
+        return str(prop["type"])
+    for option in prop.get("anyOf", ()):
+        if isinstance(option, dict) and option.get("type") not in (None, "null"):
+            return str(option["type"])
+    return "object"
+
+
+def _minimal_tools(tools: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+    """Names, one line of description and parameter names with their types: for small windows."""
+    out = []
+    for t in tools:
+        fn = t["function"]
+        params = fn.get("parameters", {})
+        props = {k: {"type": _simple_type(v)} for k, v in params.get("properties", {}).items()}
+        out.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": fn["name"],
+                    "description": fn.get("description", "").split(". ")[0].split(":")[0].split(",")[0][:48],
+                    "parameters": {"type": "object", "properties": props, "required": params.get("required", [])},
+                },
+            }
+        )
+    return tuple(out)
+
+
 def _work_item(view: TurnView) -> tuple[str, str] | None:
     item = view.work_item
     if item is None:
@@ -279,36 +322,24 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
     s.append(_text_section(counter, "system", "stable", "system", 0, 1000, PREAMBLE, pinned=True))
     if view.agents_md.strip():
         md = view.agents_md.strip()
-        s.append(
-            _text_section(
-                counter, "agents_md", "stable", "system", 1, 920, md, "\n".join(md.splitlines()[:25]), pinned=True
-            )
-        )
+        s.append(_text_section(counter, "agents_md", "stable", "system", 1, 920, md, _outline(md), pinned=True))
     for i, (name, text) in enumerate(view.memory_files):
         headings = [line for line in text.splitlines() if line.startswith("#")]
         full = f"# File {name} ({len(text)} characters)\n{text.strip()}"
         compact = f"# File {name} ({len(text)} characters; headings only)\n" + "\n".join(headings[:20])
         s.append(
             _text_section(
-                counter, f"file:{name}", "stable", "system", 10 + i, 500, full, compact, refs=(f"file:{name}",)
+                counter, f"file:{name}", "stable", "system", 10 + i, 450, full, compact, refs=(f"file:{name}",)
             )
         )
     if view.tools:
-        compact_tools = _compact_tools(view.tools)
-        s.append(
-            Section(
-                "tools",
-                "stable",
-                "system",
-                50,
-                960,
-                (
-                    Rendering("full", counter.tools(view.tools), tools=view.tools),
-                    Rendering("compact", counter.tools(compact_tools), tools=compact_tools),
-                ),
-                pinned=True,
-            )
+        compact_tools, minimal_tools = _compact_tools(view.tools), _minimal_tools(view.tools)
+        tool_forms = (
+            Rendering("full", counter.tools(view.tools), tools=view.tools),
+            Rendering("compact", counter.tools(compact_tools), tools=compact_tools),
+            Rendering("compact", counter.tools(minimal_tools), tools=minimal_tools),
         )
+        s.append(Section("tools", "stable", "system", 50, 960, tool_forms, pinned=True))
     item = _work_item(view)
     if item is not None:
         assert view.work_item is not None
@@ -456,8 +487,13 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
     candidates: list[tuple[HistoryTurn, int, str]] = []
     excluded: list[tuple[HistoryTurn, str]] = []
     for i, t in enumerate(same):
-        bump = 150 if any(x.seq in key_seqs for x in t.inputs) else 0
-        reason = "recent turn of this thread" + (" (holds a decision)" if bump else "")
+        # Recency orders this thread's turns; a turn holding a decision, or sharing the input's
+        # terms, outlives newer small talk.
+        holds = any(x.seq in key_seqs for x in t.inputs)
+        share = _share(query, _turn_text(t))
+        bump = (150 if holds else 0) + int(200 * share)
+        reason = "recent turn of this thread" + (" (holds a decision)" if holds else "")
+        reason += f" (relevance {share:.2f})" if share >= _RELEVANT else ""
         candidates.append((t, 400 + min(i, 99) + bump, reason))
     others = [t for t in view.history if t.thread != view.thread]
     scores = {t.turn_id: _share(query, _turn_text(t)) for t in others}

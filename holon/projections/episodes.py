@@ -203,6 +203,11 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
             points = [k.model_copy(update={"thread": thread}) if k.seq >= cur.seq_start else k for k in points]
         else:
             s = _close(s, boundary or "work_switched")
+    if isinstance(p, ev.TurnStarted) and thread != s.thread:
+        # A turn's inputs are instructions for the thread the turn runs in (e.g. the first turn
+        # after a work item completed), not for the thread that was current when they arrived.
+        taken = set(p.inputs)
+        points = [k.model_copy(update={"thread": thread}) if k.seq in taken else k for k in points]
     if said is not None and is_key_point(said):
         points = [*points, KeyPoint(seq=event.seq, text=_short(said, 300), thread=thread)][-KEY_POINTS:]
     starts = s.thread_starts
