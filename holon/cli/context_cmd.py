@@ -1,0 +1,154 @@
+"""``holon scenario run`` and ``holon context show``: check continuity, explain what a model saw."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
+
+scenario_app = typer.Typer(help="Continuity scenarios (see rfcs/0003).", no_args_is_help=True)
+context_app = typer.Typer(help="What the model saw in a turn, and why.", no_args_is_help=True)
+
+
+@scenario_app.command("run")
+def scenario_run(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="Scenario JSON file.")],
+    budget: Annotated[
+        list[int] | None, typer.Option("--budget", min=512, help="Budget(s) to check instead of the file's.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Replay a scenario through the real ledger, projector and assembler; check every assertion."""
+    from holon.logs import configure_logging
+    from holon.runtime.scenarios import load_scenario, run_scenario
+
+    configure_logging(console="off")
+    c = ctx_of(ctx, None, json_out)
+    result = run_scenario(load_scenario(file), budgets=budget)
+    lines = [f"scenario {result['id']}: {'passed' if result['passed'] else 'FAILED'}"]
+    if result["unknown_refs"]:
+        lines.append(f"  refs no event carries: {', '.join(result['unknown_refs'])}")
+    for b in result["budgets"]:
+        failed = [k for k, v in b["assertions"].items() if not v]
+        status = "passed" if b["passed"] else "FAILED: " + ", ".join(failed)
+        lines.append(f"  budget {b['budget']:>6}: {status} ({b.get('used_tokens', '-')} tokens)")
+        if b.get("error"):
+            lines.append(f"    {b['error']}")
+        lines.append(f"    included: {', '.join(b['included_refs']) or '-'}")
+        lines.append(f"    omitted:  {', '.join(b['omitted_refs']) or '-'}")
+    emit(c, result, "\n".join(lines))
+    if not result["passed"]:
+        raise typer.Exit(1)
+
+
+def _assembled(store: Any, agent_id: str, turn: str | None) -> list[Any]:
+    from holon.ledger import events as ev
+
+    found = [
+        e
+        for e in store.ledger.recent(agent_id, ("context.assembled",), limit=500)
+        if isinstance(e.payload, ev.ContextAssembled)
+    ]
+    if turn is not None:
+        found = [e for e in found if e.payload.turn_id == turn or e.payload.turn_id.endswith(turn)]
+    elif found:
+        last = found[-1].payload.turn_id
+        found = [e for e in found if e.payload.turn_id == last]
+    return found
+
+
+def _text(store: Any, value: Any) -> str | None:
+    resolved = store.ledger.resolve(value)
+    if resolved is None or isinstance(resolved, str):
+        return resolved
+    return resolved.text
+
+
+@context_app.command("show")
+def context_show(
+    ctx: typer.Context,
+    agent: Annotated[str, typer.Argument(help="Agent name or id.")],
+    turn: Annotated[str | None, typer.Option("--turn", help="Turn id (default: the last turn).")] = None,
+    render: Annotated[bool, typer.Option("--render", help="Print the exact prompt that was sent.")] = False,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Explain the context of a turn: per section what was included, compacted or left out, and why."""
+    from holon.errors import NotFoundError
+
+    c = ctx_of(ctx, home, json_out)
+    with open_store(c) as store:
+        a = store.agent(agent)
+        rounds = _assembled(store, a.agent_id, turn)
+        if not rounds:
+            raise NotFoundError(f"no assembled context for agent {a.name}" + (f" and turn {turn}" if turn else ""))
+        items = []
+        for e in rounds:
+            p = e.payload
+            manifest_text = _text(store, p.manifest)
+            prompt_text = _text(store, p.prompt)
+            items.append(
+                {
+                    "turn_id": p.turn_id,
+                    "round": p.round,
+                    "seq": e.seq,
+                    "budget_tokens": p.budget_tokens,
+                    "used_tokens": p.used_tokens,
+                    "digest": p.manifest_digest,
+                    "summary": p.summary,
+                    "manifest": json.loads(manifest_text) if manifest_text else None,
+                    "prompt": json.loads(prompt_text) if prompt_text else None,
+                }
+            )
+    if c.json:
+        if not render:
+            for item in items:
+                item.pop("prompt")
+        emit(c, items if len(items) > 1 else items[0])
+        return
+    out = []
+    for item in items:
+        if render:
+            prompt = item["prompt"]
+            if prompt is None:
+                out.append(
+                    f"round {item['round']}: the prompt was not recorded ([context] record_prompts = false, or pruned)"
+                )
+                continue
+            out.append(f"=== turn {item['turn_id']} round {item['round']}: {item['used_tokens']} tokens ===")
+            for m in prompt["messages"]:
+                content = m.get("content")
+                if isinstance(content, list):
+                    content = "".join(part.get("text", "") for part in content)
+                out.append(f"--- {m['role']}" + (f" ({m['tool_call_id']})" if m.get("tool_call_id") else ""))
+                if content:
+                    out.append(str(content))
+                for call in m.get("tool_calls") or ():
+                    out.append(f"[tool call {call['id']}] {call['function']['name']} {call['function']['arguments']}")
+            out.append(f"--- tools: {', '.join(t['function']['name'] for t in prompt['tools'])}")
+            continue
+        out.append(
+            f"turn {item['turn_id']} round {item['round']}: {item['used_tokens']} of {item['budget_tokens']} tokens, "
+            f"digest {item['digest'][:12]}"
+        )
+        for s in (item["manifest"] or {}).get("sections", []):
+            if s.get("excluded"):
+                continue
+            refs = len(s["refs_included"])
+            omitted = f", {len(s['refs_omitted'])} refs left out" if s["refs_omitted"] else ""
+            out.append(
+                f"  {s['key'][:34]:<34} {s['representation']:<8} {s['allocated_tokens']:>6}/{s['requested_tokens']:<6} "
+                f"{refs} refs{omitted}  {s['reason']}"
+            )
+        excluded = [s for s in (item["manifest"] or {}).get("sections", []) if s.get("excluded")]
+        if excluded:
+            out.append(
+                f"  not candidates ({len(excluded)}): " + "; ".join(f"{s['key']}: {s['reason']}" for s in excluded[:8])
+            )
+    sys.stdout.write("\n".join(out) + "\n")
