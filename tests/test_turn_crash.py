@@ -262,7 +262,7 @@ def test_background_task_running_at_kill_is_reported_interrupted(tmp_path: Path,
     with open_store(home) as store:
         task = store.state("task", task_id)
         assert task is not None and task.state == "interrupted"
-        assert "process is gone" in text_of(store, task.output)
+        assert "holon stopped" in text_of(store, task.output)
         assert store.rows("task", status="running") == []
         assert store.agent("bob").pending_inputs == []
     assert_ledger_ok(home)
