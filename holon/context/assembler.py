@@ -6,16 +6,21 @@ prompt (``stable`` first, then ``agent``, then ``turn``), so the prompt's prefix
 from turn to turn and providers can cache it.
 
 **One budget** covers everything the request contains: system text, tool schemas, history, the
-input, the current turn's rounds, and the tokens reserved for the reply. Degradation follows one
-fixed sequence of steps, computed from the sections alone and never from the budget:
+input, the current turn's rounds, and the tokens reserved for the reply.
 
-1. compact sections, lowest priority first;
-2. omit non-pinned sections, lowest priority first.
+Degradation follows fixed sequences of steps computed from the sections, never from the budget
+(compact sections lowest priority first, then omit non-pinned ones lowest priority first):
 
-Assembly runs the steps in order until the request fits. A smaller budget therefore runs a longer
-prefix of the same sequence, and can never include something a larger budget dropped
-(monotone degradation). If even the pinned minimum does not fit, ``ContextOverflow`` says by how
-much, and no request is sent.
+1. The **stable tier** (system contract, AGENTS.md, memory files, tools) takes the first prefix
+   of its sequence that fits in ``STABLE_SHARE`` of the budget. That choice depends on the budget
+   alone, not on how long the conversation is, so the prompt's prefix stays byte-identical from
+   turn to turn and providers can cache it.
+2. Everything else degrades along its own sequence until it fits the **allowance**: the budget
+   minus the stable tier, capped by what the next larger stable choice left. The cap makes the
+   allowance grow with the budget, so a smaller budget runs a longer prefix of the same sequences
+   and can never include something a larger budget dropped (monotone degradation).
+3. Only if the pinned minimum still does not fit, the stable tier degrades further; if even that
+   fails, ``ContextOverflow`` says by how much, and no request is sent.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ __all__ = [
     "ContextOverflow",
     "Rendering",
     "Section",
+    "STABLE_SHARE",
     "assemble",
 ]
 
@@ -120,16 +126,46 @@ class _Plan:
         i = self.level[s.key]
         return s.renderings[i].tokens if i < len(s.renderings) else 0
 
-    def total(self) -> int:
-        return sum(self.tokens(s) for s in self.sections)
+
+STABLE_SHARE = 0.6
+"""The stable tier may use at most this share of the budget before it is compacted."""
 
 
-def _steps(sections: list[Section]) -> list[tuple[str, int]]:
-    """The fixed degradation sequence: (section key, new level)."""
+def _steps(sections: list[Section]) -> list[tuple[Section, int]]:
+    """A fixed degradation sequence: (section, new level)."""
     by_priority = sorted((s for s in sections if not s.excluded), key=lambda s: (s.priority, s.key))
-    steps = [(s.key, i) for s in by_priority for i in range(1, len(s.renderings))]
-    steps += [(s.key, len(s.renderings)) for s in by_priority if not s.pinned]
+    steps = [(s, i) for s in by_priority for i in range(1, len(s.renderings))]
+    steps += [(s, len(s.renderings)) for s in by_priority if not s.pinned]
     return steps
+
+
+def _run(
+    plan: _Plan, steps: list[tuple[Section, int]], total: int, limit: float, reasons: dict[str, str]
+) -> tuple[int, int]:
+    """Apply steps until ``total <= limit``; returns (steps applied, new total)."""
+    done = 0
+    for section, level in steps:
+        if total <= limit:
+            break
+        before = plan.tokens(section)
+        plan.level[section.key] = level
+        total += plan.tokens(section) - before
+        omitted = level >= len(section.renderings)
+        reasons[section.key] = "omitted to fit the budget" if omitted else "compacted to fit the budget"
+        done += 1
+    return done, total
+
+
+def _stable_prefix_totals(plan: _Plan, stable: list[Section], steps: list[tuple[Section, int]]) -> list[int]:
+    """The stable tier's total after each prefix of its degradation sequence (plan left untouched)."""
+    saved = dict(plan.level)
+    totals = [sum(plan.tokens(s) for s in stable)]
+    for section, level in steps:
+        before = plan.tokens(section)
+        plan.level[section.key] = level
+        totals.append(totals[-1] + plan.tokens(section) - before)
+    plan.level = saved
+    return totals
 
 
 def assemble(sections: list[Section], budget: Budget) -> Assembly:
@@ -137,18 +173,23 @@ def assemble(sections: list[Section], budget: Budget) -> Assembly:
     if len(set(keys)) != len(keys):
         raise ValueError("section keys must be unique")
     plan = _Plan(sections, {s.key: len(s.renderings) if s.excluded else 0 for s in sections})
-    total = plan.total()
     reasons: dict[str, str] = {}
-    for key, level in _steps(sections):
-        if total <= budget.limit:
-            break
-        section = next(s for s in sections if s.key == key)
-        before = plan.tokens(section)
-        plan.level[key] = level
-        total += plan.tokens(section) - before
-        reasons[key] = (
-            "omitted to fit the budget" if level >= len(section.renderings) else "compacted to fit the budget"
-        )
+    stable = [s for s in sections if s.tier == "stable"]
+    rest = [s for s in sections if s.tier != "stable"]
+    stable_steps = _steps(stable)
+    # 1. The stable tier, chosen from the budget alone.
+    totals = _stable_prefix_totals(plan, stable, stable_steps)
+    k = next((i for i, t in enumerate(totals) if t <= STABLE_SHARE * budget.limit), len(totals) - 1)
+    applied, stable_total = _run(plan, stable_steps[:k], totals[0], -1, reasons)
+    allowance = budget.limit - stable_total
+    if k > 0:
+        allowance = min(allowance, int(totals[k - 1] * (1 / STABLE_SHARE - 1)))
+    # 2. Everything else, within its allowance.
+    _done, rest_total = _run(plan, _steps(rest), sum(plan.tokens(s) for s in rest), allowance, reasons)
+    total = stable_total + rest_total
+    # 3. Last resort: a leaner stable tier for an oversized pinned minimum.
+    if total > budget.limit:
+        _more, total = _run(plan, stable_steps[applied:], total, budget.limit, reasons)
     if total > budget.limit:
         raise ContextOverflow(
             f"the pinned minimum of this prompt is {total} tokens but the budget allows {budget.limit} "
