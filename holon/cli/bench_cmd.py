@@ -51,3 +51,18 @@ def turn(
     c = ctx_of(ctx, None, json_out)
     result = run_turn_bench(large_events=events, turns=turns, synchronous=synchronous.upper())
     emit(c, result, format_report(result))
+
+
+@app.command("context")
+def context(
+    ctx: typer.Context,
+    events: Annotated[int, typer.Option("--events", min=10_000, help="Ledger size.")] = 1_000_000,
+    samples: Annotated[int, typer.Option(min=20, help="Measured turns per budget.")] = 100,
+    json_out: JsonOpt = False,
+) -> None:
+    """Context assembly latency at 8k/32k/128k budgets on a large ledger, and prefix stability."""
+    from holon.bench.context import format_report, run_context_bench
+
+    c = ctx_of(ctx, None, json_out)
+    result = run_context_bench(events=events, samples=samples)
+    emit(c, result, format_report(result))

@@ -23,6 +23,7 @@ AGENTS.md, memory files, tools) forms the same prefix turn after turn.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -106,12 +107,13 @@ _STOP = frozenset(
 )
 
 
-def _terms(text: str) -> set[str]:
+@functools.lru_cache(maxsize=50_000)
+def _terms(text: str) -> frozenset[str]:
     lower = text.lower()
     words = {w for w in _WORD.findall(lower) if w not in _STOP}
     cjk = _CJK.findall(lower)
     words.update(a + b for a, b in itertools.pairwise(cjk))
-    return words
+    return frozenset(words)
 
 
 def relevance(query: str, episode: EpisodeView) -> float:

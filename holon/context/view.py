@@ -8,6 +8,7 @@ and the assembler stay pure.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -114,30 +115,49 @@ def input_view(store: Store, e: Event) -> InputView:
     return InputView(e.seq, e.ts_us, e.authority, e.origin, text)
 
 
+_MEMO_LIMIT = 20_000
+
+
+def _memo(store: Store) -> dict[object, Any]:
+    if len(store.memo) > _MEMO_LIMIT:
+        store.memo.clear()
+    return store.memo
+
+
 def _history(store: Store, agent_id: str, before: int) -> list[HistoryTurn]:
-    events = store.ledger.recent(agent_id, ("turn.started", "turn.settled"), limit=MAX_HISTORY * 3, before=before)
-    starts = {e.payload.turn_id: e for e in events if isinstance(e.payload, ev.TurnStarted)}
+    """Recent settled turns, oldest first. A settled turn never changes, so each is read once."""
+    index = store.ledger.recent_index(agent_id, ("turn.started", "turn.settled"), limit=MAX_HISTORY * 3, before=before)
+    memo = _memo(store)
+    started = {turn_id: seq for seq, type_, turn_id in index if type_ == "turn.started"}
     out = []
-    for e in events:
-        p = e.payload
-        # A turn whose inputs were re-queued (interrupted, or failed transiently) is not history:
-        # its inputs come back as a later turn's inputs and must not be shown twice.
-        if not isinstance(p, ev.TurnSettled) or p.outcome == "interrupted" or p.requeue or p.turn_id not in starts:
+    for seq, type_, turn_id in index:
+        if type_ != "turn.settled" or turn_id not in started:
             continue
-        start = starts[p.turn_id]
-        assert isinstance(start.payload, ev.TurnStarted)
-        inputs = tuple(input_view(store, i) for i in store.ledger.get_many(start.payload.inputs))
-        out.append(
-            HistoryTurn(p.turn_id, start.seq, e.seq, start.work_item_id, inputs, _text(store, p.reply), p.outcome)
-        )
+        key = ("history_turn", seq)
+        if key not in memo:
+            memo[key] = _read_turn(store, started[turn_id], seq)
+        if memo[key] is not None:
+            out.append(memo[key])
     return out
 
 
-def _thread_of(turn: HistoryTurn, starts: list[KeyPoint]) -> str:
+def _read_turn(store: Store, started_seq: int, settled_seq: int) -> HistoryTurn | None:
+    start, settled = store.ledger.get_many([started_seq, settled_seq])
+    p, sp = settled.payload, start.payload
+    assert isinstance(p, ev.TurnSettled) and isinstance(sp, ev.TurnStarted)
+    # A turn whose inputs were re-queued (interrupted, or failed transiently) is not history: its
+    # inputs come back as a later turn's inputs and must not be shown twice.
+    if p.outcome == "interrupted" or p.requeue:
+        return None
+    inputs = tuple(input_view(store, i) for i in store.ledger.get_many(sp.inputs))
+    return HistoryTurn(p.turn_id, start.seq, settled.seq, start.work_item_id, inputs, _text(store, p.reply), p.outcome)
+
+
+def _thread_of(turn: HistoryTurn, conv_starts: list[KeyPoint], conv_seqs: list[int]) -> str:
     if turn.work_item_id is not None:
         return turn.work_item_id
-    conv = [k.thread for k in starts if k.seq <= turn.started_seq and k.thread.startswith("conv:")]
-    return conv[-1] if conv else "conv:0"
+    at = bisect.bisect_right(conv_seqs, turn.started_seq)
+    return conv_starts[at - 1].thread if at else "conv:0"
 
 
 def _rounds(store: Store, events: list[Event]) -> tuple[RoundView, ...]:
@@ -193,17 +213,25 @@ def gather(
     if active:
         thread = active
     key_points = tuple(k for k in drafts.key_points if k.thread == thread) if isinstance(drafts, EpisodeDrafts) else ()
-    starts = drafts.thread_starts if isinstance(drafts, EpisodeDrafts) else []
-    history = [dataclasses.replace(t, thread=_thread_of(t, starts)) for t in _history(store, agent_id, started_seq)]
+    conv = (
+        [k for k in drafts.thread_starts if k.thread.startswith("conv:")] if isinstance(drafts, EpisodeDrafts) else []
+    )
+    seqs = [k.seq for k in conv]
+    history = [dataclasses.replace(t, thread=_thread_of(t, conv, seqs)) for t in _history(store, agent_id, started_seq)]
     episodes = []
-    for e in store.ledger.recent(agent_id, ("episode.sealed",), limit=MAX_EPISODES, before=started_seq):
-        p = e.payload
-        assert isinstance(p, ev.EpisodeSealed)
-        episodes.append(
-            EpisodeView(
+    memo = _memo(store)
+    for seq, _type, _turn in store.ledger.recent_index(
+        agent_id, ("episode.sealed",), limit=MAX_EPISODES, before=started_seq
+    ):
+        key = ("episode", seq)
+        if key not in memo:
+            e = store.ledger.get(seq)
+            p = e.payload
+            assert isinstance(p, ev.EpisodeSealed)
+            memo[key] = EpisodeView(
                 p.episode_id, e.seq, p.seq_start, p.seq_end, p.work_item_id, p.topic or "", p.summary, p.boundary
             )
-        )
+        episodes.append(memo[key])
     resumed: tuple[RoundView, ...] = ()
     if agent.resume_from_seq is not None:
         interrupted = [

@@ -374,6 +374,22 @@ class Ledger:
             rows = self._conn.execute(sql, params).fetchall()
         return [row_to_event(r) for r in reversed(rows)]
 
+    def recent_index(
+        self, agent_id: str, types: tuple[str, ...], *, limit: int, before: int | None = None
+    ) -> list[tuple[int, str, str | None]]:
+        """Like ``recent`` but only ``(seq, type, turn_id)``: nothing decoded, for callers that cache."""
+        marks = ", ".join("?" for _ in types)
+        sql = f"SELECT seq, type, turn_id FROM events WHERE agent_id = ? AND type IN ({marks})"
+        params: list[object] = [agent_id, *types]
+        if before is not None:
+            sql += " AND seq < ?"
+            params.append(before)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        params.append(limit)
+        with self._lock:
+            rows = self._conn.execute(sql, params).fetchall()
+        return [(r[0], r[1], r[2]) for r in reversed(rows)]
+
     def get_many(self, seqs: list[int]) -> list[Event]:
         """Events by sequence number, in the order asked (missing ones are skipped)."""
         if not seqs:

@@ -30,6 +30,9 @@ class Store:
         self.settings = settings
         self.ledger = ledger
         self.projector = projector
+        # Values derived from settled ledger events only (which never change), kept across turns
+        # by whoever reads them often (context assembly). Bounded by its users.
+        self.memo: dict[object, Any] = {}
 
     @classmethod
     def open(cls, paths: HomePaths, settings: Settings, *, clock: Clock | None = None) -> Store:
