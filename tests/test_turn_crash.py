@@ -226,13 +226,20 @@ def test_background_task_running_at_kill_is_reported_interrupted(tmp_path: Path,
         wait_for("the pid file", lambda: pid_file.read_text().strip(), proc=proc)
     finally:
         kill_hard(proc)
-        kill_group(pid_file)
     with open_store(home) as store:
         (task,) = store.rows("task")
         task_id = task.task_id
     assert task.state == "running"
+    job_pid = int(pid_file.read_text().strip())
+    assert Path(f"/proc/{job_pid}").exists()  # the command outlived holon (its own session)
 
-    report = run_host(home)
+    try:
+        report = run_host(home)
+    finally:
+        alive_after_recovery = Path(f"/proc/{job_pid}").exists() and "zombie" not in _state(job_pid)
+        kill_group(pid_file)
+    # Recovery stopped the very process the task had started (identified by pid, start time, boot).
+    assert not alive_after_recovery
     assert report["recovered"] == {"turns": [], "tool_calls": [], "tasks": [task_id]}
     assert [t["outcome"] for t in report["turns"]] == ["completed"]
     assert report["turns"][0]["reply"].startswith("The job was interrupted")
@@ -263,6 +270,14 @@ def test_background_task_running_at_kill_is_reported_interrupted(tmp_path: Path,
         task = store.state("task", task_id)
         assert task is not None and task.state == "interrupted"
         assert "holon stopped" in text_of(store, task.output)
+        assert "leftover processes were stopped" in text_of(store, task.output)
         assert store.rows("task", status="running") == []
         assert store.agent("bob").pending_inputs == []
     assert_ledger_ok(home)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
+    except (OSError, IndexError):
+        return "gone"

@@ -12,6 +12,7 @@ Run once when a host starts (and only by the one host that holds the home's lock
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from holon.ledger import NewEvent
@@ -19,6 +20,9 @@ from holon.ledger import events as ev
 from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection
 from holon.runtime.inputs import input_events
+from holon.runtime.tasks import stop_orphan
+
+_PROCESS = re.compile(r"process (\d+:\d+:[\w-]+)")
 
 __all__ = ["RecoveryReport", "recover"]
 
@@ -105,6 +109,11 @@ def recover(store: Store) -> RecoveryReport:
     for task in store.rows("task", status="running") + store.rows("task", status="pending"):
         if task.kind == "child_agent":
             continue  # a child agent's task ends when the child's turn does; the child is recovered above
-        store.append(*_task_input(store, task, "holon stopped while the task was running; its process is gone."))
+        # Commands run in a session of their own and outlive a killed holon: stop the very process
+        # recorded at start (pid, start time and boot id must all match, so a reused pid is safe).
+        found = _PROCESS.search(task.detail or "")
+        stopped = stop_orphan(found.group(1)) if found else False
+        what = "its leftover processes were stopped" if stopped else "its process had already ended"
+        store.append(*_task_input(store, task, f"holon stopped while the task was running; {what}."))
         report.tasks.append(task.task_id)
     return report

@@ -26,11 +26,39 @@ from holon.ids import new_id
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 
-__all__ = ["CommandOutcome", "RunningTask", "TaskManager", "command_env"]
+__all__ = ["CommandOutcome", "RunningTask", "TaskManager", "command_env", "process_identity", "stop_orphan"]
 
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 OUTPUT_LIMIT = 1_000_000
 """Bytes of output kept per task (the tail, when a command prints more)."""
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def process_identity(pid: int) -> str | None:
+    """``pid:start-time:boot-id``: names one process for good, even after its pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return f"{pid}:{fields[19]}:{_boot_id()}"
+
+
+def stop_orphan(identity: str) -> bool:
+    """Kill the process group of a task whose holon died, if that very process still runs."""
+    pid = int(identity.split(":", 1)[0])
+    if process_identity(pid) != identity:
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+        return True
+    return False
 
 
 def command_env() -> dict[str, str]:
@@ -118,7 +146,9 @@ class TaskManager:
             ),
             NewEvent(
                 agent_id,
-                ev.TaskStateChanged(task_id=task.task_id, state="running", detail=f"pid {proc.pid}"),
+                ev.TaskStateChanged(
+                    task_id=task.task_id, state="running", detail=f"pid {proc.pid} process {process_identity(proc.pid)}"
+                ),
                 origin="runtime:tasks",
                 task_id=task.task_id,
             ),
