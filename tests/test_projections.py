@@ -21,7 +21,7 @@ from holon.ledger import events as ev
 from holon.projections import KINDS, Store, derive, fold, fold_event, working_memory_view
 from holon.projections import projector as projector_module
 from holon.projections import store as store_module
-from holon.projections.fold import Key, row_columns, state_json
+from holon.projections.fold import Key, RangeReader, row_columns, state_json
 from holon.projections.state import State, WorkingMemory, WorkItemState
 
 # --- random plausible histories ----------------------------------------------------------------
@@ -223,6 +223,10 @@ def _expected_rows(events: list[Event]) -> dict[Key, tuple[object, ...]]:
     return out
 
 
+def _reader(known: list[Event]) -> RangeReader:
+    return lambda agent, a, b: [e for e in known if e.agent_id == agent and a <= e.seq <= b]
+
+
 def _check_derivations(ledger_events: list[Event], batches: list[list[NewEvent]]) -> None:
     """The ledger holds each batch as appended, followed by exactly what a pure ``derive`` gives."""
     model: dict[Key, State | None] = {}
@@ -233,7 +237,7 @@ def _check_derivations(ledger_events: list[Event], batches: list[list[NewEvent]]
             (n.agent_id, n.payload, n.turn_id) for n in batch
         ]
         fold(model, originals)
-        expected = derive(model, originals)
+        expected = derive(model, originals, read=_reader(ledger_events[: pos + len(batch)]))
         actual = ledger_events[pos + len(batch) : pos + len(batch) + len(expected)]
         assert [(n.agent_id, n.payload, n.turn_id, n.origin) for n in expected] == [
             (e.agent_id, e.payload, e.turn_id, e.origin) for e in actual

@@ -1,30 +1,38 @@
 """Episodes: completed stretches of work, sealed deterministically at boundaries.
 
-A per-agent draft accumulates what happens (turns, operator requests, commands with exit codes,
-files, decisions, follow-ups, the last reply). The reducer closes the draft at a boundary, in
+The ``episode_drafts`` projection follows, per agent, only what boundaries depend on: the thread
+(the active work item, or a conversation topic), where the open draft began, how many turns it
+has, and when the operator or the agent last spoke. Its reducer closes the draft at a boundary, in
 event order, and moves it to ``ready``:
 
 * ``work_item_completed``: the work item completed (the event ends the episode);
-* ``work_switched``: another work item was opened or picked (the event starts the next one);
+* ``work_switched``: another work item was opened or picked, or the work item ended and a new
+  conversation began (the event starts the next episode);
 * ``wait_began``: the agent registered a wait (the event ends the episode);
 * ``turn_cap``: ``TURN_CAP`` turns in one episode;
-* ``idle_gap``: plain conversation resumed after ``IDLE_GAP_US`` of silence.
+* ``idle_gap``: plain conversation resumed after ``IDLE_GAP_US`` of silence;
+* ``topic_switched``: the operator changed the subject explicitly ("New topic: ...", "回到 ...").
 
-The projector's derive step turns each ready draft into an immutable ``episode.sealed`` event
-that points back to its ledger range (``seq_start`` .. ``seq_end``); folding that event removes
-the draft from ``ready``. No model is involved; a model-written summary may be added later as a
-separate event, and nothing depends on it.
+The projector's derive step turns each ready draft into an immutable ``episode.sealed`` event whose
+content (operator requests, commands with exit codes, files, decisions, follow-ups, last reply) is
+read from the draft's ledger range at that moment, so the per-event fold stays small; folding the
+sealed event removes the draft from ``ready``. No model is involved; a model-written summary may be
+added later as a separate event, and nothing depends on it.
+
+The same reducer keeps the operator's **key points** (decisions, rules, preferences, recognised by
+marker words in English and Chinese) and where recent threads began, for context assembly.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from holon.ledger import Event
 from holon.ledger import events as ev
-from holon.projections.state import CommandRun, Draft, EpisodeDrafts, KeyPoint, WorkItemState
+from holon.projections.state import Draft, EpisodeDrafts, KeyPoint, WorkItemState
 
 __all__ = [
     "EPISODE_TYPES",
@@ -39,10 +47,11 @@ __all__ = [
 
 TURN_CAP = 20
 IDLE_GAP_US = 30 * 60 * 1_000_000
-_KEEP = 20
+KEY_POINTS = 24
+THREAD_STARTS = 24
+_KEEP = 8
 _EXCERPTS = 3
 _EXIT = re.compile(r"^exit code: (-?\d+)")
-KEY_POINTS = 40
 
 # Operator statements that set something lasting: decisions, rules, preferences. Deterministic
 # markers in English and Chinese; a miss only means the statement ages out with its turns.
@@ -58,6 +67,20 @@ _TOPIC = re.compile(
     re.IGNORECASE,
 )
 
+#: Event types the draft reducer looks at (everything else is read from the range when sealing).
+EPISODE_TYPES = frozenset(
+    {
+        "message.received",
+        "turn.started",
+        "turn.settled",
+        "work_item.opened",
+        "work_item.picked",
+        "work_item.completed",
+        "wait.registered",
+        "episode.sealed",
+    }
+)
+
 
 def is_key_point(text: str) -> bool:
     return bool(_KEY.search(text))
@@ -67,95 +90,10 @@ def is_topic_switch(text: str) -> bool:
     return bool(_TOPIC.search(text))
 
 
-#: Event types the draft reducer looks at.
-EPISODE_TYPES = frozenset(
-    {
-        "message.received",
-        "turn.started",
-        "turn.settled",
-        "tool.called",
-        "tool.resulted",
-        "file.touched",
-        "decision.recorded",
-        "follow_up.changed",
-        "work_item.opened",
-        "work_item.picked",
-        "work_item.completed",
-        "wait.registered",
-        "task.created",
-        "task.resulted",
-        "episode.sealed",
-    }
-)
-
-
 def _short(value: ev.LargeText | None, n: int) -> str:
     text = value if isinstance(value, str) else (value.preview if value is not None else "")
     flat = " ".join(text.split())
     return flat if len(flat) <= n else flat[: n - 1] + "…"
-
-
-def _meaningful(d: Draft) -> bool:
-    return bool(d.turns or d.tool_calls or d.excerpts)
-
-
-def _close(state: EpisodeDrafts, boundary: str) -> EpisodeDrafts:
-    d = state.current
-    if d is None:
-        return state
-    ready = [*state.ready, d.model_copy(update={"boundary": boundary})] if _meaningful(d) else state.ready
-    return state.model_copy(update={"current": None, "ready": ready})
-
-
-def _push(items: list[str], item: str) -> list[str]:
-    return [*[x for x in items if x != item], item][-_KEEP:]
-
-
-def _fold(d: Draft, event: Event) -> Draft:
-    p = event.payload
-    up: dict[str, Any] = {"last_seq": event.seq, "last_us": event.ts_us}
-    match p:
-        case ev.MessageReceived() if event.authority == "operator" and len(d.excerpts) < _EXCERPTS:
-            up["excerpts"] = [*d.excerpts, _short(p.text, 200)]
-        case ev.TurnStarted() if event.work_item_id is not None:
-            up["work_item_id"] = event.work_item_id
-        case ev.TurnSettled():
-            up["turns"] = d.turns + 1
-            if p.reply is not None:
-                up["last_reply"] = _short(p.reply, 300)
-        case ev.ToolCalled():
-            up["tool_calls"] = d.tool_calls + 1
-            if p.tool == "run_command" and isinstance(p.arguments, str):
-                try:
-                    command = json.loads(p.arguments).get("command")
-                except (ValueError, AttributeError):
-                    command = None
-                if isinstance(command, str):
-                    up["commands"] = [*d.commands, CommandRun(call_id=p.call_id, command=command[:300])][-_KEEP:]
-        case ev.ToolResulted() if p.tool == "run_command":
-            match_ = _EXIT.match(_short(p.output, 40))
-            if match_:
-                code = int(match_.group(1))
-                up["commands"] = [
-                    c.model_copy(update={"exit_code": code}) if c.call_id == p.call_id else c for c in d.commands
-                ]
-        case ev.TaskCreated() if p.kind == "command":
-            command = p.spec.get("command")
-            if isinstance(command, str):
-                up["commands"] = [*d.commands, CommandRun(call_id=p.task_id, command=command[:300])][-_KEEP:]
-        case ev.TaskResulted():
-            up["commands"] = [
-                c.model_copy(update={"exit_code": p.exit_code}) if c.call_id == p.task_id else c for c in d.commands
-            ]
-        case ev.FileTouched():
-            up["files"] = _push(d.files, p.path)
-        case ev.DecisionRecorded():
-            up["decisions"] = _push(d.decisions, p.text)
-        case ev.FollowUpChanged() if p.op == "add" and p.text:
-            up["follow_ups"] = _push(d.follow_ups, p.text)
-        case ev.WorkItemOpened() | ev.WorkItemPicked() if p.work_item_id is not None:
-            up["work_item_id"] = p.work_item_id
-    return d.model_copy(update=up)
 
 
 def _operator_text(event: Event) -> str | None:
@@ -165,13 +103,23 @@ def _operator_text(event: Event) -> str | None:
     return None
 
 
+def _close(state: EpisodeDrafts, boundary: str, seq_end: int) -> EpisodeDrafts:
+    d = state.current
+    if d is None:
+        return state
+    if seq_end < d.seq_start or (d.turns == 0 and boundary not in ("work_item_completed", "wait_began")):
+        return state.model_copy(update={"current": None})  # nothing happened worth an episode
+    done = d.model_copy(update={"boundary": boundary, "seq_end": seq_end})
+    return state.model_copy(update={"current": None, "ready": [*state.ready, done]})
+
+
 def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str, str]:
     """(thread after this event, boundary name if it is a change of subject)."""
     p = event.payload
     now = s.thread or f"conv:{event.seq}"
     moving = isinstance(p, ev.WorkItemPicked) or (isinstance(p, ev.WorkItemOpened) and p.activate)
-    if moving and p.work_item_id is not None:
-        return p.work_item_id, "work_switched"
+    if moving and p.work_item_id is not None:  # type: ignore[union-attr]
+        return p.work_item_id, "work_switched"  # type: ignore[union-attr]
     if isinstance(p, ev.TurnStarted):
         if event.work_item_id is not None:
             return event.work_item_id, "work_switched"
@@ -194,7 +142,7 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
         return s.model_copy(update={"ready": ready}) if len(ready) != len(s.ready) else state
     said = _operator_text(event)
     thread, boundary = _next_thread(s, event, said)
-    points = s.key_points
+    points, starts = s.key_points, s.thread_starts
     cur = s.current
     if cur is not None and thread != cur.thread:
         if cur.turns == 0:
@@ -202,64 +150,123 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
             s = s.model_copy(update={"current": cur.model_copy(update={"thread": thread})})
             points = [k.model_copy(update={"thread": thread}) if k.seq >= cur.seq_start else k for k in points]
         else:
-            s = _close(s, boundary or "work_switched")
-    if isinstance(p, ev.TurnStarted) and thread != s.thread:
-        # A turn's inputs are instructions for the thread the turn runs in (e.g. the first turn
-        # after a work item completed), not for the thread that was current when they arrived.
-        taken = set(p.inputs)
-        points = [k.model_copy(update={"thread": thread}) if k.seq in taken else k for k in points]
-    if said is not None and is_key_point(said):
-        points = [*points, KeyPoint(seq=event.seq, text=_short(said, 300), thread=thread)][-KEY_POINTS:]
-    starts = s.thread_starts
+            s = _close(s, boundary or "work_switched", event.seq - 1)
     if thread != s.thread:
-        starts = [*starts, KeyPoint(seq=event.seq, text="", thread=thread)][-KEY_POINTS:]
-    base = s.current or Draft(seq_start=event.seq, last_seq=event.seq, last_us=event.ts_us, thread=thread)
+        starts = [*starts, KeyPoint(seq=event.seq, text="", thread=thread)][-THREAD_STARTS:]
+    if said is not None and is_key_point(said):
+        points = [*points, KeyPoint(seq=event.seq, text=_short(said, 240), thread=thread)][-KEY_POINTS:]
+    d = s.current or Draft(seq_start=event.seq, thread=thread, last_us=event.ts_us)
+    up: dict[str, Any] = {"thread": thread}
+    if said is not None or isinstance(p, ev.TurnSettled):
+        up["last_us"] = event.ts_us
+    if isinstance(p, ev.TurnSettled):
+        up["turns"] = d.turns + 1
+    work_item = getattr(p, "work_item_id", None) if isinstance(p, ev.WorkItemOpened | ev.WorkItemPicked) else None
+    if isinstance(p, ev.TurnStarted) and event.work_item_id is not None:
+        work_item = event.work_item_id
+    if work_item is not None:
+        up["work_item_id"] = work_item
     s = s.model_copy(
-        update={"current": _fold(base, event), "thread": thread, "key_points": points, "thread_starts": starts}
+        update={"current": d.model_copy(update=up), "thread": thread, "key_points": points, "thread_starts": starts}
     )
     # Boundaries that end the episode with this event.
     if isinstance(p, ev.WorkItemCompleted):
-        s = _close(s, "work_item_completed")
+        s = _close(s, "work_item_completed", event.seq)
     elif isinstance(p, ev.WaitRegistered):
-        s = _close(s, "wait_began")
+        s = _close(s, "wait_began", event.seq)
     elif isinstance(p, ev.TurnSettled) and s.current is not None and s.current.turns >= TURN_CAP:
-        s = _close(s, "turn_cap")
+        s = _close(s, "turn_cap", event.seq)
     return s
 
 
-def sealed_payload(d: Draft, item: WorkItemState | None) -> ev.EpisodeSealed:
-    """The immutable record of a ready draft; ``item`` is its work item, when it has one."""
+def _content(events: Sequence[Event]) -> dict[str, Any]:
+    """What an episode's events say: requests, commands, files, decisions, follow-ups, replies."""
+    excerpts: list[str] = []
+    commands: dict[str, dict[str, Any]] = {}
+    files: list[str] = []
+    decisions: list[str] = []
+    follow_ups: list[str] = []
+    last_reply, turns, tool_calls = "", 0, 0
+    for e in events:
+        p = e.payload
+        match p:
+            case ev.MessageReceived() if e.authority == "operator" and len(excerpts) < _EXCERPTS:
+                excerpts.append(_short(p.text, 160))
+            case ev.TurnSettled():
+                turns += 1
+                if p.reply is not None:
+                    last_reply = _short(p.reply, 300)
+            case ev.ToolCalled():
+                tool_calls += 1
+                if p.tool == "run_command" and isinstance(p.arguments, str):
+                    try:
+                        command = json.loads(p.arguments).get("command")
+                    except (ValueError, AttributeError):
+                        command = None
+                    if isinstance(command, str):
+                        commands[p.call_id] = {"command": command[:160], "exit_code": None}
+            case ev.ToolResulted() if p.call_id in commands:
+                found = _EXIT.match(_short(p.output, 40))
+                commands[p.call_id]["exit_code"] = int(found.group(1)) if found else None
+            case ev.TaskCreated() if isinstance(p.spec.get("command"), str):
+                commands[p.task_id] = {"command": str(p.spec["command"])[:160], "exit_code": None}
+            case ev.TaskResulted() if p.task_id in commands:
+                commands[p.task_id]["exit_code"] = p.exit_code
+            case ev.FileTouched() if p.path not in files:
+                files.append(p.path)
+            case ev.DecisionRecorded():
+                decisions.append(_short(p.text, 200))
+            case ev.FollowUpChanged() if p.op == "add" and p.text:
+                follow_ups.append(_short(p.text, 200))
+    return {
+        "excerpts": excerpts,
+        "commands": list(commands.values())[-_KEEP:],
+        "files": files[-_KEEP:],
+        "decisions": decisions[-_KEEP:],
+        "follow_ups": follow_ups[-_KEEP:],
+        "last_reply": last_reply,
+        "turns": turns,
+        "tool_calls": tool_calls,
+    }
+
+
+def sealed_payload(d: Draft, item: WorkItemState | None, events: Sequence[Event]) -> ev.EpisodeSealed:
+    """The immutable record of a ready draft, from its ledger range; ``item`` is its work item."""
+    c = _content(events)
     title = item.title if item is not None else None
-    topic = title or (d.excerpts[0][:80] if d.excerpts else "conversation")
-    parts = [f"{topic}: {d.turns} turns, {d.tool_calls} tool calls."]
-    if d.excerpts:
-        parts.append("Operator: " + " / ".join(d.excerpts) + ".")
-    if d.commands:
-        parts.append("Commands: " + "; ".join(f"{c.command[:80]} (exit {c.exit_code})" for c in d.commands[-5:]) + ".")
-    if d.files:
-        parts.append("Files: " + ", ".join(d.files[-8:]) + ".")
-    if d.decisions:
-        parts.append("Decisions: " + "; ".join(d.decisions[-5:]) + ".")
-    if d.follow_ups:
-        parts.append("Follow-ups: " + "; ".join(d.follow_ups[-5:]) + ".")
+    topic = title or (c["excerpts"][0][:80] if c["excerpts"] else "conversation")
+    parts = [f"{topic}: {c['turns']} turns, {c['tool_calls']} tool calls."]
+    if c["excerpts"]:
+        parts.append("Operator: " + " / ".join(c["excerpts"]) + ".")
+    if c["commands"]:
+        parts.append(
+            "Commands: " + "; ".join(f"{x['command'][:80]} (exit {x['exit_code']})" for x in c["commands"][-5:]) + "."
+        )
+    if c["files"]:
+        parts.append("Files: " + ", ".join(c["files"]) + ".")
+    if c["decisions"]:
+        parts.append("Decisions: " + "; ".join(c["decisions"][-5:]) + ".")
+    if c["follow_ups"]:
+        parts.append("Follow-ups: " + "; ".join(c["follow_ups"][-5:]) + ".")
     parts.append(f"Ended: {d.boundary.replace('_', ' ')}.")
-    if d.last_reply:
-        parts.append(f"Last reply: {d.last_reply}")
+    if c["last_reply"]:
+        parts.append(f"Last reply: {c['last_reply']}")
+    assert d.seq_end is not None
     return ev.EpisodeSealed(
         episode_id=f"ep_{d.seq_start}",
         seq_start=d.seq_start,
-        seq_end=d.last_seq,
+        seq_end=d.seq_end,
         boundary=d.boundary,
         work_item_id=d.work_item_id,
         topic=topic,
         objective=item.objective if item is not None else "",
         summary=" ".join(parts),
-        files=d.files,
-        commands=[c.model_dump(mode="json") for c in d.commands],
-        decisions=d.decisions,
-        follow_ups=d.follow_ups,
-        turns=d.turns,
-        tool_calls=d.tool_calls,
-        excerpts=d.excerpts,
-        last_reply=d.last_reply,
+        files=c["files"],
+        commands=c["commands"],
+        decisions=c["decisions"],
+        follow_ups=c["follow_ups"],
+        turns=c["turns"],
+        tool_calls=c["tool_calls"],
+        excerpts=c["excerpts"],
+        last_reply=c["last_reply"],
     )

@@ -35,6 +35,7 @@ __all__ = [
     "MEMO_PENDING",
     "Key",
     "Kind",
+    "RangeReader",
     "derive",
     "fold",
     "fold_event",
@@ -188,10 +189,15 @@ def working_memory_view(wm: WorkingMemory | None, item: WorkItemState | None) ->
     return dict(sorted(base.items()))
 
 
+RangeReader = Callable[[str, int, int], list[Event]]
+"""(agent id, first seq, last seq) -> that agent's events in the range, in order."""
+
+
 def derive(
     states: MutableMapping[Key, State | None],
     events: Iterable[Event],
     memo: dict[str, tuple[State | None, dict[str, Any]]] | None = None,
+    read: RangeReader | None = None,
 ) -> list[NewEvent]:
     """Events derived after folding ``events``: a working-memory delta per settled turn.
 
@@ -201,7 +207,8 @@ def derive(
     while the baseline object is the one it was recorded with, so the result is the same with or
     without it.
     """
-    out: list[NewEvent] = _seal_ready(states, events)
+    events = list(events)
+    out: list[NewEvent] = _seal_ready(states, events, read)
     for event in events:
         p = event.payload
         if not isinstance(p, ev.TurnSettled):
@@ -237,10 +244,11 @@ def derive(
     return out
 
 
-def _seal_ready(states: MutableMapping[Key, State | None], events: Iterable[Event]) -> list[NewEvent]:
+def _seal_ready(
+    states: MutableMapping[Key, State | None], events: list[Event], read: RangeReader | None
+) -> list[NewEvent]:
     """An ``episode.sealed`` event for every draft that reached a boundary in ``events``."""
     out: list[NewEvent] = []
-    events = list(events)
     for agent in dict.fromkeys(e.agent_id for e in events if e.type in EPISODE_TYPES and e.type != "episode.sealed"):
         turn_id = next((e.turn_id for e in reversed(events) if e.agent_id == agent and e.turn_id), None)
         drafts = states.get(("episode_drafts", agent))
@@ -248,7 +256,9 @@ def _seal_ready(states: MutableMapping[Key, State | None], events: Iterable[Even
             continue
         for d in drafts.ready:
             item = states.get(("work_item", d.work_item_id)) if d.work_item_id else None
-            payload = sealed_payload(d, item if isinstance(item, WorkItemState) else None)
+            assert d.seq_end is not None
+            covered = read(agent, d.seq_start, d.seq_end) if read is not None else []
+            payload = sealed_payload(d, item if isinstance(item, WorkItemState) else None, covered)
             out.append(
                 NewEvent(
                     agent_id=agent,

@@ -82,7 +82,7 @@ class Projector:
                 if seen is not None and seen[0] is MEMO_PENDING:
                     memo[event.agent_id] = (self._rows.get(("wm_baseline", event.agent_id)), seen[1])
         self._folded_to = events[-1].seq
-        return derive(self._rows, events, memo)
+        return derive(self._rows, events, memo, read=lambda agent, a, b: _read_range(tx, agent, a, b))
 
     def flush(self, tx: Transaction) -> None:
         if self._folded_to is None or self._folded_to == self._flushed_to:
@@ -149,3 +149,16 @@ class Projector:
         """Fold whatever the stored cursor is missing, up to the transaction's head. Returns the head."""
         self._catch_up(tx.conn, upto=tx.head_seq)
         return tx.head_seq
+
+
+def _read_range(tx: Transaction, agent_id: str, first: int, last: int) -> list[Event]:
+    """An agent's events in ``first..last``: stored ones, plus this transaction's not yet written."""
+    rows = tx.conn.execute(
+        f"SELECT {EVENT_COLUMNS} FROM events WHERE agent_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
+        (agent_id, first, last),
+    ).fetchall()
+    found = {r[0]: row_to_event(r) for r in rows}
+    for e in tx.appended:
+        if e.agent_id == agent_id and first <= e.seq <= last:
+            found.setdefault(e.seq, e)
+    return [found[s] for s in sorted(found)]

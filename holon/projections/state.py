@@ -25,7 +25,6 @@ __all__ = [
     "WorkItemState",
     "WorkingMemory",
     "WorkingMemoryBaseline",
-    "CommandRun",
     "Draft",
     "EpisodeDrafts",
     "KeyPoint",
@@ -168,12 +167,6 @@ class TimerProjection(State):
     last_fired_us: int | None = None
 
 
-class CommandRun(State):
-    call_id: str
-    command: str
-    exit_code: int | None = None
-
-
 class KeyPoint(State):
     """An operator statement that must outlive the turns around it (a decision, a rule)."""
 
@@ -183,23 +176,18 @@ class KeyPoint(State):
 
 
 class Draft(State):
-    """An episode being accumulated: everything since the last boundary, for one thread."""
+    """An episode being accumulated: only what its boundaries depend on. Its content is read from
+    its ledger range when it is sealed."""
 
     seq_start: int
     thread: str = ""
     """The work item id, or ``conv:<seq>`` for a conversation topic (kept across turn caps)."""
-    last_seq: int
-    last_us: int
     work_item_id: str | None = None
-    boundary: str = ""
     turns: int = 0
-    tool_calls: int = 0
-    files: list[str] = []
-    commands: list[CommandRun] = []
-    decisions: list[str] = []
-    follow_ups: list[str] = []
-    excerpts: list[str] = []
-    last_reply: str = ""
+    last_us: int = 0
+    """Time of the last operator message or settled turn (for the idle gap)."""
+    seq_end: int | None = None
+    boundary: str = ""
 
 
 class EpisodeDrafts(State):
