@@ -81,7 +81,7 @@ def turn_events(agent_id: str, turn: int, rng: random.Random) -> list[NewEvent]:
             origin="operator:cli",
             authority="operator",
         ),
-        NewEvent(agent_id, ev.TurnStarted(turn_id=tid), turn_id=tid),
+        NewEvent(agent_id, ev.TurnStarted(turn_id=tid), turn_id=tid, work_item_id=wi),
     ]
     if turn % 10 == 0:
         out.append(
