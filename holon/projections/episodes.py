@@ -151,6 +151,11 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
             points = [k.model_copy(update={"thread": thread}) if k.seq >= cur.seq_start else k for k in points]
         else:
             s = _close(s, boundary or "work_switched", event.seq - 1)
+    if isinstance(p, ev.TurnStarted) and thread != s.thread:
+        # A turn's inputs are instructions for the thread the turn runs in (e.g. the first turn
+        # after a work item completed), not for the thread that was current when they arrived.
+        taken = set(p.inputs)
+        points = [k.model_copy(update={"thread": thread}) if k.seq in taken else k for k in points]
     if thread != s.thread:
         starts = [*starts, KeyPoint(seq=event.seq, text="", thread=thread)][-THREAD_STARTS:]
     if said is not None and is_key_point(said):
