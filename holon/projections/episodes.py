@@ -67,18 +67,36 @@ _TOPIC = re.compile(
     re.IGNORECASE,
 )
 
-#: Event types the draft reducer looks at (everything else is read from the range when sealing).
-EPISODE_TYPES = frozenset(
+#: Content the sealed episode reads from its range. The reducer only looks at these to open a
+#: draft when none is open, so the next episode starts right after a boundary that ended one
+#: (work done after a completion or a wait is not left out of every episode).
+_CONTENT_TYPES = frozenset(
     {
-        "message.received",
-        "turn.started",
-        "turn.settled",
-        "work_item.opened",
-        "work_item.picked",
-        "work_item.completed",
-        "wait.registered",
-        "episode.sealed",
+        "tool.called",
+        "tool.resulted",
+        "task.created",
+        "task.resulted",
+        "file.touched",
+        "decision.recorded",
+        "follow_up.changed",
     }
+)
+
+#: Event types the draft reducer looks at (everything else is read from the range when sealing).
+EPISODE_TYPES = (
+    frozenset(
+        {
+            "message.received",
+            "turn.started",
+            "turn.settled",
+            "work_item.opened",
+            "work_item.picked",
+            "work_item.completed",
+            "wait.registered",
+            "episode.sealed",
+        }
+    )
+    | _CONTENT_TYPES
 )
 
 
@@ -140,6 +158,8 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
     if isinstance(p, ev.EpisodeSealed):
         ready = [d for d in s.ready if d.seq_start != p.seq_start]
         return s.model_copy(update={"ready": ready}) if len(ready) != len(s.ready) else state
+    if event.type in _CONTENT_TYPES and s.current is not None:
+        return state  # read from the range when sealing
     said = _operator_text(event)
     thread, boundary = _next_thread(s, event, said)
     points, starts = s.key_points, s.thread_starts
