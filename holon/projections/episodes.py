@@ -35,6 +35,7 @@ from holon.ledger import events as ev
 from holon.projections.state import Draft, EpisodeDrafts, KeyPoint, WorkItemState
 
 __all__ = [
+    "CONTENT_TYPES",
     "EPISODE_TYPES",
     "IDLE_GAP_US",
     "KEY_POINTS",
@@ -97,6 +98,20 @@ EPISODE_TYPES = (
         }
     )
     | _CONTENT_TYPES
+)
+
+
+#: Event types an episode's content is read from when it is sealed.
+CONTENT_TYPES = (
+    "message.received",
+    "turn.settled",
+    "tool.called",
+    "tool.resulted",
+    "task.created",
+    "task.resulted",
+    "file.touched",
+    "decision.recorded",
+    "follow_up.changed",
 )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from holon.errors import ConflictError
 from holon.ledger import Event, NewEvent, Transaction
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
+from holon.projections.episodes import CONTENT_TYPES
 from holon.projections.fold import KINDS, MEMO_PENDING, Key, derive, fold_event, row_columns, state_json
 from holon.projections.state import State
 
@@ -153,12 +154,16 @@ class Projector:
 
 def _read_range(tx: Transaction, agent_id: str, first: int, last: int) -> list[Event]:
     """An agent's events in ``first..last``: stored ones, plus this transaction's not yet written."""
+    # Only the types an episode's content is made of: model payloads and recorded prompts are
+    # large and never needed here.
+    marks = ", ".join("?" for _ in CONTENT_TYPES)
     rows = tx.conn.execute(
-        f"SELECT {EVENT_COLUMNS} FROM events WHERE agent_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
-        (agent_id, first, last),
+        f"SELECT {EVENT_COLUMNS} FROM events WHERE agent_id = ? AND seq BETWEEN ? AND ? "
+        f"AND type IN ({marks}) ORDER BY seq",
+        (agent_id, first, last, *CONTENT_TYPES),
     ).fetchall()
     found = {r[0]: row_to_event(r) for r in rows}
     for e in tx.appended:
-        if e.agent_id == agent_id and first <= e.seq <= last:
+        if e.agent_id == agent_id and first <= e.seq <= last and e.type in CONTENT_TYPES:
             found.setdefault(e.seq, e)
     return [found[s] for s in sorted(found)]
