@@ -362,17 +362,8 @@ class Ledger:
         Walks the agent's index backwards from the end, so the cost depends on how recent the
         matches are, not on how long the ledger is.
         """
-        marks = ", ".join("?" for _ in types)
-        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE agent_id = ? AND type IN ({marks})"
-        params: list[object] = [agent_id, *types]
-        if before is not None:
-            sql += " AND seq < ?"
-            params.append(before)
-        sql += " ORDER BY seq DESC LIMIT ?"
-        params.append(limit)
-        with self._lock:
-            rows = self._conn.execute(sql, params).fetchall()
-        return [row_to_event(r) for r in reversed(rows)]
+        index = self.recent_index(agent_id, types, limit=limit, before=before)
+        return self.get_many([seq for seq, _type, _turn in index])
 
     def recent_index(
         self, agent_id: str, types: tuple[str, ...], *, limit: int, before: int | None = None

@@ -18,6 +18,7 @@ from holon.logs import get_logger
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.resources import agent_home_template
+from holon.runtime.models import MODEL_SETTING_KEYS
 
 __all__ = ["SETTING_KEYS", "TEMPLATES", "Template", "configure_agent", "create_agent"]
 
@@ -114,20 +115,7 @@ def create_agent(
 
 
 #: Settings ``configure_agent`` accepts: the model's and the turn limits.
-SETTING_KEYS = frozenset(
-    {
-        "model",
-        "api_base",
-        "api_key_env",
-        "temperature",
-        "max_output_tokens",
-        "context_window",
-        "timeout_s",
-        "max_rounds",
-        "max_tokens_per_turn",
-        "max_cost_per_turn_usd",
-    }
-)
+SETTING_KEYS = frozenset({*MODEL_SETTING_KEYS, "max_rounds", "max_tokens_per_turn", "max_cost_per_turn_usd"})
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
