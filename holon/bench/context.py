@@ -28,7 +28,6 @@ from holon.context.assembler import Budget, assemble
 from holon.context.sections import build_sections
 from holon.context.tokens import TokenCounter
 from holon.context.view import gather
-from holon.ids import new_id
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
@@ -63,26 +62,7 @@ def _say(rng: random.Random, n: int) -> str:
 
 
 def _turn(store: Store, agent_id: str, rng: random.Random, i: int, *, settle: bool = True) -> tuple[list[int], int]:
-    """One conversation turn of the measured agent. Returns (input seqs, turn.started seq)."""
-    msg = store.append(
-        NewEvent(
-            agent_id,
-            ev.MessageReceived(text=f"request {i}: {_say(rng, 18)}"),
-            origin="operator:bench",
-            authority="operator",
-        )
-    )[0]
-    turn_id = new_id("turn")
-    started = store.append(NewEvent(agent_id, ev.TurnStarted(turn_id=turn_id, inputs=[msg.seq]), turn_id=turn_id))[0]
-    if settle:
-        store.append(
-            NewEvent(
-                agent_id,
-                ev.TurnSettled(turn_id=turn_id, outcome="completed", reply=f"done {i}: {_say(rng, 30)}"),
-                turn_id=turn_id,
-            )
-        )
-    return [msg.seq], started.seq
+    return workload.conversation_turn(store, agent_id, rng, i, settle=settle)
 
 
 def _fill(store: Store, agent_id: str, events: int, own_turns: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import statistics
 import tempfile
 import time
@@ -47,8 +48,10 @@ class _TimedScript:
         t0 = time.perf_counter()
         self._round += 1
         if self._round % 2 == 1:
+            # State-neutral calls: the measured agent's state must not grow with the turn count.
+            status = "in_progress" if self._round % 4 == 1 else "pending"
             out = tool_calls(
-                ("update_work_item", {"todos": [{"text": f"step {self._round}"}]}),
+                ("update_work_item", {"todos": [{"id": "t1", "status": status}]}),
                 ("list_work_items", {}),
                 ("brief", {"kind": "progress", "text": f"progress {self._round}"}),
             )
@@ -59,24 +62,17 @@ class _TimedScript:
 
 
 def _fill(store: Store, agent_id: str, events: int) -> None:
-    """Append about ``events`` prior events over ``N_AGENTS`` agents (the measured one among them)."""
-    ids = workload.agent_ids(N_AGENTS - 1)
+    """About ``events`` prior events over ``N_AGENTS`` agents; the measured agent gets a settled
+    conversation turn for every 500 events of the others (the same shape on both ledger sizes)."""
     store.append(*workload.creation_events(N_AGENTS - 1))
-    rng_stream = workload.stream(N_AGENTS - 1)
-    own = itertools.count()
-    import random
-
+    others = workload.stream(N_AGENTS - 1)
     rng = random.Random(3)
-    batch: list[NewEvent] = []
-    while store.ledger.head() + len(batch) < events:
-        batch.extend(itertools.islice(rng_stream, 200))
-        batch.extend(workload.turn_events(agent_id, next(own), rng)[2:-1])  # its own tool traffic
-        if len(batch) >= 2_000:
-            store.append(*batch)
-            batch.clear()
-    if batch:
-        store.append(*batch)
-    del ids
+    own = itertools.count()
+    while store.ledger.head() < events:
+        batch = list(itertools.islice(others, 500))
+        for j in range(0, len(batch), 250):
+            store.append(*batch[j : j + 250])
+        workload.conversation_turn(store, agent_id, rng, next(own))
 
 
 async def _measure(store: Store, agent_id: str, turns: int) -> list[float]:
@@ -89,7 +85,8 @@ async def _measure(store: Store, agent_id: str, turns: int) -> list[float]:
         services=type("S", (), {"tasks": TaskManager(store.append, SystemClock())})(),
     )
     store.append(
-        NewEvent(agent_id, _work_item(), origin="operator:bench", authority="operator", work_item_id="wi_bench")
+        NewEvent(agent_id, _work_item(), origin="operator:bench", authority="operator", work_item_id="wi_bench"),
+        NewEvent(agent_id, _todo(), origin="operator:bench", authority="operator", work_item_id="wi_bench"),
     )
     samples = []
     for i in range(turns):
@@ -107,6 +104,12 @@ def _work_item() -> Any:
     from holon.ledger import events as ev
 
     return ev.WorkItemOpened(work_item_id="wi_bench", title="benchmark", objective="measure turn overhead")
+
+
+def _todo() -> Any:
+    from holon.ledger import events as ev
+
+    return ev.TodoChanged(work_item_id="wi_bench", op="add", todo_id="t1", text="keep measuring")
 
 
 def _message(i: int) -> Any:

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
+from holon.ids import new_id
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 
-__all__ = ["agent_ids", "creation_events", "turn_events"]
+if TYPE_CHECKING:
+    from holon.projections import Store
+
+__all__ = ["agent_ids", "conversation_turn", "creation_events", "stream", "turn_events"]
 
 _WORDS = [
     "ledger",
@@ -190,3 +195,26 @@ def stream(n_agents: int, seed: int = 7) -> Iterator[NewEvent]:
         for a in ids:
             yield from turn_events(a, turn, rng)
         turn += 1
+
+
+def conversation_turn(
+    store: Store, agent_id: str, rng: random.Random, i: int, *, settle: bool = True
+) -> tuple[list[int], int]:
+    """One settled operator-agent exchange of ``agent_id``, as the runner records it.
+
+    Returns (the input's seq, the ``turn.started`` seq).
+    """
+    msg = store.append(
+        NewEvent(
+            agent_id,
+            ev.MessageReceived(text=f"request {i}: {_text(rng, 18)}"),
+            origin="operator:bench",
+            authority="operator",
+        )
+    )[0]
+    turn_id = new_id("turn")
+    started = store.append(NewEvent(agent_id, ev.TurnStarted(turn_id=turn_id, inputs=[msg.seq]), turn_id=turn_id))[0]
+    if settle:
+        reply = ev.TurnSettled(turn_id=turn_id, outcome="completed", reply=f"done {i}: {_text(rng, 30)}")
+        store.append(NewEvent(agent_id, reply, turn_id=turn_id))
+    return [msg.seq], started.seq

@@ -13,6 +13,7 @@ Priorities (higher survives longer under a tight budget):
      700  working memory
      600  active tasks and waits
      450  curated memory files
+     810  a recent turn of this thread that holds an operator rule
      400+ recent turns of this thread (newer higher)
      300+ relevant episodes (more relevant higher)
      200+ older rounds of this turn (compact: a recap of call and result together)
@@ -214,6 +215,27 @@ def _minimal_tools(tools: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], .
     return tuple(out)
 
 
+_TOOL_FORMS: dict[tuple[int, ...], tuple[tuple[dict[str, Any], ...], TokenCounter, tuple[Rendering, ...]]] = {}
+
+
+def _tool_forms(tools: tuple[dict[str, Any], ...], counter: TokenCounter) -> tuple[Rendering, ...]:
+    """The three renderings of a tool set; the same schemas come every round, so they are kept."""
+    key = (id(counter), *map(id, tools))
+    hit = _TOOL_FORMS.get(key)
+    if hit is not None and hit[1] is counter and all(a is b for a, b in zip(hit[0], tools, strict=True)):
+        return hit[2]
+    compact, minimal = _compact_tools(tools), _minimal_tools(tools)
+    forms = (
+        Rendering("full", counter.tools(tools), tools=tools),
+        Rendering("compact", counter.tools(compact), tools=compact),
+        Rendering("compact", counter.tools(minimal), tools=minimal),
+    )
+    if len(_TOOL_FORMS) > 16:
+        _TOOL_FORMS.clear()
+    _TOOL_FORMS[key] = (tools, counter, forms)
+    return forms
+
+
 def _work_item(view: TurnView) -> tuple[str, str] | None:
     item = view.work_item
     if item is None:
@@ -335,13 +357,7 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
             )
         )
     if view.tools:
-        compact_tools, minimal_tools = _compact_tools(view.tools), _minimal_tools(view.tools)
-        tool_forms = (
-            Rendering("full", counter.tools(view.tools), tools=view.tools),
-            Rendering("compact", counter.tools(compact_tools), tools=compact_tools),
-            Rendering("compact", counter.tools(minimal_tools), tools=minimal_tools),
-        )
-        s.append(Section("tools", "stable", "system", 50, 960, tool_forms, pinned=True))
+        s.append(Section("tools", "stable", "system", 50, 960, _tool_forms(view.tools, counter), pinned=True))
     item = _work_item(view)
     if item is not None:
         assert view.work_item is not None
@@ -493,10 +509,13 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         # terms, outlives newer small talk.
         holds = any(x.seq in key_seqs for x in t.inputs)
         share = _share(query, _turn_text(t))
-        bump = (150 if holds else 0) + int(200 * share)
+        bump = int(200 * share)
         reason = "recent turn of this thread" + (" (holds a decision)" if holds else "")
         reason += f" (relevance {share:.2f})" if share >= _RELEVANT else ""
-        candidates.append((t, 400 + min(i, 99) + bump, reason))
+        # A turn holding one of this thread's rules carries it (no evidence twice), so it must
+        # outlive the decisions section it stands in for.
+        priority = 810 if holds else 400 + min(i, 99) + bump
+        candidates.append((t, priority, reason))
     others = [t for t in view.history if t.thread != view.thread]
     scores = {t.turn_id: _share(query, _turn_text(t)) for t in others}
     relevant = [t for t in others if scores[t.turn_id] >= _RELEVANT and t.work_item_id not in paused]
@@ -515,21 +534,28 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
     return _HistoryPlan(candidates, excluded, pinned)
 
 
+@functools.lru_cache(maxsize=4_096)
+def _turn_renderings(t: HistoryTurn, counter: TokenCounter) -> tuple[Rendering, ...]:
+    """A past turn's renderings. Settled turns never change, so they are built once."""
+    refs = (*(x.ref for x in t.inputs), f"event:{t.settled_seq}")
+    reply = [{"role": "assistant", "content": t.reply}] if t.reply else []
+    full_msgs = [{"role": "user", "content": render_inputs(t.inputs)}, *reply]
+    compact_reply = [{"role": "assistant", "content": shorten(t.reply, 300)}] if t.reply else []
+    compact_msgs = [{"role": "user", "content": render_inputs(t.inputs, limit=300)}, *compact_reply]
+    renderings = [_messages_rendering(counter, "full", full_msgs, refs)]
+    if compact_msgs != full_msgs:
+        renderings.append(_messages_rendering(counter, "compact", compact_msgs, refs))
+    return tuple(renderings)
+
+
 def _history_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan) -> list[Section]:
     out = []
     for t, priority, reason in plan.candidates:
-        refs = (*(x.ref for x in t.inputs), f"event:{t.settled_seq}")
-        reply = [{"role": "assistant", "content": t.reply}] if t.reply else []
-        full_msgs = [{"role": "user", "content": render_inputs(t.inputs)}, *reply]
-        compact_reply = [{"role": "assistant", "content": shorten(t.reply, 300)}] if t.reply else []
-        compact_msgs = [{"role": "user", "content": render_inputs(t.inputs, limit=300)}, *compact_reply]
+        renderings = _turn_renderings(t, counter)
         pinned = t.turn_id == plan.pinned
-        renderings = [_messages_rendering(counter, "full", full_msgs, refs)]
-        if compact_msgs != full_msgs:
-            renderings.append(_messages_rendering(counter, "compact", compact_msgs, refs))
         prio, why = (880, "the message this short reply answers") if pinned else (priority, reason)
         key = f"turn:{t.turn_id}"
-        out.append(Section(key, "turn", "history", t.started_seq, prio, tuple(renderings), pinned=pinned, reason=why))
+        out.append(Section(key, "turn", "history", t.started_seq, prio, renderings, pinned=pinned, reason=why))
     for t, reason in plan.excluded:
         refs = (*(x.ref for x in t.inputs), f"event:{t.settled_seq}")
         absent = (Rendering("full", 0, refs=refs),)

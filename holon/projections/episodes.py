@@ -116,7 +116,9 @@ CONTENT_TYPES = (
 
 
 def is_key_point(text: str) -> bool:
-    return bool(_KEY.search(text))
+    """A statement setting something lasting; a question ("what did we decide?") is not one."""
+    stripped = text.strip()
+    return not stripped.endswith(("?", "\uff1f")) and bool(_KEY.search(stripped))
 
 
 def is_topic_switch(text: str) -> bool:

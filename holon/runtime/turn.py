@@ -157,10 +157,11 @@ class TurnRunner:
             refusal = self._over_budget(result, limits, assembly.used_tokens)
             if refusal:
                 return self._settle(agent_id, result, "failed", reason=refusal)
-            self._record_context(agent_id, turn_id, round_no, budget, assembly)
+            # What the model is about to see, and that it was asked: one transaction.
             self._append(
                 agent_id,
                 turn_id,
+                self._context_event(turn_id, round_no, budget, assembly),
                 ev.ModelRequested(
                     turn_id=turn_id,
                     round=round_no,
@@ -347,7 +348,7 @@ class TurnRunner:
             settings = dataclasses.replace(settings, max_output_tokens=reserve)
         return settings, Budget(context_window=window, output_reserve=reserve)
 
-    def _record_context(self, agent_id: str, turn_id: str, round_no: int, budget: Budget, a: Assembly) -> None:
+    def _context_event(self, turn_id: str, round_no: int, budget: Budget, a: Assembly) -> ev.ContextAssembled:
         sections = a.manifest["sections"]
         summary: dict[str, int] = {
             form: sum(1 for s in sections if s["representation"] == form and not s["excluded"])
@@ -359,19 +360,15 @@ class TurnRunner:
         prompt = (
             canonical_json({"messages": a.messages, "tools": a.tools}).decode() if self.context.record_prompts else None
         )
-        self._append(
-            agent_id,
-            turn_id,
-            ev.ContextAssembled(
-                turn_id=turn_id,
-                round=round_no,
-                budget_tokens=budget.limit,
-                used_tokens=a.used_tokens,
-                manifest_digest=a.digest,
-                summary=summary,  # type: ignore[arg-type]
-                manifest=canonical_json(a.manifest).decode(),
-                prompt=prompt,
-            ),
+        return ev.ContextAssembled(
+            turn_id=turn_id,
+            round=round_no,
+            budget_tokens=budget.limit,
+            used_tokens=a.used_tokens,
+            manifest_digest=a.digest,
+            summary=summary,  # type: ignore[arg-type]
+            manifest=canonical_json(a.manifest).decode(),
+            prompt=prompt,
         )
 
     def _limits(self, agent: AgentState) -> TurnLimits:
