@@ -28,6 +28,8 @@ class Database:
             f"PRAGMA busy_timeout={int(busy_timeout_ms)}",
             "PRAGMA foreign_keys=ON",
             "PRAGMA temp_store=MEMORY",
+            # 64 MiB of page cache per connection (default 2 MiB): hot index pages stay in memory.
+            "PRAGMA cache_size=-65536",
         )
         self.engine: Engine = create_engine(
             f"sqlite:///{path}",

@@ -108,6 +108,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        4,
+        "events_by_agent_and_type",
+        (
+            # Covers "this agent's latest events of these types" (history, episodes, briefs):
+            # answered from the index alone, so its cost does not grow with the ledger.
+            "CREATE INDEX events_agent_type ON events(agent_id, type, seq, turn_id)",
+        ),
+    ),
 )
 
 

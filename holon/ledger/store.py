@@ -368,18 +368,23 @@ class Ledger:
     def recent_index(
         self, agent_id: str, types: tuple[str, ...], *, limit: int, before: int | None = None
     ) -> list[tuple[int, str, str | None]]:
-        """Like ``recent`` but only ``(seq, type, turn_id)``: nothing decoded, for callers that cache."""
-        marks = ", ".join("?" for _ in types)
-        sql = f"SELECT seq, type, turn_id FROM events WHERE agent_id = ? AND type IN ({marks})"
-        params: list[object] = [agent_id, *types]
-        if before is not None:
-            sql += " AND seq < ?"
-            params.append(before)
-        sql += " ORDER BY seq DESC LIMIT ?"
-        params.append(limit)
+        """Like ``recent`` but only ``(seq, type, turn_id)``: nothing decoded, for callers that cache.
+
+        One bounded walk per type down the covering index ``events_agent_type`` (migration 4),
+        merged: the newest ``limit`` overall are among each type's newest ``limit``. No table row is
+        read, so the cost does not grow with the ledger.
+        """
+        sql = (
+            "SELECT seq, type, turn_id FROM events INDEXED BY events_agent_type "
+            "WHERE agent_id = ? AND type = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
+        )
+        upper = before if before is not None else 2**62
+        found: list[tuple[int, str, str | None]] = []
         with self._lock:
-            rows = self._conn.execute(sql, params).fetchall()
-        return [(r[0], r[1], r[2]) for r in reversed(rows)]
+            for type_ in dict.fromkeys(types):
+                found += self._conn.execute(sql, (agent_id, type_, upper, limit)).fetchall()
+        found.sort()
+        return found[-limit:] if limit else []
 
     def get_many(self, seqs: list[int]) -> list[Event]:
         """Events by sequence number, in the order asked (missing ones are skipped)."""
