@@ -54,8 +54,12 @@ class _Raw:
         self.conn = sqlite3.connect(path, isolation_level=None)
         for p in pragmas:
             self.conn.execute(p)
-        for stmt in MIGRATIONS[0].statements:
-            self.conn.execute(stmt)
+        # The same events table holon has: every migration's DDL on ``events`` (table, indexes,
+        # triggers), none of the projection tables (those are holon's own overhead).
+        for m in MIGRATIONS:
+            for stmt in m.statements:
+                if " ON events" in stmt or "TABLE events" in stmt:
+                    self.conn.execute(stmt)
         self.seq = 1
         self.sql = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
