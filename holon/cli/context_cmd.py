@@ -89,10 +89,12 @@ def context_show(
         if not rounds:
             raise NotFoundError(f"no assembled context for agent {a.name}" + (f" and turn {turn}" if turn else ""))
         items = []
+        tools_text = None
         for e in rounds:
             p = e.payload
             manifest_text = _text(store, p.manifest)
             prompt_text = _text(store, p.prompt)
+            tools_text = _text(store, p.tools) or tools_text  # recorded with round 0
             items.append(
                 {
                     "turn_id": p.turn_id,
@@ -103,7 +105,9 @@ def context_show(
                     "digest": p.manifest_digest,
                     "summary": p.summary,
                     "manifest": json.loads(manifest_text) if manifest_text else None,
-                    "prompt": json.loads(prompt_text) if prompt_text else None,
+                    "prompt": {"messages": json.loads(prompt_text), "tools": json.loads(tools_text or "[]")}
+                    if prompt_text
+                    else None,
                 }
             )
     if c.json:

@@ -413,7 +413,9 @@ class ContextAssembled(PayloadBase):
     manifest: LargeText | None = None
     """The full manifest as JSON."""
     prompt: LargeText | None = None
-    """The exact messages and tools sent, as JSON (``[context] record_prompts``)."""
+    """The exact messages sent, as JSON (``[context] record_prompts``)."""
+    tools: LargeText | None = None
+    """The tool schemas sent, as JSON; recorded in round 0 only (a turn's tools do not change)."""
 
 
 Payload = Annotated[

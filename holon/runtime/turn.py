@@ -357,9 +357,9 @@ class TurnRunner:
         summary["excluded"] = sum(1 for s in sections if s["excluded"])
         summary["refs_included"] = sum(len(s["refs_included"]) for s in sections)
         summary["refs_omitted"] = sum(len(s["refs_omitted"]) for s in sections)
-        prompt = (
-            canonical_json({"messages": a.messages, "tools": a.tools}).decode() if self.context.record_prompts else None
-        )
+        record = self.context.record_prompts
+        prompt = canonical_json(a.messages).decode() if record else None
+        tools = canonical_json(a.tools).decode() if record and round_no == 0 else None
         return ev.ContextAssembled(
             turn_id=turn_id,
             round=round_no,
@@ -369,6 +369,7 @@ class TurnRunner:
             summary=summary,  # type: ignore[arg-type]
             manifest=canonical_json(a.manifest).decode(),
             prompt=prompt,
+            tools=tools,
         )
 
     def _limits(self, agent: AgentState) -> TurnLimits:
