@@ -102,17 +102,7 @@ EPISODE_TYPES = (
 
 
 #: Event types an episode's content is read from when it is sealed.
-CONTENT_TYPES = (
-    "message.received",
-    "turn.settled",
-    "tool.called",
-    "tool.resulted",
-    "task.created",
-    "task.resulted",
-    "file.touched",
-    "decision.recorded",
-    "follow_up.changed",
-)
+CONTENT_TYPES = ("message.received", "turn.settled", *sorted(_CONTENT_TYPES))
 
 
 def is_key_point(text: str) -> bool:
