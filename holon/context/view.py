@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,13 +257,6 @@ def gather(
         resumed=resumed,
         rounds=_rounds(store, list(current)),
     )
-
-
-def arguments_preview(arguments: str, limit: int = 200) -> str:
-    try:
-        return json.dumps(json.loads(arguments), ensure_ascii=False)[:limit]
-    except ValueError:
-        return arguments[:limit]
 
 
 def refresh(store: Store, view: TurnView, rounds: tuple[RoundView, ...]) -> TurnView:

@@ -25,7 +25,6 @@ import orjson
 from pydantic import ValidationError
 
 from holon.errors import EventValidationError
-from holon.ledger.envelope import Event
 from holon.ledger.events import PAYLOAD_TYPES, BlobRef, PayloadBase
 
 __all__ = [
@@ -164,23 +163,3 @@ def envelope_header(
 def chain_hash(prev_hash: str, header: bytes, payload_text: str) -> str:
     data = b"\n".join((prev_hash.encode("ascii"), header, payload_text.encode("utf-8")))
     return hashlib.sha256(data).hexdigest()
-
-
-def event_hash(event: Event, prev_hash: str, payload_text: str) -> str:
-    """Recompute an event's hash from its envelope and stored payload text."""
-    header = envelope_header(
-        event.seq,
-        event.id,
-        event.agent_id,
-        event.type,
-        event.version,
-        event.ts_us,
-        event.origin,
-        event.authority,
-        event.turn_id,
-        event.work_item_id,
-        event.task_id,
-        event.episode_id,
-        event.idempotency_key,
-    )
-    return chain_hash(prev_hash, header, payload_text)
