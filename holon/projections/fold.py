@@ -38,6 +38,7 @@ __all__ = [
     "derive",
     "fold",
     "fold_event",
+    "folds",
     "routes",
     "row_columns",
     "state_json",
@@ -121,6 +122,11 @@ def _route_table() -> dict[str, tuple[tuple[str, Callable[[Event], str | None]],
 
 
 _ROUTES = _route_table()
+
+
+def folds(event_type: str) -> bool:
+    """Whether any projection reads events of this type (replay skips decoding the others)."""
+    return bool(_ROUTES.get(event_type, True))
 
 
 def routes(event: Event) -> list[Key]:

@@ -18,7 +18,7 @@ from holon.errors import ConflictError
 from holon.ledger import Event, NewEvent, Transaction
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
 from holon.projections.episodes import CONTENT_TYPES
-from holon.projections.fold import KINDS, MEMO_PENDING, Key, derive, fold_event, row_columns, state_json
+from holon.projections.fold import KINDS, MEMO_PENDING, Key, derive, fold_event, folds, row_columns, state_json
 from holon.projections.state import State
 
 __all__ = ["CURSOR_NAME", "PROJECTOR_VERSION", "Projector", "load_state"]
@@ -139,6 +139,8 @@ class Projector:
                 (start, upto),
             ).fetchall()
             for raw in batch:
+                if not folds(raw[3]):
+                    continue
                 event = row_to_event(raw)
                 for key in fold_event(self._rows, event):
                     self._dirty[key] = event.seq

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
-from holon.projections.fold import Key, fold_event, row_columns, state_json
+from holon.projections.fold import Key, fold_event, folds, row_columns, state_json
 from holon.projections.projector import CURSOR_NAME
 from holon.projections.state import State
 
@@ -51,6 +51,8 @@ def replay(conn: sqlite3.Connection, *, progress: Callable[[int, int], None] | N
             if not rows:
                 break
             for raw in rows:
+                if not folds(raw[3]):
+                    continue  # no projection reads it: not even decoded
                 event = row_to_event(raw)
                 for key in fold_event(states, event):
                     seqs[key] = event.seq
