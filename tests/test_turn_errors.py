@@ -23,6 +23,7 @@ from helpers.runtime import (
     fake_settings,
     make_host,
     payloads,
+    run_through_litellm,
     running,
     text,
     tool_messages,
@@ -223,14 +224,7 @@ def test_malformed_arguments_through_litellm_are_reported(store: Store, clock: F
         {"content": "giving up politely"},
     ]
     with FakeLLM(script, strict=True) as fake:
-
-        async def scenario() -> list[Any]:
-            host = make_host(store, LiteLLMProvider(env={}), clock=clock, settings=fake_settings(fake))
-            async with running(host):
-                host.submit("alice", "go")
-                return await host.run_agent(agent.agent_id)
-
-        [result] = asyncio.run(scenario())
+        [result] = run_through_litellm(store, clock, fake, agent.agent_id, "go")
         sent = fake.requests
 
     assert result.outcome == "completed" and result.reply == "giving up politely"

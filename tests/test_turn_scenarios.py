@@ -23,6 +23,7 @@ from helpers.runtime import (
     fake_settings,
     make_host,
     payloads,
+    run_through_litellm,
     running,
     text,
     tool_messages,
@@ -141,14 +142,7 @@ def test_tool_use_through_litellm_and_fake_llm(store: Store, clock: FakeClock) -
         {"content": "It printed hi."},
     ]
     with FakeLLM(script, strict=True) as fake:
-
-        async def scenario() -> list[Any]:
-            host = make_host(store, LiteLLMProvider(env={}), clock=clock, settings=fake_settings(fake))
-            async with running(host):
-                host.submit("alice", "say hi")
-                return await host.run_agent(agent.agent_id)
-
-        [result] = asyncio.run(scenario())
+        [result] = run_through_litellm(store, clock, fake, agent.agent_id, "say hi")
         sent = fake.requests
 
     assert result.outcome == "completed", result.reason

@@ -150,3 +150,18 @@ def assert_sound(store: Store) -> None:
     assert verified.ok, verified
     replayed = store.replay()
     assert replayed.ok, replayed
+
+
+def run_through_litellm(store: Store, clock: Clock, fake: FakeLLM, agent_id: str, text: str) -> list[Any]:
+    """Submit ``text`` as the operator and run the agent's turns through litellm and ``fake``."""
+    from holon.runtime.providers.litellm_provider import LiteLLMProvider
+
+    async def scenario() -> list[Any]:
+        host = make_host(store, LiteLLMProvider(env={}), clock=clock, settings=fake_settings(fake))
+        async with running(host):
+            host.submit(agent_id, text)
+            return await host.run_agent(agent_id)
+
+    import asyncio
+
+    return asyncio.run(scenario())
