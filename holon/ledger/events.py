@@ -400,6 +400,30 @@ class BriefDelivered(PayloadBase):
     work_item_id: str | None = None
 
 
+MemoryScope = Literal["operator", "workspace", "agent"]
+
+
+class MemoryWritten(PayloadBase):
+    """A write to a curated memory file (``memory/self.md``, the operator's file, the workspace file).
+
+    ``path`` is relative to the scope's directory. ``text`` is what the write added: the stamped
+    entry of an ``append``, the whole new content of a ``replace``, or the summary that replaced an
+    ``archive``d file. Replaying these events in order rebuilds every curated file.
+    """
+
+    type: Literal["memory.written"] = "memory.written"
+    scope: MemoryScope
+    path: str = Field(min_length=1, max_length=300)
+    op: Literal["append", "replace", "archive"]
+    text: LargeText
+    size: int = Field(ge=0)
+    """Size of the file in bytes after the write."""
+    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """sha256 of the file after the write."""
+    archive: str | None = None
+    """For ``archive``: where the old content went, relative to the scope's directory."""
+
+
 class ContextAssembled(PayloadBase):
     """What one model request contained and why: the manifest, and the exact prompt when recorded."""
 
@@ -448,6 +472,7 @@ Payload = Annotated[
     | WorkingMemoryDelta
     | EpisodeSealed
     | BriefDelivered
+    | MemoryWritten
     | ContextAssembled,
     Field(discriminator="type"),
 ]
