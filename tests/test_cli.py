@@ -170,9 +170,13 @@ def test_agent_create_list_show(tmp_path: Path) -> None:
     assert {"created_us", "last_event_us", "settings", "last_error"} <= alice.keys()
 
     agent_home = Path(alice["home"])
-    for rel in ("AGENTS.md", "memory/self.md", "memory/operator.md"):
+    for rel in ("AGENTS.md", "memory/self.md"):
         assert (agent_home / rel).is_file(), rel
         assert (agent_home / rel).read_bytes() == (REPO / "agent_home" / rel).read_bytes()
+    # The operator's file lives once per home (init created it), not in each agent's home.
+    assert not (agent_home / "memory" / "operator.md").exists()
+    template = (REPO / "agent_home" / "memory" / "operator.md").read_bytes()
+    assert (home / "memory" / "operator.md").read_bytes() == template
 
     human = holon("agent", "create", "bob", "--template", "assistant", "--home", home)
     assert human.code == 0, human

@@ -278,7 +278,8 @@ def test_gathered_episodes_of_a_paused_work_item_are_excluded(store: Store, tmp_
     bill, docs = (f"episode:{by_item[w].episode_id}" for w in ("wi_bill", "wi_docs"))
     assert m[bill]["excluded"] and "wi_bill" in m[bill]["reason"]
     assert not m[docs]["excluded"] and m[docs]["representation"] == "full"
-    assert a.messages[0]["content"].endswith("# Agent\nBe brief.")
+    # AGENTS.md, then the operator's file (home-level, shared by every agent, created on first use).
+    assert "# Agent\nBe brief.\n\n# Memory file file:operator/operator.md" in a.messages[0]["content"]
 
 
 # --- rounds of the current turn ----------------------------------------------------------------

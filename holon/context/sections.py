@@ -3,7 +3,7 @@
 Priorities (higher survives longer under a tight budget):
 
     1000  system contract, current input (pinned)
-     960  tools (pinned; compact drops descriptions' examples)
+     960  tools (pinned; compact drops descriptions' examples, minimal keeps required parameters)
      920  AGENTS.md (pinned; compact keeps its first lines)
      900  latest round of this turn (pinned), the interrupted turn being resumed
      880  the reply a short operator answer refers to (pinned then)
@@ -36,6 +36,7 @@ from holon.context.assembler import Rendering, Section
 from holon.context.render import is_short_reply, render_inputs, shorten
 from holon.context.tokens import MESSAGE_OVERHEAD, TokenCounter
 from holon.context.view import EpisodeView, HistoryTurn, RoundView, ToolEvidence, TurnView
+from holon.memory import markdown
 
 __all__ = ["PREAMBLE", "build_sections", "relevance"]
 
@@ -186,6 +187,32 @@ def _outline(markdown: str, per_heading: int = 2) -> str:
     return "\n".join(out)
 
 
+MEMORY_INLINE_CHARS = 4_000
+"""A memory file longer than this is shown as its headings with sizes; memory_get reads the rest."""
+_SCOPE_NOTE = {
+    "agent": "your own file",
+    "operator": "what you know about the operator",
+    "workspace": "shared by the agents in this workspace",
+}
+
+
+def _memory_file(name: str, text: str) -> tuple[str, str]:
+    """A curated file for the prompt: whole when short, else its outline and how to read it."""
+    ref = f"file:{name}"
+    note = _SCOPE_NOTE.get(name.split("/", 1)[0], "")
+    head = f"# Memory file {ref} ({note}; {len(text):,} characters)"
+    outline = [f"{'#' * h.level} {h.text} ({h.size:,} chars)" for h in markdown.headings(text)]
+    read = (
+        f'Read parts with memory_get: {{"ref": "{ref}", "mode": "headers"}} lists headings with line numbers, '
+        f'{{"ref": "{ref}", "heading": "..."}} reads one section.'
+    )
+    compact = "\n".join([f"{head}; headings only", *outline[:20], read])
+    if len(text) <= MEMORY_INLINE_CHARS:
+        return f"{head}\n{text.strip()}", compact
+    full = "\n".join([f"{head}: too long to show here, so only its headings with sizes", *outline[:60], read])
+    return full, "\n".join([f"{head}; first headings only", *outline[:8], read])
+
+
 def _simple_type(prop: dict[str, Any]) -> str:
     if isinstance(prop.get("type"), str):
         return str(prop["type"])
@@ -196,12 +223,15 @@ def _simple_type(prop: dict[str, Any]) -> str:
 
 
 def _minimal_tools(tools: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
-    """Names, one line of description and parameter names with their types: for small windows."""
+    """Names, a few words of description and the required parameters with their types: for small
+    windows. Optional parameters are left out (a call may still pass them): every tool added costs
+    a small window only its name and what it cannot be called without."""
     out = []
     for t in tools:
         fn = t["function"]
         params = fn.get("parameters", {})
-        props = {k: {"type": _simple_type(v)} for k, v in params.get("properties", {}).items()}
+        required = params.get("required", [])
+        props = {k: {"type": _simple_type(v)} for k, v in params.get("properties", {}).items() if k in required}
         out.append(
             {
                 "type": "function",
@@ -348,9 +378,7 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
         md = view.agents_md.strip()
         s.append(_text_section(counter, "agents_md", "stable", "system", 1, 920, md, _outline(md), pinned=True))
     for i, (name, text) in enumerate(view.memory_files):
-        headings = [line for line in text.splitlines() if line.startswith("#")]
-        full = f"# File {name} ({len(text)} characters)\n{text.strip()}"
-        compact = f"# File {name} ({len(text)} characters; headings only)\n" + "\n".join(headings[:20])
+        full, compact = _memory_file(name, text)
         s.append(
             _text_section(
                 counter, f"file:{name}", "stable", "system", 10 + i, 450, full, compact, refs=(f"file:{name}",)

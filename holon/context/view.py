@@ -17,6 +17,7 @@ from typing import Any
 from holon.context.render import InputView
 from holon.ledger import Event
 from holon.ledger import events as ev
+from holon.memory.files import prompt_files
 from holon.projections import Store
 from holon.projections.state import (
     AgentState,
@@ -32,7 +33,6 @@ __all__ = ["EpisodeView", "HistoryTurn", "RoundView", "ToolEvidence", "TurnView"
 MAX_HISTORY = 60
 """Candidate past turns, newest first, of any thread (the sections decide which fit the turn)."""
 MAX_EPISODES = 50
-MEMORY_FILES = ("memory/self.md", "memory/operator.md")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +85,7 @@ class TurnView:
     agent: AgentState
     agents_md: str
     memory_files: tuple[tuple[str, str], ...]
+    """The main curated file of each scope the agent reads, as (``scope/path``, text)."""
     tools: tuple[dict[str, Any], ...]
     working_memory: dict[str, Any]
     work_item: WorkItemState | None
@@ -237,7 +238,7 @@ def gather(
             e for e in store.ledger.read(agent.resume_from_seq - 1, agent_id=agent_id) if e.seq < started_seq
         ]
         resumed = _rounds(store, interrupted)
-    memory = tuple((name, text) for name in MEMORY_FILES if (text := _read(home / name)) is not None)
+    memory = tuple((file.name, text) for file, text in prompt_files(store.paths, agent))
     return TurnView(
         agent=agent,
         agents_md=_read(home / "AGENTS.md") or "",

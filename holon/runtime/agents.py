@@ -44,6 +44,11 @@ TEMPLATES: dict[str, Template] = {
 _TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
 
+def _not_per_agent(directory: str, names: list[str]) -> set[str]:
+    """Template files that live once per home, not in each agent's home: the operator's file."""
+    return {"operator.md"} if Path(directory).name == "memory" else set()
+
+
 def _install_home(target: Path, template: Template) -> bool:
     """Copy the agent home template to ``target`` atomically. False when it already exists."""
     if target.exists():
@@ -51,7 +56,7 @@ def _install_home(target: Path, template: Template) -> bool:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        shutil.copytree(agent_home_template(), staging, dirs_exist_ok=True)
+        shutil.copytree(agent_home_template(), staging, dirs_exist_ok=True, ignore=_not_per_agent)
         if template.agents_md:
             shutil.copyfile(_TEMPLATE_DIR / template.agents_md, staging / "AGENTS.md")
         staging.replace(target)

@@ -8,6 +8,7 @@ from holon.clock import Clock
 from holon.config import HomePaths, Settings, load_settings
 from holon.errors import HomeNotFoundError
 from holon.logs import configure_logging, get_logger
+from holon.memory.files import ensure_operator_file
 from holon.projections import Store
 from holon.resources import default_config_text
 
@@ -24,7 +25,8 @@ class InitResult:
 
 
 def init_home(paths: HomePaths, *, clock: Clock | None = None) -> InitResult:
-    """Create ``paths`` with a config file, a migrated database and the log and agent folders."""
+    """Create ``paths`` with a config file, a migrated database, the log and agent folders and the
+    operator's memory file (``memory/operator.md``, shared by every agent of the home)."""
     created = not paths.db.exists()
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.logs.mkdir(exist_ok=True)
@@ -36,6 +38,7 @@ def init_home(paths: HomePaths, *, clock: Clock | None = None) -> InitResult:
     settings = load_settings(paths)
     _configure(paths, settings)
     Store.open(paths, settings, clock=clock).close()
+    ensure_operator_file(paths)
     get_logger("holon.home").info("home.initialised", home=str(paths.root), created=created)
     return InitResult(str(paths.root), str(paths.db), str(paths.config), created)
 

@@ -38,7 +38,7 @@ from holon.projections.state import AgentState
 from holon.runtime.providers.base import ModelRequest, ModelSettings, Provider
 from holon.runtime.providers.retry import RetryPolicy, complete_with_retry
 from holon.runtime.tools.base import ToolContext, ToolRegistry, ToolResult
-from holon.runtime.views import StoreViews
+from holon.runtime.views import AgentMemory, StoreViews
 
 __all__ = ["TurnLimits", "TurnObserver", "TurnResult", "TurnRunner"]
 
@@ -133,6 +133,7 @@ class TurnRunner:
         inputs = list(agent.pending_inputs)
         settings, budget = self._budget(settings)
         counter = self._counter(settings.model)
+        registry = self.registry.for_agent(agent)
         active = self.store.working_memory(agent_id).get("active_work_item")
         started = self.store.append(
             NewEvent(
@@ -144,7 +145,7 @@ class TurnRunner:
                 work_item_id=active,
             )
         )[0]
-        base_view = gather(self.store, agent_id, inputs=inputs, started_seq=started.seq, tools=self.registry.schemas())
+        base_view = gather(self.store, agent_id, inputs=inputs, started_seq=started.seq, tools=registry.schemas())
         rounds: list[RoundView] = []
         result = TurnResult(turn_id, "completed")
         tool_errors = 0
@@ -221,7 +222,7 @@ class TurnRunner:
             waiting = False
             evidence = []
             for call in calls:
-                tool_result, result_seq = await self._call_tool(agent, turn_id, call)
+                tool_result, result_seq = await self._call_tool(agent, turn_id, call, registry)
                 result.tool_calls += 1
                 tool_errors += tool_result.is_error
                 waiting = waiting or tool_result.ends_turn == "waiting"
@@ -248,7 +249,9 @@ class TurnRunner:
 
     # --- steps ------------------------------------------------------------------------------
 
-    async def _call_tool(self, agent: AgentState, turn_id: str, call: ev.ToolCallSpec) -> tuple[ToolResult, int]:
+    async def _call_tool(
+        self, agent: AgentState, turn_id: str, call: ev.ToolCallSpec, registry: ToolRegistry
+    ) -> tuple[ToolResult, int]:
         self.observer.on_tool_call(agent.agent_id, call.tool, call.arguments)
         home = Path(agent.home)
         ctx = ToolContext(
@@ -260,8 +263,9 @@ class TurnRunner:
             workspace=Path(agent.workspace) if agent.workspace else home,
             views=StoreViews(self.store, agent.agent_id),
             services=self.services,
+            memory=AgentMemory(self.store, agent, turn_id=turn_id),
         )
-        result = await self.registry.execute(call, ctx)
+        result = await registry.execute(call, ctx)
         origin = f"agent:{agent.agent_id}"
         events = [
             NewEvent(

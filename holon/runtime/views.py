@@ -1,14 +1,17 @@
-"""Read-only views of one agent's own state, handed to its tools. Other agents' rows are invisible."""
+"""What tools see of their agent: read-only views of its own state, and its memory. Other agents' rows are invisible."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from holon.ledger import events as ev
+from holon.memory.files import Op
+from holon.memory.get import DEFAULT_MAX_CHARS, MemoryRead, memory_get
+from holon.memory.writes import Summarize, WriteResult, write_memory
 from holon.projections import Store
-from holon.projections.state import TaskProjection, WorkItemState
+from holon.projections.state import AgentState, TaskProjection, WorkItemState
 
-__all__ = ["StoreViews"]
+__all__ = ["AgentMemory", "StoreViews"]
 
 
 class StoreViews:
@@ -48,3 +51,63 @@ class StoreViews:
                 text = self._store.ledger.resolve(p.output)
                 return text if isinstance(text, str) else (text.text if text is not None else None)
         return None
+
+
+class AgentMemory:
+    """One agent's memory, handed to its memory tools: reads through MemoryGet, curated-file writes.
+
+    Like ``StoreViews`` it is bound to one agent, so a tool cannot reach another agent's memory.
+    A write appends its ``memory.written`` event itself instead of through ``ctx.emit``: the
+    event must be appended while the file's lock is held (see ``holon.memory.writes``), so it
+    commits just before the tool's result rather than with it, as task events do.
+    """
+
+    def __init__(
+        self, store: Store, agent: AgentState, *, turn_id: str | None = None, summarize: Summarize | None = None
+    ) -> None:
+        self._store = store
+        self.agent = agent
+        self._turn_id = turn_id
+        self._summarize = summarize
+
+    def get(
+        self,
+        ref: str,
+        *,
+        mode: str | None = None,
+        heading: str | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        lines: int | None = None,
+        expand: bool = False,
+        max_chars: int = DEFAULT_MAX_CHARS,
+    ) -> MemoryRead:
+        return memory_get(
+            self._store,
+            self.agent,
+            ref,
+            mode=mode,
+            heading=heading,
+            start=start,
+            end=end,
+            lines=lines,
+            expand=expand,
+            max_chars=max_chars,
+        )
+
+    async def write(
+        self, scope: str, path: str | None, op: Op, text: str, *, heading: str | None = None
+    ) -> WriteResult:
+        return await write_memory(
+            self._store,
+            self.agent,
+            scope,
+            path,
+            op,
+            text,
+            origin=f"agent:{self.agent.agent_id}",
+            authority="agent",
+            turn_id=self._turn_id,
+            heading=heading,
+            summarize=self._summarize,
+        )

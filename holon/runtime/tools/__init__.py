@@ -2,6 +2,7 @@
 
 from holon.runtime.tools.base import Tool, ToolContext, ToolOutput, ToolParams, ToolRegistry, ToolResult, ToolRetry
 from holon.runtime.tools.commands import COMMAND_TOOLS
+from holon.runtime.tools.memory import MEMORY_TOOLS
 from holon.runtime.tools.misc import MISC_TOOLS
 from holon.runtime.tools.work import WORK_TOOLS
 
@@ -18,4 +19,5 @@ __all__ = [
 
 
 def builtin_registry(*, exclude: frozenset[str] = frozenset()) -> ToolRegistry:
-    return ToolRegistry([t for t in (*WORK_TOOLS, *COMMAND_TOOLS, *MISC_TOOLS) if t.name not in exclude])
+    tools = (*WORK_TOOLS, *COMMAND_TOOLS, *MISC_TOOLS, *MEMORY_TOOLS)
+    return ToolRegistry([t for t in tools if t.name not in exclude])

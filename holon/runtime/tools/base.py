@@ -1,7 +1,10 @@
 """The tool framework: typed parameters, JSON schemas, validation, timeouts and emitted events.
 
 A tool is a name, a description written for the model, a pydantic parameter model and an async
-handler ``(ctx, params) -> ToolOutput | str``. Handlers get a narrow ``ToolContext``: their agent,
+handler ``(ctx, params) -> ToolOutput | str``. A tool whose parameters depend on the agent (the
+memory scopes it may write) has a ``specialize`` function giving the tool as one agent sees it;
+``ToolRegistry.for_agent`` applies them, so each agent's schemas offer only what it may do (the
+handler still checks: a schema is advice to the model, not a permission). Handlers get a narrow ``ToolContext``: their agent,
 the clock, their home and workspace, read-only views of their own state, and ``ctx.emit`` to
 record events. They never see the database: what they emit commits atomically with their result.
 
@@ -25,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from holon.clock import Clock
 from holon.ledger.events import PayloadBase, ToolCallSpec, ToolStatus
+from holon.projections.state import AgentState
+from holon.runtime.views import AgentMemory
 
 __all__ = [
     "Tool",
@@ -87,6 +92,8 @@ class ToolContext:
     views: Views
     services: Any
     """Host services a tool may need (tasks, child agents); typed where each tool uses it."""
+    memory: AgentMemory | None = None
+    """The agent's memory (MemoryGet, curated files); the turn runner always sets it."""
     emitted: list[Emitted] = field(default_factory=list)
 
     def emit(self, payload: PayloadBase, *, work_item_id: str | None = None, task_id: str | None = None) -> None:
@@ -104,6 +111,9 @@ class Tool:
     params: type[ToolParams]
     handler: Handler
     timeout_s: float = 60.0
+    specialize: Callable[[AgentState], Tool] | None = None
+    """The tool as one agent sees it, when that differs; must return the same object for agents
+    that see the same tool, so per-agent registries (and prompt caches) can be reused."""
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI-style function schema the model sees."""
@@ -156,9 +166,25 @@ class ToolRegistry:
         self.tools = {t.name: t for t in tools}
         # Tools never change after registration; generating JSON schemas costs milliseconds.
         self._schemas = [self.tools[name].schema() for name in sorted(self.tools)]
+        self._variants: dict[tuple[int, ...], ToolRegistry] = {}
 
     def schemas(self) -> list[dict[str, Any]]:
         return self._schemas
+
+    def for_agent(self, agent: AgentState) -> ToolRegistry:
+        """The registry as ``agent`` sees it: specialized tools swapped in (``self`` when none differ).
+
+        Variants are kept, so an agent gets the same registry, and the same schema objects, every
+        turn: context assembly caches tool renderings by identity.
+        """
+        tools = [t.specialize(agent) if t.specialize else t for t in self.tools.values()]
+        if all(a is b for a, b in zip(tools, self.tools.values(), strict=True)):
+            return self
+        key = tuple(id(t) for t in tools)
+        variant = self._variants.get(key)
+        if variant is None:
+            variant = self._variants[key] = ToolRegistry(tools)
+        return variant
 
     def _parse(self, call: ToolCall) -> tuple[Tool, ToolParams]:
         tool = self.tools.get(call.name)

@@ -1,0 +1,161 @@
+"""Memory tools: read memory by reference (``memory_get``) and keep curated files (``memory_write``).
+
+Both go through ``ctx.memory`` (an ``AgentMemory`` bound to the calling agent), which checks
+every permission again; the schemas only steer the model. ``memory_write``'s schema is per agent:
+``write_tool(scopes, background)`` builds the variant whose ``scope`` enum lists the scopes that
+agent may write, and ``Tool.specialize`` picks it (``ToolRegistry.for_agent``). Variants are
+cached by what they depend on, so every agent with the same rights shares one schema object.
+
+A search tool belongs here too: add its params, handler and ``Tool`` next to these and list it
+in ``MEMORY_TOOLS``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal
+
+from pydantic import Field, create_model
+
+from holon.errors import HolonError
+from holon.ledger.events import MemoryScope
+from holon.memory.files import SCOPES, is_background, permissions
+from holon.memory.get import DEFAULT_MAX_CHARS, LARGE_READ_CHARS
+from holon.memory.markdown import Mode
+from holon.memory.refs import MAX_REF_CHARS
+from holon.memory.writes import MAX_WRITE_CHARS
+from holon.projections.state import AgentState
+from holon.runtime.tools.base import Tool, ToolContext, ToolParams, ToolRetry
+from holon.runtime.views import AgentMemory
+
+__all__ = ["MEMORY_TOOLS", "write_tool"]
+
+
+class GetParams(ToolParams):
+    ref: str = Field(
+        min_length=1,
+        max_length=MAX_REF_CHARS,
+        description="A reference: file:agent/self.md, file:operator/operator.md, file:workspace/memory.md, "
+        "event:<seq>, episode:<id>, work_item:<id>, task:<id>, or a source_ref from a search hit.",
+    )
+    mode: Mode | None = Field(
+        None, description="full (default), headers, section (needs heading), tail (last lines), lines (start..end)."
+    )
+    heading: str | None = Field(None, max_length=500, description="For mode section: the heading's text.")
+    start: int | None = Field(None, ge=1, description="For mode lines: first line (1-based).")
+    end: int | None = Field(None, ge=1, description="For mode lines: last line (inclusive).")
+    lines: int | None = Field(None, ge=1, le=5_000, description="For mode tail: how many lines.")
+    expand: bool = Field(False, description="For an episode: include the exact events it covers.")
+    max_chars: int = Field(DEFAULT_MAX_CHARS, ge=500, le=LARGE_READ_CHARS, description="Largest read to return.")
+
+
+class WriteParams(ToolParams):
+    scope: Literal["agent", "operator", "workspace"] = Field(
+        "agent", description="Which file: agent (yours), operator, workspace."
+    )
+    path: str | None = Field(
+        None,
+        max_length=300,
+        description="Defaults to the scope's file (self.md, operator.md, memory.md); in the agent scope "
+        "also notes/<name>.md.",
+    )
+    op: Literal["append", "replace"] = Field(
+        description="replace: the whole file, or with heading only that section; append: a stamped entry at the end."
+    )
+    text: str = Field(min_length=1, max_length=MAX_WRITE_CHARS, description="Markdown.")
+    heading: str | None = Field(
+        None, max_length=200, description="With replace: the section to replace (added if missing)."
+    )
+
+
+def _memory(ctx: ToolContext) -> AgentMemory:
+    if ctx.memory is None:
+        raise ToolRetry("memory is not available to tools here")
+    return ctx.memory
+
+
+async def memory_get(ctx: ToolContext, p: GetParams) -> str:
+    try:
+        read = _memory(ctx).get(
+            p.ref,
+            mode=p.mode,
+            heading=p.heading,
+            start=p.start,
+            end=p.end,
+            lines=p.lines,
+            expand=p.expand,
+            max_chars=p.max_chars,
+        )
+    except HolonError as e:
+        raise ToolRetry(str(e)) from e
+    return read.render()
+
+
+async def memory_write(ctx: ToolContext, p: WriteParams) -> str:
+    try:
+        result = await _memory(ctx).write(p.scope, p.path, p.op, p.text, heading=p.heading)
+    except HolonError as e:
+        raise ToolRetry(str(e)) from e
+    return result.describe()
+
+
+GET_DESCRIPTION = (
+    "Read your memory by reference: your curated files (file:agent/self.md, file:operator/operator.md, "
+    "file:workspace/memory.md, notes and archives), past events, episodes, work items and tasks; references "
+    "come from search hits and from your prompt. Read large files by parts: mode headers lists headings with "
+    "line numbers and sizes, then mode section reads one (with its subsections), tail the last lines, lines a "
+    "range. A read larger than max_chars returns no content, only sizes and the calls that get what you need. "
+    "An episode with expand=true lists the exact events it covers. "
+    'Example: {"ref": "file:agent/self.md", "mode": "section", "heading": "Stable facts"}'
+)
+
+_SCOPE_HELP: dict[MemoryScope, str] = {
+    "agent": "agent: your own file (self.md; notes/<name>.md for longer topics)",
+    "operator": "operator: what you know about the operator (operator.md), shared by all their agents; "
+    "record only what they said or confirmed",
+    "workspace": "workspace: memory.md, shared by the agents working in this workspace",
+}
+
+
+def _write_description(scopes: tuple[MemoryScope, ...], background: bool) -> str:
+    help_ = "; ".join(
+        _SCOPE_HELP[s] + (" (append only: you run in the background)" if s == "workspace" and background else "")
+        for s in scopes
+    )
+    return (
+        "Keep your curated memory files. Each is a state document with headings (current facts, "
+        "preferences, decisions, open questions), not a log: when something changes, replace its section "
+        "(op replace with heading and the section's new text) instead of appending a duplicate or a "
+        "contradiction. Append only short dated notes worth keeping as they are; entries are stamped with "
+        "the time and you as the source. Read the current text (memory_get) before replacing. "
+        f"Scopes: {help_}. "
+        'Example: {"scope": "operator", "op": "replace", "heading": "Preferences", '
+        '"text": "- Answers in English, short.\\n- Deploys only on weekdays."}'
+    )
+
+
+@functools.cache
+def write_tool(scopes: tuple[MemoryScope, ...] = SCOPES, background: bool = False) -> Tool:
+    """``memory_write`` offering only ``scopes`` in its schema (one object per distinct argument set)."""
+    params = WriteParams
+    if scopes != SCOPES:
+        params = create_model(  # type: ignore[call-overload]  # a Literal built from data
+            "WriteParams",
+            __base__=WriteParams,
+            scope=(Literal[scopes], Field("agent", description="Which file: " + ", ".join(scopes) + ".")),
+        )
+    return Tool(
+        "memory_write",
+        _write_description(scopes, background),
+        params,
+        memory_write,
+        specialize=_for_agent,
+    )
+
+
+def _for_agent(agent: AgentState) -> Tool:
+    background = is_background(agent) and bool(agent.workspace)
+    return write_tool(permissions(agent).writable, background)
+
+
+MEMORY_TOOLS = [Tool("memory_get", GET_DESCRIPTION, GetParams, memory_get), write_tool()]
