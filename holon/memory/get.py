@@ -165,14 +165,16 @@ def _too_large(doc: Document, sel: Selection, mode: Mode, cap: int) -> MemoryRea
     """A read with no content: sizes, and the calls that would get the parts that fit."""
     lines = split_lines(doc.text)
     sizes = [len(line) for line in lines]
-    what = "it" if sel.description == "full text" else f"the {sel.description}"
-    facts = [
-        f"{doc.ref} is {len(doc.text):,} characters in {len(lines):,} lines; {what} is {len(sel.text):,} "
-        f"characters, more than max_chars={cap:,}, so nothing is returned"
+    whole = f"{doc.ref} is {len(doc.text):,} characters in {len(lines):,} lines"
+    part = "" if sel.text == doc.text else f"; the {sel.description} is {len(sel.text):,} characters"
+    facts = [f"{whole}{part}, more than max_chars={cap:,}, so nothing is returned"]
+    # The parts of the selection: headings inside it, less those spanning all of it (a title, or
+    # the selected section's own heading), at the shallowest level left.
+    inside = [
+        h
+        for h in headings(doc.text)
+        if sel.first_line <= h.line <= sel.last_line and not (h.line == sel.first_line and h.size >= len(sel.text))
     ]
-    inside = [h for h in headings(doc.text) if sel.first_line <= h.line <= sel.last_line]
-    if mode == "section" and inside:
-        inside = inside[1:]  # the section's own heading is what did not fit
     top = min((h.level for h in inside), default=0)
     children = [h for h in inside if h.level == top]
     if children:
