@@ -1,0 +1,208 @@
+"""Text for the search index: normalising documents and turning any string into a safe FTS5 query.
+
+SQLite's ``porter unicode61`` tokenizer stems English suffixes and folds case and diacritics, but
+it has two gaps that matter for memory search:
+
+* **Unsegmented scripts.** Chinese, Japanese, Thai and similar scripts do not separate words with
+  spaces, so ``unicode61`` turns a whole clause into one token and a two-character word inside it
+  is never found. ``fold`` rewrites every run of such characters as overlapping bigrams (the
+  classic CJK indexing scheme), and queries get the same treatment, so any substring of two or
+  more characters matches.
+* **Irregular English forms.** Porter maps "painted" to "paint" but not "drew" to "draw" or
+  "children" to "child". A small table of irregular verbs and plurals is folded before indexing.
+
+Queries are never passed to FTS5 as syntax. ``plan_query`` extracts words, drops stop words, and
+quotes every term, so quotes, ``NEAR``, ``*``, parentheses, column filters and NUL bytes in a query
+are just text. That is the only way a string reaches ``MATCH``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import re
+from dataclasses import dataclass
+
+__all__ = ["QueryPlan", "fold", "is_unsegmented", "plan_query", "stem", "words"]
+
+#: Longest query we look at; the rest of a pasted 100 KB string adds nothing to a search.
+MAX_QUERY_CHARS = 2_000
+#: At most this many distinct terms go into one FTS5 expression.
+MAX_TERMS = 24
+#: Longer "words" are noise (hashes, base64) and are cut to this length.
+MAX_TERM_CHARS = 48
+
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are aren't as at be because been before
+    being below between both but by can can't cannot could couldn't did didn't do does doesn't doing
+    don't down during each few for from further had hadn't has hasn't have haven't having he he'd
+    he'll he's her here here's hers herself him himself his how how's i i'd i'll i'm i've if in into
+    is isn't it it's its itself let's me more most mustn't my myself no nor not of off on once only or
+    other ought our ours ourselves out over own same shan't she she'd she'll she's should shouldn't so
+    some such than that that's the their theirs them themselves then there there's these they they'd
+    they'll they're they've this those through to too under until up very was wasn't we we'd we'll
+    we're we've were weren't what what's when when's where where's which while who who's whom why
+    why's with won't would wouldn't you you'd you'll you're you've your yours yourself yourselves
+    s t""".split()  # noqa: SIM905  # a word list reads better as text
+)
+
+# base form, then its irregular forms. Forms that are also common other words ("left", "found",
+# "saw", "felt"...) are left out on purpose: folding them would hurt more than it helps.
+_IRREGULAR = """arise arose arisen|awake awoke awoken|bear bore borne|beat beaten|become became|begin
+began begun|bend bent|bite bit bitten|bleed bled|blow blew blown|break broke broken|breed bred|bring
+brought|build built|burn burnt|buy bought|catch caught|choose chose chosen|come came|creep crept|deal
+dealt|dig dug|do did done|draw drew drawn|dream dreamt|drink drank drunk|drive drove driven|eat ate
+eaten|fall fallen|feed fed|fight fought|flee fled|fly flew flown|forbid forbade forbidden|forget forgot
+forgotten|forgive forgave forgiven|freeze froze frozen|get got gotten|give gave given|go went gone|grow
+grew grown|hang hung|have had|hear heard|hide hid hidden|hold held|keep kept|kneel knelt|know knew
+known|lead led|lean leant|leap leapt|learn learnt|lend lent|lose lost|make made|mean meant|meet met|pay
+paid|ride rode ridden|ring rang rung|rise risen|run ran|say said|see seen|seek sought|sell sold|send
+sent|shake shook shaken|shine shone|shoot shot|show shown|shrink shrank shrunk|sing sang sung|sink sank
+sunk|sit sat|sleep slept|slide slid|speak spoke spoken|speed sped|spend spent|spin spun|spring sprang
+sprung|stand stood|steal stole stolen|stick stuck|sting stung|strike struck|swear swore sworn|sweep
+swept|swim swam swum|swing swung|take took taken|teach taught|tear tore torn|tell told|think
+thought|throw threw thrown|understand understood|wake woke woken|wear wore worn|weave wove woven|weep
+wept|win won|write wrote written|child children|man men|woman women|person people|mouse mice|foot
+feet|tooth teeth|goose geese"""
+IRREGULAR: dict[str, str] = {
+    form: group.split()[0] for group in _IRREGULAR.replace("\n", " ").split("|") for form in group.split()[1:]
+}
+
+# Scripts written without spaces between words: CJK ideographs, kana, Hangul syllables, Thai, Lao,
+# Khmer, Myanmar, Tibetan.
+_UNSEGMENTED = (
+    "\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3100-\u312f\u31a0-\u31ff"
+    "\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
+)
+_UNSEG_RUN = re.compile(f"[{_UNSEGMENTED}]+")
+_WORD = re.compile(rf"[{_UNSEGMENTED}]+|[^\W_]+(?:['\u2019][^\W_]+)*", re.UNICODE)
+_LATIN_WORD = re.compile(r"[A-Za-z]+(?:['\u2019][A-Za-z]+)?")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def is_unsegmented(token: str) -> bool:
+    return bool(_UNSEG_RUN.fullmatch(token))
+
+
+def _bigrams(run: str) -> str:
+    if len(run) == 1:
+        return run
+    return " ".join(run[i : i + 2] for i in range(len(run) - 1))
+
+
+def fold(text: str) -> str:
+    """``text`` as the index stores it: irregular forms folded, unsegmented runs as bigrams."""
+    text = _CONTROL.sub(" ", text)
+    text = _LATIN_WORD.sub(lambda m: IRREGULAR.get(m.group(0).lower(), m.group(0)), text)
+    return _UNSEG_RUN.sub(lambda m: f" {_bigrams(m.group(0))} ", text)
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words of ``text`` (possessive 's dropped); unsegmented runs stay whole."""
+    out = []
+    for m in _WORD.finditer(text):
+        w = m.group(0).lower().replace("\u2019", "'")
+        if w.endswith("'s"):
+            w = w[:-2]
+        out.append(w)
+    return out
+
+
+_SUFFIXES = ("ingly", "edly", "ing", "ies", "ied", "ed", "es", "s", "ly")
+
+
+def stem(word: str) -> str:
+    """A light stem for matching words in Python (snippets, coverage); FTS5 uses Porter."""
+    word = IRREGULAR.get(word, word)
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+_MONTHS = {
+    m: i + 1
+    for i, m in enumerate(
+        "january february march april may june july august september october november december".split()  # noqa: SIM905
+    )
+}
+_MONTH_ABBR = {m[:3]: n for m, n in _MONTHS.items()}
+_MONTH = r"(january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\.?"
+_DATE_DMY = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH},?\s+(\d{{4}})\b")
+_DATE_MDY = re.compile(rf"\b{_MONTH}\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b")
+_DATE_MY = re.compile(rf"\b{_MONTH},?\s+(\d{{4}})\b")
+_DATE_ISO = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+
+
+def _month(name: str) -> int:
+    name = name.lower().rstrip(".")
+    return _MONTHS.get(name) or _MONTH_ABBR[name[:3]]
+
+
+def dates_in(text: str) -> list[tuple[int, int, int | None]]:
+    """Calendar dates a query names, as (year, month, day or None for a whole month)."""
+    low = text.lower()
+    found: list[tuple[int, int, int | None]] = []
+    for m in _DATE_DMY.finditer(low):
+        found.append((int(m.group(3)), _month(m.group(2)), int(m.group(1))))
+    for m in _DATE_MDY.finditer(low):
+        found.append((int(m.group(3)), _month(m.group(1)), int(m.group(2))))
+    for m in _DATE_ISO.finditer(low):
+        found.append((int(m.group(1)), int(m.group(2)), int(m.group(3))))
+    if not found:
+        for m in _DATE_MY.finditer(low):
+            found.append((int(m.group(2)), _month(m.group(1)), None))
+    valid = []
+    for y, mo, d in found:
+        try:
+            dt.date(y, mo, d or 1)
+        except ValueError:
+            continue
+        valid.append((y, mo, d))
+    return list(dict.fromkeys(valid))
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPlan:
+    """What a query string means to the index."""
+
+    terms: tuple[str, ...]
+    """Distinct normalised words, stop words dropped (kept when nothing else is left)."""
+    phrases: tuple[str, ...]
+    """Adjacent term pairs of the query, matched as phrases for a proximity bonus."""
+    dates: tuple[tuple[int, int, int | None], ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.terms
+
+    def expression(self) -> str:
+        """The FTS5 MATCH expression: every term and phrase quoted, OR-ed. Never raw syntax."""
+        parts = [_quote(t) for t in self.terms] + [_quote(p) for p in self.phrases]
+        return " OR ".join(parts)
+
+
+def _quote(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+def _tokens(text: str) -> list[str]:
+    out = []
+    for w in words(text):
+        if is_unsegmented(w):
+            out.extend(_bigrams(w).split())
+        else:
+            out.append(IRREGULAR.get(w, w)[:MAX_TERM_CHARS])
+    return out
+
+
+def plan_query(query: str) -> QueryPlan:
+    """Turn any string into a ``QueryPlan``; never raises."""
+    text = _CONTROL.sub(" ", query[:MAX_QUERY_CHARS])
+    tokens = [t for t in _tokens(text) if t.strip("'")]
+    content = [t for t in tokens if t not in STOP_WORDS]
+    if not content:
+        content = tokens
+    terms = tuple(dict.fromkeys(content))[:MAX_TERMS]
+    phrases = tuple(dict.fromkeys(f"{a} {b}" for a, b in itertools.pairwise(content) if a != b))
+    return QueryPlan(terms, phrases[: MAX_TERMS // 2], tuple(dates_in(text)))
