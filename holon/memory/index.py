@@ -37,6 +37,7 @@ from pathlib import Path
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
+from holon.memory.text import WORDS as _WORDS
 from holon.memory.text import fold
 from holon.projections import Store
 from holon.projections.state import TaskProjection, WorkItemState
@@ -82,6 +83,8 @@ _SCHEMA = (
         sender TEXT NOT NULL DEFAULT '',
         segment INTEGER,
         work_item_id TEXT,
+        words INTEGER NOT NULL DEFAULT 0,
+        question INTEGER NOT NULL DEFAULT 0,
         title TEXT NOT NULL,
         text TEXT NOT NULL
     )
@@ -198,9 +201,10 @@ class _Writer:
         row = self.conn.execute("SELECT id FROM search_docs WHERE key = ?", (doc.key,)).fetchone()
         if row is not None:
             self.delete(row[0])
+        stripped = doc.text.strip()
         cur = self.conn.execute(
-            "INSERT INTO search_docs(key, ref, owner, kind, seq, ts_us, sender, work_item_id, title, text) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO search_docs(key, ref, owner, kind, seq, ts_us, sender, work_item_id, words, question, "
+            "title, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 doc.key,
                 doc.ref,
@@ -210,6 +214,8 @@ class _Writer:
                 doc.ts_us,
                 doc.sender,
                 doc.work_item_id,
+                len(_WORDS.findall(stripped[:DOC_CAP])),
+                int(stripped.endswith("?") and "\n" not in stripped),
                 doc.title,
                 _cap(doc.text),
             ),
@@ -352,6 +358,9 @@ class SearchIndex:
     def catch_up(self, *, max_events: int | None = None) -> Freshness:
         """Index events after the cursor, ``BATCH`` per transaction. Safe to run from any process."""
         self.ensure()
+        fresh = self.freshness()
+        if fresh.lag == 0:
+            return fresh
         done = 0
         while max_events is None or done < max_events:
             moved = self._batch(BATCH if max_events is None else min(BATCH, max_events - done))

@@ -26,13 +26,13 @@ they are also the weakest matches. ``SearchResult.exhaustive`` says which mode r
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from holon.memory.index import FileSource, Freshness, SearchIndex, kind_token, owner_token
-from holon.memory.text import QueryPlan, plan_query, stem
+from holon.memory.text import WORDS, QueryPlan, plan_query, stem
 
 __all__ = ["KINDS", "Hit", "RankParams", "SearchFilters", "SearchResult", "search"]
 
@@ -153,8 +153,10 @@ class _Cand:
     seq: int | None = None
     ref: str = ""
     title: str = ""
-    text: str = ""
     work_item_id: str | None = None
+    words: int = 0
+    question: int = 0
+    text: str = ""
 
 
 def search(
@@ -180,7 +182,7 @@ def search(
     planner = _Planner(index, list(dict.fromkeys(owners)), filters, params)
     cands, exhaustive = planner.candidates(plan)
     ranked = _rerank(planner, plan, cands, params, exhaustive)
-    hits = tuple(_hit(c, plan) for c in ranked[:limit])
+    hits = planner.hits(ranked[:limit], plan)
     total, exact = planner.count(plan)
     total = max(total, len(ranked)) if exact else total
     return SearchResult(query[:200], plan.terms, hits, total, exact, exhaustive, freshness)
@@ -281,7 +283,7 @@ class _Planner:
         ids = sorted(scores, key=lambda i: -scores[i])[: CANDIDATES * 2]
         marks = ",".join("?" * len(ids))
         rows = self._q(
-            "SELECT id, owner, kind, ts_us, sender, segment, seq, ref, title, text, work_item_id "
+            "SELECT id, owner, kind, ts_us, sender, segment, seq, ref, title, work_item_id, words, question "
             f"FROM search_docs WHERE id IN ({marks})",
             ids,
         )
@@ -299,6 +301,16 @@ class _Planner:
             out.append(c)
         out.sort(key=lambda c: -c.score)
         return out[:CANDIDATES]
+
+    def hits(self, ranked: list[_Cand], plan: QueryPlan) -> tuple[Hit, ...]:
+        if not ranked:
+            return ()
+        marks = ",".join("?" * len(ranked))
+        texts = dict(self._q(f"SELECT id, text FROM search_docs WHERE id IN ({marks})", [c.id for c in ranked]))
+        return tuple(
+            Hit(c.ref, c.kind, c.title, snippet(texts.get(c.id, ""), plan), c.score, c.ts_us, c.sender, c.seq)
+            for c in ranked
+        )
 
     def segment_scores(self, plan: QueryPlan, segments: set[int], exhaustive: bool) -> dict[int, float]:
         """BM25 of whole conversation segments, for the segments among the candidates."""
@@ -356,9 +368,6 @@ def _quote(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
-_WORDS = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
-
-
 def _rerank(planner: _Planner, plan: QueryPlan, cands: list[_Cand], p: RankParams, exhaustive: bool) -> list[_Cand]:
     if not cands:
         return []
@@ -372,20 +381,25 @@ def _rerank(planner: _Planner, plan: QueryPlan, cands: list[_Cand], p: RankParam
         s = c.score
         if c.segment is not None and c.segment in segs:
             s += p.segment * top * segs[c.segment] / seg_top
-        if c.sender and named & set(w.lower() for w in _WORDS.findall(c.sender)):
+        if c.sender and named & _name_words(c.sender):
             s += p.sender * top
         if plan.dates and _on_date(c.ts_us, plan.dates):
             s += p.date * top
         if c.kind in ("message", "reply"):
-            n = len(_WORDS.findall(c.text[:2000]))
+            n = c.words
             s *= (min(n, p.short_words) / p.short_words) ** p.short_turn if n else 0.0
-            if c.text.rstrip().endswith("?") and "\n" not in c.text.strip():
+            if c.question:
                 s *= 1 - p.question
         s *= kinds.get(c.kind, 1.0)
         age_days = (newest - c.ts_us) / 86_400e6
         s *= 1 + p.recency * math.pow(0.5, age_days / p.recency_half_life_days)
         c.score = s
     return sorted(cands, key=lambda c: (-c.score, -c.id))
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_words(sender: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in WORDS.findall(sender))
 
 
 def _on_date(ts_us: int, dates: tuple[tuple[int, int, int | None], ...]) -> bool:
@@ -399,8 +413,6 @@ def _on_date(ts_us: int, dates: tuple[tuple[int, int, int | None], ...]) -> bool
     return False
 
 
-def _hit(c: _Cand, plan: QueryPlan) -> Hit:
-    return Hit(c.ref, c.kind, c.title, snippet(c.text, plan), c.score, c.ts_us, c.sender, c.seq)
 
 
 def snippet(text: str, plan: QueryPlan, width: int = SNIPPET_CHARS) -> str:
@@ -409,7 +421,7 @@ def snippet(text: str, plan: QueryPlan, width: int = SNIPPET_CHARS) -> str:
     if len(text) <= width:
         return text
     stems = {stem(t) for t in plan.terms}
-    positions = [m.start() for m in _WORDS.finditer(text[:50_000]) if stem(m.group(0).lower()) in stems]
+    positions = [m.start() for m in WORDS.finditer(text[:50_000]) if stem(m.group(0).lower()) in stems]
     for term in plan.terms:  # unsegmented scripts: match by substring
         if not term.isascii():
             at = text.find(term)

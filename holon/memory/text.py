@@ -23,7 +23,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-__all__ = ["QueryPlan", "fold", "is_unsegmented", "plan_query", "stem", "words"]
+__all__ = ["WORDS", "QueryPlan", "fold", "is_unsegmented", "plan_query", "stem", "words"]
 
 #: Longest query we look at; the rest of a pasted 100 KB string adds nothing to a search.
 MAX_QUERY_CHARS = 2_000
@@ -77,6 +77,8 @@ _UNSEGMENTED = (
 _UNSEG_RUN = re.compile(f"[{_UNSEGMENTED}]+")
 _WORD = re.compile(rf"[{_UNSEGMENTED}]+|[^\W_]+(?:['\u2019][^\W_]+)*", re.UNICODE)
 _LATIN_WORD = re.compile(r"[A-Za-z]+(?:['\u2019][A-Za-z]+)?")
+#: What counts as a word when holon counts words (priors, snippets).
+WORDS = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
