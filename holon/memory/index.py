@@ -499,7 +499,7 @@ class SearchIndex:
             for f, mtime, size in stale:
                 for (doc_id,) in conn.execute(
                     "SELECT id FROM search_docs WHERE owner = ? AND key LIKE ? ESCAPE '\\'",
-                    (f.owner, _like_prefix(f"{f.ref}#")),
+                    (f.owner, _like_prefix(f"{f.owner}|{f.ref}#")),
                 ).fetchall():
                     writer.delete(doc_id)
                 if mtime >= 0:
@@ -560,4 +560,4 @@ def _file_docs(f: FileSource, mtime_ns: int) -> Iterator[Doc]:
         if not body and not heading:
             continue
         title = f"{f.title} > {heading}" if heading else f.title
-        yield Doc(f"{f.ref}#{i}", f.ref, owner=f.owner, kind="file", ts_us=ts, title=title, text=body)
+        yield Doc(f"{f.owner}|{f.ref}#{i}", f.ref, owner=f.owner, kind="file", ts_us=ts, title=title, text=body)
