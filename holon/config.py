@@ -28,6 +28,7 @@ __all__ = [
     "ContextSettings",
     "LedgerSettings",
     "LoggingSettings",
+    "MemorySettings",
     "ModelDefaults",
     "RuntimeSettings",
     "Settings",
@@ -92,6 +93,16 @@ class ContextSettings(_Section):
     """Record the exact prompt of every model request in the ledger (``holon context show --render``)."""
 
 
+class MemorySettings(_Section):
+    embeddings: str = ""
+    """Embedding model for MemorySearch: empty (lexical search only), ``local`` (the MiniLM model
+    of the ``holon[embed]`` extra, offline) or a litellm embedding model such as
+    ``openai/text-embedding-3-small``."""
+    embedding_api_base: str | None = None
+    embedding_api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    """Name of the environment variable holding the embedding API key (never the key itself)."""
+
+
 class LoggingSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     console: Literal["auto", "pretty", "json", "off"] = "auto"
@@ -113,6 +124,7 @@ class Settings(BaseSettings):
     model: ModelDefaults = ModelDefaults()
     runtime: RuntimeSettings = RuntimeSettings()
     context: ContextSettings = ContextSettings()
+    memory: MemorySettings = MemorySettings()
     logging: LoggingSettings = LoggingSettings()
 
     @classmethod

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import itertools
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -116,8 +117,25 @@ _SCHEMA = (
     )
     """,
     "CREATE TABLE IF NOT EXISTS search_owners (owner TEXT PRIMARY KEY, docs INTEGER NOT NULL)",
+    # Optional embeddings (holon.memory.vectors), unit-length float32, one row per document and model.
+    """
+    CREATE TABLE IF NOT EXISTS search_vectors (
+        id INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        vec BLOB NOT NULL,
+        PRIMARY KEY (id, model)
+    ) WITHOUT ROWID
+    """,
 )
-_TABLES = ("search_docs", "search_fts", "search_segments", "search_segment_info", "search_files", "search_owners")
+_TABLES = (
+    "search_docs",
+    "search_fts",
+    "search_segments",
+    "search_segment_info",
+    "search_files",
+    "search_owners",
+    "search_vectors",
+)
 
 
 def owner_token(owner: str) -> str:
@@ -190,12 +208,27 @@ class _Segment:
 
 
 class _Writer:
-    """Writes documents inside one transaction. Knows nothing about events."""
+    """Writes documents inside one transaction. Knows nothing about events.
+
+    FTS rows are held back until ``finish``: a turn's ``next`` context and its segment's text grow
+    with the turns after it, and rewriting an FTS5 row re-tokenises all of it (a segment would be
+    rewritten once per turn). Held back, each row is written once, in rowid order (FTS5 flushes
+    its pending terms whenever rowids go backwards). The rows are the same as if written one by
+    one; only rows committed by an earlier transaction are updated in place.
+    """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.segments: dict[str, _Segment | None] = {}
         self.owner_counts: dict[str, int] = {}
+        self.rows: dict[int, list[str]] = {}
+        """Held-back ``search_fts`` rows: doc id -> [body, prev, next, meta, scope]."""
+        self.next_more: dict[int, str] = {}
+        """The new ``next`` of turns committed earlier."""
+        self.new_segments: dict[int, list[str]] = {}
+        """Held-back ``search_segments`` rows: segment id -> [body, scope]."""
+        self.segment_more: dict[int, str] = {}
+        """Text to append to the body of segments committed earlier."""
 
     def upsert(self, doc: Doc) -> int:
         row = self.conn.execute("SELECT id FROM search_docs WHERE key = ?", (doc.key,)).fetchone()
@@ -229,10 +262,7 @@ class _Writer:
             self.conn.execute("UPDATE search_docs SET segment = ? WHERE id = ?", (segment, doc_id))
         meta = fold(f"{doc.sender} {doc.kind.replace('_', ' ')} {_date_words(doc.ts_us)}")
         scope = f"{owner_token(doc.owner)} {kind_token(doc.kind)}"
-        self.conn.execute(
-            "INSERT INTO search_fts(rowid, body, prev, next, meta, scope) VALUES (?, ?, ?, '', ?, ?)",
-            (doc_id, body, prev, meta, scope),
-        )
+        self.rows[doc_id] = [body, prev, "", meta, scope]
         self.owner_counts[doc.owner] = self.owner_counts.get(doc.owner, 0) + 1
         return doc_id
 
@@ -240,8 +270,11 @@ class _Writer:
         row = self.conn.execute("SELECT owner FROM search_docs WHERE id = ?", (doc_id,)).fetchone()
         if row is None:
             return
-        self.conn.execute("DELETE FROM search_fts WHERE rowid = ?", (doc_id,))
+        if self.rows.pop(doc_id, None) is None:
+            self.conn.execute("DELETE FROM search_fts WHERE rowid = ?", (doc_id,))
+        self.next_more.pop(doc_id, None)
         self.conn.execute("DELETE FROM search_docs WHERE id = ?", (doc_id,))
+        self.conn.execute("DELETE FROM search_vectors WHERE id = ?", (doc_id,))
         self.owner_counts[row[0]] = self.owner_counts.get(row[0], 0) - 1
 
     def _segment(self, owner: str) -> _Segment | None:
@@ -269,15 +302,23 @@ class _Writer:
         if seg is None or doc.ts_us - seg.last_ts_us > SEGMENT_GAP_US or seg.turns >= SEGMENT_MAX_TURNS:
             seg = _Segment(doc_id, doc.ts_us, 0)
             self.segments[doc.owner] = seg
-            self.conn.execute(
-                "INSERT INTO search_segments(rowid, body, scope) VALUES (?, '', ?)", (seg.id, owner_token(doc.owner))
-            )
+            self.new_segments[seg.id] = ["", owner_token(doc.owner)]
         prev = " ".join(text[:CONTEXT_CAP] for _id, text in seg.recent)
         for other_id, _text in seg.recent:
-            self.conn.execute("UPDATE search_fts SET next = trim(next || ' ' || ?) WHERE rowid = ?", (piece, other_id))
-        self.conn.execute(
-            "UPDATE search_segments SET body = body || ' ' || ? WHERE rowid = ?", (body[: CONTEXT_CAP * 2], seg.id)
-        )
+            if (held := self.rows.get(other_id)) is not None:
+                held[2] = f"{held[2]} {piece}".strip(" ")  # as SQLite's trim(next || ' ' || piece)
+            else:
+                if other_id not in self.next_more:
+                    row = self.conn.execute("SELECT next FROM search_fts WHERE rowid = ?", (other_id,)).fetchone()
+                    if row is None:
+                        continue
+                    self.next_more[other_id] = row[0]
+                self.next_more[other_id] = f"{self.next_more[other_id]} {piece}".strip(" ")
+        added = " " + body[: CONTEXT_CAP * 2]
+        if (new := self.new_segments.get(seg.id)) is not None:
+            new[0] += added
+        else:
+            self.segment_more[seg.id] = self.segment_more.get(seg.id, "") + added
         seg.turns += 1
         seg.last_ts_us = doc.ts_us
         seg.recent = [*seg.recent, (doc_id, body)][-2:]
@@ -289,9 +330,27 @@ class _Writer:
         return seg.id, prev
 
     def finish(self) -> None:
+        """Write the held-back FTS rows (older rowids first) and the owner counts."""
+        conn = self.conn
+        for doc_id, text in sorted(self.next_more.items()):
+            conn.execute("UPDATE search_fts SET next = ? WHERE rowid = ?", (text, doc_id))
+        conn.executemany(
+            "INSERT INTO search_fts(rowid, body, prev, next, meta, scope) VALUES (?, ?, ?, ?, ?, ?)",
+            [(doc_id, *cols) for doc_id, cols in sorted(self.rows.items())],
+        )
+        for seg_id, more in sorted(self.segment_more.items()):
+            conn.execute("UPDATE search_segments SET body = body || ? WHERE rowid = ?", (more, seg_id))
+        conn.executemany(
+            "INSERT INTO search_segments(rowid, body, scope) VALUES (?, ?, ?)",
+            [(seg_id, *cols) for seg_id, cols in sorted(self.new_segments.items())],
+        )
+        self.rows.clear()
+        self.next_more.clear()
+        self.new_segments.clear()
+        self.segment_more.clear()
         for owner, delta in self.owner_counts.items():
             if delta:
-                self.conn.execute(
+                conn.execute(
                     "INSERT INTO search_owners(owner, docs) VALUES (?, ?) "
                     "ON CONFLICT(owner) DO UPDATE SET docs = docs + excluded.docs",
                     (owner, delta),
@@ -402,6 +461,27 @@ class SearchIndex:
             writer.finish()
             conn.execute("UPDATE projection_cursors SET seq = ? WHERE name = ?", (rows[-1][0], CURSOR_NAME))
             return len(rows)
+
+    # --- bulk loading -------------------------------------------------------------------------
+
+    def add_documents(self, docs: Iterable[Doc], *, batch: int = 20_000) -> int:
+        """Write ``docs`` straight into the index, ``batch`` per transaction; returns how many.
+
+        The bulk path for benchmarks and imports: documents go through the same writer as
+        ``catch_up`` (segments, neighbour context, owner counts) but come from the caller, not the
+        ledger, and the cursor is not moved. Turns must arrive in time order per owner.
+        """
+        self.ensure()
+        done = 0
+        it = iter(docs)
+        while chunk := list(itertools.islice(it, batch)):
+            with self._tx() as conn:
+                writer = _Writer(conn)
+                for doc in chunk:
+                    writer.upsert(doc)
+                writer.finish()
+            done += len(chunk)
+        return done
 
     # --- events to documents ----------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from holon.memory.index import FileSource, Freshness, SearchIndex, kind_token, owner_token
 from holon.memory.text import WORDS, QueryPlan, plan_query, stem
+from holon.memory.vectors import Embedder, dense_scores, embed_pending
 
 __all__ = ["KINDS", "Hit", "RankParams", "SearchFilters", "SearchResult", "search"]
 
@@ -67,6 +68,8 @@ class RankParams:
     short_words: int = 30
     question: float = 0.2
     recency: float = 0.05
+    dense: float = 0.4
+    """Weight of embedding similarity, when an embedder is configured."""
     recency_half_life_days: float = 30.0
     kind_weights: tuple[tuple[str, float], ...] = (
         ("file", 1.15),
@@ -168,6 +171,7 @@ def search(
     limit: int = 10,
     files: Iterable[FileSource] = (),
     params: RankParams = RankParams(),
+    embedder: Embedder | None = None,
 ) -> SearchResult:
     """Search the documents of ``owners`` (the caller decides which scopes an agent may see).
 
@@ -180,8 +184,12 @@ def search(
     if plan.empty or not owners:
         return SearchResult(query[:200], plan.terms, (), 0, True, True, freshness, ("no searchable words",))
     planner = _Planner(index, list(dict.fromkeys(owners)), filters, params)
-    cands, exhaustive = planner.candidates(plan)
-    ranked = _rerank(planner, plan, cands, params, exhaustive)
+    dense: dict[int, float] = {}
+    if embedder is not None:
+        embed_pending(index, embedder)
+        dense = dense_scores(index, embedder, planner.owners, query)
+    cands, exhaustive = planner.candidates(plan, extra=dense)
+    ranked = _rerank(planner, plan, cands, params, exhaustive, dense)
     hits = planner.hits(ranked[:limit], plan)
     total, exact = planner.count(plan)
     total = max(total, len(ranked)) if exact else total
@@ -251,7 +259,8 @@ class _Planner:
         )
         return int(rows[0][0])
 
-    def candidates(self, plan: QueryPlan) -> tuple[list[_Cand], bool]:
+    def candidates(self, plan: QueryPlan, *, extra: dict[int, float]) -> tuple[list[_Cand], bool]:
+        """Documents worth re-ranking: the lexical best, plus ``extra`` (dense) ones."""
         expr = plan.expression()
         exhaustive = True
         if self.total_docs <= SMALL_INDEX:
@@ -275,12 +284,13 @@ class _Planner:
                 )
                 if newest:
                     scores.update(self._ranked(expr, lo=int(newest[-1][0])))
-        return self._load(scores), exhaustive
+        return self._load(scores, extra), exhaustive
 
-    def _load(self, scores: dict[int, float]) -> list[_Cand]:
-        if not scores:
-            return []
+    def _load(self, scores: dict[int, float], extra: dict[int, float]) -> list[_Cand]:
         ids = sorted(scores, key=lambda i: -scores[i])[: CANDIDATES * 2]
+        ids += [i for i in extra if i not in scores]
+        if not ids:
+            return []
         marks = ",".join("?" * len(ids))
         rows = self._q(
             "SELECT id, owner, kind, ts_us, sender, segment, seq, ref, title, work_item_id, words, question "
@@ -291,7 +301,7 @@ class _Planner:
         f = self.filters
         out = []
         for r in rows:
-            c = _Cand(int(r[0]), scores[int(r[0])], *r[1:])
+            c = _Cand(int(r[0]), scores.get(int(r[0]), 0.0), *r[1:])
             if c.owner not in owners or (f.kinds and c.kind not in f.kinds):
                 continue
             if (f.since_us is not None and c.ts_us < f.since_us) or (f.until_us is not None and c.ts_us > f.until_us):
@@ -300,7 +310,8 @@ class _Planner:
                 continue
             out.append(c)
         out.sort(key=lambda c: -c.score)
-        return out[:CANDIDATES]
+        lexical = [c for c in out if c.id in scores][:CANDIDATES]
+        return lexical + [c for c in out if c.id not in scores]
 
     def hits(self, ranked: list[_Cand], plan: QueryPlan) -> tuple[Hit, ...]:
         if not ranked:
@@ -368,7 +379,9 @@ def _quote(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
-def _rerank(planner: _Planner, plan: QueryPlan, cands: list[_Cand], p: RankParams, exhaustive: bool) -> list[_Cand]:
+def _rerank(
+    planner: _Planner, plan: QueryPlan, cands: list[_Cand], p: RankParams, exhaustive: bool, dense: dict[int, float]
+) -> list[_Cand]:
     if not cands:
         return []
     top = max(c.score for c in cands) or 1.0
@@ -394,6 +407,11 @@ def _rerank(planner: _Planner, plan: QueryPlan, cands: list[_Cand], p: RankParam
         age_days = (newest - c.ts_us) / 86_400e6
         s *= 1 + p.recency * math.pow(0.5, age_days / p.recency_half_life_days)
         c.score = s
+    if dense:
+        lex_top = max(c.score for c in cands) or 1.0
+        dense_top = max(dense.values()) or 1.0
+        for c in cands:
+            c.score = c.score / lex_top + p.dense * max(0.0, dense.get(c.id, 0.0)) / dense_top
     return sorted(cands, key=lambda c: (-c.score, -c.id))
 
 
@@ -411,8 +429,6 @@ def _on_date(ts_us: int, dates: tuple[tuple[int, int, int | None], ...]) -> bool
         elif abs((d - dt.date(y, m, day)).days) <= 1:
             return True
     return False
-
-
 
 
 def snippet(text: str, plan: QueryPlan, width: int = SNIPPET_CHARS) -> str:

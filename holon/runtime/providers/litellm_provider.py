@@ -382,3 +382,25 @@ def known_context_window(model: str) -> int | None:
         return None
     window = info.get("max_input_tokens") or info.get("max_tokens")
     return int(window) if isinstance(window, int) and window > 0 else None
+
+
+class LiteLLMEmbedder:
+    """Any embedding model litellm reaches (``[memory] embeddings``), for MemorySearch."""
+
+    def __init__(self, model: str, *, api_base: str | None = None, api_key_env: str | None = None) -> None:
+        self.name = model
+        self._api_base = api_base
+        self._api_key_env = api_key_env
+
+    def embed(self, texts: Iterable[str]) -> list[list[float]]:
+        litellm = _litellm()
+        kwargs: dict[str, Any] = {"model": self.name, "input": list(texts)}
+        if self._api_base:
+            kwargs["api_base"] = self._api_base
+        if self._api_key_env:
+            kwargs["api_key"] = os.environ.get(self._api_key_env)
+        try:
+            response = litellm.embedding(**kwargs)
+        except Exception as e:  # litellm raises many types; all are one thing to the caller
+            raise ModelError(f"embedding model {self.name} failed: {type(e).__name__}: {str(e)[:300]}") from e
+        return [list(item["embedding"]) for item in response.data]
