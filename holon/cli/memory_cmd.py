@@ -1,8 +1,7 @@
-"""``holon memory ...``: read an agent's memory as that agent would (``get``).
+"""``holon memory ...``: search and read an agent's memory as that agent would (``search``, ``get``).
 
 Each command opens the home, looks the agent up and calls the same function its tool calls, so
-what the operator sees is exactly what the agent would get. More commands (``search``) join
-``app`` here with their own ``@app.command``.
+what the operator sees is exactly what the agent would get.
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ import typer
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
 
 app = typer.Typer(
-    help="Read an agent's memory: curated files, events, episodes, work items, tasks.", no_args_is_help=True
+    help="Search and read an agent's memory: conversations, curated files, events, episodes, work items, tasks.",
+    no_args_is_help=True,
 )
 
 AgentArg = Annotated[str, typer.Argument(help="Agent name or id.")]
@@ -64,3 +64,54 @@ def get(
             max_chars=max_chars,
         )
     emit(c, read.as_json(), read.render())
+
+
+@app.command("search")
+def search(
+    ctx: typer.Context,
+    agent: AgentArg,
+    query: Annotated[str, typer.Argument(help="Plain words; any text is a valid query.")],
+    kind: Annotated[
+        list[str] | None,
+        typer.Option("--kind", help="Only this kind (repeatable): message, reply, brief, tool_result, episode, ..."),
+    ] = None,
+    since: Annotated[str | None, typer.Option("--since", help="ISO 8601 time: documents from then on.")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="ISO 8601 time: documents until then.")] = None,
+    work_item: Annotated[str | None, typer.Option("--work-item", help="Only documents of this work item.")] = None,
+    scope: Annotated[str | None, typer.Option("--scope", help="Only one scope: agent, operator or workspace.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=100, help="How many hits.")] = 10,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Search AGENT's memory exactly as its memory_search tool would (same scopes, same ranking)."""
+    from holon.clock import parse_us
+    from holon.errors import UsageError
+    from holon.memory.access import search_memory
+    from holon.runtime.embedders import embedder_from_settings
+    from holon.runtime.tools.memory import render_search
+
+    def when(value: str | None, name: str) -> int | None:
+        if value is None:
+            return None
+        try:
+            return parse_us(value)
+        except ValueError as e:
+            raise UsageError(f"--{name} is not an ISO 8601 time: {value!r}") from e
+
+    if scope is not None and scope not in ("agent", "operator", "workspace"):
+        raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
+    c = ctx_of(ctx, home, json_out)
+    with open_store(c) as store:
+        result = search_memory(
+            store,
+            store.agent(agent),
+            query,
+            kinds=tuple(kind or ()),
+            since_us=when(since, "since"),
+            until_us=when(until, "until"),
+            work_item_id=work_item,
+            scopes=(scope,) if scope else (),  # type: ignore[arg-type]  # checked above
+            limit=limit,
+            embedder=embedder_from_settings(store.settings),
+        )
+    emit(c, result.as_dict(), render_search(result))

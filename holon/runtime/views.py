@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from holon.ledger import events as ev
+from holon.ledger.events import MemoryScope
+from holon.memory.access import search_memory
 from holon.memory.files import Op
 from holon.memory.get import DEFAULT_MAX_CHARS, MemoryRead, memory_get
+from holon.memory.search import SearchResult
 from holon.memory.writes import Summarize, WriteResult, write_memory
 from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection, WorkItemState
+from holon.runtime.embedders import embedder_from_settings
 
 __all__ = ["AgentMemory", "StoreViews"]
 
@@ -110,4 +114,28 @@ class AgentMemory:
             turn_id=self._turn_id,
             heading=heading,
             summarize=self._summarize,
+        )
+
+    def search(
+        self,
+        query: str,
+        *,
+        kinds: list[str] | tuple[str, ...] = (),
+        since_us: int | None = None,
+        until_us: int | None = None,
+        work_item_id: str | None = None,
+        scopes: list[MemoryScope] | tuple[MemoryScope, ...] = (),
+        limit: int = 10,
+    ) -> SearchResult:
+        return search_memory(
+            self._store,
+            self.agent,
+            query,
+            kinds=kinds,
+            since_us=since_us,
+            until_us=until_us,
+            work_item_id=work_item_id,
+            scopes=scopes,
+            limit=limit,
+            embedder=embedder_from_settings(self._store.settings),
         )

@@ -6,8 +6,8 @@ every permission again; the schemas only steer the model. ``memory_write``'s sch
 agent may write, and ``Tool.specialize`` picks it (``ToolRegistry.for_agent``). Variants are
 cached by what they depend on, so every agent with the same rights shares one schema object.
 
-A search tool belongs here too: add its params, handler and ``Tool`` next to these and list it
-in ``MEMORY_TOOLS``.
+``memory_search`` ranks the agent's own index documents and the files shared with it (see
+``holon.memory.search``) and returns hits whose ``source_ref`` ``memory_get`` opens.
 """
 
 from __future__ import annotations
@@ -17,18 +17,25 @@ from typing import Literal
 
 from pydantic import Field, create_model
 
+from holon.clock import parse_us
 from holon.errors import HolonError
 from holon.ledger.events import MemoryScope
 from holon.memory.files import SCOPES, is_background, permissions
 from holon.memory.get import DEFAULT_MAX_CHARS, LARGE_READ_CHARS
 from holon.memory.markdown import Mode
 from holon.memory.refs import MAX_REF_CHARS
+from holon.memory.search import KINDS, SearchResult
 from holon.memory.writes import MAX_WRITE_CHARS
 from holon.projections.state import AgentState
 from holon.runtime.tools.base import Tool, ToolContext, ToolParams, ToolRetry
 from holon.runtime.views import AgentMemory
 
-__all__ = ["MEMORY_TOOLS", "write_tool"]
+__all__ = ["MEMORY_TOOLS", "render_search", "write_tool"]
+
+#: Longest query the tool accepts (search itself takes any string; the first 2,000 characters count).
+MAX_QUERY_PARAM = 10_000
+MAX_LIMIT = 30
+SearchKind = Literal["message", "reply", "brief", "tool_result", "episode", "decision", "work_item", "task", "file"]
 
 
 class GetParams(ToolParams):
@@ -68,6 +75,20 @@ class WriteParams(ToolParams):
     )
 
 
+class SearchParams(ToolParams):
+    query: str = Field(
+        min_length=1,
+        max_length=MAX_QUERY_PARAM,
+        description="What you are looking for, in plain words (names, topics, phrases); no special syntax.",
+    )
+    kinds: list[SearchKind] | None = Field(None, max_length=len(KINDS), description="Only these kinds of documents.")
+    since: str | None = Field(None, max_length=40, description="ISO 8601 time: only documents from then on.")
+    until: str | None = Field(None, max_length=40, description="ISO 8601 time: only documents until then.")
+    work_item_id: str | None = Field(None, max_length=100, description="Only documents of this work item.")
+    scope: MemoryScope | None = Field(None, description="Only one scope: agent (your own), operator or workspace.")
+    limit: int = Field(8, ge=1, le=MAX_LIMIT, description="How many hits to return.")
+
+
 def _memory(ctx: ToolContext) -> AgentMemory:
     if ctx.memory is None:
         raise ToolRetry("memory is not available to tools here")
@@ -89,6 +110,69 @@ async def memory_get(ctx: ToolContext, p: GetParams) -> str:
     except HolonError as e:
         raise ToolRetry(str(e)) from e
     return read.render()
+
+
+def _time(value: str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_us(value)
+    except ValueError as e:
+        raise ToolRetry(f"'{name}' is not an ISO 8601 time: {value[:40]!r}") from e
+
+
+async def memory_search(ctx: ToolContext, p: SearchParams) -> str:
+    try:
+        result = _memory(ctx).search(
+            p.query,
+            kinds=tuple(p.kinds or ()),
+            since_us=_time(p.since, "since"),
+            until_us=_time(p.until, "until"),
+            work_item_id=p.work_item_id,
+            scopes=(p.scope,) if p.scope else (),
+            limit=p.limit,
+        )
+    except HolonError as e:
+        raise ToolRetry(str(e)) from e
+    return render_search(result)
+
+
+def render_search(result: SearchResult) -> str:
+    """Hits as the model reads them: one compact block each, then what to do next."""
+    fresh = result.freshness
+    count = f"{result.total}" if result.total_exact else f"more than {result.total}"
+    head = f'{count} matches for "{result.query[:120]}"'
+    if result.hits:
+        head += f"; showing {len(result.hits)}"
+    if fresh.lag:
+        head += f" (index {fresh.lag} events behind the ledger)"
+    lines = [head]
+    for i, h in enumerate(result.hits, 1):
+        d = h.as_dict()
+        who = f" · {h.sender}" if h.sender else ""
+        section = h.title.split(" > ", 1)[1] if h.kind == "file" and " > " in h.title else None
+        where = f'{h.ref} (section "{section}")' if section else h.ref
+        lines.append(f"{i}. [{h.kind} · {d['time']}{who}] {h.title} — ref {where}")
+        lines.append(f"   {h.snippet}")
+    if not result.hits:
+        lines.append("Nothing found. Try other words (names, distinctive terms), fewer filters, or another scope.")
+    else:
+        lines.append('Open a hit with memory_get {"ref": "<ref>"}; an episode with "expand": true lists its events.')
+        if result.more:
+            lines.append(
+                "More matches exist: add distinctive words, or narrow with kinds, since/until or work_item_id."
+            )
+    return "\n".join(lines)
+
+
+SEARCH_DESCRIPTION = (
+    "Search your memory: past conversations (yours and the operator's messages), briefs, tool results, "
+    "sealed episodes, decisions, work items, tasks and your curated files (plus the operator and workspace "
+    "files shared with you). Use it before asking the operator something they may have told you, and when "
+    "the prompt says earlier evidence was left out. Plain words work best: names, topics, distinctive terms; "
+    "dates like '8 May 2023' favour that day. Each hit has a ref for memory_get. "
+    'Example: {"query": "staging deploy credentials decision", "kinds": ["decision", "message"], "limit": 5}'
+)
 
 
 async def memory_write(ctx: ToolContext, p: WriteParams) -> str:
@@ -158,4 +242,8 @@ def _for_agent(agent: AgentState) -> Tool:
     return write_tool(permissions(agent).writable, background)
 
 
-MEMORY_TOOLS = [Tool("memory_get", GET_DESCRIPTION, GetParams, memory_get), write_tool()]
+MEMORY_TOOLS = [
+    Tool("memory_search", SEARCH_DESCRIPTION, SearchParams, memory_search),
+    Tool("memory_get", GET_DESCRIPTION, GetParams, memory_get),
+    write_tool(),
+]
