@@ -31,6 +31,7 @@ from holon.config import HomePaths, LedgerSettings, Settings
 from holon.errors import UsageError
 from holon.memory.index import SearchIndex
 from holon.memory.search import RankParams, search
+from holon.memory.vectors import Embedder, embed_pending
 from holon.projections import Store
 from holon.runtime.agents import create_agent
 from holon.runtime.inputs import input_events
@@ -154,22 +155,26 @@ def _replay(conv: Conversation, root: Path) -> tuple[Store, str]:
 
 
 def _score(
-    conv: Conversation, store: Store, agent_id: str, k_max: int, params: RankParams
+    conv: Conversation, store: Store, agent_id: str, k_max: int, params: RankParams, embedder: Embedder | None
 ) -> Iterator[tuple[Question, list[str], float]]:
     index = SearchIndex(store)
     index.catch_up()
+    if embedder is not None:  # embedding the turns is indexing work, not search time
+        embed_pending(index, embedder)
     by_seq = {e.seq: e for e in store.ledger.read(0, agent_id=agent_id) if e.type == "message.received"}
     dia_of = {seq: conv.turns[i].dia_id for i, seq in enumerate(sorted(by_seq))}
     owners = [f"agent:{agent_id}"]
     for q in conv.questions:
         t0 = time.perf_counter()
-        result = search(index, owners, q.text, limit=k_max, params=params)
+        result = search(index, owners, q.text, limit=k_max, params=params, embedder=embedder)
         ms = (time.perf_counter() - t0) * 1000
         found = [dia_of[h.seq] for h in result.hits if h.seq in dia_of]
         yield q, found, ms
 
 
-def run_locomo_bench(data_dir: Path, *, k: int = 10, params: RankParams | None = None) -> dict[str, Any]:
+def run_locomo_bench(
+    data_dir: Path, *, k: int = 10, params: RankParams | None = None, embedder: Embedder | None = None
+) -> dict[str, Any]:
     params = params or RankParams()
     ks = sorted({*KS, k})
     recalls: dict[int, list[float]] = defaultdict(list)
@@ -181,7 +186,7 @@ def run_locomo_bench(data_dir: Path, *, k: int = 10, params: RankParams | None =
         with tempfile.TemporaryDirectory(prefix="holon-locomo-") as tmp:
             store, agent_id = _replay(conv, Path(tmp))
             try:
-                for q, found, ms in _score(conv, store, agent_id, max(ks), params):
+                for q, found, ms in _score(conv, store, agent_id, max(ks), params, embedder):
                     times.append(ms)
                     evidence = set(q.evidence)
                     for kk in ks:
@@ -203,4 +208,5 @@ def run_locomo_bench(data_dir: Path, *, k: int = 10, params: RankParams | None =
     out["search_ms_p50"] = round(times[len(times) // 2], 3) if times else 0.0
     out["search_ms_p95"] = round(times[int(len(times) * 0.95)], 3) if times else 0.0
     out["k"] = k
+    out["embeddings"] = embedder.name if embedder is not None else None
     return out

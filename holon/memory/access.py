@@ -17,6 +17,7 @@ from holon.ledger.events import MemoryScope
 from holon.memory.files import locate, permissions, scope_dir
 from holon.memory.index import FileSource, SearchIndex
 from holon.memory.search import KINDS, SearchFilters, SearchResult, search
+from holon.memory.vectors import Embedder
 from holon.paths import HomePaths
 from holon.projections import Store
 from holon.projections.state import AgentState
@@ -76,6 +77,7 @@ def search_memory(
     scopes: list[MemoryScope] | tuple[MemoryScope, ...] = (),
     limit: int = 10,
     index: SearchIndex | None = None,
+    embedder: Embedder | None = None,
 ) -> SearchResult:
     """MemorySearch for ``agent``: its own memory and the scopes shared with it, optionally narrowed."""
     unknown = [k for k in kinds if k not in KINDS]
@@ -88,11 +90,26 @@ def search_memory(
     if since_us is not None and until_us is not None and since_us > until_us:
         raise UsageError("'since' is after 'until'")
     owners = [owner_of(agent, s) for s in (scopes or readable)]
+    index = index or SearchIndex(store)
+    files = file_sources(store.paths, agent)
+    index.sync_files(files, complete=_listed_in_full(agent, files))
     return search(
-        index or SearchIndex(store),
+        index,
         owners,
         query,
         filters=SearchFilters(tuple(kinds), since_us, until_us, work_item_id),
         limit=limit,
-        files=file_sources(store.paths, agent),
+        embedder=embedder,
     )
+
+
+def _listed_in_full(agent: AgentState, files: list[FileSource]) -> list[str]:
+    """The owners whose every file ``files`` holds: all of the agent's, unless ``MAX_FILES`` cut it short.
+
+    ``file_sources`` lists scope by scope, so only the scope it stopped in (and those after) may be
+    missing files; a file missing from a complete listing was deleted.
+    """
+    owners = owners_for(agent)
+    if len(files) < MAX_FILES:
+        return owners
+    return owners[: owners.index(files[-1].owner)]

@@ -38,8 +38,7 @@ from pathlib import Path
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
-from holon.memory.text import WORDS as _WORDS
-from holon.memory.text import fold
+from holon.memory.text import fold, word_count
 from holon.projections import Store
 from holon.projections.state import TaskProjection, WorkItemState
 
@@ -53,7 +52,7 @@ __all__ = [
 ]
 
 #: Bump when what or how documents are indexed changes: every home then rebuilds its index.
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 CURSOR_NAME = "search"
 #: A conversation pause longer than this starts a new segment (the same gap that ends an episode).
 SEGMENT_GAP_US = 30 * 60 * 1_000_000
@@ -247,7 +246,7 @@ class _Writer:
                 doc.ts_us,
                 doc.sender,
                 doc.work_item_id,
-                len(_WORDS.findall(stripped[:DOC_CAP])),
+                word_count(stripped[:DOC_CAP]),
                 int(stripped.endswith("?") and "\n" not in stripped),
                 doc.title,
                 _cap(doc.text),
@@ -557,10 +556,16 @@ class SearchIndex:
 
     # --- curated files ----------------------------------------------------------------------
 
-    def sync_files(self, files: Iterable[FileSource]) -> int:
-        """Re-index the files that changed since they were last indexed. Returns how many did."""
+    def sync_files(self, files: Iterable[FileSource], *, complete: Iterable[str] = ()) -> int:
+        """Re-index the files that changed since they were last indexed. Returns how many did.
+
+        ``complete`` names owners whose files ``files`` lists in full: an indexed file of theirs
+        that is no longer listed was deleted (by hand, or moved away), and its documents go.
+        """
         self.ensure()
-        stale: list[tuple[FileSource, int, int]] = []
+        files = list(files)
+        # (owner, ref, the file or None when it is gone from its listing, mtime, size)
+        stale: list[tuple[str, str, FileSource | None, int, int]] = []
         for f in files:
             try:
                 st = f.path.stat()
@@ -571,17 +576,25 @@ class SearchIndex:
                 "SELECT mtime_ns, size FROM search_files WHERE owner = ? AND path = ?", (f.owner, f.ref)
             )
             if not row or tuple(row[0]) != (mtime, size):
-                stale.append((f, mtime, size))
+                stale.append((f.owner, f.ref, f, mtime, size))
+        listed = {(f.owner, f.ref) for f in files}
+        for owner in dict.fromkeys(complete):
+            for (ref,) in self.store.ledger.query("SELECT path FROM search_files WHERE owner = ?", (owner,)):
+                if (owner, ref) not in listed:
+                    stale.append((owner, ref, None, -1, -1))
         if not stale:
             return 0
         with self._tx() as conn:
             writer = _Writer(conn)
-            for f, mtime, size in stale:
+            for owner, ref, f, mtime, size in stale:
                 for (doc_id,) in conn.execute(
                     "SELECT id FROM search_docs WHERE owner = ? AND key LIKE ? ESCAPE '\\'",
-                    (f.owner, _like_prefix(f"{f.owner}|{f.ref}#")),
+                    (owner, _like_prefix(f"{owner}|{ref}#")),
                 ).fetchall():
                     writer.delete(doc_id)
+                if f is None:
+                    conn.execute("DELETE FROM search_files WHERE owner = ? AND path = ?", (owner, ref))
+                    continue
                 if mtime >= 0:
                     for doc in _file_docs(f, mtime):
                         writer.upsert(doc)

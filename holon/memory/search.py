@@ -51,6 +51,9 @@ CANDIDATES = 300
 #: Matches are counted exactly up to this many; beyond, the count is a lower bound.
 COUNT_CAP = 10_000
 SNIPPET_CHARS = 240
+#: Documents a search embeds before it runs, at most (the rest wait for later searches or the
+#: daemon's background pass): a search never stalls on a large backlog.
+EMBED_PER_SEARCH = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +62,7 @@ class RankParams:
 
     body: float = 1.0
     prev: float = 0.5
-    next: float = 0.35
+    next: float = 0.2
     meta: float = 0.3
     segment: float = 0.3
     sender: float = 0.2
@@ -186,7 +189,7 @@ def search(
     planner = _Planner(index, list(dict.fromkeys(owners)), filters, params)
     dense: dict[int, float] = {}
     if embedder is not None:
-        embed_pending(index, embedder)
+        embed_pending(index, embedder, limit=EMBED_PER_SEARCH)
         dense = dense_scores(index, embedder, planner.owners, query)
     cands, exhaustive = planner.candidates(plan, extra=dense)
     ranked = _rerank(planner, plan, cands, params, exhaustive, dense)
@@ -343,7 +346,10 @@ class _Planner:
     def count(self, plan: QueryPlan) -> tuple[int, bool]:
         """Documents matching any term, within scope and filters; exact below ``COUNT_CAP``."""
         where, args = self._range_sql()
-        need_owner_filter = not self.scope_in_fts and len(self.owners) < len(self.index.owner_docs())
+        # Any other owner with documents must be filtered out, however many owners we search
+        # (an agent searches three owners; a home with two agents and no workspace file has three).
+        foreign = any(n > 0 and o not in self.owners for o, n in self.index.owner_docs().items())
+        need_owner_filter = not self.scope_in_fts and foreign
         expr = plan.expression()
         if need_owner_filter:
             expr_scoped = "scope : (" + " OR ".join(owner_token(o) for o in self.owners) + f") AND ({expr})"

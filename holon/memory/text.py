@@ -23,7 +23,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-__all__ = ["WORDS", "QueryPlan", "fold", "is_unsegmented", "plan_query", "stem", "words"]
+__all__ = ["WORDS", "QueryPlan", "fold", "is_unsegmented", "plan_query", "stem", "word_count", "words"]
 
 #: Longest query we look at; the rest of a pasted 100 KB string adds nothing to a search.
 MAX_QUERY_CHARS = 2_000
@@ -97,6 +97,16 @@ def fold(text: str) -> str:
     text = _CONTROL.sub(" ", text)
     text = _LATIN_WORD.sub(lambda m: IRREGULAR.get(m.group(0).lower(), m.group(0)), text)
     return _UNSEG_RUN.sub(lambda m: f" {_bigrams(m.group(0))} ", text)
+
+
+def word_count(text: str) -> int:
+    """How many words ``text`` has: ``WORDS`` matches, and one per character of unsegmented runs.
+
+    A Chinese sentence has no spaces, so ``WORDS`` sees one word in it; counted that way it would
+    look like a content-free one-word turn to the ranking priors.
+    """
+    chars = sum(len(m.group(0)) for m in _UNSEG_RUN.finditer(text))
+    return chars + len(WORDS.findall(_UNSEG_RUN.sub(" ", text) if chars else text))
 
 
 def words(text: str) -> list[str]:
