@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -65,4 +66,40 @@ def context(
 
     c = ctx_of(ctx, None, json_out)
     result = run_context_bench(events=events, samples=samples)
+    emit(c, result, format_report(result))
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    from holon.errors import UsageError
+
+    try:
+        sizes = tuple(int(x.replace("_", "")) for x in text.split(",") if x.strip())
+    except ValueError as e:
+        raise UsageError(f"--docs takes comma-separated document counts, not {text!r}") from e
+    if not sizes or min(sizes) < 1_000:
+        raise UsageError(f"--docs needs document counts of at least 1000, got {text!r}")
+    return sizes
+
+
+@app.command("search")
+def search_bench(
+    ctx: typer.Context,
+    docs: Annotated[
+        str, typer.Option("--docs", help="Index sizes to measure, comma-separated; built in ascending order.")
+    ] = "100000,1000000",
+    queries: Annotated[int, typer.Option("--queries", min=2, help="Measured queries per class and size.")] = 50,
+    seed: Annotated[int, typer.Option(help="Seed of the generated documents and queries.")] = 7,
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="Build the home here and keep it (default: a temporary one).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """MemorySearch p50/p95 on large indexes (rare, common, multi-word queries) vs the raw FTS5 query."""
+    from holon.bench.search import format_report, run_search_bench
+    from holon.errors import UsageError
+
+    c = ctx_of(ctx, None, json_out)
+    if directory is not None and directory.exists() and any(directory.iterdir()):
+        raise UsageError(f"--dir {directory} is not empty; the bench builds a new home there")
+    result = run_search_bench(sizes=_sizes(docs), queries=queries, seed=seed, directory=directory)
     emit(c, result, format_report(result))

@@ -1,0 +1,118 @@
+"""``holon bench search`` at a tiny size through the CLI, and the bulk path it builds with."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from holon.bench.chatter import Chatter
+from holon.bench.search import size_label
+from holon.cli.bench_cmd import _sizes
+from holon.config import HomePaths, LedgerSettings, Settings
+from holon.errors import UsageError
+from holon.memory.index import Doc, SearchIndex
+from holon.memory.search import search
+from holon.projections import Store
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _holon(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp), "HOME": str(tmp)}
+    return subprocess.run(
+        [sys.executable, "-m", "holon.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_bench_search_json(tmp_path: Path) -> None:
+    r = _holon("bench", "search", "--json", "--docs", "1500,3000", "--queries", "4", tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1, r.stdout
+    data = json.loads(lines[0])
+    assert data["sizes"] == ["1500", "3k"]
+    assert data["docs_1500"] == 1500 and data["docs_3k"] == 3000
+    assert 0 < data["agent_docs_3k"] < 3000, "some documents belong to another agent"
+    for label in ("1500", "3k"):
+        for key in ("p50_ms", "p95_ms", "raw_p50_ms", "raw_p95_ms", "ratio_to_raw", "build_s", "db_mb"):
+            value = data[f"{key}_{label}"]
+            assert isinstance(value, int | float) and not isinstance(value, bool), key
+            assert value > 0, (key, label)
+        assert data[f"p50_ms_{label}"] <= data[f"p95_ms_{label}"]
+        by_class = data[f"by_class_{label}"]
+        assert set(by_class) == {"rare", "common", "multi"}
+        for kind, c in by_class.items():
+            assert c["queries"] == 4, kind
+            assert c["hits_mean"] > 0 and c["raw_hits_mean"] > 0, kind
+        assert by_class["common"]["hits_mean"] == 10
+    assert data["targets"] == {"p95_ms_1m": 20.0, "ratio_to_raw_1m": 2.0}
+    assert data["targets_met"] == {}, "targets are judged at 1m only"
+    assert not list(tmp_path.glob("holon-bench-*")), "the bench leaves no scratch files behind"
+
+
+def test_bench_search_rejects_bad_sizes(tmp_path: Path) -> None:
+    r = _holon("bench", "search", "--docs", "abc", tmp=tmp_path)
+    assert r.returncode == 2, r
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().startswith("holon: error: --docs"), r.stderr
+    for bad in ("10", "", "1000,x"):
+        with pytest.raises(UsageError, match="--docs"):
+            _sizes(bad)
+    assert _sizes("100_000,2000") == (100_000, 2_000)
+
+
+def test_size_labels() -> None:
+    assert [size_label(n) for n in (1_000_000, 2_000_000, 100_000, 2_000, 1_500)] == ["1m", "2m", "100k", "2k", "1500"]
+
+
+def _dump(store: Store) -> list[object]:
+    q = store.ledger.query
+    return [
+        q("SELECT rowid, body, prev, next, meta, scope FROM search_fts ORDER BY rowid"),
+        q("SELECT rowid, body, scope FROM search_segments ORDER BY rowid"),
+        q("SELECT * FROM search_segment_info ORDER BY id"),
+        q("SELECT * FROM search_docs ORDER BY id"),
+        q("SELECT * FROM search_owners ORDER BY owner"),
+    ]
+
+
+def _docs() -> list[Doc]:
+    docs = list(itertools.islice(Chatter(seed=3, owners=(("agent:a", 0.8), ("agent:b", 0.2))).docs(), 400))
+    # Rewrites of documents already written (work items and tasks are re-indexed as they change),
+    # and a turn whose text starts and ends with spaces (``next`` context is trimmed as SQL does).
+    docs[120] = Doc(
+        "event:padded", "event:padded", "agent:a", "message", docs[119].ts_us + 1, "t", "  padded  ", turn=True
+    )
+    for i in (150, 260, 399):
+        ts = docs[i - 1].ts_us
+        docs[i] = Doc("work_item:wi_1", "work_item:wi_1", "agent:a", "work_item", ts, f"item v{i}", f"plan {i}")
+    return docs
+
+
+def test_index_rows_do_not_depend_on_batching(tmp_path: Path) -> None:
+    """The writer holds FTS rows back until the end of a transaction; the rows are the same."""
+    dumps = []
+    for batch in (1, 7, 1_000):
+        store = Store.open(HomePaths(tmp_path / f"b{batch}"), Settings(ledger=LedgerSettings(synchronous="NORMAL")))
+        try:
+            index = SearchIndex(store)
+            assert index.add_documents(_docs(), batch=batch) == 400
+            assert index.catch_up().lag == 0
+            hits = search(index, ["agent:a"], "plan garden coffee", limit=10).hits
+            dumps.append((_dump(store), [h.ref for h in hits]))
+        finally:
+            store.close()
+    assert dumps[0] == dumps[1] == dumps[2]
+    rows = dumps[0][0][3]
+    assert sum(1 for r in rows if r[1] == "work_item:wi_1") == 1, "a rewritten document has one row"
