@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 #: Bump when what or how documents are indexed changes: every home then rebuilds its index.
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 CURSOR_NAME = "search"
 #: A conversation pause longer than this starts a new segment (the same gap that ends an episode).
 SEGMENT_GAP_US = 30 * 60 * 1_000_000

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from holon.memory.index import FileSource, Freshness, SearchIndex, kind_token, owner_token
 from holon.memory.text import WORDS, QueryPlan, plan_query, stem
+from holon.memory.text import quote as _quote
 from holon.memory.vectors import Embedder, dense_scores, embed_pending
 
 __all__ = ["KINDS", "Hit", "RankParams", "SearchFilters", "SearchResult", "search"]
@@ -233,7 +234,7 @@ class _Planner:
             clauses.append("scope : (" + " OR ".join(owner_token(o) for o in self.owners) + ")")
         if self.filters.kinds:
             clauses.append("scope : (" + " OR ".join(kind_token(k) for k in self.filters.kinds) + ")")
-        return " AND ".join([*clauses, f"({expr})"])
+        return " AND ".join([*clauses, _text_only(expr)])
 
     def _range_sql(self, extra_lo: int | None = None) -> tuple[str, list[object]]:
         sql, args = "", []
@@ -258,7 +259,7 @@ class _Planner:
     def _df(self, term: str) -> int:
         rows = self._q(
             f"SELECT count(*) FROM (SELECT 1 FROM search_fts WHERE search_fts MATCH ? LIMIT {RARE_DOCS + 1})",
-            [_quote(term)],
+            [_text_only(_quote(term))],
         )
         return int(rows[0][0])
 
@@ -339,7 +340,7 @@ class _Planner:
         rows = self._q(
             "SELECT rowid, bm25(search_segments, 1.0, 0.0) AS s FROM search_segments WHERE search_segments MATCH ? "
             "ORDER BY s LIMIT 200",
-            [expr],
+            [f"body : ({expr})"],
         )
         return {int(r[0]): -float(r[1]) for r in rows if int(r[0]) in segments}
 
@@ -352,7 +353,7 @@ class _Planner:
         need_owner_filter = not self.scope_in_fts and foreign
         expr = plan.expression()
         if need_owner_filter:
-            expr_scoped = "scope : (" + " OR ".join(owner_token(o) for o in self.owners) + f") AND ({expr})"
+            expr_scoped = "scope : (" + " OR ".join(owner_token(o) for o in self.owners) + f") AND {_text_only(expr)}"
             if self.filters.kinds:
                 expr_scoped = (
                     "scope : (" + " OR ".join(kind_token(k) for k in self.filters.kinds) + f") AND {expr_scoped}"
@@ -381,8 +382,9 @@ class _Planner:
         return n, n < COUNT_CAP
 
 
-def _quote(term: str) -> str:
-    return '"' + term.replace('"', '""') + '"'
+def _text_only(expr: str) -> str:
+    """``expr`` limited to the text columns: query words never match the hidden ``scope`` tokens."""
+    return f"{{body prev next meta}} : ({expr})"
 
 
 def _rerank(

@@ -23,7 +23,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-__all__ = ["WORDS", "QueryPlan", "fold", "is_unsegmented", "plan_query", "stem", "word_count", "words"]
+__all__ = ["WORDS", "QueryPlan", "fold", "is_unsegmented", "plan_query", "quote", "stem", "word_count", "words"]
 
 #: Longest query we look at; the rest of a pasted 100 KB string adds nothing to a search.
 MAX_QUERY_CHARS = 2_000
@@ -92,11 +92,17 @@ def _bigrams(run: str) -> str:
     return " ".join(run[i : i + 2] for i in range(len(run) - 1))
 
 
+def _indexed(run: str) -> str:
+    """How the index stores an unsegmented run: its bigrams, plus its last character alone, so
+    that every character starts some token and a one-character query (``"猫"*``) finds it."""
+    return run if len(run) == 1 else f"{_bigrams(run)} {run[-1]}"
+
+
 def fold(text: str) -> str:
     """``text`` as the index stores it: irregular forms folded, unsegmented runs as bigrams."""
     text = _CONTROL.sub(" ", text)
     text = _LATIN_WORD.sub(lambda m: IRREGULAR.get(m.group(0).lower(), m.group(0)), text)
-    return _UNSEG_RUN.sub(lambda m: f" {_bigrams(m.group(0))} ", text)
+    return _UNSEG_RUN.sub(lambda m: f" {_indexed(m.group(0))} ", text)
 
 
 def word_count(text: str) -> int:
@@ -190,12 +196,14 @@ class QueryPlan:
 
     def expression(self) -> str:
         """The FTS5 MATCH expression: every term and phrase quoted, OR-ed. Never raw syntax."""
-        parts = [_quote(t) for t in self.terms] + [_quote(p) for p in self.phrases]
+        parts = [quote(t) for t in self.terms] + [quote(p) for p in self.phrases]
         return " OR ".join(parts)
 
 
-def _quote(term: str) -> str:
-    return '"' + term.replace('"', '""') + '"'
+def quote(term: str) -> str:
+    """``term`` as an FTS5 string (a single unsegmented character as a prefix query)."""
+    body = '"' + term.replace('"', '""') + '"'
+    return body + "*" if len(term) == 1 and is_unsegmented(term) else body
 
 
 def _tokens(text: str) -> list[str]:

@@ -14,7 +14,7 @@ import itertools
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.ledger.events import Authority
-from holon.memory.text import plan_query
+from holon.memory.text import plan_query, quote
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.runtime.inputs import input_events
@@ -82,7 +82,7 @@ def brute_total(
     """Documents of ``owners`` matching any term of ``query`` and the filters, counted the slow way."""
     ids: set[int] = set()
     for term in plan_query(query).terms:
-        quoted = '"' + term.replace('"', '""') + '"'
+        quoted = "{body prev next meta} : " + quote(term)  # query words never match the scope column
         ids |= {
             int(r[0]) for r in store.ledger.query("SELECT rowid FROM search_fts WHERE search_fts MATCH ?", [quoted])
         }
