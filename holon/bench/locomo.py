@@ -210,3 +210,15 @@ def run_locomo_bench(
     out["k"] = k
     out["embeddings"] = embedder.name if embedder is not None else None
     return out
+
+
+def format_report(r: dict[str, Any]) -> str:
+    k = r["k"]
+    lines = [
+        f"LoCoMo: {r['questions']} questions, embeddings: {r['embeddings'] or 'none'}",
+        "  " + "  ".join(f"{key} {r[key]:.3f}" for key in r if key.startswith("recall@")),
+    ]
+    for cat, v in r["by_category"].items():
+        lines.append(f"  {cat:<12} {v['questions']:>4} questions  recall@{k} {v[f'recall@{k}']:.3f}")
+    lines.append(f"  search p50 {r['search_ms_p50']:.1f} ms, p95 {r['search_ms_p95']:.1f} ms")
+    return "\n".join(lines)

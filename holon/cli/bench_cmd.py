@@ -103,3 +103,30 @@ def search_bench(
         raise UsageError(f"--dir {directory} is not empty; the bench builds a new home there")
     result = run_search_bench(sizes=_sizes(docs), queries=queries, seed=seed, directory=directory)
     emit(c, result, format_report(result))
+
+
+@app.command("locomo")
+def locomo(
+    ctx: typer.Context,
+    data: Annotated[Path, typer.Option("--data", help="Directory of LoCoMo conversation files (conv-*.json).")] = Path(
+        "../shared/datasets/locomo"
+    ),
+    k: Annotated[int, typer.Option("--k", min=1, max=100, help="Report recall@K beside recall@5/10/20.")] = 10,
+    embeddings: Annotated[
+        str,
+        typer.Option(
+            "--embeddings", help="none (lexical only), local (holon[embed] MiniLM) or a litellm embedding model."
+        ),
+    ] = "none",
+    json_out: JsonOpt = False,
+) -> None:
+    """MemorySearch recall@k on LoCoMo: every turn appended as a message, every question searched."""
+    from holon.bench.locomo import format_report, run_locomo_bench
+    from holon.config import MemorySettings, Settings
+    from holon.runtime.embedders import embedder_from_settings
+
+    c = ctx_of(ctx, None, json_out)
+    name = "" if embeddings == "none" else embeddings
+    embedder = embedder_from_settings(Settings(memory=MemorySettings(embeddings=name)))
+    result = run_locomo_bench(data, k=k, embedder=embedder)
+    emit(c, result, format_report(result))

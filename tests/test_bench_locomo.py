@@ -1,0 +1,97 @@
+"""``holon bench locomo`` on a small conversation written by the test (the real data is never committed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from holon.bench.locomo import load_conversation, run_locomo_bench
+
+SENTINEL = "ANNOTATIONSENTINEL"
+
+
+def _conversation(tmp_path: Path) -> Path:
+    data = {
+        "conversation": {
+            "speaker_a": "Ada",
+            "speaker_b": "Bo",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ada", "dia_id": "D1:1", "text": "Hi Bo! How was your week?"},
+                {"speaker": "Bo", "dia_id": "D1:2", "text": "Great, I finally bought a red kayak for the lake."},
+                {"speaker": "Ada", "dia_id": "D1:3", "text": "Nice! I started pottery classes on Tuesday."},
+                {
+                    "speaker": "Bo",
+                    "dia_id": "D1:4",
+                    "text": "Look at this!",
+                    "blip_caption": "a photo of a sunflower painting",
+                },
+            ],
+            "session_2_date_time": "10:00 am on 20 June, 2023",
+            "session_2": [
+                {"speaker": "Ada", "dia_id": "D2:1", "text": "My pottery teacher said my bowl was the best."},
+                {"speaker": "Bo", "dia_id": "D2:2", "text": "We took the kayak out on Saturday morning."},
+            ],
+        },
+        "observation": {"D1:2": SENTINEL},
+        "session_summary": {"session_1": SENTINEL},
+        "event_summary": {"events_session_1": SENTINEL},
+        "qa": [
+            {"question": "What colour is Bo's kayak?", "answer": "red", "evidence": ["D1:2"], "category": 4},
+            {"question": "What did Bo paint?", "answer": "sunflower", "evidence": ["D1:4"], "category": 4},
+            {
+                "question": "What does Ada make in pottery?",
+                "answer": "bowl",
+                "evidence": ["D:2:1; D1:3"],
+                "category": 1,
+            },
+            {"question": "Unanswerable", "answer": "n/a", "evidence": [], "category": 5},
+        ],
+    }
+    path = tmp_path / "conv-test.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_loader_reads_turns_and_questions_only(tmp_path: Path) -> None:
+    conv = load_conversation(_conversation(tmp_path))
+    assert [t.dia_id for t in conv.turns] == ["D1:1", "D1:2", "D1:3", "D1:4", "D2:1", "D2:2"]
+    assert "sunflower" in conv.turns[3].text  # the shared photo's caption is part of the turn
+    assert conv.turns[4].ts_us > conv.turns[3].ts_us  # session dates become event times, in order
+    assert [q.evidence for q in conv.questions] == [("D1:2",), ("D1:4",), ("D2:1", "D1:3")]  # normalised
+    assert all(SENTINEL not in t.text for t in conv.turns)
+
+
+def test_bench_finds_the_evidence(tmp_path: Path) -> None:
+    _conversation(tmp_path)
+    result = run_locomo_bench(tmp_path, k=5)
+    assert result["questions"] == 3
+    assert result["recall@5"] == 1.0
+    assert set(result["by_category"]) == {"single_hop", "multi_hop"}
+
+
+def test_cli_json(tmp_path: Path) -> None:
+    _conversation(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "holon.cli.main", "bench", "locomo", "--data", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    report = json.loads(out.stdout)
+    for key in ("questions", "recall@5", "recall@10", "recall@20", "by_category", "search_ms_p50", "search_ms_p95"):
+        assert key in report
+
+
+def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "holon.cli.main", "bench", "locomo", "--data", str(tmp_path / "nope")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "does not exist" in out.stderr
