@@ -1,0 +1,1 @@
+"""The HTTP control API of the daemon (RFC 0005)."""

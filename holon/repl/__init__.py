@@ -1,0 +1,1 @@
+"""The operator REPL, ``holon chat``: a client of the daemon's HTTP API (RFC 0005)."""
