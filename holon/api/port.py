@@ -1,0 +1,103 @@
+"""What the HTTP API needs from the daemon: the ``DaemonPort`` protocol.
+
+The API layer sits below the daemon (``holon.daemon`` imports ``holon.api``, never the reverse),
+so the API is written against this protocol and ``holon.daemon.Daemon`` implements it. Reads that
+are plain projections (working memory, work items, tasks, waits, timers, context manifests,
+MemorySearch, MemoryGet, ledger tail/verify/stats) go through ``port.store`` with the same
+functions the CLI uses; everything that changes state or needs the running host goes through the
+port's methods, so that inputs are durable before they are acknowledged and the host is woken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from holon.ledger import Event
+from holon.ledger.events import Authority
+from holon.projections import Store
+from holon.projections.state import AgentState
+
+__all__ = ["AgentStatus", "DaemonPort", "Notice"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStatus:
+    agent_id: str
+    name: str
+    state: Literal["idle", "running", "waiting", "asleep", "paused", "failed"]
+    detail: str = ""
+    """What it waits on, until when it sleeps, or its last error."""
+    next_wake_us: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A live notification for streams: a new ledger event, or text a model is generating."""
+
+    kind: Literal["event", "delta"]
+    agent_id: str
+    seq: int | None = None
+    """For ``event``: the ledger seq (read the event from the store)."""
+    text: str = ""
+    """For ``delta``: the next piece of the reply being generated."""
+    turn_id: str | None = None
+
+
+class DaemonPort(Protocol):
+    store: Store
+
+    def submit(
+        self,
+        agent: str,
+        text: str,
+        *,
+        origin: str,
+        authority: Authority,
+        sender: str,
+        channel: str,
+    ) -> Event:
+        """Record an input durably (a ``message.received`` event), wake the agent, return the event."""
+        ...
+
+    def create_agent(
+        self,
+        name: str,
+        *,
+        template: str = "assistant",
+        workspace: str | None = None,
+        schedule: str | None = None,
+        prompt: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> AgentState: ...
+
+    def configure_agent(self, agent: str, changes: dict[str, Any], *, unset: list[str] | None = None) -> AgentState: ...
+
+    def pause(self, agent: str) -> AgentState: ...
+
+    def resume(self, agent: str) -> AgentState: ...
+
+    def delete(self, agent: str) -> None:
+        """Delete the agent with its data (home directory, schedules); its ledger events stay."""
+        ...
+
+    def abort(self, agent: str) -> bool:
+        """Stop the agent's running turn, if any (it settles as aborted). True when one was running."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """Daemon status: pid, uptime, ledger head, projection and index lag, and per agent an ``AgentStatus``."""
+        ...
+
+    def external_token(self, agent: str) -> str:
+        """The secret token of the agent's capability URL for external events (created on first use)."""
+        ...
+
+    def agent_for_token(self, token: str) -> AgentState | None:
+        """The agent whose capability token this is (compared in constant time), else None."""
+        ...
+
+    def subscribe(self, agent_id: str | None = None) -> AsyncIterator[Notice]:
+        """Live notices (all agents when ``agent_id`` is None) until the subscriber stops iterating."""
+        ...
