@@ -210,7 +210,7 @@ def test_bad_json_and_unknown_route(fake: FakeLLM) -> None:
     assert conn.getresponse().status == 400
     conn.close()
     conn = _conn(fake)
-    conn.request("POST", "/v1/embeddings", b"{}")
+    conn.request("POST", "/v1/audio/speech", b"{}")
     assert conn.getresponse().status == 404
     conn.close()
 

@@ -52,7 +52,8 @@ __all__ = [
 ]
 
 #: Bump when what or how documents are indexed changes: every home then rebuilds its index.
-INDEX_VERSION = 3
+#: 4: document ids are never reused (a rewritten document must not inherit a cached vector's id).
+INDEX_VERSION = 4
 CURSOR_NAME = "search"
 #: A conversation pause longer than this starts a new segment (the same gap that ends an episode).
 SEGMENT_GAP_US = 30 * 60 * 1_000_000
@@ -73,7 +74,7 @@ _TOKENIZER = "porter unicode61 remove_diacritics 2"
 _SCHEMA = (
     """
     CREATE TABLE IF NOT EXISTS search_docs (
-        id INTEGER PRIMARY KEY,
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
         key TEXT NOT NULL UNIQUE,
         ref TEXT NOT NULL,
         owner TEXT NOT NULL,

@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from holon.errors import ModelError
 from holon.memory.index import SearchIndex
 
 __all__ = ["MAX_DENSE_DOCS", "Embedder", "dense_scores", "embed_pending"]
@@ -62,10 +63,12 @@ def embed_pending(index: SearchIndex, embedder: Embedder, *, batch: int = 64, li
         )
         if not rows:
             break
-        texts = [_embed_text(ledger, r) for r in rows]
-        vectors = embedder.embed(texts)
-        if len(vectors) != len(rows):
-            raise ValueError(f"embedder {embedder.name} returned {len(vectors)} vectors for {len(rows)} texts")
+        vectors = _embed(embedder, [_embed_text(ledger, r) for r in rows])
+        stored = ledger.query("SELECT length(vec) FROM search_vectors WHERE model = ? LIMIT 1", (embedder.name,))
+        dim = stored[0][0] // 4 if stored else len(vectors[0])
+        if any(len(v) != dim for v in vectors):
+            lengths = sorted({len(v) for v in vectors})
+            raise ModelError(f"embedding model {embedder.name} returned vectors of {lengths} floats; expected {dim}")
         with index._tx() as conn:
             conn.executemany(
                 "INSERT OR REPLACE INTO search_vectors(id, model, vec) "
@@ -74,6 +77,16 @@ def embed_pending(index: SearchIndex, embedder: Embedder, *, batch: int = 64, li
             )
         done += len(rows)
     return done
+
+
+def _embed(embedder: Embedder, texts: list[str]) -> list[list[float]]:
+    """``embedder.embed``, refusing an answer that would corrupt ``search_vectors`` or the scores."""
+    vectors = embedder.embed(texts)
+    if len(vectors) != len(texts):
+        raise ModelError(f"embedding model {embedder.name} returned {len(vectors)} vectors for {len(texts)} texts")
+    if any(len(v) == 0 for v in vectors):
+        raise ModelError(f"embedding model {embedder.name} returned an empty vector")
+    return vectors
 
 
 def _embed_text(ledger: Any, row: tuple[Any, ...]) -> str:
@@ -96,6 +109,7 @@ class _Matrix:
 
     def __init__(self, ids: list[int], blobs: list[bytes]) -> None:
         self.ids = ids
+        self.dim = len(blobs[0]) // 4 if blobs else 0
         try:
             import numpy as np  # optional: only an accelerator
 
@@ -120,7 +134,11 @@ _CACHE: dict[tuple[str, tuple[str, ...], str], tuple[tuple[int, int], _Matrix]] 
 def dense_scores(
     index: SearchIndex, embedder: Embedder, owners: Sequence[str], query: str, *, top: int = 100
 ) -> dict[int, float]:
-    """Cosine similarity of ``query`` to the owners' documents: the ``top`` best, by document id."""
+    """Cosine similarity of ``query`` to the owners' documents: the ``top`` best, by document id.
+
+    Documents with no similarity at all (zero or negative) are left out: they are not matches.
+    """
+    index.ensure()
     ledger = index.store.ledger
     marks = ",".join("?" * len(owners))
     sql_from = f"FROM search_vectors v JOIN search_docs d ON d.id = v.id WHERE v.model = ? AND d.owner IN ({marks}) "
@@ -134,6 +152,10 @@ def dense_scores(
         cached = (tuple(stamp), _Matrix([r[0] for r in rows], [bytes(r[1]) for r in rows]))  # type: ignore[assignment]
         _CACHE[key] = cached  # type: ignore[assignment]
     matrix = cached[1]
-    (qvec,) = embedder.embed([query[:EMBED_CHARS]])
+    (qvec,) = _embed(embedder, [query[:EMBED_CHARS]])
+    if matrix.ids and len(qvec) != matrix.dim:
+        raise ModelError(
+            f"embedding model {embedder.name} returned {len(qvec)} floats for the query; expected {matrix.dim}"
+        )
     scored = sorted(zip(matrix.scores(qvec), matrix.ids, strict=True), reverse=True)[:top]
-    return {doc_id: s for s, doc_id in scored}
+    return {doc_id: s for s, doc_id in scored if s > 0}

@@ -4,6 +4,12 @@
 so tests drive litellm's real HTTP path (JSON, SSE streaming, status codes, dropped connections)
 without the internet. ``GET /v1/models`` answers a model list, as a health check.
 
+``POST /v1/embeddings`` is not scripted: it answers every input (a string or a list of strings)
+with a deterministic vector, ``fake_embedding(text)`` (a hashed bag of words, ``EMBEDDING_DIM``
+floats, unit length) or ``FakeLLM(embed=...)``'s, as floats or, when ``encoding_format`` is
+``base64`` (the openai SDK's default), as base64 little-endian float32. Its request bodies are
+in ``embedding_requests``, apart from the chat ``requests``.
+
 A step is a dict; every key but one of the first four is optional::
 
     {"content": "text"}                          a plain reply ("content" may be a list of fragments)
@@ -37,7 +43,10 @@ This module is stdlib only and imports nothing else from holon.
 from __future__ import annotations
 
 import argparse
+import array
+import base64
 import contextlib
+import hashlib
 import json
 import math
 import re
@@ -51,7 +60,16 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ["CONTEXT_OVERFLOW_MESSAGE", "EXHAUSTED_TEXT", "FakeLLM", "Script", "Step", "main"]
+__all__ = [
+    "CONTEXT_OVERFLOW_MESSAGE",
+    "EMBEDDING_DIM",
+    "EXHAUSTED_TEXT",
+    "FakeLLM",
+    "Script",
+    "Step",
+    "fake_embedding",
+    "main",
+]
 
 # Steps and request bodies are free-form JSON objects, hence Any.
 Step = dict[str, Any]
@@ -63,6 +81,19 @@ CONTEXT_OVERFLOW_MESSAGE = (
     "This model's maximum context length is 2048 tokens. However, your messages resulted in 4097 tokens. "
     "Please reduce the length of the messages."
 )
+
+#: Length of ``fake_embedding`` vectors.
+EMBEDDING_DIM = 32
+
+
+def fake_embedding(text: str) -> list[float]:
+    """A deterministic unit vector for ``text``: each lower-cased word adds 1 to a hashed dimension."""
+    vec = [0.0] * EMBEDDING_DIM
+    for word in re.findall(r"\w+", text.lower()):
+        vec[int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "big") % EMBEDDING_DIM] += 1.0
+    norm = math.sqrt(sum(x * x for x in vec))
+    return [x / norm for x in vec] if norm else [0.0] * (EMBEDDING_DIM - 1) + [1.0]
+
 
 _DEFAULT_ERRORS: dict[int, tuple[str, str, str | None]] = {
     400: ("Invalid request.", "invalid_request_error", None),
@@ -81,8 +112,18 @@ class FakeLLM:
     Thread-safe: requests may arrive concurrently; each takes the next step under a lock.
     """
 
-    def __init__(self, script: Script = (), *, strict: bool = False, port: int = 0, model_id: str = "fake") -> None:
+    def __init__(
+        self,
+        script: Script = (),
+        *,
+        strict: bool = False,
+        port: int = 0,
+        model_id: str = "fake",
+        embed: Callable[[str], list[float]] = fake_embedding,
+    ) -> None:
         self._lock = threading.Lock()
+        self.embed = embed
+        self._embedding_requests: list[dict[str, Any]] = []
         self._callable: Callable[[dict[str, Any]], Step] | None = script if callable(script) else None
         self._steps: list[Step] = [] if callable(script) else [dict(s) for s in script]
         self._requests: list[dict[str, Any]] = []
@@ -149,6 +190,12 @@ class FakeLLM:
             return list(self._headers)
 
     @property
+    def embedding_requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies received by ``/embeddings``, in arrival order (a copy)."""
+        with self._lock:
+            return list(self._embedding_requests)
+
+    @property
     def remaining(self) -> int:
         with self._lock:
             return len(self._steps)
@@ -212,7 +259,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        route = self.path.rstrip("/")
+        if not route.endswith(("/chat/completions", "/embeddings")):
             self._send_error_json(404, f"no route POST {self.path}", "invalid_request_error", None)
             return
         try:
@@ -223,12 +271,44 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error_json(400, f"invalid JSON body: {e}", "invalid_request_error", None)
             return
         fake = self.server.fake
+        if route.endswith("/embeddings"):
+            self._embeddings(body)
+            return
         n, step = fake._take(body, {k.lower(): v for k, v in self.headers.items()})
         fake._sleep(float(step.get("delay", 0)))
         if fake._stopping.is_set():
             self.close_connection = True
             return
         self._answer(n, step, body)
+
+    def _embeddings(self, body: dict[str, Any]) -> None:
+        fake = self.server.fake
+        with fake._lock:
+            fake._embedding_requests.append(body)
+        texts = body.get("input")
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            self._send_error_json(
+                400, "'input' must be a string or a non-empty list of strings", "invalid_request_error", None
+            )
+            return
+        as_base64 = body.get("encoding_format") == "base64"
+        data = []
+        for i, text in enumerate(texts):
+            vec = [float(x) for x in fake.embed(text)]
+            value: object = base64.b64encode(array.array("f", vec).tobytes()).decode() if as_base64 else vec
+            data.append({"object": "embedding", "index": i, "embedding": value})
+        tokens = sum(_estimate_tokens(t) for t in texts)
+        self._send_json(
+            200,
+            {
+                "object": "list",
+                "data": data,
+                "model": str(body.get("model") or "fake"),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            },
+        )
 
     def _answer(self, n: int, step: Step, body: dict[str, Any]) -> None:
         if step.get("drop"):

@@ -393,14 +393,26 @@ class LiteLLMEmbedder:
         self._api_key_env = api_key_env
 
     def embed(self, texts: Iterable[str]) -> list[list[float]]:
+        # The key as LiteLLMProvider finds it: a named variable that is unset is an error (litellm
+        # would fall back to OPENAI_API_KEY and send it to api_base); a server given by api_base
+        # without a key variable gets a placeholder.
+        label = f"embedding model {self.name}"
+        api_key = PLACEHOLDER_API_KEY if self._api_base else None
+        if self._api_key_env:
+            api_key = os.environ.get(self._api_key_env)
+            if not api_key:
+                raise ModelError(
+                    f"{label}: the API key variable {self._api_key_env} is not set in the environment", kind="auth"
+                )
         litellm = _litellm()
         kwargs: dict[str, Any] = {"model": self.name, "input": list(texts)}
         if self._api_base:
             kwargs["api_base"] = self._api_base
-        if self._api_key_env:
-            kwargs["api_key"] = os.environ.get(self._api_key_env)
+        if api_key is not None:
+            kwargs["api_key"] = api_key
         try:
             response = litellm.embedding(**kwargs)
-        except Exception as e:  # litellm raises many types; all are one thing to the caller
-            raise ModelError(f"embedding model {self.name} failed: {type(e).__name__}: {str(e)[:300]}") from e
+        except Exception as e:  # litellm raises many types; classify names the kind, redacted
+            secrets = (api_key,) if api_key and api_key != PLACEHOLDER_API_KEY else ()
+            raise classify(e, model=label, api_base=self._api_base, secrets=secrets) from e
         return [list(item["embedding"]) for item in response.data]
