@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -47,29 +46,6 @@ def scenario_run(
         raise typer.Exit(1)
 
 
-def _assembled(store: Any, agent_id: str, turn: str | None) -> list[Any]:
-    from holon.ledger import events as ev
-
-    found = [
-        e
-        for e in store.ledger.recent(agent_id, ("context.assembled",), limit=500)
-        if isinstance(e.payload, ev.ContextAssembled)
-    ]
-    if turn is not None:
-        found = [e for e in found if e.payload.turn_id == turn or e.payload.turn_id.endswith(turn)]
-    elif found:
-        last = found[-1].payload.turn_id
-        found = [e for e in found if e.payload.turn_id == last]
-    return found
-
-
-def _text(store: Any, value: Any) -> str | None:
-    resolved = store.ledger.resolve(value)
-    if resolved is None or isinstance(resolved, str):
-        return resolved
-    return resolved.text
-
-
 @context_app.command("show")
 def context_show(
     ctx: typer.Context,
@@ -80,36 +56,11 @@ def context_show(
     json_out: JsonOpt = False,
 ) -> None:
     """Explain the context of a turn: per section what was included, compacted or left out, and why."""
-    from holon.errors import NotFoundError
+    from holon.context.manifests import turn_contexts
 
     c = ctx_of(ctx, home, json_out)
     with open_store(c) as store:
-        a = store.agent(agent)
-        rounds = _assembled(store, a.agent_id, turn)
-        if not rounds:
-            raise NotFoundError(f"no assembled context for agent {a.name}" + (f" and turn {turn}" if turn else ""))
-        items = []
-        tools_text = None
-        for e in rounds:
-            p = e.payload
-            manifest_text = _text(store, p.manifest)
-            prompt_text = _text(store, p.prompt)
-            tools_text = _text(store, p.tools) or tools_text  # recorded with round 0
-            items.append(
-                {
-                    "turn_id": p.turn_id,
-                    "round": p.round,
-                    "seq": e.seq,
-                    "budget_tokens": p.budget_tokens,
-                    "used_tokens": p.used_tokens,
-                    "digest": p.manifest_digest,
-                    "summary": p.summary,
-                    "manifest": json.loads(manifest_text) if manifest_text else None,
-                    "prompt": {"messages": json.loads(prompt_text), "tools": json.loads(tools_text or "[]")}
-                    if prompt_text
-                    else None,
-                }
-            )
+        items = turn_contexts(store, store.agent(agent), turn)
     if c.json:
         if not render:
             for item in items:

@@ -1,0 +1,185 @@
+"""``/v1/agents``: create, list, show, configure, pause/resume/abort, delete; inputs; an agent's state.
+
+Changes go through the ``DaemonPort`` (durable before the answer, and the host is woken); reads
+of projections go through ``port.store`` with the same functions the CLI calls.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Response
+
+from holon.api.models import AgentDetail, ConfigureAgent, CreateAgent, HookPath, InputAccepted, InputIn
+from holon.api.port import DaemonPort
+from holon.clock import parse_us
+from holon.context.manifests import turn_contexts
+from holon.errors import UsageError
+from holon.memory.access import search_memory
+from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, memory_get
+from holon.projections.state import AgentState, TaskProjection, TimerProjection, WaitProjection, WorkItemState
+from holon.runtime.embedders import embedder_from_settings
+
+__all__ = ["agent_router"]
+
+StatusQ = Annotated[str | None, Query(max_length=64, description="Only rows with this status.")]
+
+
+def _when(value: str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_us(value)
+    except (ValueError, OverflowError) as e:
+        raise UsageError(f"{name} is not an ISO 8601 time: {value!r}") from e
+
+
+def agent_router(port: DaemonPort) -> APIRouter:
+    r = APIRouter(prefix="/v1/agents", tags=["agents"])
+    store = port.store
+
+    def find(agent: str) -> AgentState:
+        return store.agent(agent)
+
+    @r.get("", response_model=list[AgentState])
+    async def list_agents() -> list[AgentState]:
+        return store.agents()
+
+    @r.post("", status_code=201, response_model=AgentState)
+    async def create(body: CreateAgent) -> AgentState:
+        return port.create_agent(
+            body.name,
+            template=body.template,
+            workspace=body.workspace,
+            schedule=body.schedule,
+            prompt=body.prompt,
+            settings=body.settings,
+        )
+
+    @r.get("/{agent}", response_model=AgentDetail)
+    async def show(agent: str) -> AgentDetail:
+        a = find(agent)
+        counts = {kind: len(store.rows(kind, agent_id=a.agent_id)) for kind in ("work_item", "task", "wait", "timer")}
+        return AgentDetail(agent=a, working_memory=store.working_memory(a.agent_id), counts=counts)
+
+    @r.patch("/{agent}", response_model=AgentState)
+    async def configure(agent: str, body: ConfigureAgent) -> AgentState:
+        return port.configure_agent(find(agent).agent_id, dict(body.settings), unset=list(body.unset))
+
+    @r.post("/{agent}/pause", response_model=AgentState)
+    async def pause(agent: str) -> AgentState:
+        return port.pause(find(agent).agent_id)
+
+    @r.post("/{agent}/resume", response_model=AgentState)
+    async def resume(agent: str) -> AgentState:
+        return port.resume(find(agent).agent_id)
+
+    @r.post("/{agent}/abort")
+    async def abort(agent: str) -> dict[str, bool]:
+        return {"aborted": port.abort(find(agent).agent_id)}
+
+    @r.delete("/{agent}", status_code=204, response_class=Response)
+    async def delete(agent: str) -> Response:
+        port.delete(find(agent).agent_id)
+        return Response(status_code=204)
+
+    @r.post("/{agent}/inputs", status_code=202, response_model=InputAccepted)
+    async def send_input(agent: str, body: InputIn) -> InputAccepted:
+        a = find(agent)
+        event = port.submit(
+            a.agent_id, body.text, origin="operator:api", authority="operator", sender="operator", channel="api"
+        )
+        return InputAccepted(agent_id=a.agent_id, seq=event.seq, event_id=event.id)
+
+    @r.get("/{agent}/working-memory")
+    async def working_memory(agent: str) -> dict[str, Any]:
+        return store.working_memory(find(agent).agent_id)
+
+    @r.get("/{agent}/work-items", response_model=list[WorkItemState])
+    async def work_items(agent: str, status: StatusQ = None) -> list[Any]:
+        return store.rows("work_item", agent_id=find(agent).agent_id, status=status)
+
+    @r.get("/{agent}/tasks", response_model=list[TaskProjection])
+    async def tasks(agent: str, status: StatusQ = None) -> list[Any]:
+        return store.rows("task", agent_id=find(agent).agent_id, status=status)
+
+    @r.get("/{agent}/waits", response_model=list[WaitProjection])
+    async def waits(agent: str, status: StatusQ = None) -> list[Any]:
+        return store.rows("wait", agent_id=find(agent).agent_id, status=status)
+
+    @r.get("/{agent}/timers", response_model=list[TimerProjection])
+    async def timers(agent: str, status: StatusQ = None) -> list[Any]:
+        return store.rows("timer", agent_id=find(agent).agent_id, status=status)
+
+    @r.get("/{agent}/context")
+    async def context(
+        agent: str,
+        turn: Annotated[str | None, Query(max_length=128, description="Turn id or its suffix (default: last).")] = None,
+        render: Annotated[bool, Query(description="Include the exact prompt that was sent.")] = False,
+    ) -> list[dict[str, Any]]:
+        """What the model saw in each round of a turn, and why (as ``holon context show --json``)."""
+        items = turn_contexts(store, find(agent), turn)
+        if not render:
+            for item in items:
+                item.pop("prompt")
+        return items
+
+    @r.get("/{agent}/memory/search")
+    async def memory_search(
+        agent: str,
+        q: Annotated[str, Query(max_length=2_000, description="Plain words; any text is a valid query.")],
+        kind: Annotated[list[str] | None, Query(description="Only these kinds (repeatable).")] = None,
+        since: Annotated[str | None, Query(max_length=64, description="ISO 8601 time.")] = None,
+        until: Annotated[str | None, Query(max_length=64, description="ISO 8601 time.")] = None,
+        work_item: Annotated[str | None, Query(max_length=128)] = None,
+        scope: Literal["agent", "operator", "workspace"] | None = None,
+        limit: Annotated[int, Query(ge=1, le=100)] = 10,
+    ) -> dict[str, Any]:
+        """MemorySearch exactly as the agent's ``memory_search`` tool (same scopes, same ranking)."""
+        result = search_memory(
+            store,
+            find(agent),
+            q,
+            kinds=tuple(kind or ()),
+            since_us=_when(since, "since"),
+            until_us=_when(until, "until"),
+            work_item_id=work_item,
+            scopes=(scope,) if scope else (),
+            limit=limit,
+            embedder=embedder_from_settings(store.settings),
+        )
+        return result.as_dict()
+
+    @r.get("/{agent}/memory/get")
+    async def memory_read(
+        agent: str,
+        ref: Annotated[str, Query(max_length=2_000, description="file:agent/self.md, event:<seq>, episode:<id>, ...")],
+        mode: Annotated[str | None, Query(max_length=16, description="full, headers, section, tail or lines.")] = None,
+        heading: Annotated[str | None, Query(max_length=500)] = None,
+        start: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
+        end: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
+        lines: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
+        expand: bool = False,
+        max_chars: Annotated[int, Query(ge=MIN_MAX_CHARS, le=MAX_MAX_CHARS)] = DEFAULT_MAX_CHARS,
+    ) -> dict[str, Any]:
+        """MemoryGet exactly as the agent's ``memory_get`` tool; too large a read returns sizes and next calls."""
+        read = memory_get(
+            store,
+            find(agent),
+            ref,
+            mode=mode,
+            heading=heading,
+            start=start,
+            end=end,
+            lines=lines,
+            expand=expand,
+            max_chars=max_chars,
+        )
+        return read.as_json()
+
+    @r.get("/{agent}/hook", response_model=HookPath)
+    async def hook(agent: str) -> HookPath:
+        """The capability URL path for external events to this agent (keep it secret)."""
+        return HookPath(path=f"/v1/hooks/{port.external_token(find(agent).agent_id)}")
+
+    return r

@@ -1,0 +1,68 @@
+"""``create_app``: the HTTP control API over a ``DaemonPort`` (RFC 0005, "HTTP API").
+
+Everything is under ``/v1``, with the OpenAPI document at ``/v1/openapi.json``. Requests pass
+``BearerAuth`` (when a token is configured) and then ``BodyLimit`` before any route; errors are
+``{"error": {"code", "message"}}`` (see ``holon.api.errors``). Routes run on the daemon's event
+loop (``async def``): the store is synchronous SQLite used from that loop only, like the host.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from holon import __version__
+from holon.api.agents import agent_router
+from holon.api.errors import install_error_handlers
+from holon.api.guard import BearerAuth, BodyLimit
+from holon.api.ledger import ledger_router
+from holon.api.models import ErrorBody, Health
+from holon.api.port import DaemonPort
+from holon.api.stream import events_router
+from holon.errors import UsageError
+
+__all__ = ["create_app"]
+
+_ERRORS = {
+    status: {"model": ErrorBody, "description": text}
+    for status, text in (
+        (400, "bad request"),
+        (401, "missing or wrong bearer token"),
+        (404, "no such agent, event or path"),
+        (409, "conflict"),
+        (413, "request body too large"),
+        (422, "invalid request"),
+    )
+}
+
+
+def create_app(port: DaemonPort, *, token: str | None = None, max_body_bytes: int = 1_000_000) -> FastAPI:
+    """The API app for ``port``. With ``token``, every route but health and hooks needs ``Bearer <token>``."""
+    if token is not None and not token.strip():
+        raise UsageError("the API token is empty; set a real token or none")
+    if max_body_bytes < 1:
+        raise UsageError(f"max_body_bytes must be positive, got {max_body_bytes}")
+    app = FastAPI(
+        title="holon",
+        version=__version__,
+        description="Control API of the holon daemon: agents, inputs, event streams, state, memory, ledger.",
+        openapi_url="/v1/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+        responses=_ERRORS,  # type: ignore[arg-type]
+    )
+    install_error_handlers(app)
+
+    @app.get("/v1/health", response_model=Health, tags=["daemon"])
+    async def health() -> Health:
+        """Liveness; needs no token and says nothing about agents."""
+        return Health(version=__version__)
+
+    app.include_router(agent_router(port))
+    app.include_router(events_router(port))
+    app.include_router(ledger_router(port))
+    # Added last = outermost: authenticate first, so an unauthenticated body is never read.
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    if token is not None:
+        app.add_middleware(BearerAuth, token=token)
+    app.state.port = port
+    return app

@@ -1,0 +1,112 @@
+"""Errors as structured JSON: ``{"error": {"code": "...", "message": "..."}}``.
+
+The code is stable and derived from the ``HolonError`` tree (most specific class first); the
+message is the error's one line. Nothing ever answers with a traceback: anything unexpected is
+logged here and answered with 500 ``internal``.
+
+    UsageError, ConfigError     400 bad_request
+    (missing or bad token)      401 unauthorized
+    NotFoundError, no route     404 not_found
+    (wrong method)              405 method_not_allowed
+    ConflictError               409 conflict
+    (body over the limit)       413 too_large
+    request validation,
+    EventValidationError        422 invalid
+    other LedgerError           500 ledger
+    ModelError                  502 model
+    other HolonError            400 failed
+    anything else               500 internal
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from holon.errors import (
+    ConfigError,
+    ConflictError,
+    EventValidationError,
+    HolonError,
+    LedgerError,
+    ModelError,
+    NotFoundError,
+    UsageError,
+)
+from holon.logs import get_logger
+
+__all__ = ["BodyTooLarge", "error_response", "install_error_handlers", "status_for"]
+
+log = get_logger("holon.api")
+
+
+class BodyTooLarge(HolonError):
+    """A request body over a route's own limit (the app-wide limit is ``guard.BodyLimit``)."""
+
+
+_BY_CLASS: tuple[tuple[type[HolonError], int, str], ...] = (
+    (BodyTooLarge, 413, "too_large"),
+    (UsageError, 400, "bad_request"),
+    (ConfigError, 400, "bad_request"),
+    (NotFoundError, 404, "not_found"),
+    (ConflictError, 409, "conflict"),
+    (EventValidationError, 422, "invalid"),
+    (LedgerError, 500, "ledger"),
+    (ModelError, 502, "model"),
+)
+
+_BY_STATUS = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    422: "invalid",
+}
+
+
+def status_for(exc: HolonError) -> tuple[int, str]:
+    for cls, status, code in _BY_CLASS:
+        if isinstance(exc, cls):
+            return status, code
+    return 400, "failed"
+
+
+def error_response(status: int, code: str, message: str, *, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request"
+    first = errors[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {first.get('msg', 'invalid')}{more}"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(HolonError)
+    async def holon_error(request: Request, exc: HolonError) -> JSONResponse:
+        status, code = status_for(exc)
+        if status >= 500:
+            log.error("api request failed", path=request.url.path, error=str(exc), kind=type(exc).__name__)
+        return error_response(status, code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(422, "invalid", _validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _BY_STATUS.get(exc.status_code, "internal" if exc.status_code >= 500 else "bad_request")
+        return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error in api request", path=request.url.path, method=request.method)
+        return error_response(500, "internal", "internal error (see the daemon log)")

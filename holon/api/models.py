@@ -1,0 +1,147 @@
+"""Request and response bodies of the HTTP control API (they make the OpenAPI document).
+
+Projection states (agents, work items, tasks, waits, timers) are served as the projection's own
+pydantic models, so the API shows exactly what the CLI's ``--json`` shows; the models here are the
+API's own envelopes. Request models forbid unknown fields: a typo is a 422, not a silent no-op.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from holon.projections.state import AgentState
+
+__all__ = [
+    "AgentDetail",
+    "ConfigureAgent",
+    "CreateAgent",
+    "ErrorBody",
+    "ErrorInfo",
+    "EventOut",
+    "EventsPage",
+    "Health",
+    "HookPath",
+    "InputAccepted",
+    "InputIn",
+    "LedgerStats",
+    "LedgerVerify",
+]
+
+ErrorCode = Literal[
+    "bad_request",
+    "unauthorized",
+    "not_found",
+    "method_not_allowed",
+    "conflict",
+    "too_large",
+    "invalid",
+    "ledger",
+    "model",
+    "failed",
+    "internal",
+]
+
+
+class ErrorInfo(BaseModel):
+    code: ErrorCode
+    """Stable, machine-readable; the message is for people and may change."""
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorInfo
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    version: str
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateAgent(_Request):
+    name: str = Field(min_length=1, max_length=63)
+    template: str = Field("assistant", max_length=64)
+    workspace: str | None = Field(None, max_length=4096)
+    schedule: str | None = Field(None, max_length=256, description="Cron expression of a background agent.")
+    prompt: str | None = Field(None, max_length=100_000, description="What a background agent does on its schedule.")
+    settings: dict[str, JsonValue] | None = None
+
+
+class ConfigureAgent(_Request):
+    settings: dict[str, JsonValue] = Field(default_factory=dict, description="Settings to change.")
+    unset: list[str] = Field(default_factory=list, description="Settings to reset to their defaults.")
+
+
+class AgentDetail(BaseModel):
+    """What ``holon agent show --json`` prints."""
+
+    agent: AgentState
+    working_memory: dict[str, Any]
+    counts: dict[str, int]
+
+
+class InputIn(_Request):
+    text: str = Field(min_length=1, max_length=200_000)
+
+
+class InputAccepted(BaseModel):
+    """The input is a ledger event (durable) when this is returned."""
+
+    agent_id: str
+    seq: int
+    event_id: str
+
+
+class EventOut(BaseModel):
+    """One ledger event as ``holon ledger tail --json`` prints it."""
+
+    seq: int
+    id: str
+    agent_id: str
+    type: str
+    version: int
+    ts_us: int
+    origin: str
+    authority: str
+    turn_id: str | None = None
+    work_item_id: str | None = None
+    task_id: str | None = None
+    episode_id: str | None = None
+    idempotency_key: str | None = None
+    payload: dict[str, Any]
+    hash: str
+
+
+class EventsPage(BaseModel):
+    events: list[EventOut]
+    next_after: int
+    """Pass as ``after`` to read on; equal to the request's cursor when there was nothing new."""
+    head: int
+    """The ledger head when the page was read."""
+
+
+class LedgerVerify(BaseModel):
+    ok: bool
+    events: int
+    first_bad_seq: int | None = None
+    problem: str | None = None
+
+
+class LedgerStats(BaseModel):
+    events: int
+    head_seq: int
+    by_type: dict[str, dict[str, int]]
+    blobs: int
+    blob_bytes: int
+    blobs_pruned: int
+    db_bytes: int
+
+
+class HookPath(BaseModel):
+    path: str
+    """The capability URL path (``/v1/hooks/<token>``): whoever holds it can send this agent events."""

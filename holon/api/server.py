@@ -1,0 +1,82 @@
+"""Serve the API with uvicorn inside the caller's running event loop (the daemon's).
+
+``serve`` awaits ``uvicorn.Server.serve()``, so the API shares the daemon's loop and store; it
+returns when ``server.should_exit`` is set (the daemon's shutdown) or the task is cancelled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+from fastapi import FastAPI
+
+from holon.errors import UsageError
+
+__all__ = ["build_server", "check_bind", "free_port", "is_loopback", "serve"]
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # The daemon owns SIGTERM/SIGINT and stops the server through ``should_exit``.
+        yield
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1); any other name is not."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to listen beyond this machine without a token."""
+    if not is_loopback(host) and not token:
+        raise UsageError(
+            f"refusing to serve the API on {host!r} without a token: anyone who can reach it could control "
+            "your agents. Set [api] token (or HOLON_API_TOKEN), or listen on 127.0.0.1"
+        )
+
+
+def build_server(
+    app: FastAPI, *, host: str, port: int, token: str | None, log_level: str = "warning"
+) -> uvicorn.Server:
+    """A uvicorn server for ``app`` on ``host:port`` (checked with ``check_bind``); not started.
+
+    Signal handlers stay with the daemon (uvicorn's own are disabled), and its access log is off:
+    the daemon logs through structlog.
+    """
+    check_bind(host, token)
+    if not 0 <= port <= 65_535:
+        raise UsageError(f"API port must be 0-65535, got {port}")
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=2
+    )
+    return _Server(config)
+
+
+async def serve(app: FastAPI, *, host: str, port: int, token: str | None, log_level: str = "warning") -> None:
+    """Run the API until cancelled or the server is told to exit. Raises ``UsageError`` on a bad bind."""
+    server = build_server(app, host=host, port=port, token=token, log_level=log_level)
+    try:
+        await server.serve()
+    except (OSError, SystemExit) as e:
+        # uvicorn logs a failed bind and calls sys.exit; never let that end the daemon.
+        raise UsageError(f"cannot listen on {host}:{port} (address in use, or not this machine's)") from e
+    if not server.started:
+        # uvicorn reports a failed bind by logging and returning; say why in one line.
+        raise UsageError(f"cannot listen on {host}:{port} (address in use, or not this machine's)")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now (for tests and ``port = 0`` callers that need the number)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
