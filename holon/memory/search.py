@@ -50,7 +50,7 @@ BOUNDED_DOCS = 2_000
 #: Candidates re-ranked in Python.
 CANDIDATES = 300
 #: Matches are counted exactly up to this many; beyond, the count is a lower bound.
-COUNT_CAP = 10_000
+COUNT_CAP = 1_000
 SNIPPET_CHARS = 240
 #: Documents a search embeds before it runs, at most (the rest wait for later searches or the
 #: daemon's background pass): a search never stalls on a large backlog.
@@ -236,6 +236,15 @@ class _Planner:
             clauses.append("scope : (" + " OR ".join(kind_token(k) for k in self.filters.kinds) + ")")
         return " AND ".join([*clauses, _text_only(expr)])
 
+    def _scoped_raw(self, column_expr: str) -> str:
+        """Like ``_scoped`` for an expression that already names its columns."""
+        clauses = []
+        if self.scope_in_fts:
+            clauses.append("scope : (" + " OR ".join(owner_token(o) for o in self.owners) + ")")
+        if self.filters.kinds:
+            clauses.append("scope : (" + " OR ".join(kind_token(k) for k in self.filters.kinds) + ")")
+        return " AND ".join([*clauses, column_expr])
+
     def _range_sql(self, extra_lo: int | None = None) -> tuple[str, list[object]]:
         sql, args = "", []
         if self.bounds is not None:
@@ -281,14 +290,57 @@ class _Planner:
                 )
                 scores = self._ranked(rare_expr) if rare else {}
                 where, args = self._range_sql()
+                terms_only = " OR ".join(_quote(t) for t in plan.terms)  # phrases cost position checks
                 newest = self._q(
                     f"SELECT rowid FROM search_fts WHERE search_fts MATCH ?{where} ORDER BY rowid DESC "
                     f"LIMIT {BOUNDED_DOCS}",
-                    [self._scoped(expr), *args],
+                    [self._scoped(terms_only), *args],
                 )
                 if newest:
-                    scores.update(self._ranked(expr, lo=int(newest[-1][0])))
+                    for doc_id, score in self._window_scores(plan, int(newest[-1][0])).items():
+                        scores[doc_id] = max(score, scores.get(doc_id, 0.0))
         return self._load(scores, extra), exhaustive
+
+    def _window_scores(self, plan: QueryPlan, lo: int) -> dict[int, float]:
+        """BM25-like scores of the documents from rowid ``lo`` on, without FTS5's ``bm25()``.
+
+        ``bm25()`` computes each term's IDF by scanning the term's whole doclist, whatever the rowid
+        bound: for common words in a million documents that is most of a search. Here each term
+        costs one bounded match (which rows of the window hold it in the body), one more match finds
+        the rows whose context columns hold any term, and each IDF comes from the term's density in
+        the window. Term frequency and length normalisation are left out: the window holds the
+        newest matches, and the re-ranker applies its own length prior.
+        """
+        p = self.params
+        where, args = self._range_sql(lo)
+        in_window = self._q("SELECT count(*) FROM search_docs WHERE id >= ?", [lo])[0][0] or 1
+        n_docs = max(self.total_docs, 1)
+
+        def rows(column_expr: str) -> set[int]:
+            found = self._q(
+                f"SELECT rowid FROM search_fts WHERE search_fts MATCH ?{where}", [self._scoped_raw(column_expr), *args]
+            )
+            return {int(r[0]) for r in found}
+
+        scores: dict[int, float] = {}
+        idfs = []
+        for term in plan.terms:
+            body = rows(f"body : ({_quote(term)})")
+            if not body:
+                continue
+            df = min(n_docs, max(len(body), round(len(body) * n_docs / in_window)))
+            idf = max(1e-6, math.log((n_docs - df + 0.5) / (df + 0.5)))
+            idfs.append(idf)
+            for doc_id in body:
+                scores[doc_id] = scores.get(doc_id, 0.0) + idf * p.body
+        # One match for the context columns of all terms together (per term would double the
+        # cost): a document whose neighbours mention the query gets the mean term weight.
+        if idfs:
+            context = rows("{prev next meta} : (" + " OR ".join(_quote(t) for t in plan.terms) + ")")
+            lift = max(p.prev, p.next, p.meta) * sum(idfs) / len(idfs)
+            for doc_id in context:
+                scores[doc_id] = scores.get(doc_id, 0.0) + lift
+        return scores
 
     def _load(self, scores: dict[int, float], extra: dict[int, float]) -> list[_Cand]:
         ids = sorted(scores, key=lambda i: -scores[i])[: CANDIDATES * 2]
@@ -345,29 +397,30 @@ class _Planner:
         return {int(r[0]): -float(r[1]) for r in rows if int(r[0]) in segments}
 
     def count(self, plan: QueryPlan) -> tuple[int, bool]:
-        """Documents matching any term, within scope and filters; exact below ``COUNT_CAP``."""
+        """Documents matching any term, within scope and filters; exact below ``COUNT_CAP``.
+
+        Phrases are left out of the expression: a document matching a phrase matches its words.
+        Foreign owners are filtered by a join on the few rows counted, not by AND-ing owner tokens
+        that most documents carry (that walks their whole doclists). ``CROSS JOIN`` keeps FTS5 the
+        outer loop: SQLite would otherwise walk the owner index and probe FTS5 per row (seconds).
+        """
         where, args = self._range_sql()
         # Any other owner with documents must be filtered out, however many owners we search
         # (an agent searches three owners; a home with two agents and no workspace file has three).
         foreign = any(n > 0 and o not in self.owners for o, n in self.index.owner_docs().items())
-        need_owner_filter = not self.scope_in_fts and foreign
-        expr = plan.expression()
-        if need_owner_filter:
-            expr_scoped = "scope : (" + " OR ".join(owner_token(o) for o in self.owners) + f") AND {_text_only(expr)}"
-            if self.filters.kinds:
-                expr_scoped = (
-                    "scope : (" + " OR ".join(kind_token(k) for k in self.filters.kinds) + f") AND {expr_scoped}"
-                )
-        else:
-            expr_scoped = self._scoped(expr)
-        sql = f"SELECT 1 FROM search_fts WHERE search_fts MATCH ?{where}"
-        sql_args: list[object] = [expr_scoped, *args]
+        by_owner = not self.scope_in_fts and foreign
         f = self.filters
-        if f.work_item_id is not None or f.since_us is not None or f.until_us is not None:
+        sql_args: list[object] = [self._scoped(" OR ".join(_quote(t) for t in plan.terms)), *args]
+        if not by_owner and f.work_item_id is None and f.since_us is None and f.until_us is None:
+            sql = f"SELECT 1 FROM search_fts WHERE search_fts MATCH ?{where}"
+        else:
             sql = (
-                "SELECT 1 FROM search_fts JOIN search_docs d ON d.id = search_fts.rowid "
+                "SELECT 1 FROM search_fts CROSS JOIN search_docs d ON d.id = search_fts.rowid "
                 f"WHERE search_fts MATCH ?{where.replace('rowid', 'search_fts.rowid')}"
             )
+            if by_owner:
+                sql += f" AND d.owner IN ({','.join('?' * len(self.owners))})"
+                sql_args += self.owners
             if f.work_item_id is not None:
                 sql += " AND d.work_item_id = ?"
                 sql_args.append(f.work_item_id)
