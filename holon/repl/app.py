@@ -1,0 +1,267 @@
+"""``Chat``: the operator REPL loop over an ``ApiClient`` (``holon chat`` wires it up).
+
+A plain line is sent to the current agent and its turn is drawn live until it settles (the
+``turn.settled`` of the turn that took the input). Ctrl-C during a reply aborts the turn; Ctrl-C
+at the prompt clears the line; Ctrl-D or ``/quit`` leaves (the daemon keeps running). Briefs that
+agents send the operator are polled from the ledger tail in a thread and printed above the prompt
+as they arrive (``patch_stdout``); while a reply streams they wait, unless they are the current
+agent's (then the reply's own stream shows them in place).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.history import FileHistory, InMemoryHistory
+from prompt_toolkit.patch_stdout import patch_stdout
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from holon.api.models import EventOut
+from holon.errors import HolonError
+from holon.repl import render
+from holon.repl.client import ApiClient, StreamItem
+from holon.repl.commands import Say, Slash, SlashCompleter, help_rows, parse_line
+
+__all__ = ["Chat", "TurnWatch"]
+
+BRIEF_POLL_S = 2.0
+
+
+@dataclass(slots=True)
+class TurnWatch:
+    """Follows the turn that takes input ``input_seq``; ``done`` once that turn settled."""
+
+    input_seq: int
+    turn_id: str | None = None
+    done: bool = False
+    cursor: int = 0
+    """The last event seen: where to resume the stream."""
+
+    def see(self, event: EventOut) -> None:
+        self.cursor = max(self.cursor, event.seq)
+        p = event.payload
+        if event.type == "turn.started" and self.input_seq in p.get("inputs", []):
+            self.turn_id = p.get("turn_id")
+        elif event.type == "turn.settled" and self.turn_id is not None and p.get("turn_id") == self.turn_id:
+            self.done = True
+
+
+class Chat:
+    def __init__(self, client: ApiClient, console: Console, agent: str, *, history: Path | None = None) -> None:
+        self.client = client
+        self.console = console
+        self.agent = agent
+        self.history = history
+        self._lock = threading.Lock()
+        self._briefs_shown: set[int] = set()
+        self._stop = threading.Event()
+        self._at_prompt = threading.Event()
+        """Briefs are printed only while the prompt waits, never into a streaming reply."""
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        session: PromptSession[str] = PromptSession(
+            history=self._history(),
+            completer=SlashCompleter(self._agent_names),
+            complete_while_typing=False,
+        )
+        self.console.print(
+            Text(f"holon chat: talking to {self.agent} at {self.client.base_url}; /help for commands", "dim")
+        )
+        poller = threading.Thread(target=self._poll_briefs, name="chat:briefs", daemon=True)
+        poller.start()
+        try:
+            while True:
+                try:
+                    # Only the prompt patches stdout (briefs print above it); replies write directly.
+                    with patch_stdout(raw=True):
+                        self._at_prompt.set()
+                        line = session.prompt(f"{self.agent}> ")
+                except KeyboardInterrupt:
+                    continue
+                except EOFError:
+                    return 0
+                finally:
+                    self._at_prompt.clear()
+                if self.handle(line) == "quit":
+                    return 0
+        finally:
+            self._stop.set()
+
+    def _history(self) -> FileHistory | InMemoryHistory:
+        if self.history is None:
+            return InMemoryHistory()
+        self.history.parent.mkdir(parents=True, exist_ok=True)
+        return FileHistory(str(self.history))
+
+    def _agent_names(self) -> list[str]:
+        try:
+            return [a.name for a in self.client.agents()]
+        except HolonError:
+            return []
+
+    def handle(self, line: str) -> str | None:
+        """Run one line; ``"quit"`` when the operator asked to leave. Errors are printed, not raised."""
+        try:
+            parsed = parse_line(line)
+            if isinstance(parsed, Say):
+                self.say(parsed.text)
+            elif isinstance(parsed, Slash):
+                return self.command(parsed)
+        except HolonError as e:
+            self.console.print(Text(f"error: {e}", "bold red"))
+        return None
+
+    # --- talking -------------------------------------------------------------------------------
+
+    def say(self, text: str) -> None:
+        """Send ``text`` to the current agent and draw its turn until it settles."""
+        view = render.ReplyView(self.console, self.agent)
+        head = self.client.head(self.agent)
+        watch = TurnWatch(input_seq=0, cursor=head)
+        try:
+            with contextlib.closing(self.client.stream_events(self.agent, after=head)) as stream:
+                next(stream)  # "open": subscribed, so no delta of the reply is missed
+                watch.input_seq = self.client.send(self.agent, text).seq
+                self._follow(stream, view, watch)
+        except KeyboardInterrupt:
+            # The interrupted generator is finished; follow the settle on a new stream.
+            self._abort_during(view, watch)
+
+    def _follow(self, stream: Iterator[StreamItem], view: render.ReplyView, watch: TurnWatch) -> None:
+        for kind, data in stream:
+            if kind == "delta":
+                view.delta(data)  # type: ignore[arg-type]
+            elif kind == "event":
+                assert isinstance(data, EventOut)
+                watch.see(data)
+                if data.type == "brief.delivered":
+                    with self._lock:
+                        if data.seq in self._briefs_shown:
+                            continue
+                        self._briefs_shown.add(data.seq)
+                view.event(data)
+                if watch.done:
+                    return
+
+    def _abort_during(self, view: render.ReplyView, watch: TurnWatch) -> None:
+        if not watch.input_seq:
+            return  # interrupted before the input was sent
+        aborted = self.client.abort(self.agent)
+        if not aborted and watch.turn_id is None:
+            self.console.print(Text("\n[no turn running yet; the message stays queued]", "yellow"))
+            return
+        self.console.print(Text("\n[aborting]", "yellow"))
+        with (
+            contextlib.suppress(KeyboardInterrupt),  # a second Ctrl-C stops waiting for the settle
+            contextlib.closing(self.client.stream_events(self.agent, after=watch.cursor)) as stream,
+        ):
+            self._follow((item for item in stream if item[0] != "delta"), view, watch)
+
+    # --- background briefs ---------------------------------------------------------------------
+
+    def _poll_briefs(self) -> None:
+        client = self.client.clone()
+        names: dict[str, str] = {}
+        try:
+            seen = max((e.seq for e in client.tail(n=1)), default=0)
+            while not self._stop.wait(BRIEF_POLL_S):
+                if not self._at_prompt.is_set():
+                    continue
+                with contextlib.suppress(HolonError):
+                    seen = self._print_briefs(client, names, seen)
+        except HolonError:
+            return
+        finally:
+            client.close()
+
+    def _print_briefs(self, client: ApiClient, names: dict[str, str], seen: int) -> int:
+        for e in client.tail(n=100):
+            if e.seq <= seen:
+                continue
+            seen = e.seq
+            if e.type != "brief.delivered":
+                continue
+            with self._lock:
+                if e.seq in self._briefs_shown:
+                    continue
+                self._briefs_shown.add(e.seq)
+            if e.agent_id not in names:
+                names.update({a.agent_id: a.name for a in client.agents()})
+            render.brief_line(self.console, names.get(e.agent_id, e.agent_id), e.payload)
+        return seen
+
+    # --- slash commands ------------------------------------------------------------------------
+
+    def command(self, cmd: Slash) -> str | None:
+        c, agent, arg = self.client, self.agent, cmd.arg
+        match cmd.name:
+            case "quit":
+                return "quit"
+            case "help":
+                self._help()
+            case "agents":
+                render.agents_table(self.console, c.agents(), current=agent)
+            case "switch":
+                self.agent = c.agent(arg)["agent"]["name"]
+                self.console.print(Text(f"now talking to {self.agent}", "dim"))
+            case "new":
+                self.agent = c.create_agent(arg).name
+                self.console.print(Text(f"created {self.agent}; now talking to it", "dim"))
+            case "state":
+                render.working_memory(self.console, c.working_memory(agent))
+            case "work":
+                render.work_table(self.console, c.work_items(agent))
+            case "tasks":
+                render.tasks_table(self.console, c.tasks(agent))
+            case "waits":
+                render.waits_table(self.console, c.waits(agent))
+            case "search":
+                render.search_hits(self.console, c.search(agent, arg))
+            case "get":
+                render.memory_read(self.console, c.get(agent, arg))
+            case "context":
+                render.context_summary(self.console, c.context(agent, arg or None))
+            case "events":
+                render.events_table(self.console, c.tail(agent, n=_count(arg, 20)))
+            case "transcript":
+                render.transcript(self.console, agent, c.tail(agent, n=_count(arg, 200)))
+            case "model":
+                self._model(arg)
+            case "abort":
+                ran = c.abort(agent)
+                self.console.print("aborting the running turn" if ran else "no turn is running")
+            case _:
+                self.console.print(Text(f"/{cmd.name} is not implemented", "red"))
+        return None
+
+    def _help(self) -> None:
+        table = Table(show_header=False, show_edge=False, box=None, padding=(0, 2))
+        for usage, text in help_rows():
+            table.add_row(Text(usage, "bold"), text)
+        self.console.print(table)
+        self.console.print(Text("Anything else is sent to the agent; Ctrl-C aborts a reply, Ctrl-D quits.", "dim"))
+
+    def _model(self, name: str) -> None:
+        if name:
+            state = self.client.configure(self.agent, {"model": name})
+        else:
+            state = next(a for a in self.client.agents() if a.name == self.agent)
+        model = state.settings.get("model") or "(default from config)"
+        self.console.print(f"{self.agent} uses {model}")
+
+
+def _count(arg: str, default: int) -> int:
+    if not arg:
+        return default
+    if not arg.isdigit() or not 1 <= int(arg) <= 10_000:
+        raise HolonError(f"expected a count from 1 to 10000, got {arg!r}")
+    return int(arg)

@@ -1,0 +1,210 @@
+"""``ApiClient``: the small typed HTTP client the REPL uses to talk to the daemon (RFC 0005).
+
+Errors, all ``holon.errors`` so the CLI prints one line::
+
+    HolonError
+    ├── DaemonUnreachable     nothing answers at the URL (connection refused, timeout)
+    ├── UsageError            400 / 401 (with what to do about the token) / 409 / 422
+    └── NotFoundError         404 (no such agent, event, ref)
+
+The event stream is read as server-sent events: ``stream_events`` yields ``("event", EventOut)``
+and ``("delta", {...})`` items from a cursor and reconnects with ``Last-Event-ID`` when the
+connection drops, so no event is lost or seen twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import httpx
+
+from holon.api.models import EventOut, InputAccepted
+from holon.errors import HolonError, NotFoundError, UsageError
+from holon.projections.state import AgentState
+
+__all__ = ["ApiClient", "DaemonUnreachable", "StreamItem", "token_from_env"]
+
+StreamItem = tuple[Literal["event"], EventOut] | tuple[Literal["delta", "open"], dict[str, Any]]
+"""``open`` comes first on each (re)connection: from then on, live deltas reach this stream."""
+
+TOKEN_ENV = "HOLON_API_TOKEN"
+
+
+class DaemonUnreachable(HolonError):
+    """Nothing answers at the daemon's URL."""
+
+
+def token_from_env(token_env: str | None) -> str | None:
+    """The API token: ``HOLON_API_TOKEN``, else the variable ``[api] token_env`` names, else none."""
+    for name in (TOKEN_ENV, token_env):
+        if name and os.environ.get(name, "").strip():
+            return os.environ[name].strip()
+    return None
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200] or response.reason_phrase
+
+
+class ApiClient:
+    """Calls ``/v1`` on one daemon. Agents are named by name or id, as the API accepts."""
+
+    def __init__(self, base_url: str, *, token: str | None = None, timeout_s: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._token, self._timeout_s = token, timeout_s
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+
+    def clone(self) -> ApiClient:
+        """Another client for the same daemon (for another thread)."""
+        return ApiClient(self.base_url, token=self._token, timeout_s=self._timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, f"/v1{path}", **kwargs)
+        except httpx.TransportError as e:
+            raise DaemonUnreachable(f"the daemon at {self.base_url} does not answer ({type(e).__name__})") from e
+        self._check(response)
+        return response
+
+    def _check(self, response: httpx.Response) -> None:
+        status = response.status_code
+        if status < 400:
+            return
+        if status == 401:
+            raise UsageError(f"the daemon refused the API token (set {TOKEN_ENV} or [api] token_env)")
+        if status == 404:
+            raise NotFoundError(_message(response))
+        if status < 500:
+            raise UsageError(_message(response))
+        raise HolonError(f"the daemon failed ({status}): {_message(response)}")
+
+    def _get(self, path: str, **params: Any) -> Any:  # Any: JSON as the API returns it
+        clean = {k: v for k, v in params.items() if v is not None}
+        return self._request("GET", path, params=clean).json()
+
+    # --- agents --------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        return dict(self._get("/health"))
+
+    def agents(self) -> list[AgentState]:
+        return [AgentState.model_validate(a) for a in self._get("/agents")]
+
+    def create_agent(self, name: str) -> AgentState:
+        return AgentState.model_validate(self._request("POST", "/agents", json={"name": name}).json())
+
+    def agent(self, agent: str) -> dict[str, Any]:
+        return dict(self._get(f"/agents/{agent}"))
+
+    def configure(self, agent: str, settings: dict[str, Any]) -> AgentState:
+        body = {"settings": settings}
+        return AgentState.model_validate(self._request("PATCH", f"/agents/{agent}", json=body).json())
+
+    def abort(self, agent: str) -> bool:
+        return bool(self._request("POST", f"/agents/{agent}/abort").json()["aborted"])
+
+    def send(self, agent: str, text: str) -> InputAccepted:
+        return InputAccepted.model_validate(
+            self._request("POST", f"/agents/{agent}/inputs", json={"text": text}).json()
+        )
+
+    # --- state and memory ----------------------------------------------------------------------
+
+    def working_memory(self, agent: str) -> dict[str, Any]:
+        return dict(self._get(f"/agents/{agent}/working-memory"))
+
+    def work_items(self, agent: str) -> list[dict[str, Any]]:
+        return list(self._get(f"/agents/{agent}/work-items"))
+
+    def tasks(self, agent: str) -> list[dict[str, Any]]:
+        return list(self._get(f"/agents/{agent}/tasks"))
+
+    def waits(self, agent: str) -> list[dict[str, Any]]:
+        return list(self._get(f"/agents/{agent}/waits"))
+
+    def context(self, agent: str, turn: str | None = None) -> list[dict[str, Any]]:
+        return list(self._get(f"/agents/{agent}/context", turn=turn))
+
+    def search(self, agent: str, query: str, *, limit: int = 10) -> dict[str, Any]:
+        return dict(self._get(f"/agents/{agent}/memory/search", q=query, limit=limit))
+
+    def get(self, agent: str, ref: str) -> dict[str, Any]:
+        return dict(self._get(f"/agents/{agent}/memory/get", ref=ref))
+
+    def tail(self, agent: str | None = None, n: int = 20) -> list[EventOut]:
+        return [EventOut.model_validate(e) for e in self._get("/ledger/tail", n=n, agent=agent)]
+
+    def head(self, agent: str) -> int:
+        """The ledger head now: a cursor from which ``stream_events`` shows only what comes next."""
+        return int(self._get(f"/agents/{agent}/events", stream="false", limit=1, after=2**62)["head"])
+
+    # --- the event stream ----------------------------------------------------------------------
+
+    def stream_events(self, agent: str, after: int, *, retries: int = 5) -> Iterator[StreamItem]:
+        """``open``, then events after ``after`` and live deltas, until the caller stops iterating.
+
+        A dropped connection is resumed from the last event seen (``Last-Event-ID``); after
+        ``retries`` failed reconnects in a row, ``DaemonUnreachable``.
+        """
+        cursor, failures = after, 0
+        while True:
+            headers = {"Accept": "text/event-stream", "Last-Event-ID": str(cursor)}
+            try:
+                with self._http.stream(
+                    "GET", f"/v1/agents/{agent}/events", headers=headers, timeout=httpx.Timeout(10.0, read=None)
+                ) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        self._check(response)
+                    failures = 0
+                    yield "open", {}
+                    for kind, data in _sse(response.iter_lines()):
+                        if kind == "event":
+                            event = EventOut.model_validate_json(data)
+                            cursor = event.seq
+                            yield "event", event
+                        elif kind == "delta":
+                            yield "delta", json.loads(data)
+            except httpx.TransportError as e:
+                failures += 1
+                if failures > retries:
+                    raise DaemonUnreachable(f"lost the event stream of {agent} at {self.base_url}") from e
+                time.sleep(min(0.2 * 2**failures, 2.0))
+
+
+def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
+    """(event name, data) of each server-sent event; comments and ids are skipped."""
+    name, data = "message", []
+    for line in lines:
+        if not line:
+            if data:
+                yield name, "\n".join(data)
+            name, data = "message", []
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)

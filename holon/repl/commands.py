@@ -1,0 +1,117 @@
+"""Slash commands: what they are, parsing a line, and completing one (no terminal needed).
+
+``parse_line`` turns a line into ``Say`` (text for the current agent), ``Slash`` (a command and
+its argument) or ``None`` (blank). ``completions`` is the pure core of ``SlashCompleter``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+from prompt_toolkit.document import Document
+
+from holon.errors import UsageError
+
+__all__ = ["COMMANDS", "Say", "Slash", "SlashCompleter", "completions", "help_rows", "parse_line"]
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    usage: str
+    """The argument, as help shows it ("" for none; "[X]" optional; "X" required)."""
+    help: str
+
+    @property
+    def takes(self) -> str:
+        return "none" if not self.usage else ("optional" if self.usage.startswith("[") else "required")
+
+
+COMMANDS: dict[str, Spec] = {
+    "agents": Spec("", "list agents and what they are doing"),
+    "switch": Spec("NAME", "talk to another agent"),
+    "new": Spec("NAME", "create an agent and switch to it"),
+    "state": Spec("", "the agent's working memory"),
+    "work": Spec("", "work items"),
+    "tasks": Spec("", "tasks (commands, child agents)"),
+    "waits": Spec("", "what the agent waits on"),
+    "search": Spec("QUERY", "search the agent's memory"),
+    "get": Spec("REF", "read a memory ref (file:agent/self.md, event:12, episode:ID)"),
+    "context": Spec("[TURN]", "what the model saw last turn, and why"),
+    "events": Spec("[N]", "the agent's last N ledger events (20)"),
+    "transcript": Spec("[N]", "messages and replies (from the last N events, 200)"),
+    "model": Spec("[NAME]", "show or set the agent's model"),
+    "abort": Spec("", "stop the agent's running turn"),
+    "help": Spec("", "this list"),
+    "quit": Spec("", "leave (Ctrl-D); the daemon keeps running"),
+}
+AGENT_ARG = frozenset({"switch"})
+"""Commands whose argument is an existing agent's name (completed from the daemon)."""
+ALIASES = {"exit": "quit", "q": "quit", "?": "help", "ls": "agents"}
+
+
+@dataclass(frozen=True, slots=True)
+class Say:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Slash:
+    name: str
+    arg: str = ""
+
+
+def parse_line(line: str) -> Say | Slash | None:
+    """What the operator typed. ``//text`` sends ``/text`` as a message. Raises ``UsageError``."""
+    stripped = line.strip()
+    if not stripped:
+        return None
+    if not stripped.startswith("/") or stripped.startswith("//"):
+        return Say(stripped[1:] if stripped.startswith("//") else stripped)
+    word, _, arg = stripped[1:].partition(" ")
+    name = ALIASES.get(word.lower(), word.lower())
+    arg = arg.strip()
+    spec = COMMANDS.get(name)
+    if spec is None:
+        close = difflib.get_close_matches(name, COMMANDS, n=1)
+        hint = f"; did you mean /{close[0]}?" if close else "; /help lists them"
+        raise UsageError(f"unknown command /{word}{hint}")
+    if spec.takes == "required" and not arg:
+        raise UsageError(f"/{name} needs {spec.usage}")
+    if spec.takes == "none" and arg:
+        raise UsageError(f"/{name} takes no argument")
+    return Slash(name, arg)
+
+
+def completions(text: str, agents: Iterable[str]) -> list[str]:
+    """Whole-word completions for ``text`` (the line before the cursor)."""
+    if not text.startswith("/"):
+        return []
+    word, space, arg = text[1:].partition(" ")
+    if not space:
+        return [f"/{name}" for name in COMMANDS if name.startswith(word.lower())]
+    if word.lower() in AGENT_ARG and " " not in arg:
+        return sorted(a for a in agents if a.startswith(arg))
+    return []
+
+
+def help_rows() -> list[tuple[str, str]]:
+    return [(f"/{name} {spec.usage}".rstrip(), spec.help) for name, spec in COMMANDS.items()]
+
+
+class SlashCompleter(Completer):
+    """prompt_toolkit completer over ``completions``; ``agents`` is asked each time (names change)."""
+
+    def __init__(self, agents: Callable[[], Sequence[str]]) -> None:
+        self.agents = agents
+
+    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
+        text = document.text_before_cursor
+        if not text.startswith("/"):
+            return
+        names = self.agents() if " " in text else ()
+        current = text.rsplit(" ", 1)[-1] if " " in text else text
+        for option in completions(text, names):
+            yield Completion(option, start_position=-len(current))
