@@ -26,6 +26,7 @@ from holon.api.ledger import event_json
 from holon.api.models import EventsPage
 from holon.api.port import DaemonPort, Notice
 from holon.errors import UsageError
+from holon.ledger import Event
 
 __all__ = ["POLL_S", "events_router"]
 
@@ -52,6 +53,10 @@ async def _pump(port: DaemonPort, agent_id: str, queue: asyncio.Queue[Notice]) -
             queue.put_nowait(notice)
 
 
+def _message(event: Event) -> dict[str, str]:
+    return {"id": str(event.seq), "event": "event", "data": json.dumps(event_json(event), ensure_ascii=False)}
+
+
 async def agent_events(
     port: DaemonPort, agent_id: str, after: int, *, poll_s: float = POLL_S
 ) -> AsyncIterator[dict[str, Any]]:
@@ -60,33 +65,37 @@ async def agent_events(
     pump = asyncio.create_task(_pump(port, agent_id, queue), name=f"sse:{agent_id}")
     await asyncio.sleep(0)  # let the subscription start before the catch-up read
     cursor = after
+    notices: list[Notice] = []
     try:
         while True:
+            # Notices in the order the port published them: an event notice first sends the
+            # ledger up to its seq, so deltas and events interleave as they happened.
+            for notice in notices:
+                if notice.kind == "delta":
+                    data = {"agent_id": notice.agent_id, "turn_id": notice.turn_id, "text": notice.text}
+                    yield {"event": "delta", "data": json.dumps(data, ensure_ascii=False)}
+                elif notice.seq is not None and notice.seq > cursor:
+                    for event in port.store.ledger.read(cursor, agent_id=agent_id, limit=notice.seq - cursor):
+                        if event.seq > notice.seq:
+                            break
+                        cursor = event.seq
+                        yield _message(event)
+            notices = []
             batch = list(port.store.ledger.read(cursor, agent_id=agent_id, limit=PAGE))
             for event in batch:
                 cursor = event.seq
-                yield {
-                    "id": str(event.seq),
-                    "event": "event",
-                    "data": json.dumps(event_json(event), ensure_ascii=False),
-                }
+                yield _message(event)
             if len(batch) == PAGE:
                 continue
             if pump.done() and queue.empty():
                 await asyncio.sleep(poll_s)  # no live source (the daemon is stopping): poll
                 continue
             try:
-                notice = await asyncio.wait_for(queue.get(), timeout=poll_s)
+                notices.append(await asyncio.wait_for(queue.get(), timeout=poll_s))
             except TimeoutError:
                 continue
-            while True:
-                if notice.kind == "delta":
-                    data = {"agent_id": notice.agent_id, "turn_id": notice.turn_id, "text": notice.text}
-                    yield {"event": "delta", "data": json.dumps(data, ensure_ascii=False)}
-                try:
-                    notice = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
+            while not queue.empty():
+                notices.append(queue.get_nowait())
     finally:
         pump.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
