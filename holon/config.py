@@ -24,6 +24,8 @@ from holon.errors import ConfigError
 from holon.paths import HomePaths, resolve_home
 
 __all__ = [
+    "ApiSettings",
+    "DaemonSettings",
     "HomePaths",
     "ContextSettings",
     "LedgerSettings",
@@ -111,6 +113,35 @@ class LoggingSettings(_Section):
     """Write JSON lines to ``<home>/logs/holon.log``."""
 
 
+_ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+
+
+class ApiSettings(_Section):
+    """The daemon's HTTP control API (``holon serve``)."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on. Any non-loopback address requires a token (``token_env``)."""
+    port: int = Field(7878, ge=0, le=65_535)
+    token_env: str | None = Field(None, pattern=_ENV_VAR_NAME)
+    """Name of the environment variable holding the API token (never the token itself)."""
+
+
+class DaemonSettings(_Section):
+    """The long-lived host (``holon serve`` / ``holon daemon``)."""
+
+    grace_s: float = Field(20.0, ge=0, le=3_600)
+    """On SIGTERM/SIGINT: how long running turns may take to finish before they are interrupted."""
+    start_timeout_s: float = Field(30.0, gt=0, le=600)
+    """How long ``holon daemon start`` waits for the daemon to report healthy."""
+    tick_s: float = Field(1.0, gt=0, le=60)
+    """How often waits are rechecked, budgets reset and the search index caught up."""
+    budget_turns_per_day: int = Field(48, ge=0)
+    """Turns a background agent may take per (UTC) day; per-agent setting ``budget_turns_per_day``."""
+    budget_tokens_per_day: int = Field(2_000_000, ge=0)
+    budget_cost_per_day_usd: float | None = Field(None, ge=0)
+    """Dollars a background agent may spend per day, where litellm knows the price (unset: no limit)."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -126,6 +157,8 @@ class Settings(BaseSettings):
     context: ContextSettings = ContextSettings()
     memory: MemorySettings = MemorySettings()
     logging: LoggingSettings = LoggingSettings()
+    api: ApiSettings = ApiSettings()
+    daemon: DaemonSettings = DaemonSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -22,6 +22,19 @@ CtxOpt = Annotated[int | None, typer.Option("--context-window", min=256, help="O
 RoundsOpt = Annotated[int | None, typer.Option("--max-rounds", min=1, max=200, help="Model rounds per turn.")]
 TokensOpt = Annotated[int | None, typer.Option("--max-tokens-per-turn", min=1000)]
 CostOpt = Annotated[float | None, typer.Option("--max-cost-per-turn-usd", min=0.0)]
+BudgetTurnsOpt = Annotated[
+    int | None, typer.Option("--budget-turns-per-day", min=0, help="Background agents: turns per day.")
+]
+BudgetTokensOpt = Annotated[int | None, typer.Option("--budget-tokens-per-day", min=0)]
+BudgetCostOpt = Annotated[float | None, typer.Option("--budget-cost-per-day-usd", min=0.0)]
+ScheduleOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--schedule",
+        help="Run in the background on a schedule: a crontab line ('0 9 * * *', UTC), 'every 30s|5m|2h|1d', or an ISO time.",
+    ),
+]
+PromptOpt = Annotated[str | None, typer.Option("--prompt", help="What the agent is told each time its schedule fires.")]
 
 
 def _settings(**values: object) -> dict[str, object]:
@@ -39,16 +52,40 @@ def create(
     model: ModelOpt = None,
     api_base: ApiBaseOpt = None,
     api_key_env: KeyEnvOpt = None,
+    schedule: ScheduleOpt = None,
+    prompt: PromptOpt = None,
+    budget_turns_per_day: BudgetTurnsOpt = None,
+    budget_tokens_per_day: BudgetTokensOpt = None,
+    budget_cost_per_day_usd: BudgetCostOpt = None,
     exist_ok: Annotated[bool, typer.Option("--exist-ok", help="Succeed if the agent already exists.")] = False,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Create an agent with its own home directory, initialised from the template."""
-    from holon.errors import NotFoundError
+    """Create an agent with its own home directory, initialised from the template.
+
+    With --schedule it is a background agent: the daemon wakes it on that schedule with --prompt,
+    within its per-day budgets."""
+    from holon.errors import NotFoundError, UsageError
     from holon.runtime.agents import create_agent
 
     c = ctx_of(ctx, home, json_out)
-    settings = _settings(model=model, api_base=api_base, api_key_env=api_key_env)
+    settings = _settings(
+        model=model,
+        api_base=api_base,
+        api_key_env=api_key_env,
+        budget_turns_per_day=budget_turns_per_day,
+        budget_tokens_per_day=budget_tokens_per_day,
+        budget_cost_per_day_usd=budget_cost_per_day_usd,
+    )
+    timers = []
+    if prompt is not None and schedule is None:
+        raise UsageError("--prompt goes with --schedule (what the agent is told when the schedule fires)")
+    if schedule is not None:
+        from holon.clock import SystemClock
+        from holon.daemon.timers import timer_event
+
+        timers.append(timer_event(schedule, now_us=SystemClock().now_us(), prompt=prompt))
+        settings["background"] = True
     with open_store(c) as store:
         existing = None
         if exist_ok:
@@ -59,7 +96,7 @@ def create(
         if existing is not None:
             emit(c, existing.model_dump(mode="json"), f"agent {existing.name} already exists ({existing.agent_id})")
             return
-        agent = create_agent(store, name, template=template, settings=settings, workspace=workspace)  # type: ignore[arg-type]
+        agent = create_agent(store, name, template=template, settings=settings, workspace=workspace, timers=timers)  # type: ignore[arg-type]
     emit(c, agent.model_dump(mode="json"), f"created agent {agent.name} ({agent.agent_id})\n  home: {agent.home}")
 
 
@@ -76,6 +113,9 @@ def configure(
     max_rounds: RoundsOpt = None,
     max_tokens_per_turn: TokensOpt = None,
     max_cost_per_turn_usd: CostOpt = None,
+    budget_turns_per_day: BudgetTurnsOpt = None,
+    budget_tokens_per_day: BudgetTokensOpt = None,
+    budget_cost_per_day_usd: BudgetCostOpt = None,
     unset: Annotated[list[str] | None, typer.Option("--unset", help="Reset a setting to its default.")] = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
@@ -94,6 +134,9 @@ def configure(
         max_rounds=max_rounds,
         max_tokens_per_turn=max_tokens_per_turn,
         max_cost_per_turn_usd=max_cost_per_turn_usd,
+        budget_turns_per_day=budget_turns_per_day,
+        budget_tokens_per_day=budget_tokens_per_day,
+        budget_cost_per_day_usd=budget_cost_per_day_usd,
     )
     with open_store(c) as store:
         agent = configure_agent(store, name, changes, unset=unset or [])  # type: ignore[arg-type]

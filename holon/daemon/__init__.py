@@ -1,1 +1,5 @@
-"""The long-lived host: agents, schedules, timers, shutdown and restart (RFC 0005)."""
+"""The daemon: a long-lived host of one home's agents, its timers and its HTTP API (RFC 0005)."""
+
+from holon.daemon.core import Daemon
+
+__all__ = ["Daemon"]

@@ -99,6 +99,13 @@ class AgentConfigured(PayloadBase):
     _no_secrets = field_validator("changes")(_no_secret_settings)
 
 
+class AgentDeleted(PayloadBase):
+    """The operator deleted the agent: it leaves the host and its home; its events stay."""
+
+    type: Literal["agent.deleted"] = "agent.deleted"
+    reason: str = ""
+
+
 # --- inputs and turns -----------------------------------------------------------------------
 
 
@@ -445,6 +452,7 @@ class ContextAssembled(PayloadBase):
 Payload = Annotated[
     AgentCreated
     | AgentConfigured
+    | AgentDeleted
     | MessageReceived
     | TurnStarted
     | TurnSettled

@@ -74,7 +74,14 @@ KINDS: dict[str, Kind] = {
     )
 }
 
-_AGENT_TYPES = {"agent.created", "agent.configured", "turn.started", "turn.settled", "message.received"}
+_AGENT_TYPES = {
+    "agent.created",
+    "agent.configured",
+    "agent.deleted",
+    "turn.started",
+    "turn.settled",
+    "message.received",
+}
 _WM_TYPES = {
     "agent.created",
     "work_item.opened",

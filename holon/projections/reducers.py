@@ -67,6 +67,8 @@ def apply_agent(state: AgentState | None, event: Event) -> AgentState | None:
                 created_us=event.ts_us,
                 last_event_us=event.ts_us,
             )
+        case ev.AgentDeleted():
+            return None  # the row goes; the agent's events stay in the ledger
         case ev.MessageReceived() if state is not None:
             return state.model_copy(
                 update={"pending_inputs": [*state.pending_inputs, event.seq], "last_event_us": event.ts_us}

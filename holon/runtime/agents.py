@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from holon.projections.state import AgentState
 from holon.resources import agent_home_template
 from holon.runtime.models import MODEL_SETTING_KEYS
 
-__all__ = ["SETTING_KEYS", "TEMPLATES", "Template", "configure_agent", "create_agent"]
+__all__ = ["BUDGET_KEYS", "SETTING_KEYS", "TEMPLATES", "Template", "configure_agent", "create_agent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +76,10 @@ def create_agent(
     settings: dict[str, JsonValue] | None = None,
     workspace: str | None = None,
     parent_id: str | None = None,
+    timers: Sequence[ev.TimerScheduled] = (),
 ) -> AgentState:
-    """Create agent ``name``: its home directory from the template, then its ``agent.created`` event."""
+    """Create agent ``name``: its home directory from the template, then its ``agent.created`` event
+    (with ``timers``, e.g. a background agent's schedule, in the same transaction)."""
     if not is_valid_name(name):
         raise UsageError(f"bad agent name {name!r}: use 1-63 of a-z, 0-9, '-' and '_', starting with a letter or digit")
     if template not in TEMPLATES:
@@ -108,7 +111,8 @@ def create_agent(
                 ),
                 origin=origin,
                 authority="agent" if parent_id else "operator",
-            )
+            ),
+            *[NewEvent(agent_id, t, origin=origin, authority="agent" if parent_id else "operator") for t in timers],
         )
     except BaseException:
         if installed:
@@ -119,8 +123,22 @@ def create_agent(
     return agent
 
 
-#: Settings ``configure_agent`` accepts: the model's and the turn limits.
-SETTING_KEYS = frozenset({*MODEL_SETTING_KEYS, "max_rounds", "max_tokens_per_turn", "max_cost_per_turn_usd"})
+#: Per-day budgets of background agents (defaults in the ``[daemon]`` config section).
+BUDGET_KEYS = ("budget_turns_per_day", "budget_tokens_per_day", "budget_cost_per_day_usd")
+
+#: Settings ``configure_agent`` accepts: the model's, the turn limits, the daemon's (``paused``,
+#: ``background``) and the per-day budgets.
+SETTING_KEYS = frozenset(
+    {
+        *MODEL_SETTING_KEYS,
+        "max_rounds",
+        "max_tokens_per_turn",
+        "max_cost_per_turn_usd",
+        "paused",
+        "background",
+        *BUDGET_KEYS,
+    }
+)
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")

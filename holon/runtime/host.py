@@ -55,8 +55,11 @@ class AgentHost:
         observer: TurnObserver | None = None,
         sleep: Callable[[float], Any] | None = None,
         window_of: Callable[[str], int | None] | None = None,
+        gate: Callable[[str], bool] | None = None,
     ) -> None:
         self.store = store
+        self.gate = gate
+        """May this agent run a turn now? (The daemon's pause and daily budgets.) ``None``: always."""
         self.clock = clock
         self.tasks = TaskManager(store.append, clock, on_done=self._task_done)
         self.runner = TurnRunner(
@@ -148,7 +151,7 @@ class AgentHost:
         lock = self._locks.setdefault(agent_id, asyncio.Lock())
         results: list[TurnResult] = []
         async with lock:
-            while True:
+            while self.may_run(agent_id):
                 result = await self.runner.run(agent_id)
                 if result is None:
                     break
@@ -161,9 +164,27 @@ class AgentHost:
                     break
         return results
 
+    def may_run(self, agent_id: str) -> bool:
+        return self.gate is None or self.gate(agent_id)
+
+    def is_running(self, agent_id: str) -> bool:
+        run = self._runs.get(agent_id)
+        return run is not None and not run.done()
+
+    def is_stalled(self, agent_id: str) -> bool:
+        """A transient failure re-queued its inputs; it runs again on its next input or wait recheck."""
+        return agent_id in self._stalled
+
+    def active_runs(self) -> list[asyncio.Task[list[TurnResult]]]:
+        return [run for run in self._runs.values() if not run.done()]
+
+    def active_run(self, agent_id: str) -> asyncio.Task[list[TurnResult]] | None:
+        run = self._runs.get(agent_id)
+        return run if run is not None and not run.done() else None
+
     def schedule(self, agent_id: str) -> None:
-        """Run the agent's pending turns in the background (no-op if already running)."""
-        if agent_id in self._runs and not self._runs[agent_id].done():
+        """Run the agent's pending turns in the background (no-op if already running or gated)."""
+        if self.is_running(agent_id) or not self.may_run(agent_id):
             return
         task = asyncio.create_task(self.run_agent(agent_id), name=f"agent:{agent_id}")
         self._runs[agent_id] = task
@@ -179,7 +200,7 @@ class AgentHost:
         while True:
             self.tick()
             for agent in self.store.agents():
-                if agent.pending_inputs and agent.agent_id not in self._stalled:
+                if agent.pending_inputs and agent.agent_id not in self._stalled and self.may_run(agent.agent_id):
                     self.schedule(agent.agent_id)
             active = [t for t in self._runs.values() if not t.done()]
             if not active and not self.tasks.running:

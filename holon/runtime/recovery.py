@@ -24,7 +24,7 @@ from holon.runtime.tasks import stop_orphan
 
 _PROCESS = re.compile(r"process (\d+:\d+:[\w-]+)")
 
-__all__ = ["RecoveryReport", "recover"]
+__all__ = ["RecoveryReport", "recover", "settle_unfinished_turn"]
 
 INTERRUPTED_TOOL = (
     "interrupted: holon stopped while this tool call was running. It may have had effects (files "
@@ -40,6 +40,25 @@ class RecoveryReport:
 
 
 def _recover_turn(store: Store, agent: AgentState, report: RecoveryReport) -> None:
+    report.tool_calls += settle_unfinished_turn(store, agent)
+    assert agent.current_turn_id is not None
+    report.turns.append(agent.current_turn_id)
+
+
+def settle_unfinished_turn(
+    store: Store,
+    agent: AgentState,
+    *,
+    outcome: ev.TurnOutcome = "interrupted",
+    reason: str | None = None,
+    requeue: bool = True,
+    origin: str = "runtime:recovery",
+) -> list[str]:
+    """Settle the agent's unsettled turn (nothing runs it any more): in-flight tool calls get an
+    ``interrupted`` result, the turn a ``turn.settled``. Returns the interrupted call ids.
+
+    Recovery uses the defaults (re-queue the inputs); an operator's abort settles it ``failed``
+    without re-queueing."""
     assert agent.current_turn_id is not None and agent.current_turn_seq is not None
     turn_id = agent.current_turn_id
     events = list(store.ledger.read(agent.current_turn_seq - 1, agent_id=agent.agent_id))
@@ -64,23 +83,24 @@ def _recover_turn(store: Store, agent: AgentState, report: RecoveryReport) -> No
             NewEvent(
                 agent.agent_id,
                 ev.ToolResulted(call_id=c.call_id, tool=c.tool, status="interrupted", output=INTERRUPTED_TOOL),
-                origin="runtime:recovery",
+                origin=origin,
                 authority="runtime",
                 turn_id=turn_id,
             )
         )
-        report.tool_calls.append(c.call_id)
     out.append(
         NewEvent(
             agent.agent_id,
-            ev.TurnSettled(turn_id=turn_id, outcome="interrupted", reason=f"holon stopped {phase}", requeue=True),
-            origin="runtime:recovery",
+            ev.TurnSettled(
+                turn_id=turn_id, outcome=outcome, reason=reason or f"holon stopped {phase}", requeue=requeue
+            ),
+            origin=origin,
             authority="runtime",
             turn_id=turn_id,
         )
     )
     store.append(*out)
-    report.turns.append(turn_id)
+    return [c.call_id for c in in_flight]
 
 
 def _task_input(store: Store, task: TaskProjection, output: str) -> list[NewEvent]:

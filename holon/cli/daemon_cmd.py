@@ -1,0 +1,154 @@
+"""``holon serve`` (the daemon in the foreground) and ``holon daemon start|stop|restart|status|logs``."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+
+from holon.cli.common import Ctx, HomeOpt, JsonOpt, ctx_of, emit
+
+app = typer.Typer(help="Run the daemon in the background and manage it.", no_args_is_help=True)
+
+HostOpt = Annotated[str | None, typer.Option("--host", help="Address to listen on (default: [api] host).")]
+PortOpt = Annotated[int | None, typer.Option("--port", min=0, max=65535, help="Port (default: [api] port).")]
+HttpOpt = Annotated[bool, typer.Option("--http/--no-http", help="Serve the HTTP API (default: yes).")]
+
+
+def _settings(c: Ctx) -> Any:
+    from holon.config import load_settings
+
+    return load_settings(c.paths)
+
+
+def serve(
+    ctx: typer.Context,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    http: HttpOpt = True,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run the daemon in the foreground: host every agent, fire timers, serve the HTTP API."""
+    from holon.daemon.process import serve as serve_
+
+    c = ctx_of(ctx, home, json_out)
+    raise typer.Exit(serve_(c.paths, host=host, port=port, http=http))
+
+
+def _describe(info: dict[str, Any]) -> str:
+    if not info.get("running"):
+        return "daemon: not running"
+    status = info.get("status") or {}
+    lines = [
+        f"daemon: {info.get('state')} (pid {info.get('pid')}), api: {info.get('api') or 'none'}",
+        f"  ledger head: {status.get('ledger_head')}, projection lag: {status.get('projection_lag')}",
+    ]
+    for a in status.get("agents", []):
+        detail = f"  {a['detail']}" if a.get("detail") else ""
+        lines.append(f"  {a['name']:<20} {a['state']:<8}{detail}")
+    return "\n".join(lines)
+
+
+@app.command("start")
+def start(
+    ctx: typer.Context,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    http: HttpOpt = True,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Start the daemon in the background and wait until it is healthy."""
+    from holon.daemon.process import start_background
+
+    c = ctx_of(ctx, home, json_out)
+    if not c.paths.db.exists():
+        from holon.errors import HomeNotFoundError
+
+        raise HomeNotFoundError(f"no holon home at {c.paths.root} (run 'holon init' or pass --home)")
+    info = start_background(c.paths, timeout_s=_settings(c).daemon.start_timeout_s, host=host, port=port, http=http)
+    emit(c, dict(info), f"daemon started (pid {info['pid']}), api: {info.get('api') or 'none'}")
+
+
+@app.command("stop")
+def stop(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
+    """Stop the daemon (SIGTERM: running turns get the grace period) and wait for it to exit."""
+    from holon.daemon.process import read_state, stop_background
+    from holon.errors import HolonError
+
+    c = ctx_of(ctx, home, json_out)
+    before = read_state(c.paths)
+    if not before["running"]:
+        emit(c, {"stopped": False, "running": False}, "daemon: not running")
+        return
+    t0 = time.monotonic()
+    after = stop_background(c.paths, timeout_s=_settings(c).daemon.grace_s + 15)
+    if after["running"]:
+        raise HolonError(f"the daemon (pid {before['pid']}) did not exit; it may still be finishing turns")
+    took = round(time.monotonic() - t0, 2)
+    emit(c, {"stopped": True, "running": False, "pid": before["pid"], "seconds": took},
+         f"daemon stopped (pid {before['pid']}, {took} s)")  # fmt: skip
+
+
+@app.command("restart")
+def restart(
+    ctx: typer.Context,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    http: HttpOpt = True,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Stop the daemon if it runs, then start it again."""
+    from holon.daemon.process import start_background, stop_background
+    from holon.errors import HolonError
+
+    c = ctx_of(ctx, home, json_out)
+    settings = _settings(c)
+    if stop_background(c.paths, timeout_s=settings.daemon.grace_s + 15)["running"]:
+        raise HolonError("the daemon did not exit; not restarting")
+    info = start_background(c.paths, timeout_s=settings.daemon.start_timeout_s, host=host, port=port, http=http)
+    emit(c, dict(info), f"daemon restarted (pid {info['pid']})")
+
+
+@app.command("status")
+def status(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
+    """Show whether the daemon runs, and each agent's state. Exit code 3 when it is not running."""
+    from holon.daemon.process import read_state
+
+    c = ctx_of(ctx, home, json_out)
+    info = read_state(c.paths)
+    emit(c, dict(info), _describe(info))
+    if not info["running"]:
+        raise typer.Exit(3)
+
+
+@app.command("logs")
+def logs(
+    ctx: typer.Context,
+    lines: Annotated[int, typer.Option("-n", "--lines", min=0, help="How many of the last lines to show.")] = 50,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
+    home: HomeOpt = None,
+) -> None:
+    """Print the end of ``<home>/logs/holon.log`` (and follow it)."""
+    import collections
+    import sys
+
+    c = ctx_of(ctx, home, False)
+    path = c.paths.logs / "holon.log"
+    if not path.exists():
+        sys.stdout.write(f"no log yet at {path}\n")
+        return
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for line in collections.deque(fh, maxlen=lines) if lines else []:
+            sys.stdout.write(line)
+        sys.stdout.flush()
+        while follow:
+            line = fh.readline()
+            if line:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            else:
+                time.sleep(0.2)

@@ -1,0 +1,561 @@
+"""``Daemon``: one home's agents, hosted for as long as the process lives (implements ``DaemonPort``).
+
+One asyncio loop runs everything; blocking work (search indexing, embeddings) goes to a thread in
+small slices so that turns are never held up for long.
+
+* **Inputs** are ledger events before anything acknowledges them (``submit`` appends, then wakes).
+  Inputs appended by other processes (``holon agent create --schedule``, scripts) are seen too: a
+  watcher follows the ledger head and wakes the agents whose events arrived.
+* **Turns** run through one ``AgentHost`` (its per-agent locks: one turn at a time per agent,
+  agents concurrently). The host's gate keeps paused, aborting and over-budget agents from starting
+  turns; an idle agent costs nothing (no model call without an input).
+* **Timers** (``holon.daemon.timers``) append ``timer.fired`` and deliver the timer's prompt as an
+  input; **waits** are rechecked by ``AgentHost.tick`` every ``[daemon] tick_s``.
+* **Notices** fan out to ``subscribe``rs: every new ledger event (by seq) and the text deltas of
+  replies being generated.
+
+Lifecycle: ``await start()`` (host lock, recovery, timers reconciled, watcher and maintenance
+tasks), then ``await stop(grace_s=...)`` (no new input or turns; running turns get the grace
+period; whatever is still running then is cancelled and settled ``interrupted``, so it is re-queued
+on the next start). ``async with daemon.running():`` does both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import secrets
+import shutil
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from holon.api.port import AgentStatus, Notice
+from holon.clock import Clock, SystemClock
+from holon.daemon.budget import DAY_US, Budgets
+from holon.daemon.timers import Timers, due_firings, next_after, timer_event
+from holon.errors import ConflictError, NotFoundError
+from holon.ledger import Event, NewEvent
+from holon.ledger import events as ev
+from holon.ledger.events import Authority
+from holon.logs import get_logger
+from holon.memory.index import SearchIndex
+from holon.projections import Store
+from holon.projections.state import AgentState, TimerProjection
+from holon.runtime.agents import configure_agent, create_agent
+from holon.runtime.inputs import input_events
+from holon.runtime.recovery import settle_unfinished_turn
+from holon.runtime.run import limits_from
+from holon.runtime.tools import ToolRegistry
+from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult
+
+__all__ = ["Daemon"]
+
+log = get_logger("holon.daemon")
+
+_WAKING = {"message.received", "agent.configured", "turn.settled"}
+_QUEUE_LIMIT = 10_000
+
+
+class _Observer(TurnObserver):
+    """Streams reply text to subscribers and counts what background agents spend."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def on_text(self, agent_id: str, fragment: str) -> None:
+        self.daemon._delta(agent_id, fragment)
+
+    def on_settled(self, agent_id: str, result: TurnResult) -> None:
+        self.daemon._settled(agent_id, result)
+
+
+class Daemon:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        resolver: ProviderResolver | None = None,
+        clock: Clock | None = None,
+        registry: ToolRegistry | None = None,
+        limits: TurnLimits | None = None,
+        sleep: Callable[[float], Any] | None = None,
+        poll_s: float = 0.05,
+    ) -> None:
+        from holon.runtime.host import AgentHost
+
+        self.store = store
+        self.clock = clock or SystemClock()
+        self.settings = store.settings.daemon
+        self._owned_resolver: Any = None
+        if resolver is None:
+            from holon.runtime.models import ModelResolver
+
+            resolver = self._owned_resolver = ModelResolver(store.settings.model, store.paths.logs)
+        default_limits, retry = limits_from(store)
+        window_of = None
+        if self._owned_resolver is not None:
+            from holon.runtime.providers.litellm_provider import known_context_window
+
+            window_of = known_context_window
+        self.host = AgentHost(
+            store,
+            resolver,
+            clock=self.clock,
+            registry=registry,
+            limits=limits or default_limits,
+            retry=retry,
+            observer=_Observer(self),
+            sleep=sleep,
+            window_of=window_of,
+            gate=self._may_run,
+        )
+        self.budgets = Budgets(store, self.clock, self.settings)
+        self.timers = Timers(store.paths.db, self._fire_timer)
+        self.index = SearchIndex(store)
+        self.poll_s = poll_s
+        self.pid = os.getpid()
+        self.started_us: int | None = None
+        self.accepting = False
+        self._draining = False
+        self._seen = 0
+        self._dirty: set[str] = set()
+        self._aborting: set[str] = set()
+        self._turn_of: dict[str, str | None] = {}
+        self._subscribers: list[tuple[str | None, asyncio.Queue[Notice]]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._kick = asyncio.Event()
+        self._embedder: Any = None
+        self.index_error: str | None = None
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Take the home's host lock, recover, restore timers, start the watcher and maintenance."""
+        report = self.host.start()
+        if self._owned_resolver is not None:
+            # Import litellm now, off the loop: imported by the first turn it would stall every
+            # agent and timer for seconds.
+            from holon.runtime.providers.litellm_provider import known_context_window
+
+            await asyncio.to_thread(known_context_window, "gpt-4o-mini")
+        self.started_us = self.clock.now_us()
+        self._seen = self.store.ledger.head()
+        self._dirty.update(a.agent_id for a in self.store.agents() if a.pending_inputs)
+        scheduled = self.store.rows("timer", status="scheduled")
+        for timer in scheduled:  # missed while down: one coalesced firing each
+            if timer.next_fire_us is not None and timer.next_fire_us <= self.clock.now_us():
+                await self._fire_timer(timer.timer_id)
+        self.timers.start(self.store.rows("timer", status="scheduled"))
+        self._embedder = self._make_embedder()
+        self._tasks = [
+            asyncio.create_task(self._watch(), name="daemon:watch"),
+            asyncio.create_task(self._maintain(), name="daemon:maintain"),
+        ]
+        self.accepting = True
+        log.info("daemon.started", pid=self.pid, head=self._seen, recovered_turns=len(report.turns),
+                 recovered_tasks=len(report.tasks), timers=self.timers.jobs())  # fmt: skip
+
+    async def stop(self, *, grace_s: float | None = None) -> None:
+        """Stop taking input and starting turns; let running turns finish for ``grace_s``; settle the rest."""
+        grace = self.settings.grace_s if grace_s is None else grace_s
+        self.accepting = False
+        self._draining = True
+        self.timers.stop()
+        runs = self.host.active_runs()
+        if runs:
+            log.info("daemon.draining", running=len(runs), grace_s=grace)
+            _done, pending = await asyncio.wait(runs, timeout=grace)
+            for run in pending:
+                run.cancel()
+            for run in pending:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await run
+            for agent in self.store.agents():
+                if agent.current_turn_id is not None:
+                    settle_unfinished_turn(self.store, agent, reason="holon shut down before the turn finished")
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._publish_new()
+        await self.host.close()
+        if self._owned_resolver is not None:
+            self._owned_resolver.close()
+        log.info("daemon.stopped", head=self.store.ledger.head())
+
+    @contextlib.asynccontextmanager
+    async def running(self, *, grace_s: float | None = None) -> AsyncIterator[Daemon]:
+        await self.start()
+        try:
+            yield self
+        finally:
+            await self.stop(grace_s=grace_s)
+
+    async def until_idle(self, *, timeout_s: float = 30.0) -> None:
+        """Wait until no agent has a runnable input or a running turn (tests, benchmarks)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            self._publish_new()
+            busy = [a for a in self.store.agents() if self.host.is_running(a.agent_id) or self._runnable(a)]
+            if not busy and not self.host.tasks.running:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"agents still busy after {timeout_s} s: {[a.name for a in busy]}")
+            await asyncio.sleep(0.02)
+
+    # --- inputs and agents (DaemonPort) -----------------------------------------------------
+
+    def _check_open(self) -> None:
+        if not self.accepting:
+            raise ConflictError("the daemon is not taking input (it is starting or shutting down)")
+
+    def submit(self, agent: str, text: str, *, origin: str, authority: Authority, sender: str, channel: str) -> Event:
+        self._check_open()
+        stored = self.host.submit(agent, text, origin=origin, authority=authority, sender=sender, channel=channel)
+        self._wake(stored.agent_id)
+        return stored
+
+    def create_agent(
+        self,
+        name: str,
+        *,
+        template: str = "assistant",
+        workspace: str | None = None,
+        schedule: str | None = None,
+        prompt: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> AgentState:
+        merged = dict(settings or {})
+        timers = []
+        if schedule is not None:
+            timers.append(timer_event(schedule, now_us=self.clock.now_us(), prompt=prompt))
+            merged["background"] = True
+        agent = create_agent(self.store, name, template=template, settings=merged, workspace=workspace, timers=timers)
+        self._publish_new()
+        return agent
+
+    def configure_agent(self, agent: str, changes: dict[str, Any], *, unset: list[str] | None = None) -> AgentState:
+        state = configure_agent(self.store, agent, changes, unset=unset or [])
+        self._wake(state.agent_id)
+        return state
+
+    def pause(self, agent: str) -> AgentState:
+        return self.configure_agent(agent, {"paused": True})
+
+    def resume(self, agent: str) -> AgentState:
+        return self.configure_agent(agent, {}, unset=["paused"])
+
+    def delete(self, agent: str) -> None:
+        state = self.store.agent(agent)
+        self.abort(state.agent_id)
+        timers = self.store.rows("timer", agent_id=state.agent_id, status="scheduled")
+        self.store.append(
+            *[NewEvent(state.agent_id, ev.TimerCancelled(timer_id=t.timer_id), origin="operator:daemon", authority="operator") for t in timers],
+            NewEvent(state.agent_id, ev.AgentDeleted(reason="deleted by the operator"), origin="operator:daemon", authority="operator"),
+        )  # fmt: skip
+        home = Path(state.home).resolve()
+        if home.is_relative_to(self.store.paths.agents.resolve()) and home != self.store.paths.agents.resolve():
+            shutil.rmtree(home, ignore_errors=True)
+        self._forget_token(state.agent_id)
+        self._publish_new()
+        log.info("agent.deleted", agent=state.name, agent_id=state.agent_id)
+
+    def abort(self, agent: str) -> bool:
+        agent_id = self.store.agent(agent).agent_id
+        run = self.host.active_run(agent_id)
+        if run is None:
+            return False
+        self._aborting.add(agent_id)
+        run.cancel()
+        asyncio.get_running_loop().create_task(self._settle_abort(agent_id, run), name=f"abort:{agent_id}")
+        return True
+
+    async def _settle_abort(self, agent_id: str, run: asyncio.Task[list[TurnResult]]) -> None:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await run
+        try:
+            agent = self.store.agent(agent_id)
+            if agent.current_turn_id is not None:
+                settle_unfinished_turn(
+                    self.store, agent, outcome="failed", reason="aborted by the operator", requeue=False,
+                    origin="operator:daemon",
+                )  # fmt: skip
+        except NotFoundError:
+            pass
+        finally:
+            self._aborting.discard(agent_id)
+            self._wake(agent_id)
+
+    # --- external events --------------------------------------------------------------------
+
+    def _token_file(self) -> Path:
+        return self.store.paths.root / "run" / "external_tokens.json"
+
+    def _tokens(self) -> dict[str, str]:
+        try:
+            return dict(json.loads(self._token_file().read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return {}
+
+    def _save_tokens(self, tokens: dict[str, str]) -> None:
+        path = self._token_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(tokens, fh)
+        tmp.replace(path)
+
+    def external_token(self, agent: str) -> str:
+        """Kept in ``<home>/run/external_tokens.json`` (mode 0600), never in the ledger."""
+        agent_id = self.store.agent(agent).agent_id
+        tokens = self._tokens()
+        if agent_id not in tokens:
+            tokens[agent_id] = secrets.token_urlsafe(32)
+            self._save_tokens(tokens)
+        return tokens[agent_id]
+
+    def agent_for_token(self, token: str) -> AgentState | None:
+        found = None
+        for agent_id, known in self._tokens().items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                found = agent_id
+        if found is None:
+            return None
+        try:
+            return self.store.agent(found)
+        except NotFoundError:
+            return None
+
+    def _forget_token(self, agent_id: str) -> None:
+        tokens = self._tokens()
+        if tokens.pop(agent_id, None) is not None:
+            self._save_tokens(tokens)
+
+    # --- running ----------------------------------------------------------------------------
+
+    def _may_run(self, agent_id: str) -> bool:
+        """The host's gate: checked before every turn."""
+        if self._draining or agent_id in self._aborting:
+            return False
+        try:
+            agent = self.store.agent(agent_id)
+        except NotFoundError:
+            return False
+        if agent.settings.get("paused"):
+            return False
+        reason = self.budgets.exhausted(agent)
+        if reason is not None:
+            if agent.pending_inputs:
+                self.budgets.brief(agent, reason)
+            return False
+        return True
+
+    def _runnable(self, agent: AgentState) -> bool:
+        return bool(agent.pending_inputs) and not self.host.is_stalled(agent.agent_id) and self._may_run(agent.agent_id)
+
+    def _wake(self, agent_id: str) -> None:
+        self._dirty.add(agent_id)
+        self._kick.set()
+
+    def _schedule_dirty(self) -> None:
+        for agent_id in list(self._dirty):
+            if self.host.is_running(agent_id):
+                continue  # looked at again once the run ends
+            self._dirty.discard(agent_id)
+            try:
+                agent = self.store.agent(agent_id)
+            except NotFoundError:
+                continue
+            if self._runnable(agent):
+                self.host.schedule(agent_id)
+                self._dirty.add(agent_id)
+
+    async def _watch(self) -> None:
+        """Follow the ledger head: publish notices, wake agents, keep timers in line."""
+        while True:
+            try:
+                self._publish_new()
+                self._schedule_dirty()
+            except Exception as e:  # the watcher must outlive one bad read; the next pass retries
+                log.error("daemon.watch_failed", error=str(e))
+            self._kick.clear()
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.poll_s):
+                    await self._kick.wait()
+
+    def _publish_new(self) -> None:
+        head = self.store.ledger.head()
+        if head <= self._seen:
+            return
+        rows = self.store.ledger.query(
+            "SELECT seq, agent_id, type, payload FROM events WHERE seq > ? ORDER BY seq LIMIT 5000", (self._seen,)
+        )
+        for seq, agent_id, type_, payload in rows:
+            self._seen = seq
+            if type_ in _WAKING:
+                self._dirty.add(agent_id)
+            if type_.startswith("timer.") and not self._draining:
+                timer_id = json.loads(payload)["timer_id"]
+                self.timers.sync(self.store.state("timer", timer_id), timer_id)  # type: ignore[arg-type]
+            if type_ == "turn.started":
+                self._turn_of[agent_id] = json.loads(payload)["turn_id"]
+            self._notify(Notice(kind="event", agent_id=agent_id, seq=seq))
+
+    async def _maintain(self) -> None:
+        """Every ``tick_s``: wait rechecks, the day's budget reset, a slice of search indexing."""
+        day = self.budgets.today()
+        while True:
+            await asyncio.sleep(self.settings.tick_s)
+            try:
+                if self.host.tick():
+                    self._kick.set()
+                if self.budgets.today() != day:
+                    day = self.budgets.today()
+                    self._dirty.update(a.agent_id for a in self.store.agents() if a.pending_inputs)
+                    self._kick.set()
+                await asyncio.to_thread(self.index.catch_up, max_events=500)
+                if self._embedder is not None:
+                    from holon.memory.vectors import embed_pending
+
+                    await asyncio.to_thread(embed_pending, self.index, self._embedder, limit=64)
+                self.index_error = None
+            except Exception as e:
+                self.index_error = str(e)
+                log.error("daemon.maintenance_failed", error=str(e))
+
+    def _make_embedder(self) -> Any:
+        try:
+            from holon.runtime.embedders import embedder_from_settings
+
+            return embedder_from_settings(self.store.settings)
+        except Exception as e:
+            log.warning("embeddings unavailable; lexical search only", error=str(e))
+            return None
+
+    # --- timers -----------------------------------------------------------------------------
+
+    async def _fire_timer(self, timer_id: str) -> None:
+        """Record a firing (coalescing missed ones) and deliver it to the agent as an input."""
+        timer = self.store.state("timer", timer_id)
+        if not isinstance(timer, TimerProjection) or timer.status != "scheduled":
+            return
+        last, count = due_firings(timer, self.clock.now_us() + 50_000)  # APScheduler may run a hair early
+        if count == 0:
+            return
+        missed = count - 1
+        nxt = next_after(timer.kind, timer.spec, last)
+        key = f"timer:{timer_id}:{last}"
+        note = f" ({missed} earlier firings were missed while holon was down.)" if missed else ""
+        text = (timer.prompt or f"Timer {timer_id} fired.") + note
+        inputs = input_events(
+            self.store, timer.agent_id, text, origin=f"timer:{timer_id}", authority="timer", sender="timer",
+            channel="timer", wakes=("timer", timer_id),
+        )  # fmt: skip
+        keyed = [
+            NewEvent(e.agent_id, e.payload, origin=e.origin, authority=e.authority, idempotency_key=f"{key}:{i}")
+            for i, e in enumerate(inputs)
+        ]
+        try:
+            self.store.append(
+                NewEvent(timer.agent_id, ev.TimerFired(timer_id=timer_id, scheduled_for_us=last, missed=missed, next_fire_us=nxt), origin=f"timer:{timer_id}", authority="timer", idempotency_key=key),
+                *keyed,
+            )  # fmt: skip
+        except NotFoundError:
+            return
+        if missed:
+            log.warning("timer.missed_coalesced", timer_id=timer_id, missed=missed)
+        self._wake(timer.agent_id)
+
+    # --- notices ----------------------------------------------------------------------------
+
+    def _notify(self, notice: Notice) -> None:
+        for wanted, queue in self._subscribers:
+            if wanted is None or wanted == notice.agent_id:
+                with contextlib.suppress(asyncio.QueueFull):  # a stalled reader catches up from the ledger
+                    queue.put_nowait(notice)
+
+    def _delta(self, agent_id: str, fragment: str) -> None:
+        if not self._subscribers:
+            return
+        if self._turn_of.get(agent_id) is None:
+            self._turn_of[agent_id] = self.store.agent(agent_id).current_turn_id
+        self._notify(Notice(kind="delta", agent_id=agent_id, text=fragment, turn_id=self._turn_of[agent_id]))
+
+    def _settled(self, agent_id: str, result: TurnResult) -> None:
+        self._turn_of[agent_id] = None
+        agent = self.store.agent(agent_id)
+        if agent.settings.get("background"):
+            self.budgets.record(agent_id, result.usage.total_tokens, result.cost_usd)
+            reason = self.budgets.exhausted(agent)
+            if reason is not None:
+                self.budgets.brief(agent, reason)
+        self._kick.set()
+
+    async def subscribe(self, agent_id: str | None = None) -> AsyncIterator[Notice]:  # type: ignore[override]
+        queue: asyncio.Queue[Notice] = asyncio.Queue(maxsize=_QUEUE_LIMIT)
+        if agent_id is not None:
+            with contextlib.suppress(NotFoundError):  # a name is fine too; an unknown id may appear later
+                agent_id = self.store.agent(agent_id).agent_id
+        entry = (agent_id, queue)
+        self._subscribers.append(entry)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._subscribers.remove(entry)
+
+    # --- status -----------------------------------------------------------------------------
+
+    def agent_status(self, agent: AgentState) -> AgentStatus:
+        now = self.clock.now_us()
+        waits = self.store.rows("wait", agent_id=agent.agent_id, status="pending")
+        timers = self.store.rows("timer", agent_id=agent.agent_id, status="scheduled")
+        next_timer = min((t.next_fire_us for t in timers if t.next_fire_us is not None), default=None)
+        if agent.settings.get("paused"):
+            return AgentStatus(agent.agent_id, agent.name, "paused", "paused by the operator", next_timer)
+        if self.host.is_running(agent.agent_id):
+            return AgentStatus(agent.agent_id, agent.name, "running", agent.current_turn_id or "")
+        budget = self.budgets.exhausted(agent)
+        if budget is not None:
+            tomorrow = (now // DAY_US + 1) * DAY_US
+            return AgentStatus(agent.agent_id, agent.name, "asleep", f"daily budget used: {budget}", tomorrow)
+        if agent.status == "failed" or self.host.is_stalled(agent.agent_id):
+            return AgentStatus(agent.agent_id, agent.name, "failed", agent.last_error or "")
+        if waits:
+            first = min(waits, key=lambda w: w.recheck_at_us)
+            what = ", ".join(f"{w.on} {w.target}" if w.target else w.on for w in waits)
+            return AgentStatus(agent.agent_id, agent.name, "waiting", what, first.recheck_at_us)
+        if agent.status == "waiting" and not agent.pending_inputs:
+            if next_timer is None:
+                return AgentStatus(
+                    agent.agent_id, agent.name, "failed", "error: asleep with no wake source (no wait, no timer)"
+                )
+            return AgentStatus(agent.agent_id, agent.name, "asleep", "until its next timer", next_timer)
+        if next_timer is not None and not agent.pending_inputs:
+            return AgentStatus(agent.agent_id, agent.name, "asleep", "until its next timer", next_timer)
+        detail = f"{len(agent.pending_inputs)} inputs queued" if agent.pending_inputs else ""
+        return AgentStatus(agent.agent_id, agent.name, "idle", detail)
+
+    def status(self) -> dict[str, Any]:
+        head = self.store.ledger.head()
+        cursors = dict(self.store.ledger.query("SELECT name, seq FROM projection_cursors", ()))
+        now = self.clock.now_us()
+        return {
+            "pid": self.pid,
+            "accepting": self.accepting,
+            "started_us": self.started_us,
+            "uptime_s": round((now - self.started_us) / 1e6, 3) if self.started_us else 0.0,
+            "ledger_head": head,
+            "projection_lag": {name: head - seq for name, seq in sorted(cursors.items())},
+            "index_error": self.index_error,
+            "timers": self.timers.jobs() if self.timers.scheduler.running else 0,
+            "agents": [asdict(self.agent_status(a)) for a in self.store.agents()],
+        }

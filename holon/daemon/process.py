@@ -1,0 +1,282 @@
+"""Running the daemon as a process: ``serve`` in the foreground, and managing it in the background.
+
+Files under ``<home>/run/``:
+
+* ``daemon.pid``: the serving process's pid while it runs;
+* ``daemon.json``: its state, rewritten atomically every second: ``state`` (``starting``,
+  ``running``, ``stopping``, ``stopped``), ``pid``, ``api`` (its URL, or ``null`` without HTTP),
+  and the last ``status`` (per-agent status, ledger head, projection lag);
+* ``host.lock``: the host lock (``AgentHost.start``): one process runs a home's agents.
+
+``serve`` mounts the HTTP API (``holon.api.app.create_app``, imported lazily) on uvicorn when that
+module exists, and refuses to listen on a non-loopback address without a token.
+SIGTERM/SIGINT stop it gracefully (``Daemon.stop`` with ``[daemon] grace_s``), exit code 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from holon.config import HomePaths
+from holon.errors import ConfigError, ConflictError, HolonError
+from holon.logs import get_logger
+
+__all__ = [
+    "DaemonInfo",
+    "check_listen",
+    "read_state",
+    "serve",
+    "start_background",
+    "stop_background",
+]
+
+log = get_logger("holon.daemon")
+
+
+def _run_dir(paths: HomePaths) -> Path:
+    return paths.root / "run"
+
+
+def state_file(paths: HomePaths) -> Path:
+    return _run_dir(paths) / "daemon.json"
+
+
+def pid_file(paths: HomePaths) -> Path:
+    return _run_dir(paths) / "daemon.pid"
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen(host: str, token: str | None) -> None:
+    """Refuse a non-loopback address without a token (anyone on the network could drive agents)."""
+    if not is_loopback(host) and not token:
+        raise ConfigError(
+            f"refusing to listen on {host}: a non-loopback address needs an API token; set [api] token_env "
+            f"to the name of an environment variable holding one, or listen on 127.0.0.1"
+        )
+
+
+def api_available() -> bool:
+    return importlib.util.find_spec("holon.api.app") is not None
+
+
+# --- foreground --------------------------------------------------------------------------------
+
+
+class _StateWriter:
+    def __init__(self, paths: HomePaths, api_url: str | None) -> None:
+        self.paths = paths
+        self.api_url = api_url
+        self.started = time.time()
+
+    def write(self, state: str, status: dict[str, Any] | None = None) -> None:
+        _write_json(
+            state_file(self.paths),
+            {"state": state, "pid": os.getpid(), "api": self.api_url, "started": self.started,
+             "updated": time.time(), "status": status},
+        )  # fmt: skip
+
+
+def serve(paths: HomePaths, *, host: str | None = None, port: int | None = None, http: bool = True) -> int:
+    """Run the daemon in the foreground until SIGTERM/SIGINT. Returns the exit code."""
+    import faulthandler
+
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # stderr may be closed or not a file
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: thread stacks to stderr
+    return asyncio.run(_serve(paths, host=host, port=port, http=http))
+
+
+async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: bool) -> int:  # noqa: PLR0915 (the lifespan, start to stop, reads best in one place)
+    from holon.daemon.core import Daemon
+    from holon.runtime.home import open_home
+
+    store = open_home(paths)
+    api = store.settings.api
+    listen_host = host or api.host
+    listen_port = api.port if port is None else port
+    token = os.environ.get(api.token_env) if api.token_env else None
+    check_listen(listen_host, token)
+    daemon = Daemon(store)
+    with_api = http and api_available()
+    url = f"http://{listen_host}:{listen_port}" if with_api else None
+    writer = _StateWriter(paths, url)
+    stop = asyncio.Event()  # set by SIGTERM/SIGINT, also during start-up (then we stop right after)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        writer.write("starting")
+        await daemon.start()
+    except BaseException:
+        writer.write("stopped")
+        store.close()
+        raise
+    pid_file(paths).write_text(str(os.getpid()), encoding="utf-8")
+    server, server_task = None, None
+    if with_api:
+        server, server_task = _start_http(daemon, listen_host, listen_port, token)
+    elif http:
+        log.warning("daemon.no_http", reason="holon.api.app does not exist yet; serving without the HTTP API")
+    try:
+        while not stop.is_set():
+            if server_task is not None and server_task.done():
+                raise HolonError(f"the HTTP server stopped: {server_task.exception() or 'could not listen'}")
+            ready = server is None or server.started
+            writer.write("running" if ready else "starting", daemon.status())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await stop.wait()
+        log.info("daemon.signal", action="stopping")
+        writer.write("stopping", daemon.status())
+    finally:
+        if server is not None and server_task is not None:
+            server.should_exit = True
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await server_task
+        await daemon.stop()
+        with contextlib.suppress(FileNotFoundError):
+            pid_file(paths).unlink()
+        writer.write("stopped")
+        store.close()
+    return 0
+
+
+def _start_http(daemon: Any, host: str, port: int, token: str | None) -> tuple[Any, asyncio.Task[None]]:
+    from holon.api.app import create_app  # type: ignore[import-not-found, unused-ignore]
+    from holon.api.server import build_server  # type: ignore[import-not-found, unused-ignore]
+
+    server = build_server(create_app(daemon, token=token), host=host, port=port, token=token)
+    return server, asyncio.create_task(server.serve(), name="daemon:http")
+
+
+# --- background --------------------------------------------------------------------------------
+
+
+class DaemonInfo(dict[str, Any]):
+    """What ``read_state`` found: the state file plus ``running`` (the pid is alive)."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (our own child not yet reaped) counts as gone.
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+def read_state(paths: HomePaths) -> DaemonInfo:
+    info = DaemonInfo()
+    with contextlib.suppress(OSError, ValueError):
+        info.update(json.loads(state_file(paths).read_text(encoding="utf-8")))
+    pid = None
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pid_file(paths).read_text().strip())
+    info["pid"] = pid if pid is not None else info.get("pid")
+    info["running"] = pid is not None and _alive(pid)
+    if not info["running"]:
+        info["state"] = "stopped"
+    return info
+
+
+def _healthy(info: DaemonInfo) -> bool:
+    if not info.get("running") or info.get("state") != "running":
+        return False
+    url = info.get("api")
+    if not url:
+        return True
+    try:
+        with urllib.request.urlopen(f"{url}/v1/health", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def start_background(
+    paths: HomePaths, *, timeout_s: float, host: str | None = None, port: int | None = None, http: bool = True
+) -> DaemonInfo:
+    """Start ``holon serve`` detached; wait until it reports healthy (or fail with its last words)."""
+    current = read_state(paths)
+    if current["running"]:
+        raise ConflictError(f"a daemon is already running for {paths.root} (pid {current['pid']})")
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "holon.cli.main", "--home", str(paths.root), "serve"]
+    if host:
+        argv += ["--host", host]
+    if port is not None:
+        argv += ["--port", str(port)]
+    if not http:
+        argv.append("--no-http")
+    out = (paths.logs / "daemon.out").open("ab")
+    with contextlib.suppress(FileNotFoundError):
+        state_file(paths).unlink()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+    out.close()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise HolonError(f"the daemon exited at start (code {proc.returncode}): {_tail(paths.logs / 'daemon.out')}")
+        info = read_state(paths)
+        if info.get("pid") == proc.pid and _healthy(info):
+            return info
+        time.sleep(0.1)
+    proc.terminate()
+    raise HolonError(f"the daemon did not report healthy within {timeout_s} s: {_tail(paths.logs / 'daemon.out')}")
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no output)"
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:]) or "(no output)"
+
+
+def stop_background(paths: HomePaths, *, timeout_s: float) -> DaemonInfo:
+    """SIGTERM the daemon and wait for it to exit. ``running`` is False afterwards unless it hung."""
+    info = read_state(paths)
+    if not info["running"]:
+        return info
+    pid = int(info["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    after = read_state(paths)
+    if _alive(pid):
+        after["running"] = True
+        after["state"] = "stopping"
+    return after

@@ -1,0 +1,246 @@
+"""The daemon in real subprocesses (``holon daemon ...``, ``holon serve``), with a ``FakeLLM`` model.
+
+* start, status, a second start refused, restart, stop; two agents' turns overlap in time;
+* SIGTERM while a model call runs: the turn finishes within the grace period, exit code 0;
+* a background agent on a 1-second schedule fires, uses up its daily turn budget (brief to the
+  operator), and after downtime its missed firings are coalesced into one;
+* in-process: pause/resume, abort, delete, status details, subscriber notices with text deltas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.daemon import agents, completed_inputs, fake_home, payloads, state, submit
+from helpers.turn_cli import assert_ledger_ok, holon, spawn_holon, wait_for
+
+from holon.testing.fake_llm import FakeLLM
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def fake() -> Any:
+    with FakeLLM(lambda body: {"content": "All done here.", "delay": 1.0}) as f:
+        yield f
+
+
+def _turn_span(home: Path, agent_id: str) -> tuple[int, int]:
+    started = [t for _, a, t, _ in payloads(home, "turn.started") if a == agent_id]
+    settled = [t for _, a, t, _ in payloads(home, "turn.settled") if a == agent_id]
+    return started[0], settled[0]
+
+
+def test_start_status_restart_stop_and_two_agents_at_once(tmp_path: Path, fake: FakeLLM) -> None:
+    home = fake_home(tmp_path, fake, "alice", "bob")
+    r = holon(home, "daemon", "start", "--no-http", "--json")
+    assert r.code == 0, r
+    pid = r.json()["pid"]
+    try:
+        again = holon(home, "daemon", "start", "--no-http")
+        assert again.code != 0 and "already running" in again.err, again
+        status = holon(home, "daemon", "status", "--json").json()
+        assert status["running"] is True and status["pid"] == pid
+        submit(home, "alice", "Hello alice")
+        submit(home, "bob", "Hello bob")
+        wait_for("both turns settled", lambda: len(payloads(home, "turn.settled")) >= 2, timeout=30)
+        ids = {name: a["agent_id"] for name, a in agents(home).items()}
+        a0, a1 = _turn_span(home, ids["alice"])
+        b0, b1 = _turn_span(home, ids["bob"])
+        assert a0 < b1 and b0 < a1, "the two agents' turns did not overlap"
+        wait_for(
+            "status shows idle agents",
+            lambda: {a["state"] for a in (state(home).get("status") or {}).get("agents", [])} == {"idle"},
+        )
+        r = holon(home, "daemon", "restart", "--no-http", "--json")
+        assert r.code == 0, r
+        assert r.json()["pid"] != pid
+    finally:
+        r = holon(home, "daemon", "stop", "--json")
+    assert r.code == 0 and r.json()["stopped"] is True, r
+    down = holon(home, "daemon", "status", "--json")
+    assert down.code == 3 and json.loads(down.out)["running"] is False
+    assert [p["outcome"] for *_, p in payloads(home, "turn.settled")] == ["completed", "completed"]
+    assert holon(home, "daemon", "logs", "-n", "5").code == 0
+    assert_ledger_ok(home)
+
+
+def test_sigterm_lets_the_running_turn_finish(tmp_path: Path) -> None:
+    with FakeLLM(lambda body: {"content": "Slow but complete.", "delay": 2.0}) as fake:
+        home = fake_home(tmp_path, fake, "alice")
+        proc = spawn_holon(home, "serve", "--no-http")
+        try:
+            wait_for("the daemon to run", lambda: state(home).get("state") == "running", proc=proc)
+            seq = submit(home, "alice", "Take your time")[0]
+            wait_for("the model call", lambda: payloads(home, "model.requested"), proc=proc)
+            os.kill(proc.pid, signal.SIGTERM)
+            _out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, err
+    assert [p["outcome"] for *_, p in payloads(home, "turn.settled")] == ["completed"]
+    assert seq in completed_inputs(home)
+    assert state(home)["state"] == "stopped"
+
+
+def test_background_agent_fires_runs_out_of_budget_and_coalesces_missed_firings(tmp_path: Path) -> None:
+    with FakeLLM(lambda body: {"content": "Checked: nothing new."}) as fake:
+        home = fake_home(tmp_path, fake, "alice")
+        r = holon(
+            home, "agent", "create", "watcher", "--schedule", "every 1s", "--prompt", "Check the build.",
+            "--budget-turns-per-day", "2", "--model", "openai/fake", "--api-base", fake.url, "--json",
+        )  # fmt: skip
+        assert r.code == 0, r
+        assert r.json()["settings"]["background"] is True
+        proc = spawn_holon(home, "serve", "--no-http")
+        try:
+            wait_for("a budget brief", lambda: payloads(home, "brief.delivered"), proc=proc, timeout=30)
+            wait_for("one more firing", lambda: len(payloads(home, "timer.fired")) >= 3, proc=proc, timeout=10)
+            os.kill(proc.pid, signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        briefs = payloads(home, "brief.delivered")
+        assert [p["kind"] for *_, p in briefs] == ["budget"]
+        assert "2 of 2 turns" in briefs[0][3]["text"]
+        turns = [p for *_, p in payloads(home, "turn.settled")]
+        assert len(turns) == 2, "the budget allows two turns a day"
+        prompts = [p["text"] for *_, p in payloads(home, "message.received")]
+        assert prompts and all(t.startswith("Check the build.") for t in prompts)
+        fired_before = len(payloads(home, "timer.fired"))
+
+        time.sleep(3.5)  # down while the timer should fire three or so times
+        proc = spawn_holon(home, "serve", "--no-http")
+        try:
+            wait_for("a firing after restart", lambda: len(payloads(home, "timer.fired")) > fired_before, proc=proc)
+            os.kill(proc.pid, signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    fired = payloads(home, "timer.fired")
+    assert len(fired) > fired_before, (fired_before, fired)
+    first_after = fired[fired_before][3]
+    assert first_after["missed"] >= 2, first_after
+    # The first firing may already coalesce: the timer was due a second after 'agent create'.
+    assert all(p["missed"] == 0 for *_, p in fired[1:fired_before]), [
+        (p["missed"], (t - p["scheduled_for_us"]) // 1000) for _, _, t, p in fired
+    ]
+    keys = db_keys(home)
+    assert len(keys) == len(set(keys)), "each due time is recorded once"
+    assert len(payloads(home, "turn.settled")) == 2, "no turns beyond the budget after the restart"
+    assert_ledger_ok(home)
+
+
+def db_keys(home: Path) -> list[str]:
+    from helpers.turn_cli import db_rows
+
+    return [k for (k,) in db_rows(home, "SELECT idempotency_key FROM events WHERE type = 'timer.fired'")]
+
+
+def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
+    with FakeLLM() as fake:
+        home = fake_home(tmp_path, fake, "alice")
+    r = holon(home, "serve", "--host", "0.0.0.0")
+    assert r.code != 0 and "refusing to listen on 0.0.0.0" in r.err, r
+    assert "Traceback" not in r.err
+
+
+# --- in process ---------------------------------------------------------------------------------
+
+
+def _daemon(store: Any, provider: Any) -> Any:
+    from holon.daemon import Daemon
+    from holon.runtime.providers.base import ModelSettings
+
+    settings = ModelSettings(model="scripted", context_window=128_000)
+    return Daemon(store, resolver=lambda agent: (provider, settings), poll_s=0.01)
+
+
+def _say(daemon: Any, agent: str, text: str) -> Any:
+    return daemon.submit(agent, text, origin="operator:test", authority="operator", sender="operator", channel="test")
+
+
+def test_pause_resume_abort_delete_and_notices(store: Any) -> None:
+    from holon.runtime.providers.scripted import ScriptedProvider, reply
+
+    release = asyncio.Event()
+
+    async def slow(request: Any) -> Any:
+        await release.wait()
+        return reply("never seen")
+
+    provider = ScriptedProvider([reply("Hello there, operator."), slow, reply("after resume")])
+
+    async def scenario() -> None:
+        daemon = _daemon(store, provider)
+        async with daemon.running(grace_s=1):
+            daemon.create_agent("alice")
+            notices: list[Any] = []
+
+            async def listen() -> None:
+                async for n in daemon.subscribe("alice"):
+                    notices.append(n)
+
+            listener = asyncio.create_task(listen())
+            await asyncio.sleep(0)
+            _say(daemon, "alice", "hi")
+            await daemon.until_idle()
+            deltas = "".join(n.text for n in notices if n.kind == "delta")
+            assert deltas == "Hello there, operator."
+            assert any(n.kind == "event" for n in notices)
+
+            _say(daemon, "alice", "do something slow")
+            for _ in range(200):
+                if daemon.agent_status(store.agent("alice")).state == "running":
+                    break
+                await asyncio.sleep(0.01)
+            assert daemon.abort("alice") is True
+            for _ in range(200):
+                if store.agent("alice").current_turn_id is None:
+                    break
+                await asyncio.sleep(0.01)
+            alice = store.agent("alice")
+            assert alice.last_outcome == "failed" and alice.last_error == "aborted by the operator"
+            assert not alice.pending_inputs, "an aborted turn's input is not re-queued"
+            assert daemon.abort("alice") is False
+
+            daemon.pause("alice")
+            _say(daemon, "alice", "are you there?")
+            await asyncio.sleep(0.2)
+            assert store.agent("alice").pending_inputs, "a paused agent takes no turn"
+            assert daemon.agent_status(store.agent("alice")).state == "paused"
+            daemon.resume("alice")
+            await daemon.until_idle()
+            assert not store.agent("alice").pending_inputs
+
+            bg = daemon.create_agent("bg", schedule="0 9 * * *", prompt="morning check")
+            assert daemon.agent_status(bg).state == "asleep"
+            home = Path(bg.home)
+            token = daemon.external_token("bg")
+            assert daemon.agent_for_token(token).agent_id == bg.agent_id
+            assert daemon.agent_for_token("nope") is None
+            daemon.delete("bg")
+            assert [a.name for a in store.agents()] == ["alice"]
+            assert not home.exists()
+            assert store.rows("timer", agent_id=bg.agent_id)[0].status == "cancelled"
+            assert daemon.agent_for_token(token) is None
+            status = daemon.status()
+            assert status["ledger_head"] == store.ledger.head()
+            assert status["projection_lag"]["projections"] == 0
+            listener.cancel()
+
+    asyncio.run(scenario())
+    types = {e.type for e in store.ledger.read()}
+    assert "agent.deleted" in types
+    replayed = store.replay()
+    assert replayed.ok, replayed
