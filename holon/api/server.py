@@ -41,7 +41,8 @@ def check_bind(host: str, token: str | None) -> None:
     if not is_loopback(host) and not token:
         raise UsageError(
             f"refusing to serve the API on {host!r} without a token: anyone who can reach it could control "
-            "your agents. Set [api] token (or HOLON_API_TOKEN), or listen on 127.0.0.1"
+            "your agents. Put the token in an environment variable and name it in [api] token_env (or "
+            "HOLON_API_TOKEN_ENV), or listen on 127.0.0.1"
         )
 
 
