@@ -31,18 +31,19 @@ __all__ = ["ApiClient", "DaemonUnreachable", "StreamItem", "token_from_env"]
 StreamItem = tuple[Literal["event"], EventOut] | tuple[Literal["delta", "open"], dict[str, Any]]
 """``open`` comes first on each (re)connection: from then on, live deltas reach this stream."""
 
-TOKEN_ENV = "HOLON_API_TOKEN"
-
 
 class DaemonUnreachable(HolonError):
     """Nothing answers at the daemon's URL."""
 
 
 def token_from_env(token_env: str | None) -> str | None:
-    """The API token: ``HOLON_API_TOKEN``, else the variable ``[api] token_env`` names, else none."""
-    for name in (TOKEN_ENV, token_env):
-        if name and os.environ.get(name, "").strip():
-            return os.environ[name].strip()
+    """The API token: the value of the variable ``[api] token_env`` names, else none.
+
+    (There is no ``HOLON_API_TOKEN``: ``HOLON_API_*`` variables are settings of the ``[api]``
+    section, and the token itself is never a setting.)
+    """
+    if token_env and os.environ.get(token_env, "").strip():
+        return os.environ[token_env].strip()
     return None
 
 
@@ -90,7 +91,7 @@ class ApiClient:
         if status < 400:
             return
         if status == 401:
-            raise UsageError(f"the daemon refused the API token (set {TOKEN_ENV} or [api] token_env)")
+            raise UsageError("the daemon refused the API token (put it in the variable [api] token_env names)")
         if status == 404:
             raise NotFoundError(_message(response))
         if status < 500:
