@@ -81,6 +81,9 @@ def configure_logging(
     for handler in list(root.handlers):
         root.removeHandler(handler)
     root.setLevel(level.upper())
+    # HTTP client libraries log every request at INFO: noise in a chat, and URLs may carry tokens.
+    for chatty in ("httpx", "httpcore", "uvicorn.access"):
+        logging.getLogger(chatty).setLevel(logging.DEBUG if level.lower() == "debug" else logging.WARNING)
     tracebacks = structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,7 @@ def chat(
 
     from holon.config import load_settings
     from holon.errors import NotFoundError
+    from holon.logs import configure_logging
     from holon.repl.app import Chat
     from holon.repl.client import ApiClient, token_from_env
 
@@ -61,6 +62,12 @@ def chat(
     timeout_s = settings.daemon.start_timeout_s if settings else 30.0
     base = url or _daemon_url(c.paths, timeout_s)
     settings = settings or load_settings(c.paths)
+    # The chat owns the terminal: log lines go to the log file only.
+    configure_logging(
+        level=settings.logging.level,
+        log_file=c.paths.logs / "holon.log" if settings.logging.file else None,
+        console="off",
+    )
     with ApiClient(base, token=token_from_env(settings.api.token_env)) as client:
         client.health()
         names = [a.name for a in client.agents()]
