@@ -229,15 +229,10 @@ class _Planner:
         return (int(row[0][0]), int(row[0][1]))
 
     def _scoped(self, expr: str) -> str:
-        clauses = []
-        if self.scope_in_fts:
-            clauses.append("scope : (" + " OR ".join(owner_token(o) for o in self.owners) + ")")
-        if self.filters.kinds:
-            clauses.append("scope : (" + " OR ".join(kind_token(k) for k in self.filters.kinds) + ")")
-        return " AND ".join([*clauses, _text_only(expr)])
+        return self._scoped_raw(_text_only(expr))
 
     def _scoped_raw(self, column_expr: str) -> str:
-        """Like ``_scoped`` for an expression that already names its columns."""
+        """``column_expr`` AND-ed with the owner (when selective) and kind filters."""
         clauses = []
         if self.scope_in_fts:
             clauses.append("scope : (" + " OR ".join(owner_token(o) for o in self.owners) + ")")
