@@ -95,3 +95,14 @@ def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
         timeout=60,
     )
     assert out.returncode == 2 and "does not exist" in out.stderr
+
+
+def test_cli_set_overrides_a_weight_and_refuses_unknown_names(tmp_path: Path) -> None:
+    _conversation(tmp_path)
+    base = [sys.executable, "-m", "holon.cli.main", "bench", "locomo", "--data", str(tmp_path), "--json"]
+    ok = subprocess.run(
+        [*base, "--set", "prev=0", "--set", "next=0"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert ok.returncode == 0 and "recall@10" in json.loads(ok.stdout)
+    bad = subprocess.run([*base, "--set", "nope=1"], capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "--set takes NAME=NUMBER" in bad.stderr

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from holon.cli.common import JsonOpt, ctx_of, emit
+
+if TYPE_CHECKING:
+    from holon.memory.search import RankParams
 
 app = typer.Typer(help="Benchmarks (each measures its own baseline in the same run).", no_args_is_help=True)
 
@@ -118,6 +121,14 @@ def locomo(
             "--embeddings", help="none (lexical only), local (holon[embed] MiniLM) or a litellm embedding model."
         ),
     ] = "none",
+    weights: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Override a ranking weight, e.g. --set segment=0 (repeatable; names: holon.memory.search.RankParams). "
+            "How RFC 0004 measures each signal.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """MemorySearch recall@k on LoCoMo: every turn appended as a message, every question searched."""
@@ -128,5 +139,24 @@ def locomo(
     c = ctx_of(ctx, None, json_out)
     name = "" if embeddings == "none" else embeddings
     embedder = embedder_from_settings(Settings(memory=MemorySettings(embeddings=name)))
-    result = run_locomo_bench(data, k=k, embedder=embedder)
+    result = run_locomo_bench(data, k=k, embedder=embedder, params=_rank_params(weights or []))
     emit(c, result, format_report(result))
+
+
+def _rank_params(pairs: list[str]) -> RankParams:
+    import dataclasses
+
+    from holon.errors import UsageError
+    from holon.memory.search import RankParams
+
+    known = {f.name: f.type for f in dataclasses.fields(RankParams) if f.name != "kind_weights"}
+    changes: dict[str, float] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in known:
+            raise UsageError(f"--set takes NAME=NUMBER with NAME one of {', '.join(sorted(known))}; got {pair!r}")
+        try:
+            changes[key] = int(value) if known[key] in (int, "int") else float(value)
+        except ValueError as e:
+            raise UsageError(f"--set {key}: {value!r} is not a number") from e
+    return RankParams(**changes)  # type: ignore[arg-type]

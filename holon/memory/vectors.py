@@ -3,7 +3,7 @@
 Search works fully without this module's help; an ``Embedder`` only adds a second opinion. It is
 used when the home configures one (``[memory] embeddings``): the embedded MiniLM model from the
 ``holon[embed]`` extra, or any embedding model litellm reaches. On LoCoMo it lifts recall@10 by
-about two points (RFC 0004); lexical ranking carries the rest.
+about 1.3 points (RFC 0004); lexical ranking carries the rest.
 
 Vectors live in ``search_vectors`` keyed by document id and model name, and are computed lazily
 (``embed_pending``) in their own short transactions, outside the index catch-up, because a model
