@@ -28,10 +28,10 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from holon.memory.index import FileSource, Freshness, SearchIndex, kind_token, owner_token
+from holon.memory.index import Freshness, SearchIndex, kind_token, owner_token
 from holon.memory.text import WORDS, QueryPlan, plan_query, stem
 from holon.memory.text import quote as _quote
 from holon.memory.vectors import Embedder, dense_scores, embed_pending
@@ -173,16 +173,15 @@ def search(
     *,
     filters: SearchFilters = SearchFilters(),
     limit: int = 10,
-    files: Iterable[FileSource] = (),
     params: RankParams = RankParams(),
     embedder: Embedder | None = None,
 ) -> SearchResult:
     """Search the documents of ``owners`` (the caller decides which scopes an agent may see).
 
-    Catches the index up first, and re-reads ``files`` that changed, so results are current.
+    Catches the index up first, so results are current (curated files are re-read by the caller:
+    ``holon.memory.access.search_memory`` knows which files an agent sees).
     """
     freshness = index.catch_up()
-    index.sync_files(files)
     plan = plan_query(query)
     limit = max(1, min(int(limit), 100))
     if plan.empty or not owners:
@@ -206,7 +205,7 @@ class _Planner:
         self.owners = owners
         self.filters = filters
         self.params = params
-        counts = index.owner_docs()
+        counts = self.counts = index.owner_docs()
         self.total_docs = sum(max(0, n) for n in counts.values())
         mine = sum(max(0, counts.get(o, 0)) for o in owners)
         # Filter owners inside FTS only when they are a minority of the index: AND-ing a token
@@ -402,7 +401,7 @@ class _Planner:
         where, args = self._range_sql()
         # Any other owner with documents must be filtered out, however many owners we search
         # (an agent searches three owners; a home with two agents and no workspace file has three).
-        foreign = any(n > 0 and o not in self.owners for o, n in self.index.owner_docs().items())
+        foreign = any(n > 0 and o not in self.owners for o, n in self.counts.items())
         by_owner = not self.scope_in_fts and foreign
         f = self.filters
         sql_args: list[object] = [self._scoped(" OR ".join(_quote(t) for t in plan.terms)), *args]
