@@ -1,0 +1,1 @@
+"""An MCP server over an agent's memory (RFC 0007)."""
