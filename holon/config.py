@@ -105,6 +105,27 @@ class MemorySettings(_Section):
     """Name of the environment variable holding the embedding API key (never the key itself)."""
 
 
+class EvolveSettings(_Section):
+    """Durable memory (RFC 0006): the background evolve jobs and per-turn recall."""
+
+    enabled: bool = True
+    """Queue an evolve job after every settled turn and drain the queue in the daemon."""
+    backfill: bool = True
+    """On first use, queue jobs for turns settled before evolve existed in this home."""
+    lease_s: float = Field(60.0, gt=0)
+    max_attempts: int = Field(5, ge=1, le=100)
+    backoff_s: float = Field(5.0, ge=0)
+    model_extraction: bool = False
+    """Also ask the agent's model for candidates (gated by ``min_confidence`` and verbatim evidence)."""
+    min_confidence: float = Field(0.7, ge=0, le=1)
+    recall_limit: int = Field(5, ge=0, le=50)
+    """Durable entries shown to each turn."""
+    recall_operator_cap: int = Field(2, ge=0, le=50)
+    """At most this many operator-scope entries when entries of other scopes compete."""
+    recall_pending: int = Field(2, ge=0, le=10)
+    """Pending proposals shown to the turn, marked unconfirmed."""
+
+
 class LoggingSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     console: Literal["auto", "pretty", "json", "off"] = "auto"
@@ -156,6 +177,7 @@ class Settings(BaseSettings):
     runtime: RuntimeSettings = RuntimeSettings()
     context: ContextSettings = ContextSettings()
     memory: MemorySettings = MemorySettings()
+    evolve: EvolveSettings = EvolveSettings()
     logging: LoggingSettings = LoggingSettings()
     api: ApiSettings = ApiSettings()
     daemon: DaemonSettings = DaemonSettings()

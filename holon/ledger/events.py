@@ -431,6 +431,99 @@ class MemoryWritten(PayloadBase):
     """For ``archive``: where the old content went, relative to the scope's directory."""
 
 
+# --- durable memory and proposals (RFC 0006) --------------------------------------------------
+
+DurableType = Literal["preference", "identity", "fact", "procedure", "blocker", "reference"]
+Verification = Literal["none", "verify_before_use", "recheck"]
+"""``none``: take it as stated (the operator said it); ``verify_before_use``: check it before
+relying on it (facts about a workspace drift); ``recheck``: it may be fixed by now (blockers)."""
+
+
+class DurableEntry(BaseModel):
+    """What a durable memory entry says, and where it came from. Shared by records and proposals."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    scope: MemoryScope
+    kind: DurableType
+    subject: str = Field(min_length=1, max_length=200)
+    """Entries with the same scope, owner and subject are about the same thing: a newer one
+    supersedes the older instead of piling up."""
+    text: str = Field(min_length=1, max_length=4000)
+    owner: str = Field(min_length=1, max_length=600)
+    """Who may recall it: ``operator`` (every agent of the home), ``workspace:<path>`` (agents
+    sharing that workspace) or ``agent:<id>``."""
+    verification: Verification = "none"
+    stale_after_s: int | None = Field(None, ge=0)
+    """Seconds after the last observation or verification at which it turns stale; ``None``: never."""
+    evidence: list[int] = Field(default_factory=list, max_length=50)
+    """Ledger seqs of the events it was drawn from."""
+    observed_us: int = Field(ge=0)
+    confidence: float = Field(1.0, ge=0.0, le=1.0)
+
+
+class DurableRecorded(PayloadBase):
+    """A durable memory entry becomes active; the entries it ``supersedes`` stop being recalled."""
+
+    type: Literal["durable.recorded"] = "durable.recorded"
+    entry_id: str
+    entry: DurableEntry
+    supersedes: list[str] = Field(default_factory=list)
+    source: Literal["evolve", "proposal", "operator", "model"] = "evolve"
+    proposal_id: str | None = None
+
+
+class DurableVerified(PayloadBase):
+    """The entry was observed again: its freshness restarts from this event."""
+
+    type: Literal["durable.verified"] = "durable.verified"
+    entry_id: str
+    evidence: list[int] = Field(default_factory=list, max_length=50)
+
+
+class DurableForgotten(PayloadBase):
+    """The operator asked to forget the entry: it stays in the ledger but is never recalled."""
+
+    type: Literal["durable.forgotten"] = "durable.forgotten"
+    entry_id: str
+    reason: str = ""
+
+
+class SkillDraft(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    skill_id: str = Field(pattern=r"^[a-z0-9][a-z0-9\-]{0,63}$")
+    name: str = Field(min_length=1, max_length=120)
+    description: str = Field(max_length=1000)
+    body: str = Field(max_length=20_000)
+    """The SKILL.md text."""
+    evidence: list[int] = Field(default_factory=list, max_length=50)
+
+
+class ProposalCreated(PayloadBase):
+    """Something that would change how an agent treats the operator, waiting for the operator's word."""
+
+    type: Literal["proposal.created"] = "proposal.created"
+    proposal_id: str
+    kind: Literal["memory", "skill"]
+    entry: DurableEntry | None = None
+    skill: SkillDraft | None = None
+    reason: str = ""
+
+
+class ProposalAccepted(PayloadBase):
+    type: Literal["proposal.accepted"] = "proposal.accepted"
+    proposal_id: str
+    text: str | None = None
+    """The operator's edited text, when they edited it."""
+
+
+class ProposalDismissed(PayloadBase):
+    type: Literal["proposal.dismissed"] = "proposal.dismissed"
+    proposal_id: str
+    reason: str = ""
+
+
 class ContextAssembled(PayloadBase):
     """What one model request contained and why: the manifest, and the exact prompt when recorded."""
 
@@ -481,6 +574,12 @@ Payload = Annotated[
     | EpisodeSealed
     | BriefDelivered
     | MemoryWritten
+    | DurableRecorded
+    | DurableVerified
+    | DurableForgotten
+    | ProposalCreated
+    | ProposalAccepted
+    | ProposalDismissed
     | ContextAssembled,
     Field(discriminator="type"),
 ]

@@ -16,6 +16,7 @@ from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.ledger.events import PAYLOAD_TYPES
 from holon.projections import reducers as r
+from holon.projections.durable import DurableState, ProposalState, apply_durable, apply_proposal
 from holon.projections.episodes import EPISODE_TYPES, apply_episode_drafts, sealed_payload
 from holon.projections.state import (
     AgentState,
@@ -57,7 +58,9 @@ MEMO_PENDING: Any = object()
 class Kind:
     name: str
     model: type[State]
-    reducer: r.Reducer
+    reducer: Callable[..., State | None]
+    keyed: bool = False
+    """The reducer takes the row's key as a third argument (one event may fold into several rows)."""
 
 
 KINDS: dict[str, Kind] = {
@@ -71,6 +74,8 @@ KINDS: dict[str, Kind] = {
         Kind("wait", WaitProjection, r.apply_wait),  # type: ignore[arg-type]
         Kind("timer", TimerProjection, r.apply_timer),  # type: ignore[arg-type]
         Kind("episode_drafts", EpisodeDrafts, apply_episode_drafts),  # type: ignore[arg-type]
+        Kind("durable", DurableState, apply_durable, keyed=True),
+        Kind("proposal", ProposalState, apply_proposal, keyed=True),
     )
 }
 
@@ -106,8 +111,16 @@ def _by_field(field: str) -> Callable[[Event], str | None]:
     return lambda e: getattr(e.payload, field)
 
 
-def _route_table() -> dict[str, tuple[tuple[str, Callable[[Event], str | None]], ...]]:
-    table: dict[str, list[tuple[str, Callable[[Event], str | None]]]] = {t: [] for t in PAYLOAD_TYPES}
+def _entry_and_superseded(e: Event) -> list[str]:
+    p = e.payload
+    return [p.entry_id, *getattr(p, "supersedes", ())]  # type: ignore[attr-defined]
+
+
+_KeyOf = Callable[[Event], "str | list[str] | None"]
+
+
+def _route_table() -> dict[str, tuple[tuple[str, _KeyOf], ...]]:
+    table: dict[str, list[tuple[str, _KeyOf]]] = {t: [] for t in PAYLOAD_TYPES}
     for t, route in table.items():
         if t in _AGENT_TYPES:
             route.append(("agent", _by_agent("agent")))
@@ -123,6 +136,10 @@ def _route_table() -> dict[str, tuple[tuple[str, Callable[[Event], str | None]],
             route.append(("timer", _by_field("timer_id")))
         elif t == "working_memory.delta":
             route.append(("wm_baseline", _by_agent("wm_baseline")))
+        elif t.startswith("durable."):
+            route.append(("durable", _entry_and_superseded))
+        elif t.startswith("proposal."):
+            route.append(("proposal", _by_field("proposal_id")))
         if t in EPISODE_TYPES:
             route.append(("episode_drafts", _by_agent("episode_drafts")))
     return {t: tuple(r) for t, r in table.items()}
@@ -141,8 +158,10 @@ def routes(event: Event) -> list[Key]:
     out = []
     for kind, key_of in _ROUTES[event.type]:
         key = key_of(event)
-        if key is not None:
+        if isinstance(key, str):
             out.append((kind, key))
+        elif key is not None:
+            out.extend((kind, k) for k in dict.fromkeys(key))
     return out
 
 
@@ -151,7 +170,8 @@ def fold_event(states: MutableMapping[Key, State | None], event: Event) -> list[
     changed = []
     for key in routes(event):
         old = states.get(key)
-        new = KINDS[key[0]].reducer(old, event)
+        kind = KINDS[key[0]]
+        new = kind.reducer(old, event, key[1]) if kind.keyed else kind.reducer(old, event)
         if new is not old:
             states[key] = new
             changed.append(key)
@@ -181,6 +201,10 @@ def row_columns(kind: str, state: State) -> tuple[str, str | None, str | None]:
             return s.agent_id, s.status, None
         case "task":
             return s.agent_id, s.state, None
+        case "durable":
+            return s.agent_id, s.status, s.entry.owner
+        case "proposal":
+            return s.agent_id, s.status, None
     return s.agent_id, None, None
 
 

@@ -1,0 +1,388 @@
+"""Deterministic extraction of durable-memory candidates from a finished turn (RFC 0006).
+
+Pure functions: events in, candidates out. No clock (times come from events), no I/O, no model.
+Four kinds of candidate, each with a rule a reader can check by hand:
+
+* **operator preferences and identity**: sentences of the operator's own messages that state a
+  preference explicitly ("always ...", "never ...", "I prefer ...", "总是/永远不要/我更喜欢 ...")
+  or who they are ("my name is ...", "call me ...", "I am a ..."). These are *proposals*: they only
+  become durable once the operator accepts them.
+* **workspace facts**: what the operator asks to be remembered ("remember that ...", "note that
+  ...", "FYI ...", "for the record ...") or says has changed ("X is now Y", "X moved to Y"). The
+  subject is the thing named before the verb, so a later "the staging host is now db2" supersedes
+  "remember that the staging host is db1".
+* **procedures that worked**: the ``run_command`` calls that exited 0 within a work item the turn
+  completed.
+* **recurring blockers**: a failure (a tool error, a non-zero exit) whose normalized message was
+  also seen in an earlier turn.
+
+Subjects are normalized keys (``pref:use tabs``, ``fact:staging host``): entries with the same
+scope, owner and subject are about the same thing, and a newer one supersedes the older.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from holon.ledger import Event
+from holon.ledger import events as ev
+from holon.ledger.events import DurableEntry, DurableType, MemoryScope, SkillDraft, Verification
+from holon.memory.text import STOP_WORDS, fold, stem, words
+
+__all__ = [
+    "Candidate",
+    "FailureSeen",
+    "TurnFacts",
+    "blocker_signature",
+    "extract",
+    "skill_draft",
+    "subject_key",
+    "terms",
+]
+
+DAY_S = 86_400
+
+#: How long each type of entry stays fresh without being observed again (``None``: never stale).
+STALE_AFTER_S: dict[str, int | None] = {
+    "preference": None,
+    "identity": None,
+    "fact": 30 * DAY_S,
+    "procedure": 180 * DAY_S,
+    "blocker": 14 * DAY_S,
+    "reference": 30 * DAY_S,
+}
+VERIFICATION: dict[str, Verification] = {
+    "preference": "none",
+    "identity": "none",
+    "fact": "verify_before_use",
+    "procedure": "verify_before_use",
+    "blocker": "recheck",
+    "reference": "verify_before_use",
+}
+
+#: Words that carry the polarity or politeness of a preference, not what it is about: "always use
+#: tabs" and "never use tabs" share the subject ``use tabs``.
+_PREF_NOISE = frozenset(
+    ["always", "never", "please", "dont", "don't", "do", "not", "no", "prefer", "prefers", "preferred",
+     "rather", "would", "like", "want", "avoid", "every", "time", "ever", "again", "from", "now", "on",
+     "make", "sure"]
+)  # fmt: skip
+_MAX_SUBJECT_WORDS = 3
+_MAX_TEXT = 400
+
+
+def terms(text: str) -> list[str]:
+    """Content terms of ``text`` as the search index sees them (stemmed; CJK as bigrams)."""
+    return [stem(w) for w in words(fold(text)) if w not in STOP_WORDS]
+
+
+def subject_key(prefix: str, text: str, *, n: int = _MAX_SUBJECT_WORDS) -> str:
+    """``prefix:`` and the first ``n`` content words of ``text``, stemmed (polarity words dropped)."""
+    text = _PREFERENCE_CJK.sub(" ", text)
+    kept = [stem(w) for w in words(fold(text)) if w not in STOP_WORDS and w not in _PREF_NOISE]
+    return f"{prefix}:{' '.join(kept[:n]) or _digest(text)}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _shorten(text: str, limit: int = _MAX_TEXT) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+# --- what a turn gives the extractor -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FailureSeen:
+    """One failed tool call: where, and its normalized signature."""
+
+    seq: int
+    turn_id: str | None
+    tool: str
+    signature: str
+    first_line: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFacts:
+    """What extraction reads: the turn's events, and the bits of history the rules compare with."""
+
+    agent_id: str
+    turn_id: str
+    owner_self: str
+    """``agent:<id>``."""
+    owner_workspace: str | None
+    """``workspace:<path>``, or ``None`` when the agent has no workspace of its own."""
+    events: Sequence[Event]
+    """The turn's events, turn.started to turn.settled, plus the inputs it took."""
+    completed_items: dict[str, tuple[str, Sequence[Event]]] = field(default_factory=dict)
+    """work item id -> (title, that item's run_command call/result events), for items the turn completed."""
+    past_failures: Sequence[FailureSeen] = ()
+    """Failures of earlier turns (newest last)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    entry: DurableEntry
+    proposal: bool
+    """Needs the operator's consent before it is durable."""
+    rule: str
+    """Which rule produced it (for the audit trail and the tests)."""
+
+
+# --- operator statements -----------------------------------------------------------------------
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])|\n+")
+_PREFERENCE = re.compile(
+    r"^\s*(?:(?:please|and|also|so|ok|okay)[,\s]+)*"
+    r"(?:(?:i|we)\s+(?:always|never|(?:would\s+)?prefer|(?:do\s+not|don't)\s+(?:like|want))\b"
+    r"|always\b|never\b|from\s+now\s+on\b|make\s+sure\s+(?:you\s+)?always\b)",
+    re.I,
+)
+_PREFERENCE_CJK = re.compile(r"(总是|始终|永远不要|永远别|不要再|以后都|我更喜欢|我喜欢|我偏好|我希望你总是)")
+_IDENTITY = (
+    (re.compile(r"\bmy name is\s+([^,.;!?]+)", re.I), "identity:name"),
+    (re.compile(r"\b(?:please\s+)?call me\s+([^,.;!?]+)", re.I), "identity:name"),
+    (re.compile(r"\bi(?:'m| am)\s+(?:a|an|the)\s+([^,.;!?]+)", re.I), "identity:role"),
+    (re.compile(r"\bi work (?:at|for|on|as)\s+([^,.;!?]+)", re.I), "identity:work"),
+    (re.compile(r"我叫([^\uff0c。\uff1b\uff01\uff1f,.;!?]+)"), "identity:name"),
+)
+_REMEMBER = re.compile(
+    r"^\s*(?:(?:please|and|also|ok|okay)[,\s]+)*(?:remember|note|fyi|for the record|keep in mind|记住|注意)"
+    r"(?:\s*(?:that|:|,|\uff1a|\uff0c))?\s*(.+)$",
+    re.I,
+)
+_CHANGED = re.compile(
+    r"^\s*(?:(?:the|our|my)\s+)?(.{2,60}?)\s+(?:is|are|has|have)\s+(?:now|moved to|changed to|been moved to)\s+(.+)$",
+    re.I,
+)
+_COPULA = re.compile(r"^\s*(?:(?:the|our|my)\s+)?(.{2,60}?)\s+(?:is|are|lives|runs|sits|moved to|uses)\s+(.+)$", re.I)
+
+
+def _sentences(text: str) -> list[str]:
+    return [part.strip() for part in _SENTENCE_END.split(text) if part.strip()]
+
+
+def _operator_inputs(facts: TurnFacts) -> list[tuple[Event, str]]:
+    out = []
+    for e in facts.events:
+        p = e.payload
+        if isinstance(p, ev.MessageReceived) and e.authority == "operator" and isinstance(p.text, str):
+            out.append((e, p.text))
+    return out
+
+
+def _fact_scope(facts: TurnFacts) -> tuple[MemoryScope, str]:
+    if facts.owner_workspace is not None:
+        return "workspace", facts.owner_workspace
+    return "agent", facts.owner_self
+
+
+def _entry(
+    scope: MemoryScope, owner: str, kind: DurableType, subject: str, text: str, e: Event | Sequence[Event],
+    *, confidence: float = 1.0,
+) -> DurableEntry:  # fmt: skip
+    evs = [e] if isinstance(e, Event) else list(e)
+    return DurableEntry(
+        scope=scope,
+        kind=kind,
+        subject=subject[:200],
+        text=_shorten(text),
+        owner=owner,
+        verification=VERIFICATION[kind],
+        stale_after_s=STALE_AFTER_S[kind],
+        evidence=sorted({x.seq for x in evs})[-50:],
+        observed_us=max(x.ts_us for x in evs),
+        confidence=confidence,
+    )
+
+
+def _statements(facts: TurnFacts) -> list[Candidate]:
+    out: list[Candidate] = []
+    for e, text in _operator_inputs(facts):
+        for sentence in _sentences(text):
+            if sentence.endswith(("?", "\uff1f")):
+                continue  # a question states nothing
+            found = _identity(e, sentence) or _preference(e, sentence) or _fact(facts, e, sentence)
+            out.extend(found)
+    return out
+
+
+def _preference(e: Event, sentence: str) -> list[Candidate]:
+    if not (_PREFERENCE.search(sentence) or _PREFERENCE_CJK.search(sentence)):
+        return []
+    # Two words: "always use tabs for indentation" and "never use tabs" are one subject.
+    subject = subject_key("pref", sentence, n=2)
+    return [Candidate(_entry("operator", "operator", "preference", subject, sentence, e), True, "preference")]
+
+
+def _identity(e: Event, sentence: str) -> list[Candidate]:
+    for pattern, subject in _IDENTITY:
+        m = pattern.search(sentence)
+        if m and m.group(1).strip():
+            return [Candidate(_entry("operator", "operator", "identity", subject, sentence, e), True, "identity")]
+    return []
+
+
+def _fact(facts: TurnFacts, e: Event, sentence: str) -> list[Candidate]:
+    m = _REMEMBER.match(sentence)
+    clause = m.group(1) if m else None
+    changed = _CHANGED.match(clause or sentence)
+    if clause is None and changed is None:
+        return []
+    target = changed or _COPULA.match(clause or "")
+    subject_text = target.group(1) if target else (clause or sentence)
+    scope, owner = _fact_scope(facts)
+    text = (clause or sentence).strip()
+    text = text[0].upper() + text[1:] if text else text
+    return [Candidate(_entry(scope, owner, "fact", subject_key("fact", subject_text), text, e), False, "fact")]
+
+
+# --- procedures and skills ---------------------------------------------------------------------
+
+_EXIT = re.compile(r"^exit code: (-?\d+)")
+
+
+def _command(arguments: object) -> str | None:
+    import json
+
+    if not isinstance(arguments, str):
+        return None
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return None
+    cmd = parsed.get("command") if isinstance(parsed, dict) else None
+    return " ".join(cmd.split()) if isinstance(cmd, str) and cmd.strip() else None
+
+
+def succeeded_commands(events: Iterable[Event]) -> list[tuple[str, Event]]:
+    """``run_command`` calls that exited 0, in order, each once (its first success)."""
+    calls: dict[str, tuple[str, Event]] = {}
+    out: dict[str, Event] = {}
+    for e in events:
+        p = e.payload
+        if isinstance(p, ev.ToolCalled) and p.tool == "run_command":
+            cmd = _command(p.arguments)
+            if cmd is not None:
+                calls[p.call_id] = (cmd, e)
+        elif isinstance(p, ev.ToolResulted) and p.call_id in calls and p.status == "ok":
+            output = p.output if isinstance(p.output, str) else p.output.preview
+            m = _EXIT.match(output)
+            if m and m.group(1) == "0":
+                cmd, _called = calls[p.call_id]
+                out.setdefault(cmd, e)
+    return list(out.items())
+
+
+def procedure_commands(text: str) -> list[str]:
+    """The commands a procedure entry lists (its markdown code spans, one per line)."""
+    return re.findall(r"^- `(.+)`$", text, re.M)
+
+
+def _procedures(facts: TurnFacts) -> list[Candidate]:
+    out = []
+    scope, owner = _fact_scope(facts)
+    for _item_id, (title, item_events) in sorted(facts.completed_items.items()):
+        done = succeeded_commands(item_events)[-8:]
+        if not done:
+            continue
+        lines = "\n".join(f"- `{cmd}`" for cmd, _e in done)
+        text = f"To {title.rstrip('.')}: these commands worked (exit code 0):\n{lines}"
+        subject = subject_key("procedure", title)
+        entry = _entry(scope, owner, "procedure", subject, text, [e for _c, e in done])
+        out.append(Candidate(entry.model_copy(update={"text": text[:4000]}), False, "procedure"))
+    return out
+
+
+def skill_draft(commands: Sequence[str], titles: Sequence[str], evidence: Sequence[int]) -> SkillDraft:
+    """A ``SKILL.md`` for a command sequence that completed several work items."""
+    signature = "\n".join(commands)
+    skill_id = f"skill-{_digest(signature)[:10]}"
+    name = f"Procedure: {' / '.join(c.split()[0] for c in commands[:3])}"
+    description = "Worked for: " + "; ".join(dict.fromkeys(titles))
+    steps = "\n".join(f"{i}. `{c}`" for i, c in enumerate(commands, 1))
+    body = (
+        f"---\nname: {name}\ndescription: {description[:300]}\n---\n\n"
+        f"# {name}\n\n{description}.\n\n## Steps\n\n{steps}\n\n"
+        "Each step exited 0 every time it was used. Check the workspace still matches before running them.\n"
+    )
+    return SkillDraft(
+        skill_id=skill_id, name=name[:120], description=description[:1000], body=body, evidence=list(evidence)[-50:]
+    )
+
+
+# --- blockers ----------------------------------------------------------------------------------
+
+_NOISE = (
+    (re.compile(r"0x[0-9a-f]+", re.I), "H"),
+    (re.compile(r"(?:/[\w.\-]+)+"), "P"),
+    (re.compile(r"\d+(?:\.\d+)?"), "N"),
+    (re.compile(r"'[^']*'|\"[^\"]*\""), "Q"),
+)
+
+
+def blocker_signature(tool: str, message: str) -> tuple[str, str]:
+    """(signature, first line): the failure with numbers, paths, quotes and hex folded away."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not _EXIT.match(ln.strip())]
+    first = next(
+        (ln for ln in lines if re.search(r"error|fail|denied|not found|refused|timeout|exception", ln, re.I)), None
+    )
+    first = first or (lines[0] if lines else message.strip()[:200])
+    sig = first.lower()
+    for pattern, repl in _NOISE:
+        sig = pattern.sub(repl, sig)
+    return f"{tool}: {' '.join(sig.split())[:160]}", first[:300]
+
+
+def failures(events: Iterable[Event]) -> list[FailureSeen]:
+    """Every failed tool call among ``events``: an error status, or a command that exited non-zero."""
+    out = []
+    for e in events:
+        p = e.payload
+        if not isinstance(p, ev.ToolResulted):
+            continue
+        output = p.output if isinstance(p.output, str) else p.output.preview
+        m = _EXIT.match(output)
+        failed = p.status in ("error", "timeout") or (m is not None and m.group(1) != "0")
+        if failed:
+            sig, first = blocker_signature(p.tool, output)
+            out.append(FailureSeen(e.seq, e.turn_id, p.tool, sig, first))
+    return out
+
+
+def _blockers(facts: TurnFacts) -> list[Candidate]:
+    out = []
+    scope, owner = _fact_scope(facts)
+    now = failures(facts.events)
+    for sig in dict.fromkeys(f.signature for f in now):
+        mine = [f for f in now if f.signature == sig]
+        earlier = [f for f in facts.past_failures if f.signature == sig and f.turn_id != facts.turn_id]
+        turns = {f.turn_id for f in earlier} | {facts.turn_id}
+        if len(turns) < 2:
+            continue
+        text = f"Recurring failure ({len(earlier) + len(mine)} times in {len(turns)} turns) in {mine[0].tool}: {mine[0].first_line}"
+        seen = [e for e in facts.events if e.seq in {f.seq for f in mine}]
+        entry = _entry(scope, owner, "blocker", f"blocker:{sig}", text, seen)
+        evidence = sorted({f.seq for f in earlier} | {f.seq for f in mine})[-50:]
+        out.append(Candidate(entry.model_copy(update={"evidence": evidence}), False, "blocker"))
+    return out
+
+
+# --- all of it ---------------------------------------------------------------------------------
+
+
+def extract(facts: TurnFacts) -> list[Candidate]:
+    """Every candidate the turn yields, one per subject (the last statement of a subject wins)."""
+    found = _statements(facts) + _procedures(facts) + _blockers(facts)
+    by_subject: dict[tuple[str, str], Candidate] = {}
+    for c in found:
+        by_subject.pop((c.entry.owner, c.entry.subject), None)
+        by_subject[(c.entry.owner, c.entry.subject)] = c
+    return list(by_subject.values())

@@ -1,0 +1,202 @@
+"""The evolve job queue: one durable job per settled turn, leased, retried, dead-lettered (RFC 0006).
+
+The queue is a table in the home's database, beside the ledger, and is fed from the ledger:
+``enqueue`` reads ``turn.settled`` events after the ``evolve`` cursor and inserts one job per
+turn (key ``turn:<turn_id>``, ``INSERT OR IGNORE``) in the same transaction that moves the cursor,
+so a crash neither loses nor doubles a job. A job is taken with a lease; a worker that dies leaves
+its lease to expire and the job is taken again. A job that keeps failing is retried with
+exponential backoff up to ``max_attempts`` and then parked as ``dead`` (visible in status).
+
+Completing a job happens in the transaction that appends what the job produced (``complete`` takes
+the open transaction), so a job either produced its events and is done, or produced nothing.
+
+Time comes from the caller (``now_us``): the worker passes its clock, tests pass an injected one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from holon.projections import Store
+
+__all__ = ["Job", "JobQueue"]
+
+CURSOR = "evolve"
+_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS evolve_jobs (
+        key TEXT PRIMARY KEY,
+        agent_id TEXT NOT NULL,
+        turn_id TEXT NOT NULL,
+        settled_seq INTEGER NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'done', 'dead')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        not_before_us INTEGER NOT NULL DEFAULT 0,
+        lease_owner TEXT,
+        lease_until_us INTEGER,
+        last_error TEXT,
+        created_us INTEGER NOT NULL,
+        finished_us INTEGER
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS evolve_jobs_ready ON evolve_jobs(status, not_before_us, settled_seq)",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    key: str
+    agent_id: str
+    turn_id: str
+    settled_seq: int
+    status: str
+    attempts: int
+    lease_owner: str | None
+    lease_until_us: int | None
+    last_error: str | None
+
+
+_COLUMNS = "key, agent_id, turn_id, settled_seq, status, attempts, lease_owner, lease_until_us, last_error"
+
+
+class JobQueue:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        lease_s: float = 60.0,
+        max_attempts: int = 5,
+        backoff_s: float = 5.0,
+        backfill: bool = True,
+    ) -> None:
+        self.store = store
+        self.backfill = backfill
+        self.lease_us = int(lease_s * 1e6)
+        self.max_attempts = max_attempts
+        self.backoff_us = int(backoff_s * 1e6)
+        self._ready = False
+
+    def ensure(self) -> None:
+        if self._ready:
+            return
+        with self.store.ledger.transaction() as tx:
+            for stmt in _SCHEMA:
+                tx.conn.execute(stmt)
+            # A home that existed before evolve starts from its head unless asked to backfill:
+            # re-reading years of turns is an operator's choice, not a side effect of an upgrade.
+            start = 0 if self.backfill else tx.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+            tx.conn.execute(
+                "INSERT OR IGNORE INTO projection_cursors(name, seq, version) VALUES (?, ?, 1)", (CURSOR, start)
+            )
+        self._ready = True
+
+    def enqueue(self, now_us: int, *, batch: int = 2_000) -> int:
+        """Queue a job for every turn settled since the cursor; returns how many were queued."""
+        self.ensure()
+        queued = 0
+        while True:
+            with self.store.ledger.transaction() as tx:
+                (cursor,) = tx.conn.execute("SELECT seq FROM projection_cursors WHERE name = ?", (CURSOR,)).fetchone()
+                rows = tx.conn.execute(
+                    "SELECT seq, agent_id, turn_id FROM events WHERE seq > ? AND type = 'turn.settled' "
+                    "ORDER BY seq LIMIT ?",
+                    (cursor, batch),
+                ).fetchall()
+                head = tx.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+                for seq, agent_id, turn_id in rows:
+                    cur = tx.conn.execute(
+                        "INSERT OR IGNORE INTO evolve_jobs(key, agent_id, turn_id, settled_seq, status, created_us) "
+                        "VALUES (?, ?, ?, ?, 'queued', ?)",
+                        (f"turn:{turn_id}", agent_id, turn_id, seq, now_us),
+                    )
+                    queued += cur.rowcount
+                upto = rows[-1][0] if len(rows) == batch else head
+                tx.conn.execute("UPDATE projection_cursors SET seq = ? WHERE name = ?", (upto, CURSOR))
+            if len(rows) < batch:
+                return queued
+
+    def lease(self, worker: str, now_us: int) -> Job | None:
+        """Take the oldest ready job (queued and due, or running with an expired lease)."""
+        self.ensure()
+        with self.store.ledger.transaction() as tx:
+            conn = tx.conn
+            while True:
+                row = conn.execute(
+                    f"SELECT {_COLUMNS} FROM evolve_jobs WHERE (status = 'queued' AND not_before_us <= ?) "
+                    "OR (status = 'running' AND lease_until_us < ?) ORDER BY settled_seq LIMIT 1",
+                    (now_us, now_us),
+                ).fetchone()
+                if row is None:
+                    return None
+                job = Job(*row)
+                if job.attempts >= self.max_attempts:  # its last lease expired too: give up on it
+                    error = job.last_error or "the worker died while running it (lease expired)"
+                    self._set(conn, job.key, status="dead", last_error=error, finished_us=now_us)
+                    continue
+                lease_until = now_us + self.lease_us
+                self._set(
+                    conn, job.key, status="running", attempts=job.attempts + 1, lease_owner=worker,
+                    lease_until_us=lease_until,
+                )  # fmt: skip
+                return Job(job.key, job.agent_id, job.turn_id, job.settled_seq, "running", job.attempts + 1,
+                           worker, lease_until, job.last_error)  # fmt: skip
+
+    def complete(self, conn: sqlite3.Connection, job: Job, now_us: int) -> bool:
+        """Mark ``job`` done inside the caller's transaction; ``False`` if its lease was lost."""
+        cur = conn.execute(
+            "UPDATE evolve_jobs SET status = 'done', finished_us = ?, lease_owner = NULL, lease_until_us = NULL "
+            "WHERE key = ? AND status = 'running' AND lease_owner = ? AND attempts = ?",
+            (now_us, job.key, job.lease_owner, job.attempts),
+        )
+        return cur.rowcount == 1
+
+    def fail(self, job: Job, error: str, now_us: int) -> str:
+        """Record a failed attempt: retried after a backoff, or ``dead`` after the last attempt."""
+        with self.store.ledger.transaction() as tx:
+            if job.attempts >= self.max_attempts:
+                self._set(tx.conn, job.key, status="dead", last_error=error[:2000], finished_us=now_us,
+                          lease_owner=None, lease_until_us=None)  # fmt: skip
+                return "dead"
+            delay = self.backoff_us * 2 ** (job.attempts - 1)
+            self._set(tx.conn, job.key, status="queued", last_error=error[:2000], not_before_us=now_us + delay,
+                      lease_owner=None, lease_until_us=None)  # fmt: skip
+            return "queued"
+
+    def retry_dead(self, now_us: int) -> int:
+        """Give every dead job a fresh set of attempts (an operator action)."""
+        with self.store.ledger.transaction() as tx:
+            cur = tx.conn.execute(
+                "UPDATE evolve_jobs SET status = 'queued', attempts = 0, not_before_us = ? WHERE status = 'dead'",
+                (now_us,),
+            )
+            return cur.rowcount
+
+    @staticmethod
+    def _set(conn: sqlite3.Connection, key: str, **values: Any) -> None:
+        cols = ", ".join(f"{k} = ?" for k in values)
+        conn.execute(f"UPDATE evolve_jobs SET {cols} WHERE key = ?", (*values.values(), key))
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def jobs(self, *, status: str | None = None, limit: int = 100) -> list[Job]:
+        self.ensure()
+        where, params = ("WHERE status = ?", [status]) if status else ("", [])
+        rows = self.store.ledger.query(
+            f"SELECT {_COLUMNS} FROM evolve_jobs {where} ORDER BY settled_seq DESC LIMIT ?", [*params, limit]
+        )
+        return [Job(*r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        self.ensure()
+        rows = self.store.ledger.query("SELECT status, COUNT(*) FROM evolve_jobs GROUP BY status", ())
+        out = {"queued": 0, "running": 0, "done": 0, "dead": 0}
+        out.update({s: n for s, n in rows})
+        return out
+
+    def lag(self) -> int:
+        """Settled turns not yet queued (the cursor's distance from the head, in events)."""
+        self.ensure()
+        rows = self.store.ledger.query("SELECT seq FROM projection_cursors WHERE name = ?", (CURSOR,))
+        return self.store.ledger.head() - (rows[0][0] if rows else 0)

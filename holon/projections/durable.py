@@ -1,0 +1,112 @@
+"""Durable memory and proposals as projections (RFC 0006).
+
+Every change is a ledger event (``durable.recorded/verified/forgotten``, ``proposal.created/
+accepted/dismissed``), so durable memory is replayable and auditable like any other state. An
+entry's row is keyed by its id; a ``durable.recorded`` also routes to the rows it supersedes,
+which is why these reducers are given the key they fold into.
+
+Staleness is not stored: it is a function of the entry's freshness and the reader's clock
+(``stale_at_us``), so no event is needed for time to pass.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from holon.ledger import Event
+from holon.ledger import events as ev
+from holon.ledger.events import DurableEntry, SkillDraft
+from holon.projections.state import State
+
+__all__ = ["DurableState", "ProposalState", "apply_durable", "apply_proposal", "is_stale", "stale_at_us"]
+
+DurableStatus = Literal["active", "superseded", "forgotten"]
+
+
+class DurableState(State):
+    entry_id: str
+    agent_id: str
+    """The agent whose history it came from (its owner may be wider: see ``entry.owner``)."""
+    entry: DurableEntry
+    status: DurableStatus = "active"
+    recorded_us: int
+    verified_us: int
+    """The last time it was observed or verified; staleness counts from here."""
+    seq: int
+    source: str = "evolve"
+    proposal_id: str | None = None
+    superseded_by: str | None = None
+
+
+ProposalStatus = Literal["pending", "accepted", "dismissed"]
+
+
+class ProposalState(State):
+    proposal_id: str
+    agent_id: str
+    kind: Literal["memory", "skill"]
+    entry: DurableEntry | None = None
+    skill: SkillDraft | None = None
+    reason: str = ""
+    status: ProposalStatus = "pending"
+    created_us: int
+    seq: int
+    decided_us: int | None = None
+    text: str | None = None
+    """The operator's edited text, when accepted with an edit."""
+
+
+def stale_at_us(state: DurableState) -> int | None:
+    after = state.entry.stale_after_s
+    return None if after is None else state.verified_us + after * 1_000_000
+
+
+def is_stale(state: DurableState, now_us: int) -> bool:
+    at = stale_at_us(state)
+    return at is not None and now_us >= at
+
+
+def apply_durable(state: DurableState | None, event: Event, key: str) -> DurableState | None:
+    p = event.payload
+    match p:
+        case ev.DurableRecorded() if p.entry_id == key:
+            if state is not None:
+                return state  # recorded once; a repeat changes nothing
+            return DurableState(
+                entry_id=p.entry_id,
+                agent_id=event.agent_id,
+                entry=p.entry,
+                recorded_us=event.ts_us,
+                verified_us=max(p.entry.observed_us, 0) or event.ts_us,
+                seq=event.seq,
+                source=p.source,
+                proposal_id=p.proposal_id,
+            )
+        case ev.DurableRecorded() if state is not None and state.status == "active":
+            return state.model_copy(update={"status": "superseded", "superseded_by": p.entry_id})
+        case ev.DurableVerified() if state is not None and state.status == "active":
+            return state.model_copy(update={"verified_us": event.ts_us})
+        case ev.DurableForgotten() if state is not None and state.status != "forgotten":
+            return state.model_copy(update={"status": "forgotten"})
+    return state
+
+
+def apply_proposal(state: ProposalState | None, event: Event, key: str) -> ProposalState | None:
+    p = event.payload
+    match p:
+        case ev.ProposalCreated() if state is None:
+            return ProposalState(
+                proposal_id=p.proposal_id,
+                agent_id=event.agent_id,
+                kind=p.kind,
+                entry=p.entry,
+                skill=p.skill,
+                reason=p.reason,
+                created_us=event.ts_us,
+                seq=event.seq,
+            )
+        case ev.ProposalAccepted() if state is not None and state.status == "pending":
+            return state.model_copy(update={"status": "accepted", "decided_us": event.ts_us, "text": p.text})
+        case ev.ProposalDismissed() if state is not None and state.status == "pending":
+            return state.model_copy(update={"status": "dismissed", "decided_us": event.ts_us})
+    return state
