@@ -384,6 +384,23 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
                 counter, f"file:{name}", "stable", "system", 10 + i, 450, full, compact, refs=(f"file:{name}",)
             )
         )
+    if view.skills:
+        catalog = (
+            "# Skills you may use (read one with memory_get or your file tools: skills/<id>/SKILL.md)\n"
+            + "\n".join(f"- {sid}: {name}" + (f" ({desc})" if desc else "") for sid, name, desc in view.skills)
+        )
+        s.append(
+            _text_section(
+                counter,
+                "skills",
+                "stable",
+                "system",
+                40,
+                440,
+                catalog,
+                refs=tuple(f"skill:{sid}" for sid, _n, _d in view.skills),
+            )
+        )
     if view.tools:
         s.append(Section("tools", "stable", "system", 50, 960, _tool_forms(view.tools, counter), pinned=True))
     item = _work_item(view)
@@ -419,6 +436,7 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
                 counter, "decisions", "turn", "context", 1, 800, full, compact, refs=refs, compact_refs=compact_refs
             )
         )
+    s += _durable_sections(view, counter)
     anchor = _anchor(view)
     if anchor:
         s.append(_text_section(counter, "anchor", "turn", "context", 2, 750, anchor))
@@ -449,6 +467,37 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
     )
     s += _round_sections(view, counter)
     return s
+
+
+#: Left-out durable entries listed in the manifest (the rest are counted).
+MAX_LEFT_OUT = 20
+
+
+def _durable_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
+    """Recalled durable memory (RFC 0006): one section, compacted to its first entries under pressure."""
+    out: list[Section] = []
+    entries = view.recall.entries
+    if entries:
+
+        def line(r: Any) -> str:
+            label = f"unconfirmed {r.kind}" if r.unconfirmed else f"{r.kind}, {r.scope}"
+            return f"- [{label}] {r.text} ({r.note})"
+
+        head = "# Durable memory recalled for this turn (unconfirmed entries are not facts yet)"
+        full = head + "\n" + "\n".join(line(r) for r in entries)
+        confirmed = [r for r in entries if not r.unconfirmed][:2]
+        compact = head + "\n" + "\n".join(line(r) for r in confirmed) if confirmed else None
+        out.append(
+            _text_section(
+                counter, "durable", "turn", "context", 1, 780, full, compact,
+                refs=tuple(r.ref for r in entries), compact_refs=tuple(r.ref for r in confirmed),
+                reason="durable memory matching the input, the work item and the entry types that always apply",
+            )
+        )  # fmt: skip
+    for ref, why in view.recall.left_out[:MAX_LEFT_OUT]:
+        absent = (Rendering("full", 0, refs=(ref,)),)
+        out.append(Section(f"left_out:{ref}", "turn", "context", 1, 0, absent, reason=why, excluded=True))
+    return out
 
 
 def _query(view: TurnView) -> str:

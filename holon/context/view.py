@@ -18,6 +18,7 @@ from holon.context.render import InputView
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.memory.files import prompt_files
+from holon.memory.recall import Recall, RecallLimits, recall
 from holon.projections import Store
 from holon.projections.state import (
     AgentState,
@@ -100,6 +101,10 @@ class TurnView:
     last_turn: HistoryTurn | None
     resumed: tuple[RoundView, ...] = ()
     rounds: tuple[RoundView, ...] = field(default_factory=tuple)
+    recall: Recall = field(default_factory=Recall)
+    """Durable-memory entries chosen for this turn, and those left out (RFC 0006)."""
+    skills: tuple[tuple[str, str, str], ...] = ()
+    """Accepted skills as (id, name, description); their ``SKILL.md`` is under ``skills/<id>/``."""
 
 
 def _text(store: Store, value: ev.LargeText | None) -> str:
@@ -239,6 +244,10 @@ def gather(
         ]
         resumed = _rounds(store, interrupted)
     memory = tuple((file.name, text) for file, text in prompt_files(store.paths, agent))
+    input_events = store.ledger.get_many(inputs)
+    query = " ".join(_text(store, e.payload.text) for e in input_events if isinstance(e.payload, ev.MessageReceived))
+    if isinstance(item, WorkItemState):
+        query += f" {item.title} {item.objective}"
     return TurnView(
         agent=agent,
         agents_md=_read(home / "AGENTS.md") or "",
@@ -253,11 +262,45 @@ def gather(
         episodes=tuple(episodes),
         tasks=tuple(t for t in store.rows("task", agent_id=agent_id, status="running")),
         waits=tuple(store.rows("wait", agent_id=agent_id, status="pending")),
-        inputs=tuple(input_view(store, e) for e in store.ledger.get_many(inputs)),
+        inputs=tuple(input_view(store, e) for e in input_events),
         last_turn=history[-1] if history else None,
         resumed=resumed,
         rounds=_rounds(store, list(current)),
+        recall=recall(store, agent, query, _turn_time(store, started_seq), _limits(store)),
+        skills=_skills(home),
     )
+
+
+def _turn_time(store: Store, started_seq: int) -> int:
+    """The turn's own time (its ``turn.started``), so a rebuilt prompt is the same prompt."""
+    found = store.ledger.get_many([started_seq]) or store.ledger.tail(1)
+    return found[0].ts_us if found else 0
+
+
+def _limits(store: Store) -> RecallLimits:
+    s = store.settings.evolve
+    return RecallLimits(limit=s.recall_limit, operator_cap=s.recall_operator_cap, pending=s.recall_pending)
+
+
+#: Most skills listed in the catalog.
+MAX_SKILLS = 30
+
+
+def _skills(home: Path) -> tuple[tuple[str, str, str], ...]:
+    out = []
+    root = home / "skills"
+    if not root.is_dir():
+        return ()
+    for skill in sorted(root.iterdir())[:MAX_SKILLS]:
+        text = _read(skill / "SKILL.md")
+        if text is None:
+            continue
+        meta = dict(
+            line.split(":", 1) for line in text.split("---")[1].splitlines() if ":" in line
+        ) if text.startswith("---") and text.count("---") >= 2 else {}  # fmt: skip
+        name = meta.get("name", skill.name).strip()
+        out.append((skill.name, name[:120], meta.get("description", "").strip()[:300]))
+    return tuple(out)
 
 
 def refresh(store: Store, view: TurnView, rounds: tuple[RoundView, ...]) -> TurnView:

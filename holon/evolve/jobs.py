@@ -153,8 +153,16 @@ class JobQueue:
         return cur.rowcount == 1
 
     def fail(self, job: Job, error: str, now_us: int) -> str:
-        """Record a failed attempt: retried after a backoff, or ``dead`` after the last attempt."""
+        """Record a failed attempt: retried after a backoff, or ``dead`` after the last attempt.
+
+        Returns the job's new status, or ``lost`` when the lease had passed to another worker."""
         with self.store.ledger.transaction() as tx:
+            held = tx.conn.execute(
+                "SELECT 1 FROM evolve_jobs WHERE key = ? AND status = 'running' AND lease_owner = ? AND attempts = ?",
+                (job.key, job.lease_owner, job.attempts),
+            ).fetchone()
+            if held is None:
+                return "lost"  # another worker holds it now; its outcome counts
             if job.attempts >= self.max_attempts:
                 self._set(tx.conn, job.key, status="dead", last_error=error[:2000], finished_us=now_us,
                           lease_owner=None, lease_until_us=None)  # fmt: skip

@@ -1,0 +1,148 @@
+"""The operator's side of durable memory: accept or dismiss proposals, forget entries (RFC 0006).
+
+Every action is a ledger event with operator authority; the projections and markdown views
+follow. These functions are what the CLI, the HTTP API and the REPL call, so the three behave the
+same. Ids may be given in full or by a unique prefix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Literal
+
+from holon.errors import ConflictError, NotFoundError, UsageError
+from holon.evolve.render import install_skill, remove_skill_draft, render_scopes
+from holon.evolve.worker import _h, active_entries
+from holon.ledger import NewEvent
+from holon.ledger import events as ev
+from holon.projections import Store
+from holon.projections.durable import DurableState, ProposalState
+
+__all__ = ["Decision", "accept", "dismiss", "find_entry", "find_proposal", "forget", "list_entries", "list_proposals"]
+
+
+def _find(store: Store, kind: str, ref: str) -> str:
+    ref = ref.strip()
+    if not ref or len(ref) > 200:
+        raise UsageError("give an id (or a unique prefix of one)")
+    if store.state(kind, ref) is not None:
+        return ref
+    rows = store.ledger.query(
+        "SELECT key FROM projection_rows WHERE kind = ? AND key >= ? AND key < ? LIMIT 2",
+        (kind, ref, ref + "\U0010ffff"),
+    )
+    what = "proposal" if kind == "proposal" else "durable memory entry"
+    if not rows:
+        raise NotFoundError(f"no {what} {ref!r}")
+    if len(rows) > 1:
+        raise UsageError(f"{ref!r} matches several of them; give more of the id")
+    return str(rows[0][0])
+
+
+def find_proposal(store: Store, ref: str) -> ProposalState:
+    state = store.state("proposal", _find(store, "proposal", ref))
+    assert isinstance(state, ProposalState)
+    return state
+
+
+def find_entry(store: Store, ref: str) -> DurableState:
+    state = store.state("durable", _find(store, "durable", ref))
+    assert isinstance(state, DurableState)
+    return state
+
+
+def list_proposals(store: Store, *, status: str | None = "pending", agent_id: str | None = None) -> list[ProposalState]:
+    return list(store.rows("proposal", status=status, agent_id=agent_id))
+
+
+def list_entries(
+    store: Store, *, scope: str | None = None, status: str | None = None, owners: list[str] | None = None
+) -> list[DurableState]:
+    out = [s for s in store.rows("durable", status=status) if isinstance(s, DurableState)]
+    if scope is not None:
+        out = [s for s in out if s.entry.scope == scope]
+    if owners is not None:
+        out = [s for s in out if s.entry.owner in owners]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    proposal: ProposalState
+    outcome: Literal["accepted", "dismissed"]
+    entry_id: str | None = None
+    skill_path: str | None = None
+
+
+def _check_pending(p: ProposalState) -> None:
+    if p.status != "pending":
+        raise ConflictError(f"proposal {p.proposal_id} was already {p.status}")
+
+
+def _event(p: ProposalState, payload: ev.PayloadBase, origin: str) -> NewEvent:
+    return NewEvent(p.agent_id, payload, origin=origin, authority="operator")
+
+
+def accept(store: Store, ref: str, *, text: str | None = None, origin: str = "operator:cli") -> Decision:
+    """Accept a proposal, optionally with the operator's edited text; a memory proposal becomes durable."""
+    p = find_proposal(store, ref)
+    _check_pending(p)
+    if text is not None:
+        text = text.strip()
+        if not text or len(text) > (4_000 if p.kind == "memory" else 20_000):
+            raise UsageError("the edited text must be non-empty and at most 4,000 characters (20,000 for a skill)")
+    accepted = _event(p, ev.ProposalAccepted(proposal_id=p.proposal_id, text=text), origin)
+    try:
+        agent = store.agent(p.agent_id)
+    except NotFoundError:
+        raise ConflictError(f"the agent that made proposal {p.proposal_id} was deleted; dismiss it instead") from None
+    if p.kind == "memory":
+        assert p.entry is not None
+        entry = p.entry if text is None else p.entry.model_copy(update={"text": text})
+        same = [s.entry_id for s in active_entries(store, entry.owner) if s.entry.subject == entry.subject]
+        entry_id = f"mem-{_h('accepted', p.proposal_id)[:12]}"
+        recorded = _event(
+            p, ev.DurableRecorded(entry_id=entry_id, entry=entry, supersedes=same, source="proposal", proposal_id=p.proposal_id), origin
+        )  # fmt: skip
+        store.append(accepted, recorded)
+        _refresh(store, entry.scope, agent)
+        return Decision(find_proposal(store, p.proposal_id), "accepted", entry_id=entry_id)
+    assert p.skill is not None
+    store.append(accepted)
+    path = install_skill(agent.home, p.skill.skill_id, text or p.skill.body)
+    return Decision(find_proposal(store, p.proposal_id), "accepted", skill_path=str(path))
+
+
+def dismiss(store: Store, ref: str, *, reason: str = "", origin: str = "operator:cli") -> Decision:
+    p = find_proposal(store, ref)
+    _check_pending(p)
+    store.append(
+        _event(
+            p,
+            ev.ProposalDismissed(proposal_id=p.proposal_id, reason=reason[:500] or "dismissed by the operator"),
+            origin,
+        )
+    )
+    if p.skill is not None:
+        with contextlib.suppress(NotFoundError):
+            remove_skill_draft(store.agent(p.agent_id).home, p.skill.skill_id)
+    return Decision(find_proposal(store, p.proposal_id), "dismissed")
+
+
+def forget(store: Store, ref: str, *, reason: str = "", origin: str = "operator:cli") -> DurableState:
+    """Stop recalling an entry. Its events stay in the ledger (that is the audit trail)."""
+    s = find_entry(store, ref)
+    if s.status == "forgotten":
+        return s
+    store.append(NewEvent(s.agent_id, ev.DurableForgotten(entry_id=s.entry_id, reason=reason[:500] or "forgotten by the operator"), origin=origin, authority="operator"))  # fmt: skip
+    with contextlib.suppress(NotFoundError):
+        _refresh(store, s.entry.scope, store.agent(s.agent_id))
+    return find_entry(store, s.entry_id)
+
+
+def _refresh(store: Store, scope: str, agent: object) -> None:
+    """Operator-scope entries are shown in every agent's home; the others in the owner's."""
+    targets = store.agents() if scope == "operator" else [agent]
+    for a in targets:
+        render_scopes(store, a, {scope})  # type: ignore[arg-type]
