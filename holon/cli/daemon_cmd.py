@@ -45,6 +45,14 @@ def _describe(info: dict[str, Any]) -> str:
         f"daemon: {info.get('state')} (pid {info.get('pid')}), api: {info.get('api') or 'none'}",
         f"  ledger head: {status.get('ledger_head')}, projection lag: {status.get('projection_lag')}",
     ]
+    evolve = status.get("evolve") or {}
+    if evolve.get("enabled"):
+        jobs = evolve.get("jobs") or {}
+        dead = f", {jobs.get('dead')} DEAD (see status --json)" if jobs.get("dead") else ""
+        lines.append(
+            f"  evolve: {jobs.get('queued', 0)} queued, {jobs.get('running', 0)} running, {jobs.get('done', 0)} done{dead}; "
+            f"{evolve.get('pending_proposals', 0)} proposals wait for review"
+        )
     for a in status.get("agents", []):
         detail = f"  {a['detail']}" if a.get("detail") else ""
         lines.append(f"  {a['name']:<20} {a['state']:<8}{detail}")

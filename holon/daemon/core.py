@@ -39,6 +39,7 @@ from holon.clock import Clock, SystemClock
 from holon.daemon.budget import DAY_US, Budgets
 from holon.daemon.timers import Timers, due_firings, next_after, timer_event
 from holon.errors import ConflictError, NotFoundError
+from holon.evolve.worker import Evolver
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.ledger.events import Authority
@@ -59,6 +60,8 @@ log = get_logger("holon.daemon")
 
 _WAKING = {"message.received", "agent.configured", "turn.settled"}
 _QUEUE_LIMIT = 10_000
+#: Evolve jobs run per maintenance tick (each is a handful of reads and one small transaction).
+EVOLVE_JOBS_PER_TICK = 8
 
 
 class _Observer(TurnObserver):
@@ -117,6 +120,8 @@ class Daemon:
         self.budgets = Budgets(store, self.clock, self.settings)
         self.timers = Timers(store.paths.db, self._fire_timer)
         self.index = SearchIndex(store)
+        self.evolver: Evolver | None = Evolver(store, clock=self.clock) if store.settings.evolve.enabled else None
+        self.evolve_error: str | None = None
         self.poll_s = poll_s
         self.pid = os.getpid()
         self.started_us: int | None = None
@@ -430,6 +435,18 @@ class Daemon:
             except Exception as e:
                 self.index_error = str(e)
                 log.error("daemon.maintenance_failed", error=str(e))
+            await self._evolve()
+
+    async def _evolve(self) -> None:
+        """A few evolve jobs per tick, in a thread: turns never wait on durable memory."""
+        if self.evolver is None or self._draining:
+            return
+        try:
+            await asyncio.to_thread(self.evolver.drain, max_jobs=EVOLVE_JOBS_PER_TICK, stop=lambda: self._draining)
+            self.evolve_error = None
+        except Exception as e:  # a job's own failure is recorded on the job; this is the queue failing
+            self.evolve_error = str(e)
+            log.error("daemon.evolve_failed", error=str(e))
 
     def _make_embedder(self) -> Any:
         try:
@@ -544,6 +561,16 @@ class Daemon:
         detail = f"{len(agent.pending_inputs)} inputs queued" if agent.pending_inputs else ""
         return AgentStatus(agent.agent_id, agent.name, "idle", detail)
 
+    def _evolve_status(self) -> dict[str, Any]:
+        if self.evolver is None:
+            return {"enabled": False}
+        queue = self.evolver.queue
+        dead = [{"job": j.key, "agent_id": j.agent_id, "attempts": j.attempts, "error": j.last_error}
+                for j in queue.jobs(status="dead", limit=20)]  # fmt: skip
+        pending = len(self.store.rows("proposal", status="pending"))
+        return {"enabled": True, "jobs": queue.counts(), "dead": dead, "error": self.evolve_error,
+                "pending_proposals": pending}  # fmt: skip
+
     def status(self) -> dict[str, Any]:
         head = self.store.ledger.head()
         cursors = dict(self.store.ledger.query("SELECT name, seq FROM projection_cursors", ()))
@@ -556,6 +583,7 @@ class Daemon:
             "ledger_head": head,
             "projection_lag": {name: head - seq for name, seq in sorted(cursors.items())},
             "index_error": self.index_error,
+            "evolve": self._evolve_status(),
             "timers": self.timers.jobs() if self.timers.scheduler.running else 0,
             "agents": [asdict(self.agent_status(a)) for a in self.store.agents()],
         }

@@ -262,10 +262,10 @@ class Evolver:
             log.warning("evolve.job_failed", job=job.key, attempt=job.attempts, now=state, error=str(e))
             return None
 
-    def drain(self, *, max_jobs: int = 1_000) -> int:
-        """Run jobs until none is ready (or ``max_jobs``); returns how many ran."""
+    def drain(self, *, max_jobs: int = 1_000, stop: Callable[[], bool] | None = None) -> int:
+        """Run jobs until none is ready, ``max_jobs`` ran, or ``stop()`` says so; returns how many ran."""
         done = 0
-        while done < max_jobs and self.run_once() is not None:
+        while done < max_jobs and not (stop is not None and stop()) and self.run_once() is not None:
             done += 1
         return done
 
