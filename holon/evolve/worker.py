@@ -140,6 +140,8 @@ class JobReport:
     recorded: int = 0
     verified: int = 0
     proposed: int = 0
+    error: str | None = None
+    """Set when the job failed (it is retried after a backoff, or dead)."""
     scopes: set[str] = field(default_factory=set)
     skills: list[tuple[str, str]] = field(default_factory=list)
     """(agent home, skill id) drafts to write after the commit."""
@@ -249,7 +251,9 @@ class Evolver:
         self.model_extractor = model_extractor
 
     def run_once(self) -> JobReport | None:
-        """Queue new jobs, then run the oldest ready one; ``None`` when there was none."""
+        """Queue new jobs, then run the oldest ready one; ``None`` when none was ready.
+
+        A job that fails is recorded on the job (``report.error``), never raised."""
         now = self.clock.now_us()
         self.queue.enqueue(now)
         job = self.queue.lease(self.worker, now)
@@ -258,9 +262,10 @@ class Evolver:
         try:
             return self.run(job)
         except Exception as e:  # a job's failure is recorded on the job, never raised into the daemon
-            state = self.queue.fail(job, f"{type(e).__name__}: {e}", self.clock.now_us())
+            error = f"{type(e).__name__}: {e}"
+            state = self.queue.fail(job, error, self.clock.now_us())
             log.warning("evolve.job_failed", job=job.key, attempt=job.attempts, now=state, error=str(e))
-            return None
+            return JobReport(job, error=error)
 
     def drain(self, *, max_jobs: int = 1_000, stop: Callable[[], bool] | None = None) -> int:
         """Run jobs until none is ready, ``max_jobs`` ran, or ``stop()`` says so; returns how many ran."""

@@ -1,0 +1,81 @@
+"""A SIGKILLed evolve job is taken again once its lease expires, and produces nothing twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers.evolve import run_turns
+from helpers.turn_cli import wait_for
+
+from holon.clock import FakeClock
+from holon.config import load_settings, resolve_home
+from holon.evolve import review
+from holon.evolve.worker import Evolver
+from holon.projections import Store
+from holon.runtime.agents import create_agent
+
+HELPER = Path(__file__).parent / "helpers" / "evolve_crasher.py"
+
+
+def test_a_job_killed_mid_run_is_retried_after_its_lease_and_leaves_no_duplicates(tmp_path: Path) -> None:
+    home = resolve_home(tmp_path / "home")
+    settings = load_settings(home)
+    start = FakeClock().now_us()
+    clock = FakeClock(start_us=start)
+    with Store.open(home, settings, clock=clock) as store:
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        agent = create_agent(store, "ada", workspace=str(ws))
+        run_turns(store, clock, agent.agent_id, [
+            ("Remember that the deploy host is web3. Always tag releases.", ["ok"]),
+            ("Remember that the queue is redis.", ["ok"]),
+        ])  # fmt: skip
+
+    marker = tmp_path / "in-job"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "HOLON_LEDGER_SYNCHRONOUS": "NORMAL"}
+    proc = subprocess.Popen([sys.executable, str(HELPER), str(home.root), str(marker)], env=env)
+    try:
+        wait_for("the worker to reach the middle of a job", marker.exists, timeout=60, proc=proc)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+    # The killed worker held the lease of the first job (with the system clock). Another worker
+    # leaves it alone until the lease has expired...
+    with Store.open(home, settings, clock=clock) as store:
+        import time
+
+        now = time.time_ns() // 1000
+        clock = FakeClock(start_us=now)
+        evolver = Evolver(store, clock=clock, worker="second")
+        assert evolver.queue.counts()["running"] == 1
+        evolver.drain()  # runs the second job only
+        assert evolver.queue.counts() == {"queued": 0, "running": 1, "done": 1, "dead": 0}
+        clock.advance(seconds=store.settings.evolve.lease_s + 1)
+        evolver.drain()
+        assert evolver.queue.counts() == {"queued": 0, "running": 0, "done": 2, "dead": 0}
+        [job] = [j for j in evolver.queue.jobs() if j.attempts == 2]
+        assert job.lease_owner is None
+
+        # Each candidate exactly once: two facts, one proposal, and one event each in the ledger.
+        facts = sorted(s.entry.text for s in review.list_entries(store))
+        assert facts == ["The deploy host is web3.", "The queue is redis."]
+        assert [p.entry.text for p in review.list_proposals(store)] == ["Always tag releases."]  # type: ignore[union-attr]
+        types = [
+            t
+            for (t,) in store.ledger.query(
+                "SELECT type FROM events WHERE type LIKE 'durable.%' OR type LIKE 'proposal.%'"
+            )
+        ]
+        assert sorted(types) == ["durable.recorded", "durable.recorded", "proposal.created"]
+        assert store.ledger.verify().ok
+        assert store.replay().ok
+        # Running everything again changes nothing.
+        evolver.queue.retry_dead(clock.now_us())
+        assert evolver.drain() == 0
