@@ -39,6 +39,7 @@ from holon.clock import Clock, SystemClock
 from holon.daemon.budget import DAY_US, Budgets
 from holon.daemon.timers import Timers, due_firings, next_after, timer_event
 from holon.errors import ConflictError, NotFoundError
+from holon.evolve.model_extract import model_extractor
 from holon.evolve.worker import Evolver
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
@@ -120,7 +121,13 @@ class Daemon:
         self.budgets = Budgets(store, self.clock, self.settings)
         self.timers = Timers(store.paths.db, self._fire_timer)
         self.index = SearchIndex(store)
-        self.evolver: Evolver | None = Evolver(store, clock=self.clock) if store.settings.evolve.enabled else None
+        self.evolver: Evolver | None = None
+        if store.settings.evolve.enabled:
+            extractor = None
+            if store.settings.evolve.model_extraction:
+                extractor = model_extractor(self._model_call, store.settings.evolve.min_confidence)
+            self.evolver = Evolver(store, clock=self.clock, model_extractor=extractor)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.evolve_error: str | None = None
         self.poll_s = poll_s
         self.pid = os.getpid()
@@ -142,6 +149,7 @@ class Daemon:
     async def start(self) -> None:
         """Take the home's host lock, recover, restore timers, start the watcher and maintenance."""
         report = self.host.start()
+        self._loop = asyncio.get_running_loop()
         if self._owned_resolver is not None:
             # Import litellm now, off the loop: imported by the first turn it would stall every
             # agent and timer for seconds.
@@ -436,6 +444,16 @@ class Daemon:
                 self.index_error = str(e)
                 log.error("daemon.maintenance_failed", error=str(e))
             await self._evolve()
+
+    def _model_call(self, agent_id: str, messages: list[dict[str, Any]]) -> str:
+        """For model-assisted extraction, from the evolve thread: the agent's own model, on the daemon's loop."""
+        from holon.runtime.providers.base import ModelRequest
+
+        assert self._loop is not None
+        provider, settings = self.host.runner.resolve_provider(self.store.agent(agent_id))
+        request = ModelRequest(messages=messages, settings=settings)
+        future = asyncio.run_coroutine_threadsafe(provider.complete(request), self._loop)
+        return future.result(timeout=settings.timeout_s + 30).content or ""
 
     async def _evolve(self) -> None:
         """A few evolve jobs per tick, in a thread: turns never wait on durable memory."""

@@ -181,7 +181,8 @@ def plan(store: Store, agent: AgentState, job: Job, candidates: list[Candidate])
             report.proposed += 1
             continue
         eid = entry_id_for(job.key, e.owner, e.subject)
-        add(ev.DurableRecorded(entry_id=eid, entry=e, supersedes=[s.entry_id for s in same], source="evolve"), f"record:{eid}")  # fmt: skip
+        source = "model" if c.rule == "model" else "evolve"
+        add(ev.DurableRecorded(entry_id=eid, entry=e, supersedes=[s.entry_id for s in same], source=source), f"record:{eid}")  # fmt: skip
         report.recorded += 1
         report.scopes.add(e.scope)
         if e.kind == "procedure":

@@ -1,0 +1,144 @@
+"""Optional model-assisted extraction (``[evolve] model_extraction = true``), behind two gates.
+
+The model reads a compact transcript of the finished turn and answers JSON candidates. A
+candidate is kept only when
+
+* its ``confidence`` is at least ``[evolve] min_confidence``, and
+* its ``evidence`` is a verbatim quote (case and spacing aside) of the operator's messages, the
+  agent's replies or tool output in that turn: the model may summarise, never invent.
+
+Operator-scope candidates, preferences and identity facts become proposals exactly like the
+deterministic ones; the rest are recorded with ``source = "model"`` and the model's confidence.
+Without a model, or when the call fails, the deterministic path alone runs: a failed call is
+logged and the job goes on without model candidates.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from holon.evolve.extract import STALE_AFTER_S, VERIFICATION, Candidate, TurnFacts, subject_key
+from holon.ledger import events as ev
+from holon.ledger.events import DurableEntry, DurableType, MemoryScope
+from holon.logs import get_logger
+
+__all__ = ["PROMPT", "ModelCall", "gated_candidates", "model_extractor", "transcript"]
+
+log = get_logger("holon.evolve")
+
+#: ``(agent id, chat messages) -> reply text``; raises on failure.
+ModelCall = Callable[[str, list[dict[str, Any]]], str]
+
+PROMPT = """You maintain an agent's durable memory. Read one finished turn and list what is worth
+remembering in later turns, if anything: stable facts about the workspace, procedures that worked,
+failures that keep recurring, the operator's explicit preferences or who they are.
+Answer only JSON: {"candidates": [{"scope": "operator|workspace|agent",
+"kind": "preference|identity|fact|procedure|blocker|reference", "subject": "a short key",
+"text": "one sentence", "confidence": 0.0-1.0, "evidence": "an exact quote from the turn"}]}.
+Answer {"candidates": []} when nothing qualifies. Never guess; quote the evidence exactly."""
+
+#: Most characters of turn transcript sent to the model.
+TRANSCRIPT_CAP = 6_000
+
+
+class _Proposed(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    scope: MemoryScope
+    kind: DurableType
+    subject: str = Field(min_length=1, max_length=200)
+    text: str = Field(min_length=1, max_length=1000)
+    confidence: float = Field(ge=0, le=1)
+    evidence: str = Field(min_length=8, max_length=1000)
+
+
+def transcript(facts: TurnFacts) -> str:
+    lines = []
+    for e in facts.events:
+        p = e.payload
+        match p:
+            case ev.MessageReceived() if isinstance(p.text, str):
+                lines.append(f"[{e.authority}] {p.text}")
+            case ev.ModelResponded() if isinstance(p.content, str) and p.content:
+                lines.append(f"[agent] {p.content}")
+            case ev.ToolResulted():
+                out = p.output if isinstance(p.output, str) else p.output.preview
+                lines.append(f"[tool {p.tool}] {out[:800]}")
+    text = "\n".join(lines)
+    return text[-TRANSCRIPT_CAP:]
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _json(reply: str) -> Any:
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", reply, re.S)
+    body = fenced.group(1) if fenced else reply
+    start, end = body.find("{"), body.rfind("}")
+    return json.loads(body[start : end + 1]) if start >= 0 and end > start else None
+
+
+def gated_candidates(reply: str, facts: TurnFacts, min_confidence: float) -> list[Candidate]:
+    """The model's candidates that pass both gates (malformed answers yield none)."""
+    try:
+        data = _json(reply)
+    except ValueError:
+        return []
+    items = data.get("candidates") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return []
+    source = _norm(transcript(facts))
+    out = []
+    for raw in items[:20]:
+        try:
+            c = _Proposed.model_validate(raw)
+        except ValidationError:
+            continue
+        if c.confidence < min_confidence or _norm(c.evidence) not in source:
+            continue
+        consent = c.scope == "operator" or c.kind in ("preference", "identity")
+        scope: MemoryScope = "operator" if consent else c.scope
+        if scope == "workspace" and facts.owner_workspace is None:
+            scope = "agent"
+        owner = {"operator": "operator", "workspace": facts.owner_workspace, "agent": facts.owner_self}[scope]
+        assert owner is not None
+        quoted = [e for e in facts.events if _norm(c.evidence) in _norm(_event_text(e))]
+        entry = DurableEntry(
+            scope=scope, kind=c.kind, subject=subject_key(c.kind, c.subject), text=c.text, owner=owner,
+            verification=VERIFICATION[c.kind], stale_after_s=STALE_AFTER_S[c.kind],
+            evidence=sorted({e.seq for e in quoted})[-50:], observed_us=max((e.ts_us for e in quoted), default=0),
+            confidence=c.confidence,
+        )  # fmt: skip
+        out.append(Candidate(entry, consent, "model"))
+    return out
+
+
+def _event_text(e: Any) -> str:
+    p = e.payload
+    for name in ("text", "content", "output"):
+        value = getattr(p, name, None)
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+def model_extractor(call: ModelCall, min_confidence: float) -> Callable[[TurnFacts], list[Candidate]]:
+    def extract_with_model(facts: TurnFacts) -> list[Candidate]:
+        body = transcript(facts)
+        if not body.strip():
+            return []
+        messages = [{"role": "system", "content": PROMPT}, {"role": "user", "content": body}]
+        try:
+            reply = call(facts.agent_id, messages)
+        except Exception as e:  # the deterministic path still runs
+            log.warning("evolve.model_extraction_failed", agent_id=facts.agent_id, error=str(e))
+            return []
+        return gated_candidates(reply, facts, min_confidence)
+
+    return extract_with_model
