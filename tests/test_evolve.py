@@ -403,3 +403,11 @@ def test_a_failure_seen_in_two_turns_becomes_a_blocker(store: Store, clock: Fake
     [blocker] = review.list_entries(store)
     assert blocker.entry.kind == "blocker" and blocker.entry.verification == "recheck"
     assert "No such file or directory" in blocker.entry.text and "2 times in 2 turns" in blocker.entry.text
+
+
+def test_a_background_agents_brief_says_when_proposals_wait(store: Store, clock: FakeClock) -> None:
+    monitor = create_agent(store, "nightly", settings={"background": True})
+    _turns(store, clock, monitor.agent_id, "From now on, never email the customers directly.")
+    Evolver(store, clock=clock).drain()
+    [brief] = [e.payload for e in store.ledger.read(0, agent_id=monitor.agent_id) if e.type == "brief.delivered"]
+    assert brief.kind == "question" and "1 proposal(s) wait for your review" in brief.text
