@@ -71,20 +71,28 @@ def for_annotation(ann: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
         return st.one_of(*options)
     if origin is list:
         (item,) = typing.get_args(ann)
-        return st.lists(for_annotation(item, []), max_size=4)
+        max_len = next((m.max_length for m in metadata if isinstance(m, annotated_types.MaxLen)), 4)
+        return st.lists(for_annotation(item, []), max_size=min(4, max_len))
     if origin is dict:
         _key, value = typing.get_args(ann)
         return st.dictionaries(short_text, for_annotation(value, []), max_size=4)
     ge = next((m.ge for m in metadata if isinstance(m, annotated_types.Ge)), None)
+    le = next((m.le for m in metadata if isinstance(m, annotated_types.Le)), None)
+    min_len = next((m.min_length for m in metadata if isinstance(m, annotated_types.MinLen)), 0)
+    max_len = next((m.max_length for m in metadata if isinstance(m, annotated_types.MaxLen)), None)
     pattern = next((getattr(m, "pattern", None) for m in metadata if getattr(m, "pattern", None)), None)
     if ann is bool:
         return st.booleans()
     if ann is int:
-        return st.integers(min_value=INT64[0] if ge is None else ge, max_value=INT64[1])
+        return st.integers(min_value=INT64[0] if ge is None else ge, max_value=INT64[1] if le is None else le)
     if ann is float:
-        return st.floats(min_value=ge, allow_nan=False, allow_infinity=False)
+        return st.floats(min_value=ge, max_value=le, allow_nan=False, allow_infinity=False)
     if ann is str:
-        return st.from_regex(pattern, fullmatch=True) if pattern else text
+        if pattern:
+            return st.from_regex(pattern, fullmatch=True)
+        if min_len or max_len is not None:
+            return st.text(min_size=min_len, max_size=min(max_len or 200, 200))
+        return text
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return models(ann)
     raise NotImplementedError(f"no strategy for {ann!r}")
