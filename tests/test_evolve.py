@@ -411,3 +411,22 @@ def test_a_background_agents_brief_says_when_proposals_wait(store: Store, clock:
     Evolver(store, clock=clock).drain()
     [brief] = [e.payload for e in store.ledger.read(0, agent_id=monitor.agent_id) if e.type == "brief.delivered"]
     assert brief.kind == "question" and "1 proposal(s) wait for your review" in brief.text
+
+
+def test_memory_get_reads_a_recalled_entry_with_its_provenance_and_only_for_its_owners(
+    store: Store, clock: FakeClock, ada
+) -> None:  # type: ignore[no-untyped-def]
+    from holon.memory.get import memory_get
+
+    _turns(store, clock, ada.agent_id, "Remember that the release branch is rel-9.")
+    Evolver(store, clock=clock).drain()
+    [entry] = review.list_entries(store)
+    read = memory_get(store, store.agent("ada"), f"durable:{entry.entry_id}")
+    assert (
+        read.content is not None
+        and "The release branch is rel-9." in read.content
+        and "evidence: event:" in read.content
+    )
+    bob = create_agent(store, "bob")
+    with pytest.raises(NotFoundError):
+        memory_get(store, bob, f"durable:{entry.entry_id}")

@@ -25,8 +25,10 @@ from holon.errors import NotFoundError
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.memory import files
-from holon.memory.refs import EpisodeRef, EventRef, FileRef, Ref, RefKind, TaskRef, WorkItemRef
+from holon.memory.access import owners_for
+from holon.memory.refs import DurableRef, EpisodeRef, EventRef, FileRef, Ref, RefKind, TaskRef, WorkItemRef
 from holon.projections import Store
+from holon.projections.durable import DurableState, stale_at_us
 from holon.projections.state import AgentState, TaskProjection, WorkItemState
 
 __all__ = ["Document", "Part", "resolve"]
@@ -224,6 +226,28 @@ def _file_doc(store: Store, agent: AgentState, ref: FileRef) -> Document:
     return Document(str(ref), "file", str(ref), text)
 
 
+def _durable_doc(store: Store, agent: AgentState, ref: DurableRef) -> Document:
+    """A durable memory entry the agent may recall (its own, its workspace's or the operator's)."""
+    s = store.state("durable", ref.entry_id)
+    if not isinstance(s, DurableState) or s.entry.owner not in owners_for(agent) or s.status == "forgotten":
+        raise _refused(ref, agent)
+    e = s.entry
+    stale = stale_at_us(s)
+    lines = [
+        f"# {ref} · {e.kind} ({e.scope} scope)",
+        e.text,
+        "## Provenance",
+        f"status: {s.status}" + (f" (superseded by durable:{s.superseded_by})" if s.superseded_by else ""),
+        f"observed {format_us(e.observed_us)} · last verified {format_us(s.verified_us)} · "
+        f"stale after {format_us(stale) if stale is not None else 'never'} · verification: {e.verification}",
+        f"source: {s.source}"
+        + (f" (proposal {s.proposal_id})" if s.proposal_id else "")
+        + f" · confidence {e.confidence:.2f}",
+        "evidence: " + (", ".join(f"event:{q}" for q in e.evidence) or "none"),
+    ]
+    return Document(str(ref), "durable", f"{ref} {e.subject}", "\n".join(lines) + "\n")
+
+
 def resolve(store: Store, agent: AgentState, ref: Ref, *, expand: bool = False) -> Document:
     """The document ``ref`` points at, if it is ``agent``'s to read (``NotFoundError`` otherwise)."""
     match ref:
@@ -237,5 +261,7 @@ def resolve(store: Store, agent: AgentState, ref: Ref, *, expand: bool = False) 
             return _task_doc(store, agent, ref)
         case FileRef():
             return _file_doc(store, agent, ref)
+        case DurableRef():
+            return _durable_doc(store, agent, ref)
         case _:
             assert_never(ref)

@@ -4,6 +4,7 @@
     episode:<episode_id>        a sealed episode               episode:ep_118
     work_item:<id>              a work item                    work_item:wi_0193a5c2...
     task:<id>                   a background task              task:task_0193a5c2...
+    durable:<id>                a durable memory entry         durable:mem-3f2a9c1b04d7
     file:<scope>/<path>         a curated file or an archive   file:agent/self.md
                                                                file:operator/operator.md
                                                                file:workspace/memory.md
@@ -32,6 +33,7 @@ __all__ = [
     "Ref",
     "RefKind",
     "TaskRef",
+    "DurableRef",
     "WorkItemRef",
     "check_relative_path",
     "parse_ref",
@@ -43,8 +45,8 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 _SEGMENT = re.compile(r"^[^\x00-\x1f\x7f/\\:*?\"<>|]+$")
 SCOPES: tuple[MemoryScope, ...] = ("agent", "operator", "workspace")
 
-RefKind = Literal["event", "episode", "work_item", "task", "file"]
-_EXAMPLES = "event:123, episode:ep_45, work_item:wi_..., task:task_..., file:agent/self.md"
+RefKind = Literal["event", "episode", "work_item", "task", "file", "durable"]
+_EXAMPLES = "event:123, episode:ep_45, work_item:wi_..., task:task_..., durable:mem-..., file:agent/self.md"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +96,16 @@ class FileRef:
         return f"file:{self.scope}/{self.path}"
 
 
-Ref = EventRef | EpisodeRef | WorkItemRef | TaskRef | FileRef
+@dataclass(frozen=True, slots=True)
+class DurableRef:
+    entry_id: str
+    kind: Literal["durable"] = "durable"
+
+    def __str__(self) -> str:
+        return f"durable:{self.entry_id}"
+
+
+Ref = EventRef | EpisodeRef | WorkItemRef | TaskRef | FileRef | DurableRef
 
 
 def check_relative_path(path: str) -> str:
@@ -167,6 +178,8 @@ def parse_ref(ref: str) -> Ref:
             return TaskRef(_id("task", body, _preview(ref)))
         case "file":
             return _file(body, _preview(ref))
+        case "durable":
+            return DurableRef(_id("durable", body, _preview(ref)))
     raise UsageError(f"unknown reference kind {_preview(kind)}; references look like {_EXAMPLES}")
 
 
