@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from helpers.api_port import ApiServer, api_server
+from helpers.api_server import ApiServer, api_server
 
 from holon.api.app import create_app
 from holon.api.server import build_server, check_bind, is_loopback
@@ -95,7 +95,9 @@ def test_agent_lifecycle(client: httpx.Client, server: ApiServer) -> None:
     assert r.status_code == 200 and "max_rounds" not in (r.json()["settings"] or {})
 
     assert client.post("/v1/agents/ada/pause").status_code == 200
-    assert made["agent_id"] in server.port.paused  # type: ignore[union-attr]
+    paused = server.call(lambda: server.port.store.agent("ada").settings.get("paused"))  # type: ignore[union-attr]
+    assert paused is True
+    assert {a["name"]: a["state"] for a in client.get("/v1/status").json()["agents"]}["ada"] == "paused"
     assert client.post("/v1/agents/ada/resume").status_code == 200
     assert client.post("/v1/agents/ada/abort").json() == {"aborted": False}
     for verb in ("pause", "resume", "abort"):

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import schemathesis
-from helpers.api_port import ApiServer, api_server
+from helpers.api_server import ApiServer, api_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error

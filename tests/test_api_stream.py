@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from helpers.api_port import ApiServer, api_server
+from helpers.api_server import ApiServer, api_server
 
 from holon.clock import FakeClock
 
@@ -103,7 +103,8 @@ def test_stream_then_live_with_deltas(client: httpx.Client, server: ApiServer) -
 def test_resume_delivers_every_event_exactly_once(client: httpx.Client, how: str) -> None:
     client.post("/v1/agents", json={"name": "ada"})
     client.post("/v1/agents", json={"name": "bob"})  # another agent's events never appear
-    client.post("/v1/agents/ada/pause")  # only inputs: a known number of events
+    client.post("/v1/agents/ada/pause")  # no turns: a known number of events
+    total = 1 + 1 + 15  # agent.created, agent.configured (the pause) and the 15 inputs
     _send(client, 5)
     seen: list[dict] = []
     with client.stream("GET", "/v1/agents/ada/events", params={"after": 0}) as r:
@@ -114,11 +115,11 @@ def test_resume_delivers_every_event_exactly_once(client: httpx.Client, how: str
     cursor = str(seen[-1]["seq"])
     options = {"headers": {"Last-Event-ID": cursor}} if how == "last-event-id" else {"params": {"after": cursor}}
     with client.stream("GET", "/v1/agents/ada/events", **options) as r:  # type: ignore[arg-type]
-        seen += _events(Reader(r).read(lambda ms: len(_events(ms)) == 16 - 4))
+        seen += _events(Reader(r).read(lambda ms: len(_events(ms)) == total - 4))
         writer.join()
     seqs = [e["seq"] for e in seen]
     assert seqs == sorted(set(seqs)), "duplicates or out of order"
-    assert seqs == _agent_seqs(client, "ada") and len(seqs) == 16
+    assert seqs == _agent_seqs(client, "ada") and len(seqs) == total
     assert {e["agent_id"] for e in seen} == {seen[0]["agent_id"]}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Annotated, Any
 
@@ -43,12 +44,14 @@ def ledger_router(port: DaemonPort) -> APIRouter:
     @r.post("/ledger/verify", tags=["ledger"], response_model=LedgerVerify)
     async def verify() -> LedgerVerify:
         """Check the sequence is gapless and the hash chain intact (``ok`` false when not; still 200)."""
-        v = store.ledger.verify()
+        # A worker thread: over a large ledger this reads for seconds, and agents keep running. The
+        # ledger's connection is shared under its lock, taken per chunk of 5,000 events.
+        v = await asyncio.to_thread(store.ledger.verify)
         return LedgerVerify(ok=v.ok, events=v.events, first_bad_seq=v.first_bad_seq, problem=v.problem)
 
     @r.get("/ledger/stats", tags=["ledger"], response_model=LedgerStats)
     async def stats() -> LedgerStats:
-        s = store.ledger.stats()
+        s = await asyncio.to_thread(store.ledger.stats)
         return LedgerStats(
             events=s.events,
             head_seq=s.head_seq,
