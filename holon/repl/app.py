@@ -62,6 +62,7 @@ class Chat:
         self._lock = threading.Lock()
         self._briefs_shown: set[int] = set()
         self._stop = threading.Event()
+        self._brief_cursor = 0
         self._at_prompt = threading.Event()
         """Briefs are printed only while the prompt waits, never into a streaming reply."""
 
@@ -76,6 +77,10 @@ class Chat:
         self.console.print(
             Text(f"holon chat: talking to {self.agent} at {self.client.base_url}; /help for commands", "dim")
         )
+        # The cursor is taken before the first prompt: a brief that arrives while the poller
+        # thread starts up must not fall between its first read and the prompt.
+        with contextlib.suppress(HolonError):
+            self._brief_cursor = max((e.seq for e in self.client.tail(n=1)), default=0)
         poller = threading.Thread(target=self._poll_briefs, name="chat:briefs", daemon=True)
         poller.start()
         try:
@@ -172,7 +177,7 @@ class Chat:
         client = self.client.clone()
         names: dict[str, str] = {}
         try:
-            seen = max((e.seq for e in client.tail(n=1)), default=0)
+            seen = self._brief_cursor
             while not self._stop.wait(BRIEF_POLL_S):
                 if not self._at_prompt.is_set():
                     continue
