@@ -84,6 +84,28 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+@app.command("daemon")
+def daemon(
+    ctx: typer.Context,
+    agents: Annotated[int, typer.Option(min=1, help="Agents driven at once.")] = 100,
+    turns: Annotated[int, typer.Option(min=1, help="Turns per agent, one after the other.")] = 20,
+    latency_ms: Annotated[float, typer.Option(min=0, help="The scripted model's latency per call.")] = 100.0,
+    idle_agents: Annotated[int, typer.Option(min=1, help="Registered agents for the idle RSS.")] = 1_000,
+    events_small: Annotated[int, typer.Option(min=100, help="Ledger size of the small restart.")] = 10_000,
+    events_large: Annotated[int, typer.Option(min=100, help="Ledger size of the large restart.")] = 1_000_000,
+    json_out: JsonOpt = False,
+) -> None:
+    """Many agents through the real daemon process: efficiency, CPU, idle RSS and restart time."""
+    from holon.bench.daemon import format_report, run_daemon_bench
+
+    c = ctx_of(ctx, None, json_out)
+    result = run_daemon_bench(
+        agents=agents, turns=turns, latency_ms=latency_ms, idle_agents=idle_agents,
+        events_small=events_small, events_large=events_large,
+    )  # fmt: skip
+    emit(c, result, format_report(result))
+
+
 @app.command("search")
 def search_bench(
     ctx: typer.Context,
