@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from holon import __version__
 from holon.api.agents import agent_router
 from holon.api.errors import install_error_handlers
+from holon.api.evolve import evolve_router
 from holon.api.guard import BearerAuth, BodyLimit
 from holon.api.ledger import ledger_router
 from holon.api.models import ErrorBody, Health
@@ -60,6 +61,7 @@ def create_app(port: DaemonPort, *, token: str | None = None, max_body_bytes: in
     app.include_router(agent_router(port))
     app.include_router(events_router(port))
     app.include_router(ledger_router(port))
+    app.include_router(evolve_router(port))
     # Added last = outermost: authenticate first, so an unauthenticated body is never read.
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     if token is not None:

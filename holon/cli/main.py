@@ -12,7 +12,17 @@ from typing import Annotated
 import typer
 
 from holon import __version__
-from holon.cli import agent_cmd, bench_cmd, chat_cmd, context_cmd, daemon_cmd, ledger_cmd, memory_cmd, run_cmd
+from holon.cli import (
+    agent_cmd,
+    bench_cmd,
+    chat_cmd,
+    context_cmd,
+    daemon_cmd,
+    ledger_cmd,
+    memory_cmd,
+    proposals_cmd,
+    run_cmd,
+)
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit
 from holon.errors import HolonError
 
@@ -37,6 +47,7 @@ app.add_typer(context_cmd.scenario_app, name="scenario")
 app.add_typer(context_cmd.context_app, name="context")
 app.add_typer(memory_cmd.app, name="memory")
 app.add_typer(daemon_cmd.app, name="daemon")
+app.add_typer(proposals_cmd.app, name="proposals")
 app.command("serve")(daemon_cmd.serve)
 app.command("run")(run_cmd.run)
 app.command("chat")(chat_cmd.chat)

@@ -115,3 +115,100 @@ def search(
             embedder=embedder_from_settings(store.settings),
         )
     emit(c, result.as_dict(), render_search(result))
+
+
+# --- durable memory (RFC 0006) ------------------------------------------------------------------
+
+
+def _entry_json(s: object, now_us: int) -> dict[str, object]:
+    from holon.projections.durable import DurableState, is_stale, stale_at_us
+
+    assert isinstance(s, DurableState)
+    return {**s.model_dump(mode="json"), "stale": is_stale(s, now_us), "stale_at_us": stale_at_us(s)}
+
+
+def _entry_line(s: object, now_us: int) -> str:
+    from holon.clock import format_us
+    from holon.projections.durable import DurableState, is_stale
+
+    assert isinstance(s, DurableState)
+    e = s.entry
+    fresh = "STALE" if is_stale(s, now_us) else "fresh"
+    return (
+        f"{s.entry_id}  [{e.scope}/{e.kind}] {s.status}, {fresh}; observed {format_us(e.observed_us)[:10]}, "
+        f"verified {format_us(s.verified_us)[:10]}\n    {e.text.splitlines()[0]}"
+    )
+
+
+@app.command("inspect")
+def inspect_(
+    ctx: typer.Context,
+    agent: Annotated[str | None, typer.Argument(help="Only what this agent can recall (default: every entry).")] = None,
+    scope: Annotated[str | None, typer.Option("--scope", help="operator, workspace or agent.")] = None,
+    status: Annotated[str, typer.Option("--status", help="active, superseded, forgotten or all.")] = "active",
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Durable memory entries with their freshness and provenance (who shares which scope: RFC 0006)."""
+    from holon.clock import SystemClock
+    from holon.errors import UsageError
+    from holon.evolve.review import list_entries
+    from holon.memory.access import owners_for
+
+    if scope not in (None, "operator", "workspace", "agent"):
+        raise UsageError(f"--scope must be operator, workspace or agent, not {scope!r}")
+    if status not in ("active", "superseded", "forgotten", "all"):
+        raise UsageError(f"--status must be active, superseded, forgotten or all, not {status!r}")
+    c = ctx_of(ctx, home, json_out)
+    now = SystemClock().now_us()
+    with open_store(c) as store:
+        owners = owners_for(store.agent(agent)) if agent else None
+        found = list_entries(store, scope=scope, status=None if status == "all" else status, owners=owners)
+    human = "\n".join(_entry_line(s, now) for s in found) or "no durable memory entries"
+    emit(c, [_entry_json(s, now) for s in found], human)
+
+
+@app.command("export")
+def export(
+    ctx: typer.Context,
+    out: Annotated[str | None, typer.Option("--out", help="Write to this file (default: standard output).")] = None,
+    home: HomeOpt = None,
+) -> None:
+    """Every durable entry (any status) and every proposal, with provenance, as one JSON document."""
+    import json
+    from pathlib import Path
+
+    from holon.clock import SystemClock
+    from holon.evolve.review import list_entries, list_proposals
+
+    c = ctx_of(ctx, home, True)
+    now = SystemClock().now_us()
+    with open_store(c) as store:
+        doc = {
+            "entries": [_entry_json(s, now) for s in list_entries(store)],
+            "proposals": [p.model_dump(mode="json") for p in list_proposals(store, status=None)],
+            "ledger_head": store.ledger.head(),
+        }
+    text = json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
+    if out:
+        Path(out).write_text(text, encoding="utf-8")
+    else:
+        typer.echo(text, nl=False)
+
+
+@app.command("forget")
+def forget(
+    ctx: typer.Context,
+    entry_id: Annotated[str, typer.Argument(help="Entry id (or a unique prefix).")],
+    reason: Annotated[str, typer.Option("--reason", help="Kept in the ledger.")] = "",
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Stop recalling an entry. A ledger event: the entry and its history stay auditable."""
+    from holon.clock import SystemClock
+    from holon.evolve.review import forget as forget_
+
+    c = ctx_of(ctx, home, json_out)
+    with open_store(c) as store:
+        s = forget_(store, entry_id, reason=reason, origin="operator:cli")
+    emit(c, _entry_json(s, SystemClock().now_us()), f"forgot {s.entry_id}: {s.entry.text.splitlines()[0]}")

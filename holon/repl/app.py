@@ -27,7 +27,7 @@ from holon.api.models import EventOut
 from holon.errors import HolonError
 from holon.repl import render
 from holon.repl.client import ApiClient, StreamItem
-from holon.repl.commands import Say, Slash, SlashCompleter, help_rows, parse_line
+from holon.repl.commands import Say, Slash, SlashCompleter, help_rows, parse_line, parse_proposals
 
 __all__ = ["Chat", "TurnWatch"]
 
@@ -241,12 +241,46 @@ class Chat:
                 render.transcript(self.console, agent, c.tail(agent, n=_count(arg, 200)))
             case "model":
                 self._model(arg)
+            case "proposals":
+                self._proposals(arg)
             case "abort":
                 ran = c.abort(agent)
                 self.console.print("aborting the running turn" if ran else "no turn is running")
             case _:
                 self.console.print(Text(f"/{cmd.name} is not implemented", "red"))
         return None
+
+    def _proposals(self, arg: str) -> None:
+        """``/proposals``: review what evolve proposes (RFC 0006); nothing becomes durable without this."""
+        action = parse_proposals(arg)
+        c = self.client
+        match action.verb:
+            case "list":
+                render.proposals_table(self.console, c.proposals())
+            case "show":
+                render.proposal_detail(self.console, c.proposal(action.ref))
+            case "accept":
+                text = None
+                if action.edit:
+                    current = c.proposal(action.ref)
+                    body = (current.get("entry") or {}).get("text") or (current.get("skill") or {}).get("body", "")
+                    text = self._edit(body)
+                    if text is None:
+                        self.console.print(Text("not accepted (empty text)", "dim"))
+                        return
+                decision = c.accept(action.ref, text)
+                where = decision.get("entry_id") or decision.get("skill_path") or ""
+                self.console.print(Text(f"accepted {decision['proposal']['proposal_id']} -> {where}", "green"))
+            case "dismiss":
+                decision = c.dismiss(action.ref, action.reason)
+                self.console.print(Text(f"dismissed {decision['proposal']['proposal_id']}", "dim"))
+
+    def _edit(self, current: str) -> str | None:
+        """The operator's edit of ``current`` (prefilled at a prompt); ``None`` when left empty."""
+        session: PromptSession[str] = PromptSession()
+        with patch_stdout(raw=True):
+            edited = session.prompt("edit> ", default=current)
+        return edited.strip() or None
 
     def _help(self) -> None:
         table = Table(show_header=False, show_edge=False, box=None, padding=(0, 2))

@@ -158,6 +158,21 @@ class ApiClient:
         """The ledger head now: a cursor from which ``stream_events`` shows only what comes next."""
         return int(self._get(f"/agents/{agent}/events", stream="false", limit=1, after=2**62)["head"])
 
+    # --- durable memory and proposals (RFC 0006) ----------------------------------------------
+
+    def proposals(self, status: str = "pending") -> list[dict[str, Any]]:
+        return self._get("/proposals", status=status)  # type: ignore[no-any-return]
+
+    def proposal(self, ref: str) -> dict[str, Any]:
+        return self._get(f"/proposals/{_segment(ref)}")  # type: ignore[no-any-return]
+
+    def accept(self, ref: str, text: str | None = None) -> dict[str, Any]:
+        body = {"text": text} if text is not None else {}
+        return self._request("POST", f"/proposals/{_segment(ref)}/accept", json=body).json()  # type: ignore[no-any-return]
+
+    def dismiss(self, ref: str, reason: str = "") -> dict[str, Any]:
+        return self._request("POST", f"/proposals/{_segment(ref)}/dismiss", json={"reason": reason}).json()  # type: ignore[no-any-return]
+
     # --- the event stream ----------------------------------------------------------------------
 
     def stream_events(self, agent: str, after: int, *, retries: int = 5) -> Iterator[StreamItem]:
@@ -190,6 +205,13 @@ class ApiClient:
                 if failures > retries:
                     raise DaemonUnreachable(f"lost the event stream of {agent} at {self.base_url}") from e
                 time.sleep(min(0.2 * 2**failures, 2.0))
+
+
+def _segment(ref: str) -> str:
+    """``ref`` as one path segment (an id typed by the operator may hold anything)."""
+    from urllib.parse import quote
+
+    return quote(ref, safe="")
 
 
 def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str]]:

@@ -15,7 +15,17 @@ from prompt_toolkit.document import Document
 
 from holon.errors import UsageError
 
-__all__ = ["COMMANDS", "Say", "Slash", "SlashCompleter", "completions", "help_rows", "parse_line"]
+__all__ = [
+    "COMMANDS",
+    "PROPOSAL_VERBS",
+    "ProposalAction",
+    "Say",
+    "Slash",
+    "SlashCompleter",
+    "completions",
+    "help_rows",
+    "parse_line",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +54,13 @@ COMMANDS: dict[str, Spec] = {
     "transcript": Spec("[N]", "messages and replies (from the last N events, 200)"),
     "model": Spec("[NAME]", "show or set the agent's model"),
     "abort": Spec("", "stop the agent's running turn"),
+    "proposals": Spec("[show|accept|dismiss ID]", "what evolve proposes: accept ID [--edit], dismiss ID [reason]"),
     "help": Spec("", "this list"),
     "quit": Spec("", "leave (Ctrl-D); the daemon keeps running"),
 }
 AGENT_ARG = frozenset({"switch"})
 """Commands whose argument is an existing agent's name (completed from the daemon)."""
+PROPOSAL_VERBS = ("show", "accept", "dismiss")
 ALIASES = {"exit": "quit", "q": "quit", "?": "help", "ls": "agents"}
 
 
@@ -85,6 +97,35 @@ def parse_line(line: str) -> Say | Slash | None:
     return Slash(name, arg)
 
 
+@dataclass(frozen=True, slots=True)
+class ProposalAction:
+    verb: str
+    """``list``, ``show``, ``accept`` or ``dismiss``."""
+    ref: str = ""
+    edit: bool = False
+    reason: str = ""
+
+
+def parse_proposals(arg: str) -> ProposalAction:
+    """``/proposals [show ID | accept ID [--edit] | dismiss ID [reason]]``. Raises ``UsageError``."""
+    words = arg.split()
+    if not words:
+        return ProposalAction("list")
+    verb, rest = words[0].lower(), words[1:]
+    if verb not in PROPOSAL_VERBS:
+        raise UsageError(f"/proposals {verb}: use show ID, accept ID [--edit] or dismiss ID [reason]")
+    if not rest:
+        raise UsageError(f"/proposals {verb} needs a proposal id (see /proposals)")
+    ref, extra = rest[0], rest[1:]
+    if verb == "accept":
+        if extra not in ([], ["--edit"]):
+            raise UsageError("/proposals accept ID [--edit]")
+        return ProposalAction("accept", ref, edit=bool(extra))
+    if verb == "show" and extra:
+        raise UsageError("/proposals show ID")
+    return ProposalAction(verb, ref, reason=" ".join(extra))
+
+
 def completions(text: str, agents: Iterable[str]) -> list[str]:
     """Whole-word completions for ``text`` (the line before the cursor)."""
     if not text.startswith("/"):
@@ -94,6 +135,8 @@ def completions(text: str, agents: Iterable[str]) -> list[str]:
         return [f"/{name}" for name in COMMANDS if name.startswith(word.lower())]
     if word.lower() in AGENT_ARG and " " not in arg:
         return sorted(a for a in agents if a.startswith(arg))
+    if word.lower() == "proposals" and " " not in arg:
+        return [v for v in PROPOSAL_VERBS if v.startswith(arg)]
     return []
 
 

@@ -303,3 +303,40 @@ def transcript(console: Console, agent: str, events: Sequence[EventOut]) -> None
         shown += 1
     if not shown:
         console.print("no messages yet")
+
+
+# --- proposals (RFC 0006) ------------------------------------------------------------------------
+
+
+def _proposal_text(p: Mapping[str, Any]) -> str:
+    entry = p.get("entry") or {}
+    skill = p.get("skill") or {}
+    return str(entry.get("text") or skill.get("name") or "")
+
+
+def proposals_table(console: Console, proposals: list[Mapping[str, Any]]) -> None:
+    if not proposals:
+        console.print(Text("no proposals wait for you", "dim"))
+        return
+    table = Table(title="proposals waiting for you", title_justify="left", show_edge=False, header_style="bold")
+    for col in ("id", "kind", "scope", "text", "why"):
+        table.add_column(col)
+    for p in proposals:
+        entry = p.get("entry") or {}
+        kind = entry.get("kind", "skill") if p.get("kind") == "memory" else "skill"
+        table.add_row(p["proposal_id"], kind, entry.get("scope", "agent"), _proposal_text(p), p.get("reason", ""))
+    console.print(table)
+    console.print(Text("/proposals accept ID [--edit] · /proposals dismiss ID [reason] · /proposals show ID", "dim"))
+
+
+def proposal_detail(console: Console, p: Mapping[str, Any]) -> None:
+    entry = p.get("entry") or {}
+    skill = p.get("skill") or {}
+    console.print(Text(f"{p['proposal_id']} · {p.get('kind')} · {p.get('status')}", "bold"))
+    if entry:
+        console.print(f"{entry.get('kind')} ({entry.get('scope')} scope): {entry.get('text')}")
+        console.print(Text(f"evidence: {', '.join(f'event:{s}' for s in entry.get('evidence', [])) or 'none'}", "dim"))
+    if skill:
+        console.print(str(skill.get("body", "")))
+    if p.get("reason"):
+        console.print(Text(f"why: {p['reason']}", "dim"))

@@ -1,0 +1,154 @@
+"""The operator's review of durable memory from every surface: HTTP API, REPL and CLI (RFC 0006).
+
+Proposals come from real turns (evolve over a scripted model); the API runs on the real daemon
+over real HTTP; the REPL's commands run through its own handler against that daemon.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers.api_server import ApiServer, api_server
+from helpers.evolve import run_turns
+from helpers.turn_cli import holon, open_store, quick_home
+from rich.console import Console
+
+from holon.clock import FakeClock
+from holon.config import load_settings, resolve_home
+from holon.evolve import review
+from holon.evolve.worker import Evolver
+from holon.projections import Store
+from holon.repl.app import Chat
+from holon.repl.client import ApiClient
+from holon.repl.commands import completions, parse_line, parse_proposals
+from holon.runtime.agents import create_agent
+
+STATEMENTS = "Always run the linter before committing. My name is Ada. Remember that the cache is redis."
+
+
+def _seed(home: Path) -> None:
+    """Turns whose evolve jobs leave two proposals (a preference, an identity) and one fact."""
+    paths = resolve_home(str(home))
+    clock = FakeClock()
+    with Store.open(paths, load_settings(paths), clock=clock) as store:
+        (home / "ws").mkdir(parents=True, exist_ok=True)
+        ada = create_agent(store, "ada", workspace=str(home / "ws"))
+        run_turns(store, clock, ada.agent_id, [(STATEMENTS, ["ok"])])
+        Evolver(store, clock=clock).drain()
+        assert len(review.list_proposals(store)) == 2
+
+
+@pytest.fixture
+def server(tmp_path: Path, fast_ledger: None) -> Iterator[ApiServer]:
+    home = tmp_path / "home"
+    _seed(home)
+    with api_server(home, clock=FakeClock()) as s:
+        yield s
+
+
+def _pending(client: httpx.Client) -> dict[str, dict]:
+    return {p["entry"]["kind"]: p for p in client.get("/v1/proposals").json()}
+
+
+def test_accept_and_dismiss_over_the_api(server: ApiServer) -> None:
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        pending = _pending(client)
+        assert set(pending) == {"preference", "identity"}
+        durable = client.get("/v1/agents/ada/memory/durable").json()
+        assert [d["entry"]["entry"]["kind"] for d in durable] == ["fact"]  # proposals are not durable
+
+        pref = pending["preference"]["proposal_id"]
+        r = client.post(f"/v1/proposals/{pref}/accept", json={"text": "Always run ruff before committing."})
+        assert r.status_code == 200 and r.json()["outcome"] == "accepted"
+        entry_id = r.json()["entry_id"]
+        r = client.post(f"/v1/proposals/{pending['identity']['proposal_id']}/dismiss", json={"reason": "no"})
+        assert r.status_code == 200 and r.json()["proposal"]["status"] == "dismissed"
+        assert client.post(f"/v1/proposals/{pref}/accept").status_code == 409  # decided already
+
+        texts = {d["entry"]["entry"]["text"] for d in client.get("/v1/agents/ada/memory/durable").json()}
+        assert texts == {"Always run ruff before committing.", "The cache is redis."}
+        assert client.get("/v1/proposals").json() == []
+        assert len(client.get("/v1/proposals", params={"status": "all"}).json()) == 2
+
+        r = client.post(f"/v1/memory/durable/{entry_id}/forget", json={"reason": "changed my mind"})
+        assert r.status_code == 200 and r.json()["entry"]["status"] == "forgotten"
+        assert client.get("/v1/proposals/p-nothing").status_code == 404
+        assert client.post("/v1/proposals/" + "x" * 300 + "/accept").status_code == 400
+
+
+def _chat(server: ApiServer) -> tuple[Chat, Console]:
+    console = Console(record=True, width=140, force_terminal=False, color_system=None)
+    return Chat(ApiClient(server.url), console, "ada"), console
+
+
+def test_accept_and_dismiss_from_the_repl(server: ApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    chat, console = _chat(server)
+    chat.handle("/proposals")
+    shown = console.export_text()
+    assert "Always run the linter before committing." in shown and "My name is Ada." in shown
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        pending = _pending(client)
+    pref, ident = pending["preference"]["proposal_id"], pending["identity"]["proposal_id"]
+
+    chat.handle(f"/proposals show {pref[:5]}")
+    assert "preference (operator scope)" in console.export_text()
+    monkeypatch.setattr(chat, "_edit", lambda current: current.replace("the linter", "ruff"))
+    chat.handle(f"/proposals accept {pref} --edit")
+    chat.handle(f"/proposals dismiss {ident} not needed")
+    out = console.export_text()
+    assert f"accepted {pref}" in out and f"dismissed {ident}" in out
+    chat.handle("/proposals accept nonsense-id")  # an error is printed, the REPL goes on
+    assert "no proposal" in console.export_text()
+
+    with open_store(server.home) as store:
+        [entry] = [s for s in review.list_entries(store) if s.entry.kind == "preference"]
+        assert entry.entry.text == "Always run ruff before committing."
+        assert review.find_proposal(store, ident).status == "dismissed"
+
+
+def test_proposals_command_parsing_and_completion() -> None:
+    assert parse_proposals("").verb == "list"
+    assert parse_proposals("accept p-1 --edit").edit
+    assert parse_proposals("dismiss p-1 too vague").reason == "too vague"
+    for bad in ("frobnicate p-1", "accept", "accept p-1 --force", "show p-1 extra"):
+        with pytest.raises(Exception, match="proposals"):
+            parse_proposals(bad)
+    assert parse_line("/proposals accept p-1").name == "proposals"  # type: ignore[union-attr]
+    assert completions("/prop", []) == ["/proposals"]
+    assert completions("/proposals a", []) == ["accept"]
+
+
+def test_cli_inspect_export_forget_and_proposals(tmp_path: Path) -> None:
+    home = quick_home(tmp_path, "bob")
+    _seed(home)
+    r = holon(home, "memory", "inspect", "ada", "--json")
+    assert r.code == 0, r
+    [fact] = r.json()
+    assert fact["entry"]["text"] == "The cache is redis." and fact["entry"]["evidence"]
+    assert fact["stale"] is True  # observed on the fake clock (January); the CLI reads the real one
+    assert holon(home, "memory", "inspect", "bob", "--json").json() == []  # not bob's to recall
+    assert holon(home, "memory", "inspect", "--scope", "nowhere").code == 2
+
+    listed = holon(home, "proposals", "--json").json()
+    assert {p["entry"]["kind"] for p in listed} == {"preference", "identity"}
+    pref = next(p["proposal_id"] for p in listed if p["entry"]["kind"] == "preference")
+    ident = next(p["proposal_id"] for p in listed if p["entry"]["kind"] == "identity")
+    assert "accepted" in holon(home, "proposals", "accept", pref).out
+    assert "dismissed" in holon(home, "proposals", "dismiss", ident, "--reason", "no").out
+    assert holon(home, "proposals", "accept", ident).code == 4  # a conflict: decided already
+
+    out = tmp_path / "export.json"
+    assert holon(home, "memory", "export", "--out", str(out)).code == 0
+    doc = json.loads(out.read_text())
+    assert len(doc["entries"]) == 2 and len(doc["proposals"]) == 2
+    assert all(e["entry"]["evidence"] and e["recorded_us"] for e in doc["entries"])
+    assert {p["status"] for p in doc["proposals"]} == {"accepted", "dismissed"}
+
+    r = holon(home, "memory", "forget", fact["entry_id"][:8], "--reason", "moved")
+    assert r.code == 0 and "forgot" in r.out
+    assert holon(home, "memory", "inspect", "ada", "--json").json()[0]["entry"]["kind"] == "preference"
+    assert len(holon(home, "memory", "inspect", "--status", "all", "--json").json()) == 2
