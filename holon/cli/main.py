@@ -22,6 +22,7 @@ from holon.cli import (
     memory_cmd,
     proposals_cmd,
     run_cmd,
+    trace_cmd,
 )
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit
 from holon.errors import HolonError
@@ -48,6 +49,7 @@ app.add_typer(context_cmd.context_app, name="context")
 app.add_typer(memory_cmd.app, name="memory")
 app.add_typer(daemon_cmd.app, name="daemon")
 app.add_typer(proposals_cmd.app, name="proposals")
+app.add_typer(trace_cmd.app, name="trace")
 app.command("serve")(daemon_cmd.serve)
 app.command("run")(run_cmd.run)
 app.command("chat")(chat_cmd.chat)

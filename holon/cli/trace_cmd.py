@@ -1,0 +1,100 @@
+"""``holon trace export|stats``: the ledger as OpenTelemetry/OpenInference traces (RFC 0007)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
+
+app = typer.Typer(help="Export the ledger as traces (HALO JSONL, OTLP JSON) and summarize it.", no_args_is_help=True)
+
+AgentOpt = Annotated[str | None, typer.Option("--agent", help="Only this agent (name or id).")]
+SinceOpt = Annotated[str | None, typer.Option("--since", help="Turns started at or after this ISO time.")]
+UntilOpt = Annotated[str | None, typer.Option("--until", help="Turns started before this ISO time.")]
+
+
+def trace_filter(store: Any, agent: str | None, since: str | None, until: str | None) -> Any:
+    from holon.clock import parse_us
+    from holon.errors import UsageError
+    from holon.trace.spans import TraceFilter
+
+    def when(value: str | None, name: str) -> int | None:
+        if value is None:
+            return None
+        try:
+            return parse_us(value)
+        except (ValueError, OverflowError) as e:
+            raise UsageError(f"--{name} is not an ISO 8601 time: {value!r}") from e
+
+    return TraceFilter(store.agent(agent).agent_id if agent else None, when(since, "since"), when(until, "until"))
+
+
+@app.command("export")
+def export(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option("--out", help="The file to write (replaced atomically).")],
+    fmt: Annotated[str, typer.Option("--format", help="halo-jsonl or otlp-json.")] = "halo-jsonl",
+    agent: AgentOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    by: Annotated[str, typer.Option("--by", help="A trace per turn or per sealed episode.")] = "turn",
+    project: Annotated[str, typer.Option("--project", help="inference.project_id of every span.")] = "holon",
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write the ledger's turns as spans: AGENT root, LLM, TOOL and CHAIN children, deterministic ids."""
+    from holon.errors import UsageError
+    from holon.trace.export import export_traces
+
+    if fmt not in ("halo-jsonl", "otlp-json"):
+        raise UsageError(f"--format must be halo-jsonl or otlp-json, not {fmt!r}")
+    if by not in ("turn", "episode"):
+        raise UsageError(f"--by must be turn or episode, not {by!r}")
+    c = ctx_of(ctx, home, json_out)
+    with open_store(c) as store:
+        counts = export_traces(store, out, fmt=fmt, flt=trace_filter(store, agent, since, until), by=by,  # type: ignore[arg-type]
+                               project=project)  # fmt: skip
+    emit(
+        c,
+        {**counts, "out": str(out), "format": fmt},
+        f"wrote {counts['traces']} traces ({counts['spans']} spans) to {out}",
+    )
+
+
+@app.command("stats")
+def stats(
+    ctx: typer.Context,
+    agent: AgentOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Per agent: turns, outcomes, model latency and token percentiles, cost; slowest tools; errors."""
+    from holon.trace.export import trace_stats
+
+    c = ctx_of(ctx, home, json_out)
+    with open_store(c) as store:
+        result = trace_stats(store, trace_filter(store, agent, since, until))
+    emit(c, result, _human(result))
+
+
+def _human(r: dict[str, Any]) -> str:
+    lines = [f"{r['turns']} turns"]
+    for name, a in r["agents"].items():
+        outcomes = ", ".join(f"{k} {v}" for k, v in a["outcomes"].items())
+        lines.append(
+            f"  {name}: {a['turns']} turns ({outcomes}); model p50 {a['model_latency_ms']['p50']} ms, "
+            f"p95 {a['model_latency_ms']['p95']} ms; tokens/turn p50 {a['tokens_per_turn']['p50']}, "
+            f"p95 {a['tokens_per_turn']['p95']}; cost ${a['cost_usd']:.4f}; tool errors {a['tool_errors']}/{a['tool_calls']}"
+        )
+    if r["slowest_tools"]:
+        lines.append("slowest tools:")
+        lines += [f"  {t['duration_ms']:>9.1f} ms  {t['tool']}  (turn {t['turn_id']})" for t in r["slowest_tools"]]
+    if r["errors"]:
+        lines.append("errors:")
+        lines += [f"  {e['count']:>4} x {e['source']}: {e['error']}" for e in r["errors"]]
+    return "\n".join(lines)

@@ -1,0 +1,117 @@
+"""``holon trace export`` and ``holon trace stats``: the ledger read as a trace store (RFC 0007)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+from holon.projections import Store
+from holon.trace.formats import halo_jsonl, otlp_request
+from holon.trace.spans import TraceFilter, TraceReader, spans_of
+
+__all__ = ["Format", "error_key", "export_traces", "trace_stats"]
+
+Format = Literal["halo-jsonl", "otlp-json"]
+
+
+def export_traces(
+    store: Store, out: Path, *, fmt: Format, flt: TraceFilter | None = None, by: str = "turn",
+    project: str = "holon", service: str = "holon",
+) -> dict[str, int]:  # fmt: skip
+    """Write every trace of ``flt`` to ``out`` (atomically); returns counts of traces and spans."""
+    reader = TraceReader(store, flt)
+    tmp = out.with_name(out.name + ".tmp")
+    traces = spans_n = 0
+    with tmp.open("w", encoding="utf-8") as fh:
+        for spans in spans_of(reader, project=project, by=by):
+            traces += 1
+            spans_n += len(spans)
+            if fmt == "halo-jsonl":
+                for line in halo_jsonl(spans, service=service):
+                    fh.write(line + "\n")
+            else:
+                fh.write(json.dumps(otlp_request(spans, service=service), sort_keys=True, separators=(",", ":")) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(out)
+    return {"traces": traces, "spans": spans_n}
+
+
+_NOISE = re.compile(r"0x[0-9a-f]+|\d+(?:\.\d+)?|'[^']*'|\"[^\"]*\"|(?:/[\w.\-]+)+", re.I)
+
+
+def error_key(message: str) -> str:
+    """An error message with numbers, quotes and paths folded, for grouping."""
+    first = next((ln for ln in message.splitlines() if ln.strip()), "")
+    return " ".join(_NOISE.sub("_", first).split())[:160]
+
+
+def _pct(values: list[float], q: int) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return round(values[0], 3)
+    return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], 3)
+
+
+def trace_stats(store: Store, flt: TraceFilter | None = None, *, top: int = 10) -> dict[str, Any]:
+    """Per agent: turns, outcomes, model latency and tokens (p50/p95), cost; slowest tools; error taxonomy."""
+    reader = TraceReader(store, flt)
+    per: dict[str, dict[str, Any]] = {}
+    tools: list[tuple[float, str, str, str]] = []
+    errors: Counter[tuple[str, str]] = Counter()
+    samples: dict[tuple[str, str], str] = {}
+    for spans in spans_of(reader, project="stats"):
+        root = spans[0]
+        name = str(root.attributes["inference.agent_name"])
+        a = per.setdefault(name, {"agent_id": root.attributes["inference.agent_id"], "turns": 0, "outcomes": Counter(),
+                                  "latency": [], "tokens": [], "cost_usd": 0.0, "tool_calls": 0, "tool_errors": 0})  # fmt: skip
+        a["turns"] += 1
+        a["outcomes"][root.attributes["holon.outcome"]] += 1
+        a["tokens"].append(int(root.attributes["llm.token_count.total"]))
+        for s in spans[1:]:
+            if s.kind == "LLM":
+                a["latency"].append((s.end_ns - s.start_ns) / 1e6)
+                a["cost_usd"] += float(s.attributes.get("llm.cost_usd", 0.0))
+                if s.status == "ERROR":
+                    _count(errors, samples, "model", s.status_message)
+            elif s.kind == "TOOL":
+                a["tool_calls"] += 1
+                dur = float(s.attributes.get("holon.tool.duration_ms", (s.end_ns - s.start_ns) / 1e6))
+                tools.append((dur, str(s.attributes["tool.name"]), root.attributes["holon.turn_id"], s.span_id))
+                if s.status == "ERROR":
+                    a["tool_errors"] += 1
+                    _count(errors, samples, str(s.attributes["tool.name"]), str(s.attributes.get("output.value", "")))
+        if root.status == "ERROR":
+            _count(errors, samples, "turn", root.status_message)
+    agents = {
+        name: {
+            "agent_id": a["agent_id"], "turns": a["turns"], "outcomes": dict(sorted(a["outcomes"].items())),
+            "model_calls": len(a["latency"]),
+            "model_latency_ms": {"p50": _pct(a["latency"], 50), "p95": _pct(a["latency"], 95)},
+            "tokens_per_turn": {"p50": _pct(a["tokens"], 50), "p95": _pct(a["tokens"], 95), "total": sum(a["tokens"])},
+            "cost_usd": round(a["cost_usd"], 6), "tool_calls": a["tool_calls"], "tool_errors": a["tool_errors"],
+        }
+        for name, a in sorted(per.items())
+    }  # fmt: skip
+    tools.sort(key=lambda t: (-t[0], t[3]))
+    return {
+        "agents": agents,
+        "turns": sum(a["turns"] for a in agents.values()),
+        "slowest_tools": [{"tool": t, "duration_ms": round(d, 3), "turn_id": turn, "span_id": sid} for d, t, turn, sid in tools[:top]],
+        "errors": [
+            {"source": src, "error": key, "count": n, "example": samples[(src, key)]}
+            for (src, key), n in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0]))
+        ],
+    }  # fmt: skip
+
+
+def _count(errors: Counter[tuple[str, str]], samples: dict[tuple[str, str], str], source: str, message: str) -> None:
+    key = (source, error_key(message) or "(no message)")
+    errors[key] += 1
+    samples.setdefault(key, message[:300])
