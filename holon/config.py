@@ -126,6 +126,19 @@ class EvolveSettings(_Section):
     """Pending proposals shown to the turn, marked unconfirmed."""
 
 
+class TraceSettings(_Section):
+    """Trace export (RFC 0007): live OTLP/HTTP push of each settled turn's spans."""
+
+    otlp_endpoint: str = ""
+    """Where to push spans, e.g. ``http://127.0.0.1:4318/v1/traces``; empty: no live export."""
+    otlp_headers_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    """Name of the environment variable holding ``key=value,...`` headers (API keys stay there)."""
+    service_name: str = "holon"
+    project: str = "holon"
+    """``inference.project_id`` of every span."""
+    timeout_s: float = Field(5.0, gt=0, le=60)
+
+
 class LoggingSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     console: Literal["auto", "pretty", "json", "off"] = "auto"
@@ -178,6 +191,7 @@ class Settings(BaseSettings):
     context: ContextSettings = ContextSettings()
     memory: MemorySettings = MemorySettings()
     evolve: EvolveSettings = EvolveSettings()
+    trace: TraceSettings = TraceSettings()
     logging: LoggingSettings = LoggingSettings()
     api: ApiSettings = ApiSettings()
     daemon: DaemonSettings = DaemonSettings()

@@ -128,6 +128,11 @@ class Daemon:
                 extractor = model_extractor(self._model_call, store.settings.evolve.min_confidence)
             self.evolver = Evolver(store, clock=self.clock, model_extractor=extractor)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.tracer: Any = None
+        if store.settings.trace.otlp_endpoint:
+            from holon.trace.live import LiveExporter
+
+            self.tracer = LiveExporter(store, store.settings.trace)
         self.evolve_error: str | None = None
         self.poll_s = poll_s
         self.pid = os.getpid()
@@ -198,6 +203,8 @@ class Daemon:
                 await task
         self._publish_new()
         await self.host.close()
+        if self.tracer is not None:
+            await asyncio.to_thread(self.tracer.close)
         if self._owned_resolver is not None:
             self._owned_resolver.close()
         log.info("daemon.stopped", head=self.store.ledger.head())
@@ -526,6 +533,8 @@ class Daemon:
 
     def _settled(self, agent_id: str, result: TurnResult) -> None:
         self._turn_of[agent_id] = None
+        if self.tracer is not None:
+            self.tracer.turn_settled(agent_id, result.turn_id)
         agent = self.store.agent(agent_id)
         if agent.settings.get("background"):
             self.budgets.record(agent_id, result.usage.total_tokens, result.cost_usd)
