@@ -14,8 +14,10 @@ process drives the agents through the HTTP API like operators would.
 * **Idle RSS.** A home with ``idle_agents`` registered agents, the daemon started and left alone
   for two seconds: its resident set (``VmRSS``).
 * **Restart.** Homes whose ledgers hold about 10,000 and 1,000,000 events (realistic turns of 100
-  agents, from ``holon.bench.workload``): time from spawning ``holon serve`` to the first healthy
-  ``GET /v1/health``, so process start and imports are included. ``restart_growth`` is the ratio.
+  agents, from ``holon.bench.workload``), brought to a steady state by one daemon run (recovery of
+  the stream's unfinished turns and tasks, agents answered by a model that replies at once): time
+  from spawning ``holon serve`` to the first healthy ``GET /v1/health``, so process start and
+  imports are included; median of three after a warm-up start. ``restart_growth`` is the ratio.
 """
 
 from __future__ import annotations
@@ -215,10 +217,32 @@ def _fill(paths: HomePaths, events: int) -> int:
         return store.ledger.head()
 
 
-def _restart(root: Path, events: int, name: str, runs: int = 3) -> tuple[float, int]:
+def _settle(paths: HomePaths, url_of_model: str) -> None:
+    """Bring a filled home to the state a daemon leaves behind: the generated stream ends mid-turn
+    with tasks running, so one daemon run recovers them and lets the agents answer (on a model that
+    replies at once), then stops. The measured restarts start from that steady state."""
+    from holon.runtime.agents import configure_agent
+
+    with Store.open(paths, load_settings(paths), clock=SystemClock()) as store:
+        for agent in store.agents():
+            configure_agent(store, agent.agent_id, {"model": "openai/fake", "api_base": url_of_model}, unset=[])
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with _process(_serve(paths, port), env=_env()) as (daemon, _), httpx.Client(base_url=url, timeout=10) as client:
+        _wait_healthy(url, daemon)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            agents = client.get("/v1/status").json()["agents"]
+            if all(a["state"] in ("idle", "asleep", "waiting") and "queued" not in a["detail"] for a in agents):
+                break
+            time.sleep(0.5)
+
+
+def _restart(root: Path, events: int, name: str, model_url: str, runs: int = 3) -> tuple[float, int]:
     """Median seconds from spawning the daemon to healthy, over ``runs`` starts (the first warms caches)."""
     paths = HomePaths(root / name)
     size = _fill(paths, events)
+    _settle(paths, model_url)
     times = []
     for _ in range(runs + 1):
         port = free_port()
@@ -243,8 +267,12 @@ def run_daemon_bench(
         out.update(_throughput(root, agents, turns, latency_ms))
         out["idle_agents"] = idle_agents
         out["idle_rss_mb_1000_agents"] = round(_idle_rss(root, idle_agents), 1)
-        small, small_n = _restart(root, events_small, "small")
-        large, large_n = _restart(root, events_large, "large")
+        script = root / "instant.json"
+        script.write_text("[]")  # an exhausted script answers every call at once
+        fake_argv = [sys.executable, "-m", "holon.testing.fake_llm", "--script", str(script)]
+        with _process(fake_argv, env=_env(), first_line=True) as (_fake, model_url):
+            small, small_n = _restart(root, events_small, "small", model_url)
+            large, large_n = _restart(root, events_large, "large", model_url)
     out.update(
         restart_s_10k=round(small, 3),
         restart_s_1m=round(large, 3),

@@ -128,6 +128,7 @@ class Daemon:
                 extractor = model_extractor(self._model_call, store.settings.evolve.min_confidence)
             self.evolver = Evolver(store, clock=self.clock, model_extractor=extractor)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._warm: asyncio.Task[Any] | None = None
         self.tracer: Any = None
         if store.settings.trace.otlp_endpoint:
             from holon.trace.live import LiveExporter
@@ -156,11 +157,12 @@ class Daemon:
         report = self.host.start()
         self._loop = asyncio.get_running_loop()
         if self._owned_resolver is not None:
-            # Import litellm now, off the loop: imported by the first turn it would stall every
-            # agent and timer for seconds.
+            # Import litellm off the loop, in the background: imported by the first turn it would
+            # stall every agent and timer for seconds, and awaited here it would keep the API
+            # (health, status, inputs) closed for as long. Turns wait for it (``_schedule_dirty``).
             from holon.runtime.providers.litellm_provider import known_context_window
 
-            await asyncio.to_thread(known_context_window, "gpt-4o-mini")
+            self._warm = asyncio.create_task(asyncio.to_thread(known_context_window, "gpt-4o-mini"))
         self.started_us = self.clock.now_us()
         self._seen = self.store.ledger.head()
         self._dirty.update(a.agent_id for a in self.store.agents() if a.pending_inputs)
@@ -196,6 +198,9 @@ class Daemon:
             for agent in self.store.agents():
                 if agent.current_turn_id is not None:
                     settle_unfinished_turn(self.store, agent, reason="holon shut down before the turn finished")
+        if self._warm is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._warm
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -385,6 +390,8 @@ class Daemon:
         self._kick.set()
 
     def _schedule_dirty(self) -> None:
+        if self._warm is not None and not self._warm.done():
+            return  # the model library is still loading; the watcher comes back in poll_s
         for agent_id in list(self._dirty):
             if self.host.is_running(agent_id):
                 continue  # looked at again once the run ends
