@@ -19,6 +19,7 @@ from holon.cli import (
     context_cmd,
     daemon_cmd,
     ledger_cmd,
+    mcp_cmd,
     memory_cmd,
     proposals_cmd,
     run_cmd,
@@ -50,6 +51,7 @@ app.add_typer(memory_cmd.app, name="memory")
 app.add_typer(daemon_cmd.app, name="daemon")
 app.add_typer(proposals_cmd.app, name="proposals")
 app.add_typer(trace_cmd.app, name="trace")
+app.command("mcp")(mcp_cmd.mcp)
 app.command("serve")(daemon_cmd.serve)
 app.command("run")(run_cmd.run)
 app.command("chat")(chat_cmd.chat)
