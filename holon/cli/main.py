@@ -18,6 +18,7 @@ from holon.cli import (
     chat_cmd,
     context_cmd,
     daemon_cmd,
+    diagnose_cmd,
     ledger_cmd,
     mcp_cmd,
     memory_cmd,
@@ -52,6 +53,7 @@ app.add_typer(daemon_cmd.app, name="daemon")
 app.add_typer(proposals_cmd.app, name="proposals")
 app.add_typer(trace_cmd.app, name="trace")
 app.command("mcp")(mcp_cmd.mcp)
+app.command("diagnose")(diagnose_cmd.diagnose)
 app.command("serve")(daemon_cmd.serve)
 app.command("run")(run_cmd.run)
 app.command("chat")(chat_cmd.chat)

@@ -373,8 +373,8 @@ class Daemon:
             agent = self.store.agent(agent_id)
         except NotFoundError:
             return False
-        if agent.settings.get("paused"):
-            return False
+        if agent.settings.get("paused") or agent.settings.get("diagnostic"):
+            return False  # a diagnostic agent runs only under `holon diagnose`, with its own tools
         reason = self.budgets.exhausted(agent)
         if reason is not None:
             if agent.pending_inputs:
