@@ -266,7 +266,7 @@ class Chat:
                     body = (current.get("entry") or {}).get("text") or (current.get("skill") or {}).get("body", "")
                     text = self._edit(body)
                     if text is None:
-                        self.console.print(Text("not accepted (empty text)", "dim"))
+                        self.console.print(Text("not accepted (cancelled or empty text)", "dim"))
                         return
                 decision = c.accept(action.ref, text)
                 where = decision.get("entry_id") or decision.get("skill_path") or ""
@@ -276,10 +276,17 @@ class Chat:
                 self.console.print(Text(f"dismissed {decision['proposal']['proposal_id']}", "dim"))
 
     def _edit(self, current: str) -> str | None:
-        """The operator's edit of ``current`` (prefilled at a prompt); ``None`` when left empty."""
-        session: PromptSession[str] = PromptSession()
-        with patch_stdout(raw=True):
-            edited = session.prompt("edit> ", default=current)
+        """The operator's edit of ``current`` (prefilled at a prompt); ``None`` when emptied or
+        cancelled (Ctrl-C, Ctrl-D). A multi-line text (a skill) is edited multi-line: Esc Enter ends it."""
+        multiline = "\n" in current
+        if multiline:
+            self.console.print(Text("edit the text; Esc then Enter accepts it, Ctrl-C cancels", "dim"))
+        session: PromptSession[str] = PromptSession(multiline=multiline)
+        try:
+            with patch_stdout(raw=True):
+                edited = session.prompt("edit> ", default=current)
+        except (KeyboardInterrupt, EOFError):
+            return None
         return edited.strip() or None
 
     def _help(self) -> None:
