@@ -14,7 +14,7 @@ import httpx
 import pytest
 from helpers.api_server import ApiServer, api_server
 from helpers.evolve import run_turns
-from helpers.turn_cli import holon, open_store, quick_home
+from helpers.turn_cli import cli_env, holon, open_store, quick_home
 from rich.console import Console
 
 from holon.clock import FakeClock
@@ -133,11 +133,26 @@ def test_cli_inspect_export_forget_and_proposals(tmp_path: Path) -> None:
     assert holon(home, "memory", "inspect", "bob", "--json").json() == []  # not bob's to recall
     assert holon(home, "memory", "inspect", "--scope", "nowhere").code == 2
 
+    table = holon(home, "memory", "inspect", "ada", env=cli_env(COLUMNS="200"))
+    assert table.code == 0, table
+    for shown in ("scope", "observed", "verified", "The cache is redis.", "workspace", "stale", "active"):
+        assert shown in table.out, table.out
+
     listed = holon(home, "proposals", "--json").json()
     assert {p["entry"]["kind"] for p in listed} == {"preference", "identity"}
+    assert holon(home, "proposals", "list", "--agent", "ada", "--json").json() == listed
+    assert holon(home, "proposals", "list", "--agent", "bob", "--json").json() == []
     pref = next(p["proposal_id"] for p in listed if p["entry"]["kind"] == "preference")
     ident = next(p["proposal_id"] for p in listed if p["entry"]["kind"] == "identity")
-    assert "accepted" in holon(home, "proposals", "accept", pref).out
+    assert "My name is Ada." in holon(home, "proposals", "show", ident[:6]).out
+    assert holon(home, "proposals", "accept", pref, "--edit", "--text", "x").code == 2
+
+    # --edit runs $EDITOR on the text, as git commit does; the edited text is what becomes durable.
+    editor = tmp_path / "editor.sh"
+    editor.write_text("#!/bin/sh\nsed -i 's/the linter/ruff/' \"$1\"\n", encoding="utf-8")
+    editor.chmod(0o755)
+    r = holon(home, "proposals", "accept", pref, "--edit", env=cli_env(EDITOR=str(editor), VISUAL=str(editor)))
+    assert r.code == 0 and "accepted" in r.out, r
     assert "dismissed" in holon(home, "proposals", "dismiss", ident, "--reason", "no").out
     assert holon(home, "proposals", "accept", ident).code == 4  # a conflict: decided already
 
@@ -150,5 +165,7 @@ def test_cli_inspect_export_forget_and_proposals(tmp_path: Path) -> None:
 
     r = holon(home, "memory", "forget", fact["entry_id"][:8], "--reason", "moved")
     assert r.code == 0 and "forgot" in r.out
-    assert holon(home, "memory", "inspect", "ada", "--json").json()[0]["entry"]["kind"] == "preference"
+    [left] = holon(home, "memory", "inspect", "ada", "--json").json()
+    assert (left["entry"]["kind"], left["entry"]["text"]) == ("preference", "Always run ruff before committing.")
+    assert left["source"] == "proposal" and left["proposal_id"] == pref
     assert len(holon(home, "memory", "inspect", "--status", "all", "--json").json()) == 2

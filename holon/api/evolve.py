@@ -1,11 +1,15 @@
 """``/v1/proposals`` and durable memory (RFC 0006): the operator's review, over HTTP.
 
 Accept, dismiss and forget go through ``holon.evolve.review`` (the same functions as the CLI and
-the REPL), with origin ``operator:api``. Ids may be unique prefixes.
+the REPL), with origin ``operator:api``. Ids may be unique prefixes. They run in a worker thread:
+besides the append they rewrite markdown views (an operator-scope entry is shown in every agent's
+home), and the daemon's loop must keep running turns meanwhile. Reads stay on the loop, like the
+other routers' projection reads.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
@@ -75,12 +79,14 @@ def evolve_router(port: DaemonPort) -> APIRouter:
 
     @r.post("/proposals/{proposal_id}/accept", response_model=Decision)
     async def accept(proposal_id: str, body: AcceptIn | None = None) -> Decision:
-        d = review.accept(store, _ref(proposal_id), text=body.text if body else None, origin="operator:api")
+        text = body.text if body else None
+        d = await asyncio.to_thread(review.accept, store, _ref(proposal_id), text=text, origin="operator:api")
         return Decision(proposal=d.proposal, outcome=d.outcome, entry_id=d.entry_id, skill_path=d.skill_path)
 
     @r.post("/proposals/{proposal_id}/dismiss", response_model=Decision)
     async def dismiss(proposal_id: str, body: DismissIn | None = None) -> Decision:
-        d = review.dismiss(store, _ref(proposal_id), reason=body.reason if body else "", origin="operator:api")
+        reason = body.reason if body else ""
+        d = await asyncio.to_thread(review.dismiss, store, _ref(proposal_id), reason=reason, origin="operator:api")
         return Decision(proposal=d.proposal, outcome=d.outcome)
 
     @r.get("/agents/{agent}/memory/durable", response_model=list[DurableOut])
@@ -99,7 +105,8 @@ def evolve_router(port: DaemonPort) -> APIRouter:
 
     @r.post("/memory/durable/{entry_id}/forget", response_model=DurableOut)
     async def forget(entry_id: str, body: DismissIn | None = None) -> DurableOut:
-        s = review.forget(store, _ref(entry_id), reason=body.reason if body else "", origin="operator:api")
+        reason = body.reason if body else ""
+        s = await asyncio.to_thread(review.forget, store, _ref(entry_id), reason=reason, origin="operator:api")
         return durable_out(s, _now())
 
     return r

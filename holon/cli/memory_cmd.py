@@ -1,4 +1,5 @@
-"""``holon memory ...``: search and read an agent's memory as that agent would (``search``, ``get``).
+"""``holon memory ...``: search and read an agent's memory as that agent would (``search``, ``get``),
+and review durable memory (``inspect``, ``export``, ``forget``; RFC 0006).
 
 Each command opens the home, looks the agent up and calls the same function its tool calls, so
 what the operator sees is exactly what the agent would get.
@@ -13,7 +14,8 @@ import typer
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
 
 app = typer.Typer(
-    help="Search and read an agent's memory: conversations, curated files, events, episodes, work items, tasks.",
+    help="Search and read an agent's memory (conversations, curated files, events, episodes, work items, tasks); "
+    "inspect, export and forget durable memory.",
     no_args_is_help=True,
 )
 
@@ -127,17 +129,23 @@ def _entry_json(s: object, now_us: int) -> dict[str, object]:
     return {**s.model_dump(mode="json"), "stale": is_stale(s, now_us), "stale_at_us": stale_at_us(s)}
 
 
-def _entry_line(s: object, now_us: int) -> str:
-    from holon.clock import format_us
-    from holon.projections.durable import DurableState, is_stale
+def _entries_table(found: list[object], now_us: int) -> object:
+    """A rich table: one row per entry, with its freshness on the system clock."""
+    from rich.table import Table
 
-    assert isinstance(s, DurableState)
-    e = s.entry
-    fresh = "STALE" if is_stale(s, now_us) else "fresh"
-    return (
-        f"{s.entry_id}  [{e.scope}/{e.kind}] {s.status}, {fresh}; observed {format_us(e.observed_us)[:10]}, "
-        f"verified {format_us(s.verified_us)[:10]}\n    {e.text.splitlines()[0]}"
-    )
+    from holon.clock import format_us
+    from holon.projections.durable import DurableState, is_stale, stale_at_us
+
+    table = Table(show_edge=False, header_style="bold", expand=False)
+    for col in ("id", "scope", "kind", "text", "observed", "verified", "fresh", "status"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("id", "observed", "verified"))
+    for s in found:
+        assert isinstance(s, DurableState)
+        e, at = s.entry, stale_at_us(s)
+        fresh = "stale" if is_stale(s, now_us) else ("fresh" if at is None else f"until {format_us(at)[:10]}")
+        table.add_row(s.entry_id, e.scope, e.kind, e.text, format_us(e.observed_us)[:10],
+                      format_us(s.verified_us)[:10], fresh, s.status)  # fmt: skip
+    return table
 
 
 @app.command("inspect")
@@ -164,8 +172,12 @@ def inspect_(
     with open_store(c) as store:
         owners = owners_for(store.agent(agent)) if agent else None
         found = list_entries(store, scope=scope, status=None if status == "all" else status, owners=owners)
-    human = "\n".join(_entry_line(s, now) for s in found) or "no durable memory entries"
-    emit(c, [_entry_json(s, now) for s in found], human)
+    if c.json or not found:
+        emit(c, [_entry_json(s, now) for s in found], "no durable memory entries")
+        return
+    from rich.console import Console
+
+    Console(soft_wrap=False).print(_entries_table(list(found), now))
 
 
 @app.command("export")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
+from holon.cli.common import Ctx, HomeOpt, JsonOpt, ctx_of, emit, open_store
+
+if TYPE_CHECKING:
+    from holon.projections.durable import ProposalState
 
 app = typer.Typer(help="Review proposals: durable preferences, identity facts and skills wait for your consent.")
 
@@ -17,25 +20,39 @@ def _line(p: Any) -> str:
     return f"{p.proposal_id}  [{kind}] {p.status}: {text}"
 
 
-@app.callback(invoke_without_command=True)
-def list_(
-    ctx: typer.Context,
-    status: Annotated[str, typer.Option("--status", help="pending, accepted, dismissed or all.")] = "pending",
-    home: HomeOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """List proposals (pending by default)."""
-    if ctx.invoked_subcommand is not None:
-        return
+StatusOpt = Annotated[str, typer.Option("--status", help="pending, accepted, dismissed or all.")]
+AgentOpt = Annotated[str | None, typer.Option("--agent", help="Only this agent's proposals.")]
+
+
+def _list(c: Ctx, status: str, agent: str | None) -> None:
     from holon.errors import UsageError
     from holon.evolve.review import list_proposals
 
     if status not in ("pending", "accepted", "dismissed", "all"):
         raise UsageError(f"--status must be pending, accepted, dismissed or all, not {status!r}")
-    c = ctx_of(ctx, home, json_out)
     with open_store(c) as store:
-        found = list_proposals(store, status=None if status == "all" else status)
+        agent_id = store.agent(agent).agent_id if agent else None
+        found = list_proposals(store, status=None if status == "all" else status, agent_id=agent_id)
     emit(c, [p.model_dump(mode="json") for p in found], "\n".join(_line(p) for p in found) or "no proposals")
+
+
+@app.callback(invoke_without_command=True)
+def default(
+    ctx: typer.Context, status: StatusOpt = "pending", agent: AgentOpt = None, home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:  # fmt: skip
+    """``holon proposals`` alone lists the pending ones."""
+    if ctx.invoked_subcommand is None:
+        _list(ctx_of(ctx, home, json_out), status, agent)
+
+
+@app.command("list")
+def list_(
+    ctx: typer.Context, status: StatusOpt = "pending", agent: AgentOpt = None, home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:  # fmt: skip
+    """List proposals (pending by default)."""
+    _list(ctx_of(ctx, home, json_out), status, agent)
 
 
 @app.command("show")
@@ -54,6 +71,25 @@ def show(
     emit(c, p.model_dump(mode="json"), _line(p) + (f"\n{body}" if body else "") + f"\nwhy: {p.reason}")
 
 
+def _edit(p: ProposalState) -> str | None:
+    """The proposal's text as edited in $VISUAL/$EDITOR (as ``git commit`` does).
+
+    ``None`` when the editor quits without saving: the text is accepted as shown. An emptied text
+    cancels the acceptance.
+    """
+    import click  # typer's own dependency; typer does not re-export its editor helper
+
+    from holon.errors import UsageError
+
+    current = p.entry.text if p.entry is not None else (p.skill.body if p.skill is not None else "")
+    edited = click.edit(current + "\n", extension=".md")
+    if edited is None:
+        return None
+    if not edited.strip():
+        raise UsageError(f"not accepted: the edited text of {p.proposal_id} is empty")
+    return edited.strip()
+
+
 @app.command("accept")
 def accept(
     ctx: typer.Context,
@@ -64,16 +100,18 @@ def accept(
     json_out: JsonOpt = False,
 ) -> None:
     """Accept a proposal: a memory entry becomes durable, a skill moves into the agent's skills/."""
+    from holon.errors import UsageError
     from holon.evolve.review import accept as accept_
     from holon.evolve.review import find_proposal
 
+    if edit and text is not None:
+        raise UsageError("give --text or --edit, not both")
     c = ctx_of(ctx, home, json_out)
+    if edit:
+        with open_store(c) as store:  # not held open while the editor runs
+            shown = find_proposal(store, proposal_id)
+        text = _edit(shown)
     with open_store(c) as store:
-        if edit and text is None:
-            p = find_proposal(store, proposal_id)
-            current = p.entry.text if p.entry is not None else (p.skill.body if p.skill is not None else "")
-            edited = typer.edit(current)
-            text = edited.strip() if edited is not None else None
         d = accept_(store, proposal_id, text=text, origin="operator:cli")
     where = d.entry_id or d.skill_path or ""
     emit(c, {"proposal": d.proposal.model_dump(mode="json"), "entry_id": d.entry_id, "skill_path": d.skill_path},
