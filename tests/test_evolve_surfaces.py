@@ -7,25 +7,35 @@ over real HTTP; the REPL's commands run through its own handler against that dae
 from __future__ import annotations
 
 import json
+import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import httpx
+import pexpect
 import pytest
 from helpers.api_server import ApiServer, api_server
+from helpers.daemon import fake_home
 from helpers.evolve import run_turns
-from helpers.turn_cli import cli_env, holon, open_store, quick_home
+from helpers.turn_cli import cli_env, holon, holon_argv, open_store, quick_home
 from rich.console import Console
 
+from holon.api.server import free_port
 from holon.clock import FakeClock
 from holon.config import load_settings, resolve_home
 from holon.evolve import review
 from holon.evolve.worker import Evolver
+from holon.ledger import NewEvent
+from holon.ledger import events as ev
+from holon.ledger.events import DurableEntry
 from holon.projections import Store
 from holon.repl.app import Chat
 from holon.repl.client import ApiClient
 from holon.repl.commands import completions, parse_line, parse_proposals
 from holon.runtime.agents import create_agent
+from holon.testing.fake_llm import FakeLLM
 
 STATEMENTS = "Always run the linter before committing. My name is Ada. Remember that the cache is redis."
 
@@ -169,3 +179,60 @@ def test_cli_inspect_export_forget_and_proposals(tmp_path: Path) -> None:
     assert (left["entry"]["kind"], left["entry"]["text"]) == ("preference", "Always run ruff before committing.")
     assert left["source"] == "proposal" and left["proposal_id"] == pref
     assert len(holon(home, "memory", "inspect", "--status", "all", "--json").json()) == 2
+
+
+def _propose(home: Path, agent: str, proposal_id: str, kind: Literal["preference", "identity"], text: str) -> None:
+    """A pending operator-scope proposal, appended as evolve would append it."""
+    with open_store(home) as store:
+        agent_id = store.agent(agent).agent_id
+        now = store.ledger.clock.now_us()
+        entry = DurableEntry(
+            scope="operator", kind=kind, subject=f"{kind}:{proposal_id}", text=text, owner="operator", evidence=[1],
+            observed_us=now,
+        )  # fmt: skip
+        created = ev.ProposalCreated(
+            proposal_id=proposal_id, kind="memory", entry=entry, reason="stated by the operator"
+        )
+        store.append(NewEvent(agent_id, created, origin="evolve:test"))
+
+
+@pytest.mark.timeout(90)
+def test_proposals_in_a_pty(tmp_path: Path) -> None:
+    """``holon chat`` in a real terminal: accept with an edit prefilled at the prompt, then dismiss."""
+    with FakeLLM(lambda body: {"content": "ok"}) as fake:
+        home = fake_home(tmp_path, fake, "alice")
+        _propose(home, "alice", "prop-pref-1", "preference", "Always answer in French.")
+        _propose(home, "alice", "prop-ident-1", "identity", "My name is Zed.")
+        env = cli_env(HOLON_API_PORT=str(free_port()), PROMPT_TOOLKIT_NO_CPR="1")
+        argv = holon_argv("--home", home, "chat")
+        child = pexpect.spawn(argv[0], argv[1:], env=env, encoding="utf-8", timeout=30, dimensions=(40, 160))
+        child.logfile_read = sys.stdout  # shown by pytest when the test fails
+        try:
+            child.expect("alice>")
+            assert holon(home, "memory", "inspect", "alice", "--json").json() == []  # not durable yet
+            child.sendline("/proposals")
+            child.expect("Always answer in French.")
+            child.expect("alice>")
+            child.sendline("/proposals accept prop-pref --edit")
+            child.expect("edit>")
+            child.expect(re.escape("Always answer in French."))  # the current text, ready to edit
+            child.send("\x08" * len("French.") + "English.\r")  # Backspace over the last word
+            child.expect(r"accepted prop-pref-1 -> mem-")
+            child.expect("alice>")
+            child.sendline("/proposals dismiss prop-ident-1 not my name")
+            child.expect("dismissed prop-ident-1")
+            child.expect("alice>")
+            child.sendline("/proposals")
+            child.expect("no proposals wait for you")
+            child.expect("alice>")
+            child.sendline("/quit")
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+            stopped = holon(home, "daemon", "stop")
+        assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
+        assert stopped.code == 0, stopped
+    [entry] = holon(home, "memory", "inspect", "alice", "--json").json()
+    assert entry["entry"]["text"] == "Always answer in English." and entry["proposal_id"] == "prop-pref-1"
+    decided = {p["proposal_id"]: p["status"] for p in holon(home, "proposals", "--status", "all", "--json").json()}
+    assert decided == {"prop-pref-1": "accepted", "prop-ident-1": "dismissed"}
