@@ -236,3 +236,47 @@ def test_proposals_in_a_pty(tmp_path: Path) -> None:
     assert entry["entry"]["text"] == "Always answer in English." and entry["proposal_id"] == "prop-pref-1"
     decided = {p["proposal_id"]: p["status"] for p in holon(home, "proposals", "--status", "all", "--json").json()}
     assert decided == {"prop-pref-1": "accepted", "prop-ident-1": "dismissed"}
+
+
+def test_hostile_requests_get_4xx(server: ApiServer) -> None:
+    """Ids of 10 KB, unicode, control characters, ambiguous prefixes, odd bodies: a 4xx, never a 5xx."""
+    huge, odd = "x" * 10_000, "ünï💥\u202e"
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        pref = _pending(client)["preference"]["proposal_id"]
+        cases = [
+            ("GET", f"/v1/proposals/{huge}", None, 400),
+            ("GET", f"/v1/proposals/{odd}", None, 404),
+            ("GET", "/v1/proposals/%00", None, 404),
+            ("GET", "/v1/proposals", {"params": {"status": "maybe"}}, 422),
+            ("GET", "/v1/proposals", {"params": {"agent": odd}}, 404),
+            ("GET", "/v1/proposals", {"params": {"agent": huge}}, 422),
+            ("POST", f"/v1/proposals/{huge}/accept", None, 400),
+            ("POST", f"/v1/proposals/{odd}/dismiss", {"json": {"reason": odd}}, 404),
+            ("POST", f"/v1/proposals/{pref}/accept", {"json": {"text": ""}}, 422),
+            ("POST", f"/v1/proposals/{pref}/accept", {"json": {"text": "   "}}, 400),
+            ("POST", f"/v1/proposals/{pref}/accept", {"json": {"text": "x" * 5_000}}, 400),
+            ("POST", f"/v1/proposals/{pref}/accept", {"json": {"text": 7}}, 422),
+            ("POST", f"/v1/proposals/{pref}/accept", {"json": {"other": 1}}, 422),
+            (
+                "POST",
+                f"/v1/proposals/{pref}/accept",
+                {"content": b"{not json", "headers": {"content-type": "application/json"}},
+                422,
+            ),
+            ("POST", f"/v1/proposals/{pref}/dismiss", {"json": {"reason": "r" * 501}}, 422),
+            ("GET", f"/v1/agents/{huge}/memory/durable", None, 404),
+            ("GET", "/v1/agents/ada/memory/durable", {"params": {"scope": "everyone"}}, 422),
+            ("POST", f"/v1/memory/durable/{huge}/forget", None, 400),
+            ("POST", f"/v1/memory/durable/{odd}/forget", {"json": {}}, 404),
+        ]
+        for method, path, kwargs, expected in cases:
+            r = client.request(method, path, **(kwargs or {}))
+            assert r.status_code == expected, (method, path[:60], kwargs, r.status_code, r.text[:300])
+            assert "error" in r.json() or "detail" in r.json()
+        # Ambiguous prefix ("p" matches both proposals): a usage error that names the fix.
+        r = client.post("/v1/proposals/p/accept")
+        assert r.status_code == 400 and "several" in r.text
+        assert _pending(client)["preference"]["status"] == "pending"  # none of the above decided anything
+        # An empty body is a plain accept.
+        r = client.post(f"/v1/proposals/{pref}/accept", content=b"", headers={"content-type": "application/json"})
+        assert r.status_code == 200 and r.json()["outcome"] == "accepted"
