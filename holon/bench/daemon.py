@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,28 +114,44 @@ def _serve(paths: HomePaths, port: int) -> list[str]:
 # --- throughput --------------------------------------------------------------------------------
 
 
+async def _events(client: httpx.AsyncClient, name: str, after: int) -> AsyncIterator[dict[str, Any]]:
+    """The agent's ledger events after ``after``, reconnecting from the last one seen if dropped."""
+    cursor, failures = after, 0
+    while True:
+        try:
+            async with client.stream("GET", f"/v1/agents/{name}/events", params={"after": cursor}) as stream:
+                failures = 0
+                event = None
+                async for line in stream.aiter_lines():
+                    if line.startswith("event:"):
+                        event = line[6:].strip()
+                    elif line.startswith("data:") and event == "event":
+                        data = json.loads(line[5:])
+                        cursor = data["seq"]
+                        yield data
+        except httpx.TransportError:
+            failures += 1
+            if failures > 5:
+                raise
+            await asyncio.sleep(0.2 * failures)
+
+
 async def _agent_run(client: httpx.AsyncClient, name: str, turns: int) -> None:
-    settled = 0
     page = await client.get(f"/v1/agents/{name}/events", params={"stream": "false", "limit": 1, "after": 2**62})
-    head = page.json()["head"]  # the stream shows what comes after this
-    async with client.stream("GET", f"/v1/agents/{name}/events", params={"after": head}) as stream:
-        lines = stream.aiter_lines()
+    events = _events(client, name, page.json()["head"])  # the stream shows what comes after the head
+    try:
         for i in range(turns):
             r = await client.post(f"/v1/agents/{name}/inputs", json={"text": f"step {i}: carry on"})
             r.raise_for_status()
-            event = None
-            async for line in lines:
-                if line.startswith("event:"):
-                    event = line[6:].strip()
-                elif line.startswith("data:") and event == "event" and '"turn.settled"' in line:
-                    data = json.loads(line[5:])
-                    if data["type"] == "turn.settled":
-                        settled += 1
-                        if data["payload"]["outcome"] != "completed":
-                            raise RuntimeError(f"{name}: turn {i} settled {data['payload']['outcome']}")
-                        break
-    if settled != turns:
-        raise RuntimeError(f"{name}: {settled} of {turns} turns settled")
+            async for data in events:
+                if data["type"] == "turn.settled":
+                    if data["payload"]["outcome"] != "completed":
+                        raise RuntimeError(f"{name}: turn {i} settled {data['payload']['outcome']}")
+                    break
+            else:
+                raise RuntimeError(f"{name}: the event stream ended before turn {i} settled")
+    finally:
+        await events.aclose()
 
 
 async def _drive(url: str, names: list[str], turns: int) -> None:
