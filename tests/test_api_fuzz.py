@@ -18,6 +18,9 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.generation.modes import GenerationMode
 
 from holon.clock import FakeClock
+from holon.ledger import NewEvent
+from holon.ledger import events as ev
+from holon.ledger.events import DurableEntry
 
 TOKEN = "fuzz-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -31,8 +34,23 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
         with httpx.Client(base_url=s.url, headers=AUTH) as c:
             c.post("/v1/agents", json={"name": "ada"})
             c.post("/v1/agents/ada/pause")  # fuzzed inputs queue up instead of running turns
+        s.call(lambda: _propose(s))
         yield s
     mp.undo()
+
+
+def _propose(s: ApiServer) -> None:
+    """Pending proposals and a durable entry, so the review endpoints also meet real ids."""
+    assert s.port is not None
+    store = s.port.store
+    ada = store.agent("ada")
+    for n in range(3):
+        entry = DurableEntry(scope="operator", kind="preference", subject=f"fuzz-{n}", text=f"Always {n}.",
+                             owner="operator", evidence=[1], observed_us=1)  # fmt: skip
+        store.append(
+            NewEvent(ada.agent_id, ev.ProposalCreated(proposal_id=f"prop-fuzz-{n}", kind="memory", entry=entry))
+        )
+    store.append(NewEvent(ada.agent_id, ev.DurableRecorded(entry_id="mem-fuzz", entry=entry)))
 
 
 def test_no_server_errors(live: ApiServer) -> None:
@@ -47,6 +65,10 @@ def test_no_server_errors(live: ApiServer) -> None:
         strategies = [operation.as_strategy(mode) for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)]
         if "{agent}" in operation.path and operation.method != "delete":
             strategies.append(operation.as_strategy(path_parameters={"agent": "ada"}))  # an agent that exists
+        for name, value in (("proposal_id", "prop-fuzz"), ("entry_id", "mem-fuzz")):  # unique prefixes of real ids
+            if f"{{{name}}}" in operation.path:
+                strategies.append(operation.as_strategy(path_parameters={name: value}))
+                strategies.append(operation.as_strategy(path_parameters={name: f"{value}-1"}))
         if "{token}" in operation.path:
             strategies.append(operation.as_strategy(path_parameters={"token": hook_token}))  # a real capability
 
@@ -58,6 +80,8 @@ def test_no_server_errors(live: ApiServer) -> None:
 
         fuzz()
 
+    for label in ("POST /v1/proposals/{proposal_id}/accept", "POST /v1/memory/durable/{entry_id}/forget"):
+        assert 200 in statuses[label], (label, statuses[label])  # real ids were reached, not only 404s
     assert len(statuses) == len(operations)
     assert all(code < 500 for codes in statuses.values() for code in codes)
     assert any(200 <= code < 300 for codes in statuses.values() for code in codes if code != 401)
