@@ -71,7 +71,7 @@ class Chat:
     def run(self) -> int:
         session: PromptSession[str] = PromptSession(
             history=self._history(),
-            completer=SlashCompleter(self._agent_names),
+            completer=SlashCompleter(self._agent_names, self._proposal_ids),
             complete_while_typing=False,
         )
         self.console.print(
@@ -110,6 +110,12 @@ class Chat:
     def _agent_names(self) -> list[str]:
         try:
             return [a.name for a in self.client.agents()]
+        except HolonError:
+            return []
+
+    def _proposal_ids(self) -> list[str]:
+        try:
+            return [str(p["proposal_id"]) for p in self.client.proposals()]
         except HolonError:
             return []
 

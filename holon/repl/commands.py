@@ -126,8 +126,8 @@ def parse_proposals(arg: str) -> ProposalAction:
     return ProposalAction(verb, ref, reason=" ".join(extra))
 
 
-def completions(text: str, agents: Iterable[str]) -> list[str]:
-    """Whole-word completions for ``text`` (the line before the cursor)."""
+def completions(text: str, agents: Iterable[str], proposals: Iterable[str] = ()) -> list[str]:
+    """Whole-word completions for ``text`` (the line before the cursor); ``proposals`` are pending ids."""
     if not text.startswith("/"):
         return []
     word, space, arg = text[1:].partition(" ")
@@ -135,8 +135,12 @@ def completions(text: str, agents: Iterable[str]) -> list[str]:
         return [f"/{name}" for name in COMMANDS if name.startswith(word.lower())]
     if word.lower() in AGENT_ARG and " " not in arg:
         return sorted(a for a in agents if a.startswith(arg))
-    if word.lower() == "proposals" and " " not in arg:
-        return [v for v in PROPOSAL_VERBS if v.startswith(arg)]
+    if word.lower() == "proposals":
+        verb, space, ref = arg.partition(" ")
+        if not space:
+            return [v for v in PROPOSAL_VERBS if v.startswith(verb)]
+        if verb.lower() in PROPOSAL_VERBS and " " not in ref:
+            return sorted(p for p in proposals if p.startswith(ref))
     return []
 
 
@@ -145,16 +149,19 @@ def help_rows() -> list[tuple[str, str]]:
 
 
 class SlashCompleter(Completer):
-    """prompt_toolkit completer over ``completions``; ``agents`` is asked each time (names change)."""
+    """prompt_toolkit completer over ``completions``; ``agents`` and ``proposals`` (pending ids) are
+    asked each time, and only when the line needs them (they change)."""
 
-    def __init__(self, agents: Callable[[], Sequence[str]]) -> None:
+    def __init__(self, agents: Callable[[], Sequence[str]], proposals: Callable[[], Sequence[str]] = tuple) -> None:
         self.agents = agents
+        self.proposals = proposals
 
     def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
         text = document.text_before_cursor
         if not text.startswith("/"):
             return
         names = self.agents() if " " in text else ()
+        ids = self.proposals() if text.lower().startswith("/proposals ") and text.count(" ") >= 2 else ()
         current = text.rsplit(" ", 1)[-1] if " " in text else text
-        for option in completions(text, names):
+        for option in completions(text, names, ids):
             yield Completion(option, start_position=-len(current))
