@@ -20,6 +20,8 @@ from helpers.api_server import ApiServer, api_server
 from helpers.daemon import fake_home
 from helpers.evolve import run_turns
 from helpers.turn_cli import cli_env, holon, holon_argv, open_store, quick_home
+from prompt_toolkit.completion import CompleteEvent
+from prompt_toolkit.document import Document
 from rich.console import Console
 
 from holon.api.server import free_port
@@ -33,7 +35,7 @@ from holon.ledger.events import DurableEntry
 from holon.projections import Store
 from holon.repl.app import Chat
 from holon.repl.client import ApiClient
-from holon.repl.commands import completions, parse_line, parse_proposals
+from holon.repl.commands import SlashCompleter, completions, parse_line, parse_proposals
 from holon.runtime.agents import create_agent
 from holon.testing.fake_llm import FakeLLM
 
@@ -130,6 +132,16 @@ def test_proposals_command_parsing_and_completion() -> None:
     assert parse_line("/proposals accept p-1").name == "proposals"  # type: ignore[union-attr]
     assert completions("/prop", []) == ["/proposals"]
     assert completions("/proposals a", []) == ["accept"]
+    pending = ["prop-b", "prop-a", "other"]
+    assert completions("/proposals accept pr", [], pending) == ["prop-a", "prop-b"]
+    assert completions("/proposals frob pr", [], pending) == []
+    assert completions("/proposals accept prop-a --e", [], pending) == []
+    asked: list[str] = []
+    completer = SlashCompleter(lambda: [], lambda: asked.append("ids") or pending)  # type: ignore[func-returns-value]
+    got = [c.text for c in completer.get_completions(Document("/proposals dismiss prop-"), CompleteEvent())]
+    assert got == ["prop-a", "prop-b"] and asked == ["ids"]
+    list(completer.get_completions(Document("/proposals acc"), CompleteEvent()))
+    assert asked == ["ids"]  # the daemon is asked only when an id is being typed
 
 
 def test_cli_inspect_export_forget_and_proposals(tmp_path: Path) -> None:
