@@ -157,7 +157,7 @@ def test_cli_inspect_export_forget_and_proposals(tmp_path: Path) -> None:
 
     table = holon(home, "memory", "inspect", "ada", env=cli_env(COLUMNS="200"))
     assert table.code == 0, table
-    for shown in ("scope", "observed", "verified", "The cache is redis.", "workspace", "stale", "active"):
+    for shown in ("scope", "observed 2026-", "verified 2026-", "The cache is redis.", "workspace", "STALE", "active"):
         assert shown in table.out, table.out
 
     listed = holon(home, "proposals", "--json").json()

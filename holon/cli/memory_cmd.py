@@ -7,6 +7,7 @@ what the operator sees is exactly what the agent would get.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -130,21 +131,26 @@ def _entry_json(s: object, now_us: int) -> dict[str, object]:
 
 
 def _entries_table(found: list[object], now_us: int) -> object:
-    """A rich table: one row per entry, with its freshness on the system clock."""
+    """A rich table, one row per entry. Short fields are stacked (scope over kind; the freshness
+    state, on the system clock, over the observed and last-verified dates) so the text keeps the
+    width even in 80 columns."""
     from rich.table import Table
 
     from holon.clock import format_us
     from holon.projections.durable import DurableState, is_stale, stale_at_us
 
-    table = Table(show_edge=False, header_style="bold", expand=False)
-    for col in ("id", "scope", "kind", "text", "observed", "verified", "fresh", "status"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("id", "observed", "verified"))
+    table = Table(show_edge=False, header_style="bold", show_lines=True)
+    table.add_column("id", no_wrap=True)
+    table.add_column("scope\nkind", no_wrap=True)
+    table.add_column("text", min_width=16, ratio=1, overflow="fold")
+    table.add_column("freshness", no_wrap=True)
+    table.add_column("status", no_wrap=True)
     for s in found:
         assert isinstance(s, DurableState)
         e, at = s.entry, stale_at_us(s)
-        fresh = "stale" if is_stale(s, now_us) else ("fresh" if at is None else f"until {format_us(at)[:10]}")
-        table.add_row(s.entry_id, e.scope, e.kind, e.text, format_us(e.observed_us)[:10],
-                      format_us(s.verified_us)[:10], fresh, s.status)  # fmt: skip
+        state = "STALE" if is_stale(s, now_us) else ("fresh" if at is None else f"fresh to {format_us(at)[:10]}")
+        fresh = f"{state}\nobserved {format_us(e.observed_us)[:10]}\nverified {format_us(s.verified_us)[:10]}"
+        table.add_row(s.entry_id, f"{e.scope}\n{e.kind}", e.text, fresh, s.status)
     return table
 
 
@@ -177,7 +183,10 @@ def inspect_(
         return
     from rich.console import Console
 
-    Console(soft_wrap=False).print(_entries_table(list(found), now))
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=160)  # piped: no terminal to fit, so don't squeeze the text to 80
+    console.print(_entries_table(list(found), now))
 
 
 @app.command("export")
