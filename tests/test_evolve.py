@@ -185,6 +185,23 @@ def test_preferences_are_never_durable_until_the_operator_accepts(store: Store, 
     assert "British English" in index.read_text()
 
 
+def test_two_surfaces_deciding_at_once_record_one_decision(store: Store, clock: FakeClock, ada, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The CLI and the daemon's API may both read a proposal as pending before either appends."""
+    _turns(store, clock, ada.agent_id, "Always answer in English.")
+    Evolver(store, clock=clock).drain()
+    [stale] = review.list_proposals(store)
+    review.accept(store, stale.proposal_id, origin="operator:api")
+    monkeypatch.setattr(review, "find_proposal", lambda _store, _ref: stale)  # the other surface's view
+    with pytest.raises(ConflictError, match="decided elsewhere"):
+        review.dismiss(store, stale.proposal_id)
+    with pytest.raises(ConflictError, match="decided elsewhere"):
+        review.accept(store, stale.proposal_id, text="Answer in French.")
+    review.accept(store, stale.proposal_id, origin="operator:cli")  # the same decision again: a no-op
+    types = [e.type for e in store.ledger.read(0) if e.type.startswith(("proposal.", "durable.recorded"))]
+    assert types == ["proposal.created", "proposal.accepted", "durable.recorded"]
+    assert len(review.list_entries(store, status="active")) == 1
+
+
 def test_a_restated_preference_is_not_proposed_twice(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     _turns(store, clock, ada.agent_id, "Never push to main.", "Never push to main.")
     Evolver(store, clock=clock).drain()

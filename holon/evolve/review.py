@@ -11,7 +11,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Literal
 
-from holon.errors import ConflictError, NotFoundError, UsageError
+from holon.errors import ConflictError, IdempotencyConflict, NotFoundError, UsageError
 from holon.evolve.render import install_skill, remove_skill_draft, render_scopes
 from holon.evolve.worker import _h, active_entries
 from holon.ledger import NewEvent
@@ -80,8 +80,18 @@ def _check_pending(p: ProposalState) -> None:
         raise ConflictError(f"proposal {p.proposal_id} was already {p.status}")
 
 
-def _event(p: ProposalState, payload: ev.PayloadBase, origin: str) -> NewEvent:
-    return NewEvent(p.agent_id, payload, origin=origin, authority="operator")
+def _event(p: ProposalState, payload: ev.PayloadBase, origin: str, key: str) -> NewEvent:
+    """A decision event. Its idempotency key makes a proposal decidable once even when two
+    surfaces (say the CLI and the daemon's API) both saw it pending: the second append of a
+    different decision is refused inside the writer's transaction; the same decision is a no-op."""
+    return NewEvent(p.agent_id, payload, origin=origin, authority="operator", idempotency_key=f"{key}:{p.proposal_id}")
+
+
+def _append_decision(store: Store, p: ProposalState, *events: NewEvent) -> None:
+    try:
+        store.append(*events)
+    except IdempotencyConflict:
+        raise ConflictError(f"proposal {p.proposal_id} was decided elsewhere at the same time") from None
 
 
 def accept(store: Store, ref: str, *, text: str | None = None, origin: str = "operator:cli") -> Decision:
@@ -92,7 +102,7 @@ def accept(store: Store, ref: str, *, text: str | None = None, origin: str = "op
         text = text.strip()
         if not text or len(text) > (4_000 if p.kind == "memory" else 20_000):
             raise UsageError("the edited text must be non-empty and at most 4,000 characters (20,000 for a skill)")
-    accepted = _event(p, ev.ProposalAccepted(proposal_id=p.proposal_id, text=text), origin)
+    accepted = _event(p, ev.ProposalAccepted(proposal_id=p.proposal_id, text=text), origin, "decision")
     try:
         agent = store.agent(p.agent_id)
     except NotFoundError:
@@ -100,16 +110,19 @@ def accept(store: Store, ref: str, *, text: str | None = None, origin: str = "op
     if p.kind == "memory":
         assert p.entry is not None
         entry = p.entry if text is None else p.entry.model_copy(update={"text": text})
-        same = [s.entry_id for s in active_entries(store, entry.owner) if s.entry.subject == entry.subject]
         entry_id = f"mem-{_h('accepted', p.proposal_id)[:12]}"
+        same = [
+            s.entry_id for s in active_entries(store, entry.owner)
+            if s.entry.subject == entry.subject and s.entry_id != entry_id
+        ]  # fmt: skip
         recorded = _event(
-            p, ev.DurableRecorded(entry_id=entry_id, entry=entry, supersedes=same, source="proposal", proposal_id=p.proposal_id), origin
+            p, ev.DurableRecorded(entry_id=entry_id, entry=entry, supersedes=same, source="proposal", proposal_id=p.proposal_id), origin, "recorded"
         )  # fmt: skip
-        store.append(accepted, recorded)
+        _append_decision(store, p, accepted, recorded)
         _refresh(store, entry.scope, agent)
         return Decision(find_proposal(store, p.proposal_id), "accepted", entry_id=entry_id)
     assert p.skill is not None
-    store.append(accepted)
+    _append_decision(store, p, accepted)
     path = install_skill(agent.home, p.skill.skill_id, text or p.skill.body)
     return Decision(find_proposal(store, p.proposal_id), "accepted", skill_path=str(path))
 
@@ -117,13 +130,8 @@ def accept(store: Store, ref: str, *, text: str | None = None, origin: str = "op
 def dismiss(store: Store, ref: str, *, reason: str = "", origin: str = "operator:cli") -> Decision:
     p = find_proposal(store, ref)
     _check_pending(p)
-    store.append(
-        _event(
-            p,
-            ev.ProposalDismissed(proposal_id=p.proposal_id, reason=reason[:500] or "dismissed by the operator"),
-            origin,
-        )
-    )
+    dismissed = ev.ProposalDismissed(proposal_id=p.proposal_id, reason=reason[:500] or "dismissed by the operator")
+    _append_decision(store, p, _event(p, dismissed, origin, "decision"))
     if p.skill is not None:
         with contextlib.suppress(NotFoundError):
             remove_skill_draft(store.agent(p.agent_id).home, p.skill.skill_id)
