@@ -10,6 +10,8 @@ wait for the lock instead of failing with "database is locked".
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,17 @@ class Database:
             self._raw = self.engine.raw_connection()
         conn: sqlite3.Connection = self._raw.driver_connection
         return conn
+
+    @contextmanager
+    def reader(self) -> Iterator[sqlite3.Connection]:
+        """A connection of its own for a long read (stats over the whole ledger) from a worker
+        thread: under WAL it reads a snapshot beside the writer and never holds the writer's lock."""
+        raw = self.engine.raw_connection()
+        try:
+            conn: sqlite3.Connection = raw.driver_connection  # type: ignore[assignment]
+            yield conn
+        finally:
+            raw.close()
 
     def session(self) -> Session:
         return Session(self.engine)

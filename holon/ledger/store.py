@@ -463,16 +463,16 @@ class Ledger:
         return VerifyResult(True, count, None)
 
     def _first_bad_blob(self) -> str | None:
-        with self._lock:
-            rows = self._conn.execute("SELECT hash, body FROM blobs WHERE body IS NOT NULL").fetchall()
-        for h, body in rows:
-            if hashlib.sha256(bytes(body)).hexdigest() != h:
-                return str(h)
+        with self.db.reader() as conn:
+            for h, body in conn.execute("SELECT hash, body FROM blobs WHERE body IS NOT NULL"):
+                if hashlib.sha256(bytes(body)).hexdigest() != h:
+                    return str(h)
         return None
 
     def stats(self) -> LedgerStats:
-        with self._lock:
-            conn = self._conn
+        """Counts over the whole ledger, read on a connection of its own (see ``Database.reader``)."""
+        with self.db.reader() as conn:
+            conn.execute("BEGIN")  # one snapshot for every count below
             by_type = {
                 t: {"count": n, "payload_bytes": b}
                 for t, n, b in conn.execute(
@@ -485,6 +485,7 @@ class Ledger:
             page_count = conn.execute("PRAGMA page_count").fetchone()[0]
             page_size = conn.execute("PRAGMA page_size").fetchone()[0]
             head = self._head(conn)[0]
+            conn.execute("COMMIT")
         total = sum(v["count"] for v in by_type.values())
         return LedgerStats(total, head, by_type, blobs, blob_bytes, pruned, page_count * page_size)
 
