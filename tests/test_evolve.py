@@ -15,7 +15,7 @@ from holon.errors import ConflictError, NotFoundError
 from holon.evolve import review
 from holon.evolve.extract import TurnFacts, blocker_signature, extract, subject_key
 from holon.evolve.jobs import JobQueue
-from holon.evolve.worker import Evolver
+from holon.evolve.worker import Evolver, load_facts
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.memory.recall import RecallLimits, recall
@@ -406,6 +406,30 @@ def test_a_procedure_that_completes_two_work_items_is_proposed_as_a_skill(store:
     assert view.skills and view.skills[0][0] == skill.skill.skill_id
     catalog = {s.key: s for s in build_sections(view, TokenCounter())}["skills"].renderings[0].text
     assert skill.skill.skill_id in catalog
+
+
+def test_a_job_reads_the_episode_its_work_item_was_sealed_into(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
+    run_turns(store, clock, ada.agent_id, [("Please bump the version.", [
+        [("run_command", {"command": "echo before the item", "wait_s": 30})],
+        [("create_work_item", {"title": "bump", "objective": "version bumped"})],
+        [("run_command", {"command": "echo bump", "wait_s": 30})],
+        [("complete_work_item", {"report": "bumped"})],
+        "done",
+    ])])  # fmt: skip
+    queue = JobQueue(store)
+    queue.enqueue(clock.now_us())
+    job = queue.lease("test", clock.now_us())
+    assert job is not None
+    facts = load_facts(store, store.agent("ada"), job)
+    assert facts is not None
+    [episode] = [p for p in facts.recent_episodes if p.work_item_id]
+    [(title, span)] = facts.completed_items.values()
+    assert title == "bump" and span
+    assert all(episode.seq_start <= e.seq <= episode.seq_end for e in span)
+    # The episode covers the work from the turn's start, so a command run before the item was
+    # opened counts as part of it (the item's own opened seq would have left it out).
+    commands = [str(e.payload.arguments) for e in span if e.type == "tool.called"]
+    assert any("echo before the item" in c for c in commands) and any("echo bump" in c for c in commands)
 
 
 def test_a_failure_seen_in_two_turns_becomes_a_blocker(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]

@@ -129,3 +129,34 @@ def test_the_daemon_asks_the_agents_own_model_through_litellm(tmp_path: Path) ->
         asyncio.run(go())
         assert [s.entry.text for s in review.list_entries(store)] == [GOOD["text"]]
         assert sum(1 for r in fake.requests if r["messages"][0]["content"] == PROMPT) == 1
+
+
+def test_the_model_reads_recent_episodes_and_current_memory_but_quotes_only_the_turn(
+    store: Store, clock: FakeClock
+) -> None:
+    ada = create_agent(store, "ada")
+    run_turns(store, clock, ada.agent_id, [
+        ("Remember that the staging database is postgres 14. Please tidy the changelog.", [
+            [("create_work_item", {"title": "tidy the changelog", "objective": "a readable changelog"})],
+            [("complete_work_item", {"report": "sections sorted"})],
+            "done",
+        ]),
+        ("What next?", ["Nothing else."]),
+    ])  # fmt: skip
+    asked: list[str] = []
+    # The second turn's answer quotes the background, not the turn: the evidence gate refuses it.
+    from_background = {**GOOD, "subject": "staging", "text": "Staging runs postgres 14.", "evidence": "the staging database is postgres 14"}  # fmt: skip
+
+    def call(agent_id: str, messages: list[dict[str, Any]]) -> str:
+        asked.append(messages[1]["content"])
+        return _answer(from_background) if len(asked) == 2 else _answer()
+
+    settings = store.settings.evolve.model_copy(update={"model_extraction": True})
+    Evolver(store, settings, clock=clock, model_extractor=model_extractor(call, settings.min_confidence)).drain()
+    assert len(asked) == 2
+    second = asked[1]
+    assert "Recent episodes" in second and "a readable changelog" in second
+    assert "Already remembered" in second and "postgres 14" in second
+    assert second.index("The finished turn:") > second.index("Already remembered")
+    # Only the deterministic "remember that" fact is durable; the background quote was refused.
+    assert [s.source for s in review.list_entries(store)] == ["evolve"]

@@ -125,6 +125,10 @@ class TurnFacts:
     """work item id -> (title, that item's run_command call/result events), for items the turn completed."""
     past_failures: Sequence[FailureSeen] = ()
     """Failures of earlier turns (newest last)."""
+    recent_episodes: Sequence[ev.EpisodeSealed] = ()
+    """The agent's newest sealed episodes up to this turn (oldest first): context for the model."""
+    remembered: Sequence[str] = ()
+    """Texts of the active durable entries the agent already recalls (so the model need not repeat them)."""
 
 
 @dataclass(frozen=True, slots=True)

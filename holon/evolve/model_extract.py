@@ -27,7 +27,7 @@ from holon.ledger import events as ev
 from holon.ledger.events import DurableEntry, DurableType, MemoryScope
 from holon.logs import get_logger
 
-__all__ = ["PROMPT", "ModelCall", "gated_candidates", "model_extractor", "transcript"]
+__all__ = ["PROMPT", "ModelCall", "background", "gated_candidates", "model_extractor", "transcript"]
 
 log = get_logger("holon.evolve")
 
@@ -44,6 +44,8 @@ Answer {"candidates": []} when nothing qualifies. Never guess; quote the evidenc
 
 #: Most characters of turn transcript sent to the model.
 TRANSCRIPT_CAP = 6_000
+#: Most characters of background (recent episodes, what is already remembered) sent with it.
+BACKGROUND_CAP = 2_000
 
 
 class _Proposed(BaseModel):
@@ -71,6 +73,19 @@ def transcript(facts: TurnFacts) -> str:
                 lines.append(f"[tool {p.tool}] {out[:800]}")
     text = "\n".join(lines)
     return text[-TRANSCRIPT_CAP:]
+
+
+def background(facts: TurnFacts) -> str:
+    """What the job read besides the turn: recent episodes and current durable memory. Context
+    only: evidence must still be quoted from the turn itself."""
+    lines = []
+    if facts.recent_episodes:
+        lines.append("Recent episodes (context; do not quote):")
+        lines += [f"- {p.objective or p.topic or p.boundary}: {p.summary}"[:300] for p in facts.recent_episodes]
+    if facts.remembered:
+        lines.append("Already remembered (list one again only if this turn changes it):")
+        lines += [f"- {t}"[:300] for t in facts.remembered]
+    return "\n".join(lines)[:BACKGROUND_CAP]
 
 
 def _norm(text: str) -> str:
@@ -133,7 +148,9 @@ def model_extractor(call: ModelCall, min_confidence: float) -> Callable[[TurnFac
         body = transcript(facts)
         if not body.strip():
             return []
-        messages = [{"role": "system", "content": PROMPT}, {"role": "user", "content": body}]
+        context = background(facts)
+        user = f"{context}\n\nThe finished turn:\n{body}" if context else body
+        messages = [{"role": "system", "content": PROMPT}, {"role": "user", "content": user}]
         try:
             reply = call(facts.agent_id, messages)
         except Exception as e:  # the deterministic path still runs

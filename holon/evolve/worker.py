@@ -58,6 +58,10 @@ log = get_logger("holon.evolve")
 MAX_EVENTS = 5_000
 #: Earlier failures compared with this turn's.
 PAST_FAILURES = 300
+#: Newest sealed episodes a job reads (the work the turn belongs to, and what came just before).
+RECENT_EPISODES = 6
+#: Most active durable entries passed along as "already remembered".
+REMEMBERED = 30
 
 ModelExtractor = Callable[[TurnFacts], list[Candidate]]
 
@@ -92,17 +96,27 @@ def load_facts(store: Store, agent: AgentState, job: Job) -> TurnFacts | None:
     ]
     head = turn_events[0].payload if turn_events else None
     inputs = ledger.get_many(list(head.inputs)) if isinstance(head, ev.TurnStarted) else []
+    # Sealed episodes: the one a completed work item was sealed into gives the exact ledger range
+    # of that work (a work item's own opened seq is the fallback); the others are context.
+    episodes = [
+        (e.seq, e.payload) for e in ledger.recent(agent.agent_id, ("episode.sealed",), limit=RECENT_EPISODES)
+        if isinstance(e.payload, ev.EpisodeSealed) and e.payload.seq_start <= job.settled_seq
+    ]  # fmt: skip
     completed: dict[str, tuple[str, Sequence[Event]]] = {}
     for e in turn_events:
         if isinstance(e.payload, ev.WorkItemCompleted):
             item = store.state("work_item", e.payload.work_item_id)
             if not isinstance(item, WorkItemState):
                 continue
+            sealed = [p for _seq, p in episodes if p.work_item_id == item.work_item_id]
+            start, end = (sealed[-1].seq_start, sealed[-1].seq_end) if sealed else (item.opened_seq, e.seq)
             span = [
-                x for x in ledger.read(item.opened_seq - 1, agent_id=agent.agent_id, limit=MAX_EVENTS)
-                if x.seq <= e.seq and x.type in ("tool.called", "tool.resulted")
+                x for x in ledger.read(start - 1, agent_id=agent.agent_id, limit=MAX_EVENTS)
+                if x.seq <= end and x.type in ("tool.called", "tool.resulted")
             ]  # fmt: skip
             completed[item.work_item_id] = (item.title, span)
+    owners = ["operator", owner_of(agent, "agent")] + ([owner_of(agent, "workspace")] if agent.workspace else [])
+    remembered = [s.entry.text for owner in owners for s in active_entries(store, owner)][-REMEMBERED:]
     past = failures(ledger.recent(agent.agent_id, ("tool.resulted",), limit=PAST_FAILURES, before=first))
     return TurnFacts(
         agent_id=agent.agent_id,
@@ -112,6 +126,8 @@ def load_facts(store: Store, agent: AgentState, job: Job) -> TurnFacts | None:
         events=[*inputs, *turn_events],
         completed_items=completed,
         past_failures=past,
+        recent_episodes=[p for _seq, p in episodes],
+        remembered=remembered,
     )
 
 
