@@ -15,6 +15,7 @@ from holon.daemon import Daemon
 from holon.evolve import review
 from holon.evolve.model_extract import PROMPT, model_extractor
 from holon.evolve.worker import Evolver
+from holon.ledger import events as ev
 from holon.projections import Store
 from holon.runtime.agents import create_agent
 from holon.runtime.providers.base import ModelSettings
@@ -90,6 +91,9 @@ def test_a_failing_or_rambling_model_leaves_the_deterministic_path_working(store
     assert evolver.drain() == 2
     assert [s.entry.text for s in review.list_entries(store)] == ["The api key rotates monthly."]
     assert evolver.queue.counts()["done"] == 2
+    # Both calls are in the ledger, the failed one with its error.
+    used = [e.payload for e in store.ledger.read(0) if isinstance(e.payload, ev.EvolveModelUsed)]
+    assert [(u.candidates, u.kept, u.error) for u in used] == [(0, 0, None), (0, 0, "TimeoutError: model down")]
 
 
 def test_the_daemon_asks_the_agents_own_model_through_litellm(tmp_path: Path) -> None:
@@ -123,8 +127,16 @@ def test_the_daemon_asks_the_agents_own_model_through_litellm(tmp_path: Path) ->
                 await daemon.until_idle()
                 for _ in range(400):
                     if review.list_entries(store):
-                        return
+                        break
                     await asyncio.sleep(0.025)
+                await asyncio.sleep(0.2)  # the watcher sees the job's events
+                # The extraction call counts in the agent's daily tokens, like its turn's calls.
+                spent = daemon.budgets.spent(store.agent("ada").agent_id)
+                events = list(store.ledger.read(0))
+                [used] = [e.payload for e in events if isinstance(e.payload, ev.EvolveModelUsed)]
+                turns = [e.payload for e in events if isinstance(e.payload, ev.TurnSettled)]
+                assert used.usage.total_tokens > 0 and (used.candidates, used.kept) == (1, 1)
+                assert spent.tokens == used.usage.total_tokens + sum(t.usage.total_tokens for t in turns)
 
         asyncio.run(go())
         assert [s.entry.text for s in review.list_entries(store)] == [GOOD["text"]]

@@ -8,8 +8,9 @@ more that day; its inputs stay queued until the next day. The operator gets one
 ``brief.delivered`` of kind ``budget`` per agent and day (idempotency key).
 
 What was spent today is read once per agent and day from its ``turn.settled`` events of that day
-(an index walk over the agent's settled turns, newest first, stopping at midnight), then kept up to
-date from the turns this daemon settles.
+(an index walk over the agent's settled turns, newest first, stopping at midnight) and its
+``evolve.model_used`` events (model calls of durable-memory extraction: tokens and cost, no turn),
+then kept up to date from the turns this daemon settles and the evolve calls its watcher sees.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class Spent:
     turns: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
+    read_to: int = 0
+    """The ledger head when this was read: evolve calls at or below it are already counted."""
 
 
 class Budgets:
@@ -69,18 +72,19 @@ class Budgets:
         return cached
 
     def _read(self, agent_id: str, day: int) -> Spent:
-        spent = Spent(day)
-        rows = self.store.ledger.query(
-            "SELECT ts_us, payload FROM events WHERE agent_id = ? AND type = 'turn.settled' ORDER BY seq DESC",
-            (agent_id,),
-        )
-        for ts_us, payload in rows:
-            if day_of(ts_us) != day:
-                break
-            data = json.loads(payload)
-            spent.turns += 1
-            spent.tokens += int(data.get("usage", {}).get("total_tokens", 0))
-            spent.cost_usd += float(data.get("cost_usd") or 0.0)
+        spent = Spent(day, read_to=self.store.ledger.head())
+        for type_ in ("turn.settled", "evolve.model_used"):
+            rows = self.store.ledger.query(
+                "SELECT ts_us, payload FROM events WHERE agent_id = ? AND type = ? AND seq <= ? ORDER BY seq DESC",
+                (agent_id, type_, spent.read_to),
+            )
+            for ts_us, payload in rows:
+                if day_of(ts_us) != day:
+                    break
+                data = json.loads(payload)
+                spent.turns += type_ == "turn.settled"
+                spent.tokens += int(data.get("usage", {}).get("total_tokens", 0))
+                spent.cost_usd += float(data.get("cost_usd") or 0.0)
         return spent
 
     def record(self, agent_id: str, tokens: int, cost_usd: float | None) -> None:
@@ -88,6 +92,15 @@ class Budgets:
         spent.turns += 1
         spent.tokens += tokens
         spent.cost_usd += cost_usd or 0.0
+
+    def record_evolve(self, agent_id: str, seq: int, payload: str) -> None:
+        """Count an ``evolve.model_used`` event the watcher saw (unless the day's read counted it)."""
+        spent = self.spent(agent_id)
+        if seq <= spent.read_to:
+            return
+        data = json.loads(payload)
+        spent.tokens += int(data.get("usage", {}).get("total_tokens", 0))
+        spent.cost_usd += float(data.get("cost_usd") or 0.0)
 
     def exhausted(self, agent: AgentState) -> str | None:
         """Why the agent may not run more today, or ``None`` (always ``None`` for foreground agents)."""

@@ -39,7 +39,7 @@ from holon.clock import Clock, SystemClock
 from holon.daemon.budget import DAY_US, Budgets
 from holon.daemon.timers import Timers, due_firings, next_after, timer_event
 from holon.errors import ConflictError, NotFoundError
-from holon.evolve.model_extract import model_extractor
+from holon.evolve.model_extract import ModelAnswer, model_extractor
 from holon.evolve.worker import Evolver
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
@@ -434,6 +434,8 @@ class Daemon:
                 self.timers.sync(self.store.state("timer", timer_id), timer_id)  # type: ignore[arg-type]
             if type_ == "turn.started":
                 self._turn_of[agent_id] = json.loads(payload)["turn_id"]
+            if type_ == "evolve.model_used":
+                self.budgets.record_evolve(agent_id, seq, payload)
             self._notify(Notice(kind="event", agent_id=agent_id, seq=seq))
 
     async def _maintain(self) -> None:
@@ -459,7 +461,7 @@ class Daemon:
                 log.error("daemon.maintenance_failed", error=str(e))
             await self._evolve()
 
-    def _model_call(self, agent_id: str, messages: list[dict[str, Any]]) -> str:
+    def _model_call(self, agent_id: str, messages: list[dict[str, Any]]) -> ModelAnswer:
         """For model-assisted extraction, from the evolve thread: the agent's own model, on the daemon's loop."""
         from holon.runtime.providers.base import ModelRequest
 
@@ -467,7 +469,8 @@ class Daemon:
         provider, settings = self.host.runner.resolve_provider(self.store.agent(agent_id))
         request = ModelRequest(messages=messages, settings=settings)
         future = asyncio.run_coroutine_threadsafe(provider.complete(request), self._loop)
-        return future.result(timeout=settings.timeout_s + 30).content or ""
+        reply = future.result(timeout=settings.timeout_s + 30)
+        return ModelAnswer(reply.content or "", model=reply.model, usage=reply.usage, cost_usd=reply.cost_usd)
 
     async def _evolve(self) -> None:
         """A few evolve jobs per tick, in a thread: turns never wait on durable memory."""

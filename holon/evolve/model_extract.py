@@ -11,13 +11,18 @@ Operator-scope candidates, preferences and identity facts become proposals exact
 deterministic ones; the rest are recorded with ``source = "model"`` and the model's confidence.
 Without a model, or when the call fails, the deterministic path alone runs: a failed call is
 logged and the job goes on without model candidates.
+
+Every call is accounted for: the extractor returns an ``evolve.model_used`` payload (model, tokens,
+cost, how many candidates passed the gates, or the error) that the job appends with its output.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -27,12 +32,41 @@ from holon.ledger import events as ev
 from holon.ledger.events import DurableEntry, DurableType, MemoryScope
 from holon.logs import get_logger
 
-__all__ = ["PROMPT", "ModelCall", "background", "gated_candidates", "model_extractor", "transcript"]
+__all__ = [
+    "PROMPT",
+    "Extraction",
+    "ModelAnswer",
+    "ModelCall",
+    "background",
+    "gated_candidates",
+    "model_extractor",
+    "transcript",
+]
 
 log = get_logger("holon.evolve")
 
-#: ``(agent id, chat messages) -> reply text``; raises on failure.
-ModelCall = Callable[[str, list[dict[str, Any]]], str]
+
+@dataclass(frozen=True, slots=True)
+class ModelAnswer:
+    """What a model call gave: its text and what it cost."""
+
+    text: str
+    model: str = ""
+    usage: ev.Usage = field(default_factory=ev.Usage)
+    cost_usd: float | None = None
+
+
+#: ``(agent id, chat messages) -> the answer`` (a bare string when nothing is known of its cost);
+#: raises on failure.
+ModelCall = Callable[[str, list[dict[str, Any]]], "ModelAnswer | str"]
+
+
+@dataclass(frozen=True, slots=True)
+class Extraction:
+    candidates: list[Candidate]
+    used: ev.EvolveModelUsed | None
+    """The call's record (``None`` when no call was made)."""
+
 
 PROMPT = """You maintain an agent's durable memory. Read one finished turn and list what is worth
 remembering in later turns, if anything: stable facts about the workspace, procedures that worked,
@@ -101,16 +135,23 @@ def _json(reply: str) -> Any:
 
 def gated_candidates(reply: str, facts: TurnFacts, min_confidence: float) -> list[Candidate]:
     """The model's candidates that pass both gates (malformed answers yield none)."""
+    return _gate(_answered(reply), facts, min_confidence)
+
+
+def _answered(reply: str) -> list[Any]:
+    """The raw candidate list of an answer (at most 20; a malformed answer has none)."""
     try:
         data = _json(reply)
     except ValueError:
         return []
     items = data.get("candidates") if isinstance(data, dict) else None
-    if not isinstance(items, list):
-        return []
+    return items[:20] if isinstance(items, list) else []
+
+
+def _gate(items: list[Any], facts: TurnFacts, min_confidence: float) -> list[Candidate]:
     source = _norm(transcript(facts))
     out = []
-    for raw in items[:20]:
+    for raw in items:
         try:
             c = _Proposed.model_validate(raw)
         except ValidationError:
@@ -143,19 +184,32 @@ def _event_text(e: Any) -> str:
     return ""
 
 
-def model_extractor(call: ModelCall, min_confidence: float) -> Callable[[TurnFacts], list[Candidate]]:
-    def extract_with_model(facts: TurnFacts) -> list[Candidate]:
+def model_extractor(call: ModelCall, min_confidence: float) -> Callable[[TurnFacts, str], Extraction]:
+    """``(facts, job key) -> Extraction``: one model call per turn, gated, with its record."""
+
+    def extract_with_model(facts: TurnFacts, job: str) -> Extraction:
         body = transcript(facts)
         if not body.strip():
-            return []
+            return Extraction([], None)
         context = background(facts)
         user = f"{context}\n\nThe finished turn:\n{body}" if context else body
         messages = [{"role": "system", "content": PROMPT}, {"role": "user", "content": user}]
+        started = time.perf_counter()
+
+        def used(answer: ModelAnswer, **extra: Any) -> ev.EvolveModelUsed:
+            return ev.EvolveModelUsed(
+                job=job, turn_id=facts.turn_id, model=answer.model, usage=answer.usage, cost_usd=answer.cost_usd,
+                latency_ms=round((time.perf_counter() - started) * 1000, 1), **extra,
+            )  # fmt: skip
+
         try:
             reply = call(facts.agent_id, messages)
         except Exception as e:  # the deterministic path still runs
             log.warning("evolve.model_extraction_failed", agent_id=facts.agent_id, error=str(e))
-            return []
-        return gated_candidates(reply, facts, min_confidence)
+            return Extraction([], used(ModelAnswer(""), error=f"{type(e).__name__}: {e}"[:500]))
+        answer = ModelAnswer(reply) if isinstance(reply, str) else reply
+        items = _answered(answer.text)
+        kept = _gate(items, facts, min_confidence)
+        return Extraction(kept, used(answer, candidates=len(items), kept=len(kept)))
 
     return extract_with_model

@@ -40,6 +40,7 @@ from holon.evolve.extract import (
     skill_draft,
 )
 from holon.evolve.jobs import Job, JobQueue
+from holon.evolve.model_extract import Extraction
 from holon.evolve.render import render_scopes, write_skill_draft
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
@@ -63,7 +64,7 @@ RECENT_EPISODES = 6
 #: Most active durable entries passed along as "already remembered".
 REMEMBERED = 30
 
-ModelExtractor = Callable[[TurnFacts], list[Candidate]]
+ModelExtractor = Callable[[TurnFacts, str], Extraction]
 
 
 def _h(*parts: str) -> str:
@@ -298,9 +299,14 @@ class Evolver:
             agent = None
         facts = load_facts(self.store, agent, job) if agent is not None else None
         candidates = extract(facts) if facts is not None else []
+        used: ev.EvolveModelUsed | None = None
         if facts is not None and self.model_extractor is not None and self.settings.model_extraction:
-            candidates += self.model_extractor(facts)
+            extraction = self.model_extractor(facts, job.key)
+            candidates += extraction.candidates
+            used = extraction.used
         events, report = plan(self.store, agent, job, candidates) if agent is not None else ([], JobReport(job))
+        if used is not None:  # every model call is in the ledger, with the output it shaped
+            events.insert(0, NewEvent(job.agent_id, used, origin=f"evolve:{job.key}", authority="runtime", turn_id=job.turn_id))  # fmt: skip
         with self.store.ledger.transaction() as tx:
             if events:
                 tx.append(*events)

@@ -481,6 +481,26 @@ class DurableVerified(PayloadBase):
     evidence: list[int] = Field(default_factory=list, max_length=50)
 
 
+class EvolveModelUsed(PayloadBase):
+    """A model call an evolve job made (model-assisted extraction), outside any turn.
+
+    Appended with the job's output, so durable memory says which calls shaped it, and counted in
+    a background agent's daily token and cost budgets like its turns' calls."""
+
+    type: Literal["evolve.model_used"] = "evolve.model_used"
+    job: str
+    turn_id: str
+    model: str
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = Field(None, ge=0)
+    latency_ms: float = Field(0.0, ge=0)
+    candidates: int = Field(0, ge=0)
+    """Candidates the model answered."""
+    kept: int = Field(0, ge=0)
+    """Of those, how many passed the confidence and evidence gates."""
+    error: str | None = None
+
+
 class DurableForgotten(PayloadBase):
     """The operator asked to forget the entry: it stays in the ledger but is never recalled."""
 
@@ -577,6 +597,7 @@ Payload = Annotated[
     | DurableRecorded
     | DurableVerified
     | DurableForgotten
+    | EvolveModelUsed
     | ProposalCreated
     | ProposalAccepted
     | ProposalDismissed
