@@ -174,6 +174,12 @@ class DaemonSettings(_Section):
     budget_tokens_per_day: int = Field(2_000_000, ge=0)
     budget_cost_per_day_usd: float | None = Field(None, ge=0)
     """Dollars a background agent may spend per day, where litellm knows the price (unset: no limit)."""
+    model_process: bool = True
+    """Run model calls (litellm) in child processes, so that their CPU is not the turn loop's."""
+    model_processes: int = Field(2, ge=1, le=16)
+    """At most this many model processes; a second starts only while calls overlap."""
+    model_process_idle_s: float = Field(300.0, gt=0, le=86_400)
+    """The model process exits after this long without a call (the next call starts it again)."""
 
 
 class Settings(BaseSettings):

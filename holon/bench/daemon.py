@@ -9,7 +9,8 @@ process drives the agents through the HTTP API like operators would.
   turn settles, post the next. The model answers every call after ``latency_ms``. So no agent can
   finish faster than ``turns * latency`` (the latency bound), and the daemon cannot finish faster
   than its CPU seconds divided by the cores it may use (the CPU bound, read from
-  ``/proc/<pid>/stat`` over the run). ``efficiency = max(latency bound, CPU bound) / wall time``:
+  ``/proc/<pid>/stat`` over the run for the daemon and every process below it, its model
+  processes included). ``efficiency = max(latency bound, CPU bound) / wall time``:
   1.0 means agents waited on nothing but the model and the machine.
 * **Idle RSS.** A home with ``idle_agents`` registered agents, the daemon started and left alone
   for two seconds: its resident set (``VmRSS``).
@@ -65,8 +66,22 @@ def _env() -> dict[str, str]:
 
 
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime + stime
+    """CPU seconds of ``pid`` and every process below it (the model process included): their
+    utime + stime, plus what their exited, reaped children used (cutime + cstime)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # it exited meanwhile
+        return 0.0
+    own = sum(int(f) for f in fields[11:15]) / _CLK_TCK
+    return own + sum(_cpu_s(child) for child in _children(pid))
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return out
 
 
 def _rss_mb(pid: int) -> float:
@@ -155,7 +170,11 @@ async def _agent_run(client: httpx.AsyncClient, name: str, turns: int) -> None:
 
 
 async def _drive(url: str, names: list[str], turns: int) -> None:
-    limits = httpx.Limits(max_connections=2 * len(names) + 10, max_keepalive_connections=2 * len(names) + 10)
+    # Idle connections are dropped after 1 s, before uvicorn's 5 s keep-alive timeout: a request
+    # sent on a connection the server is closing at that moment fails with a ReadError.
+    limits = httpx.Limits(
+        max_connections=2 * len(names) + 10, max_keepalive_connections=2 * len(names) + 10, keepalive_expiry=1.0
+    )
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(60.0, read=None), limits=limits) as client:
         await asyncio.gather(*(_agent_run(client, n, turns) for n in names))
 
@@ -184,6 +203,7 @@ def _throughput(root: Path, agents: int, turns: int, latency_ms: float) -> dict[
             asyncio.run(_drive(url, names, turns))
             wall = time.perf_counter() - t0
             cpu = _cpu_s(daemon.pid) - cpu0
+            rss_after = _rss_mb(daemon.pid) + sum(_rss_mb(c) for c in _children(daemon.pid))
     latency_bound = turns * latency_ms / 1000
     cpu_bound = cpu / cores
     return {
@@ -195,6 +215,7 @@ def _throughput(root: Path, agents: int, turns: int, latency_ms: float) -> dict[
         "cpu_bound_s": round(cpu_bound, 3),
         "turns_per_s": round(agents * turns / wall, 1),
         "cpu_ms_per_turn": round(cpu * 1000 / (agents * turns), 2),
+        "rss_mb_after_run": round(rss_after, 1),
     }
 
 

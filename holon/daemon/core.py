@@ -99,7 +99,13 @@ class Daemon:
         if resolver is None:
             from holon.runtime.models import ModelResolver
 
-            resolver = self._owned_resolver = ModelResolver(store.settings.model, store.paths.logs)
+            provider = None
+            if store.settings.daemon.model_process:
+                from holon.runtime.providers.model_process import ProcessProvider
+
+                d = store.settings.daemon
+                provider = ProcessProvider(processes=d.model_processes, idle_s=d.model_process_idle_s)
+            resolver = self._owned_resolver = ModelResolver(store.settings.model, store.paths.logs, provider=provider)
         default_limits, retry = limits_from(store)
         window_of = None
         if self._owned_resolver is not None:
@@ -211,7 +217,7 @@ class Daemon:
         if self.tracer is not None:
             await asyncio.to_thread(self.tracer.close)
         if self._owned_resolver is not None:
-            self._owned_resolver.close()
+            await self._owned_resolver.aclose()
         log.info("daemon.stopped", head=self.store.ledger.head())
 
     @contextlib.asynccontextmanager

@@ -72,6 +72,13 @@ class ModelResolver:
             self._local = LocalModelServer(self.log_dir, n_ctx=LOCAL_TURN_CONTEXT_WINDOW).start()
         return self.provider, self._local.settings
 
+    async def aclose(self) -> None:
+        """Stop what the provider runs (the model process), then the local model server."""
+        aclose = getattr(self.provider, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        self.close()
+
     def close(self) -> None:
         if self._local is not None:
             self._local.stop()

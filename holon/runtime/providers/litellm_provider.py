@@ -30,7 +30,7 @@ from holon.errors import ModelError, ModelErrorKind
 from holon.ledger.events import ToolCallSpec, Usage
 from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, TextSink
 
-__all__ = ["known_context_window", "LiteLLMProvider", "classify"]
+__all__ = ["known_context_window", "LiteLLMProvider", "api_key_for", "classify"]
 
 #: Sent as the API key to servers that need none (local OpenAI-compatible servers).
 PLACEHOLDER_API_KEY = "not-needed"
@@ -77,8 +77,13 @@ class LiteLLMProvider:
         self._env = env
 
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelReply:
+        return await self.complete_with_key(request, api_key_for(request.settings, self._env), on_text=on_text)
+
+    async def complete_with_key(
+        self, request: ModelRequest, api_key: str | None, *, on_text: TextSink | None = None
+    ) -> ModelReply:
+        """``complete`` with the API key already looked up (the model process gets it this way)."""
         settings = request.settings
-        api_key = self._api_key(settings)
         litellm = _litellm()
         kwargs = _call_kwargs(request, api_key)
         secrets = (api_key,) if api_key and api_key != PLACEHOLDER_API_KEY else ()
@@ -102,17 +107,18 @@ class LiteLLMProvider:
         latency_ms = (time.perf_counter() - started) * 1000.0
         return _to_reply(response, settings, latency_ms, _cost(litellm, response, settings.model))
 
-    def _api_key(self, settings: ModelSettings) -> str | None:
-        if settings.api_key_env:
-            env = os.environ if self._env is None else self._env
-            value = env.get(settings.api_key_env)
-            if not value:
-                raise ModelError(
-                    f"{settings.model}: the API key variable {settings.api_key_env} is not set in the environment",
-                    kind="auth",
-                )
-            return value
-        return PLACEHOLDER_API_KEY if settings.api_base else None
+
+def api_key_for(settings: ModelSettings, env: Mapping[str, str] | None = None) -> str | None:
+    """The key for ``settings`` from the variable it names (``env``, else ``os.environ``)."""
+    if settings.api_key_env:
+        value = (os.environ if env is None else env).get(settings.api_key_env)
+        if not value:
+            raise ModelError(
+                f"{settings.model}: the API key variable {settings.api_key_env} is not set in the environment",
+                kind="auth",
+            )
+        return value
+    return PLACEHOLDER_API_KEY if settings.api_base else None
 
 
 def _call_kwargs(request: ModelRequest, api_key: str | None) -> dict[str, Any]:

@@ -1,0 +1,300 @@
+"""Model calls in a process of their own: ``ProcessProvider`` and the worker it runs.
+
+The daemon runs every agent's turns on one asyncio loop. Measured (``holon bench daemon``), about
+half of a turn's CPU is litellm building the request, parsing the streamed reply and pricing it,
+all under the GIL; a thread would not help. ``ProcessProvider`` is a ``Provider`` that hands each
+call to a child process (``python -m holon.runtime.providers.model_process``) running
+``LiteLLMProvider`` on its own loop, so that work runs on another core while the daemon's loop
+assembles prompts, appends to the ledger and serves the API.
+
+Protocol: JSON lines over the child's stdin and stdout.
+
+* parent -> child: ``{"op": "complete", "id", "request": {messages, tools, settings}, "api_key",
+  "stream"}``, ``{"op": "cancel", "id"}``. The API key is looked up by the parent (the same
+  ``api_key_for`` as in-process) and travels over the pipe only; it never reaches a log or the ledger.
+* child -> parent: ``{"id", "delta": text}`` while a streamed reply arrives, then ``{"id", "reply":
+  {...}}`` or ``{"id", "error": {"message", "kind", "status", "retry_after_s"}}``.
+
+Failure semantics match the in-process provider: errors are ``ModelError`` with the kind the child
+classified. If the child dies, every call in flight fails with a retryable ``server`` error and
+the next call starts a new child. A cancelled call (an aborted turn) is cancelled in the child too.
+The child exits when its stdin closes: when the parent closes it, after ``idle_s`` with no call,
+and when the parent dies, even by SIGKILL, so no model process outlives its daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+from holon.errors import ModelError
+from holon.ledger.events import ToolCallSpec, Usage
+from holon.logs import get_logger
+from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, TextSink
+from holon.runtime.providers.litellm_provider import api_key_for
+
+__all__ = ["ProcessProvider", "main"]
+
+log = get_logger("holon.model_process")
+
+#: Longest JSON line either side reads (a reply, or a request with its whole prompt).
+MAX_LINE = 64 * 1024 * 1024
+
+
+def _reply_json(reply: ModelReply) -> dict[str, Any]:
+    return {
+        "content": reply.content,
+        "tool_calls": [c.model_dump() for c in reply.tool_calls],
+        "finish_reason": reply.finish_reason,
+        "usage": reply.usage.model_dump(),
+        "model": reply.model,
+        "cost_usd": reply.cost_usd,
+        "latency_ms": reply.latency_ms,
+    }
+
+
+def _reply_of(data: dict[str, Any]) -> ModelReply:
+    return ModelReply(
+        content=data["content"],
+        tool_calls=[ToolCallSpec.model_validate(c) for c in data["tool_calls"]],
+        finish_reason=data["finish_reason"],
+        usage=Usage.model_validate(data["usage"]),
+        model=data["model"],
+        cost_usd=data["cost_usd"],
+        latency_ms=data["latency_ms"],
+    )
+
+
+def _error_of(err: dict[str, Any]) -> ModelError:
+    return ModelError(
+        str(err.get("message") or "model call failed"),
+        kind=err.get("kind") or "unknown",
+        status=err.get("status"),
+        retry_after_s=err.get("retry_after_s"),
+    )
+
+
+class _Worker:
+    """One child process and the calls in flight in it."""
+
+    def __init__(self, idle_s: float) -> None:
+        self.idle_s = idle_s
+        self.proc: asyncio.subprocess.Process | None = None
+        self.reader: asyncio.Task[None] | None = None
+        self.lock = asyncio.Lock()
+        self.pending: dict[int, tuple[asyncio.Future[ModelReply], TextSink | None]] = {}
+        self.idle: asyncio.TimerHandle | None = None
+
+    @property
+    def alive(self) -> bool:
+        return (
+            self.proc is not None
+            and self.proc.returncode is None
+            and self.reader is not None
+            and not self.reader.done()
+        )
+
+    async def call(self, call_id: int, message: dict[str, Any], on_text: TextSink | None) -> ModelReply:
+        proc = await self._ensure()
+        future: asyncio.Future[ModelReply] = asyncio.get_running_loop().create_future()
+        self.pending[call_id] = (future, on_text)
+        if self.idle is not None:
+            self.idle.cancel()
+            self.idle = None
+        try:
+            self._send(proc, message)
+            return await future
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                self._send(proc, {"op": "cancel", "id": call_id})
+            raise
+        finally:
+            self.pending.pop(call_id, None)
+            if not self.pending and self.proc is proc:
+                self.idle = asyncio.get_running_loop().call_later(self.idle_s, self._stop_idle)
+
+    @staticmethod
+    def _send(proc: asyncio.subprocess.Process, message: dict[str, Any]) -> None:
+        if proc.stdin is None or proc.stdin.is_closing():
+            raise ModelError("server error: the model process is gone", kind="server")
+        proc.stdin.write(json.dumps(message, ensure_ascii=False).encode() + b"\n")
+
+    async def _ensure(self) -> asyncio.subprocess.Process:
+        async with self.lock:
+            if self.alive:
+                assert self.proc is not None
+                return self.proc
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "holon.runtime.providers.model_process",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=MAX_LINE,
+                start_new_session=True,  # a Ctrl-C meant for the daemon must not kill calls it lets finish
+            )  # fmt: skip
+            self.proc = proc
+            self.reader = asyncio.create_task(self._read(proc), name="model-process:read")
+            log.info("model_process.started", pid=proc.pid)
+            return proc
+
+    async def _read(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        try:
+            while line := await proc.stdout.readline():
+                msg = json.loads(line)
+                entry = self.pending.get(msg.get("id"))
+                if entry is None or entry[0].done():
+                    continue  # a call cancelled or failed here already
+                future, on_text = entry
+                if "delta" in msg:
+                    if on_text is not None:
+                        try:
+                            on_text(msg["delta"])
+                        except Exception as e:  # the caller's error propagates to the caller, as in-process
+                            future.set_exception(e)
+                            self._send(proc, {"op": "cancel", "id": msg["id"]})
+                elif "reply" in msg:
+                    future.set_result(_reply_of(msg["reply"]))
+                else:
+                    future.set_exception(_error_of(msg.get("error") or {}))
+        except Exception as e:  # a broken line or pipe: fail what is in flight, below
+            log.error("model_process.read_failed", error=str(e))
+        finally:
+            if self.proc is proc:  # from now on the next call starts a new process
+                self.proc = None
+            for future, _sink in list(self.pending.values()):
+                if not future.done():
+                    future.set_exception(ModelError("server error: the model process exited", kind="server"))
+            if proc.returncode is None and proc.stdin is not None:
+                proc.stdin.close()
+            code = await proc.wait()
+            log.info("model_process.exited", pid=proc.pid, code=code)
+
+    def _stop_idle(self) -> None:
+        self.idle = None
+        if not self.pending and self.proc is not None and self.proc.stdin is not None:
+            log.info("model_process.idle_exit", pid=self.proc.pid, idle_s=self.idle_s)
+            self.proc.stdin.close()
+
+    async def aclose(self) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
+            self.idle = None
+        proc, reader = self.proc, self.reader
+        self.proc = self.reader = None
+        if proc is None:
+            return
+        if proc.stdin is not None and not proc.stdin.is_closing():
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+        if reader is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+
+
+class ProcessProvider:
+    """``Provider`` whose calls run in ``processes`` child processes (see the module docstring).
+
+    Each call goes to the process with the fewest calls in flight (the first on a tie), so one
+    process serves a quiet home and the others start only under load."""
+
+    def __init__(self, *, env: Mapping[str, str] | None = None, processes: int = 2, idle_s: float = 300.0) -> None:
+        if processes < 1:
+            raise ValueError("processes must be at least 1")
+        self._env = env
+        self._workers = [_Worker(idle_s) for _ in range(processes)]
+        self._ids = itertools.count(1)
+
+    @property
+    def pids(self) -> list[int]:
+        """The children running now."""
+        return [w.proc.pid for w in self._workers if w.proc is not None and w.alive]
+
+    async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelReply:
+        api_key = api_key_for(request.settings, self._env)
+        call_id = next(self._ids)
+        message = {
+            "op": "complete",
+            "id": call_id,
+            "request": {"messages": request.messages, "tools": request.tools, "settings": asdict(request.settings)},
+            "api_key": api_key,
+            "stream": on_text is not None,
+        }
+        # The least busy process; below a busy one, a running one is preferred to starting another.
+        worker = min(self._workers, key=lambda w: (len(w.pending), not w.alive))
+        return await worker.call(call_id, message, on_text)
+
+    async def aclose(self) -> None:
+        """Close every child's stdin and wait for it (killed after 10 s)."""
+        for worker in self._workers:
+            await worker.aclose()
+
+
+# --- the child ------------------------------------------------------------------------------------
+
+
+async def _serve() -> None:
+    from holon.runtime.providers.litellm_provider import LiteLLMProvider
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    out = os.fdopen(sys.stdout.fileno(), "wb", buffering=0, closefd=False)
+    provider = LiteLLMProvider()
+    tasks: dict[int, asyncio.Task[None]] = {}
+
+    def send(message: dict[str, Any]) -> None:
+        out.write(json.dumps(message, ensure_ascii=False).encode() + b"\n")
+
+    async def run(call_id: int, body: dict[str, Any], api_key: str | None, stream: bool) -> None:
+        try:
+            request = ModelRequest(
+                messages=body["messages"], tools=body["tools"], settings=ModelSettings(**body["settings"])
+            )
+            sink = (lambda text: send({"id": call_id, "delta": text})) if stream else None
+            reply = await provider.complete_with_key(request, api_key, on_text=sink)
+            send({"id": call_id, "reply": _reply_json(reply)})
+        except asyncio.CancelledError:
+            pass
+        except ModelError as e:
+            error = {"message": str(e), "kind": e.kind, "status": e.status, "retry_after_s": e.retry_after_s}
+            send({"id": call_id, "error": error})
+        except Exception as e:  # never lose a call: the parent gets an error for it
+            send(
+                {
+                    "id": call_id,
+                    "error": {"message": f"model process: {type(e).__name__}: {e}"[:500], "kind": "unknown"},
+                }
+            )
+        finally:
+            tasks.pop(call_id, None)
+
+    while line := await reader.readline():
+        msg = json.loads(line)
+        if msg.get("op") == "complete":
+            call_id = int(msg["id"])
+            tasks[call_id] = asyncio.create_task(run(call_id, msg["request"], msg.get("api_key"), bool(msg["stream"])))
+        elif msg.get("op") == "cancel":
+            task = tasks.get(int(msg["id"]))
+            if task is not None:
+                task.cancel()
+    for task in list(tasks.values()):  # stdin closed: the parent is gone or done with us
+        task.cancel()
+    await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+
+def main() -> None:
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve())
+
+
+if __name__ == "__main__":
+    main()
