@@ -76,6 +76,18 @@ def _cpu_s(pid: int) -> float:
     return own + sum(_cpu_s(child) for child in _children(pid))
 
 
+def _settled(pid: int, timeout_s: float = 30.0) -> None:
+    """Wait until ``pid`` is quiet: under 10% of a core over half a second (at most ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    before = _cpu_s(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = _cpu_s(pid)
+        if now - before < 0.05:
+            return
+        before = now
+
+
 def _children(pid: int) -> list[int]:
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
@@ -197,7 +209,7 @@ def _throughput(root: Path, agents: int, turns: int, latency_ms: float) -> dict[
         url = f"http://127.0.0.1:{port}"
         with _process(_serve(paths, port), env=env) as (daemon, _):
             _wait_healthy(url, daemon)
-            time.sleep(1.0)  # let start-up work (imports, catch-ups) finish before measuring
+            _settled(daemon.pid)  # start-up work (litellm's import, catch-ups) is not the run's
             cores = len(os.sched_getaffinity(daemon.pid))
             cpu0, t0 = _cpu_s(daemon.pid), time.perf_counter()
             asyncio.run(_drive(url, names, turns))
