@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers.turn_cli import holon
 
+from holon.bench.daemon import format_report
+
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -19,3 +21,5 @@ def test_bench_daemon_tiny(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert 0 < out["efficiency"] <= 1.5
     assert out["restart_events_large"] >= 900 and out["restart_events_small"] >= 300
     assert out["restart_growth"] == pytest.approx(out["restart_s_1m"] / out["restart_s_10k"], rel=0.01)
+    assert out["rss_mb_after_run"] > 0  # the daemon and its model processes
+    assert "efficiency" in format_report(out) and "RSS after the run" in format_report(out)

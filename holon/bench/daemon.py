@@ -338,8 +338,9 @@ def format_report(r: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"daemon benchmark ({r['agents']} agents x {r['turns']} turns, model latency {r['latency_ms']:.0f} ms)",
-            f"  wall {r['wall_s']:.2f} s, daemon CPU {r['cpu_s']:.2f} s on {r['cores']} cores "
-            f"({r['cpu_ms_per_turn']:.1f} ms/turn, {r['turns_per_s']:.0f} turns/s)",
+            f"  wall {r['wall_s']:.2f} s, CPU of the daemon and its model processes {r['cpu_s']:.2f} s on "
+            f"{r['cores']} cores ({r['cpu_ms_per_turn']:.1f} ms/turn, {r['turns_per_s']:.0f} turns/s); "
+            f"RSS after the run {r['rss_mb_after_run']:.0f} MB",
             f"  efficiency {r['efficiency']:.3f} = max(latency bound {r['latency_bound_s']:.2f} s, CPU bound "
             f"{r['cpu_bound_s']:.2f} s) / wall (target >= {TARGETS['efficiency']})",
             f"  idle RSS with {r['idle_agents']:,} agents: {r['idle_rss_mb_1000_agents']:.1f} MB "
