@@ -244,3 +244,92 @@ def test_pause_resume_abort_delete_and_notices(store: Any) -> None:
     assert "agent.deleted" in types
     replayed = store.replay()
     assert replayed.ok, replayed
+
+
+# --- status precision (subprocess) --------------------------------------------------------------
+
+
+def _by_keyword(body: dict[str, Any]) -> dict[str, Any]:
+    """The model's step chosen by a keyword in the agent's input: wait, sleep, fail, or answer."""
+    seen = json.dumps(body.get("messages", []))
+    if "Hold on for my approval" in seen:
+        return {
+            "tool_calls": [
+                {"name": "wait", "arguments": {"on": "operator", "recheck_in_s": 3600, "reason": "approval"}}
+            ]
+        }
+    if "Take a nap" in seen:
+        return {"tool_calls": [{"name": "sleep", "arguments": {"seconds": 7200, "reason": "the deploy runs"}}]}
+    if "Break please" in seen:
+        return {"error": 400, "message": "Invalid request: the schema is broken"}
+    return {"content": "Done."}
+
+
+def _agent_rows(home: Path) -> dict[str, dict[str, Any]]:
+    return {a["name"]: a for a in (state(home).get("status") or {}).get("agents", [])}
+
+
+def test_status_shows_waits_sleep_failures_budgets_and_no_wake_source(tmp_path: Path) -> None:
+    from helpers.turn_cli import open_store
+
+    from holon.ledger import NewEvent
+    from holon.ledger import events as ev
+    from holon.runtime.agents import create_agent
+
+    with FakeLLM(_by_keyword) as fake:
+        home = fake_home(tmp_path, fake, "waiter", "sleeper", "broken", "lost")
+        with open_store(home) as store:
+            settings = {"model": "openai/fake", "api_base": fake.url, "background": True, "budget_turns_per_day": 1}
+            create_agent(store, "nightly", settings=settings)
+        for name, text in [("waiter", "Hold on for my approval"), ("sleeper", "Take a nap"),
+                           ("broken", "Break please"), ("lost", "Hold on for my approval"), ("nightly", "Report")]:  # fmt: skip
+            submit(home, name, text)
+        proc = spawn_holon(home, "serve", "--no-http")
+        try:
+            wait_for("five settled turns", lambda: len(payloads(home, "turn.settled")) >= 5, proc=proc, timeout=60)
+            lost_id = agents(home)["lost"]["agent_id"]
+            wait_id = next(p["wait_id"] for _, a, _, p in payloads(home, "wait.registered") if a == lost_id)
+            with open_store(home) as store:  # the wait goes away with nothing to wake the agent
+                store.append(NewEvent(lost_id, ev.WaitResolved(wait_id=wait_id, resolution="cancelled"),
+                                      origin="operator:test", authority="operator"))  # fmt: skip
+            wait_for(
+                "status of every agent",
+                lambda: (
+                    {n: a["state"] for n, a in _agent_rows(home).items()}
+                    == {
+                        "waiter": "waiting",
+                        "sleeper": "asleep",
+                        "broken": "failed",
+                        "lost": "failed",
+                        "nightly": "asleep",
+                    }
+                ),
+                proc=proc,
+                timeout=30,
+            )
+            r = holon(home, "daemon", "status", "--json")
+            text = holon(home, "daemon", "status")
+        finally:
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+    rows = {a["name"]: a for a in r.json()["status"]["agents"]}
+    waiter, sleeper = rows["waiter"], rows["sleeper"]
+    assert waiter["detail"] == "operator"
+    [w] = waiter["waits"]
+    assert w["on"] == "operator" and w["reason"] == "approval"
+    assert waiter["next_wake_us"] == w["recheck_at_us"] and waiter["next_wake"] == w["recheck_at"]
+    assert w["recheck_at"].endswith("Z") and w["recheck_at_us"] - time.time() * 1e6 > 3000e6
+    assert sleeper["detail"] == "sleeping: the deploy runs" and sleeper["waits"][0]["on"] == "until"
+    assert 7000e6 < sleeper["next_wake_us"] - time.time() * 1e6 <= 7200e6
+    assert rows["broken"]["detail"].startswith("model error (bad_request)"), rows["broken"]
+    assert "the schema is broken" in rows["broken"]["detail"]
+    assert rows["lost"]["detail"] == "error: asleep with no wake source (no wait, no timer)"
+    nightly = rows["nightly"]
+    assert nightly["detail"] == "daily budget used: 1 of 1 turns per day used"
+    assert nightly["next_wake_us"] % 86_400_000_000 == 0 and nightly["next_wake"].endswith("T00:00:00.000000Z")
+    lines = {line.split()[0]: line for line in text.out.splitlines()[2:]}
+    assert f"on operator; recheck at {w['recheck_at'][:19]}Z" in lines["waiter"], text.out
+    assert f"sleeping: the deploy runs; until {sleeper['next_wake'][:19]}Z" in lines["sleeper"], text.out
+    assert "last error: model error (bad_request)" in lines["broken"], text.out
+    assert "error: asleep with no wake source" in lines["lost"], text.out
+    assert f"until {nightly['next_wake'][:10]}T00:00:00Z" in lines["nightly"], text.out

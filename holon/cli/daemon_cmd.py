@@ -53,10 +53,25 @@ def _describe(info: dict[str, Any]) -> str:
             f"  evolve: {jobs.get('queued', 0)} queued, {jobs.get('running', 0)} running, {jobs.get('done', 0)} done{dead}; "
             f"{evolve.get('pending_proposals', 0)} proposals wait for review"
         )
-    for a in status.get("agents", []):
-        detail = f"  {a['detail']}" if a.get("detail") else ""
-        lines.append(f"  {a['name']:<20} {a['state']:<8}{detail}")
+    lines += [_describe_agent(a) for a in status.get("agents", [])]
     return "\n".join(lines)
+
+
+#: How the text status names an agent's ``next_wake`` in each state.
+_WAKE_WORDS = {"asleep": "until", "waiting": "recheck at", "paused": "next timer"}
+
+
+def _describe_agent(a: dict[str, Any]) -> str:
+    """One line per agent: its state, what it waits on or failed with, and when it wakes (UTC)."""
+    state, detail = a.get("state", "?"), a.get("detail") or ""
+    if state == "waiting":
+        detail = f"on {detail}"
+    elif state == "failed":
+        detail = f"last error: {detail}" if detail and not detail.startswith("error:") else (detail or "failed")
+    wake = a.get("next_wake")
+    if wake and state in _WAKE_WORDS:
+        detail = f"{detail}; {_WAKE_WORDS[state]} {wake[:19]}Z" if detail else f"{_WAKE_WORDS[state]} {wake[:19]}Z"
+    return f"  {a.get('name', '?'):<20} {state:<8}  {detail}".rstrip()
 
 
 @app.command("start")

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from holon.api.port import AgentStatus, Notice
-from holon.clock import Clock, SystemClock
+from holon.clock import Clock, SystemClock, format_us
 from holon.daemon.budget import DAY_US, Budgets
 from holon.daemon.timers import Timers, due_firings, next_after, timer_event
 from holon.errors import ConflictError, NotFoundError
@@ -575,6 +575,11 @@ class Daemon:
     # --- status -----------------------------------------------------------------------------
 
     def agent_status(self, agent: AgentState) -> AgentStatus:
+        """One agent's state for ``status``: what it does, waits on or failed with, and when it wakes.
+
+        A pending wait that is a ``sleep`` (``on="until"``) makes the agent ``asleep`` until its
+        recheck time; any other wait makes it ``waiting`` on it, with the earliest recheck time as
+        ``next_wake_us``."""
         now = self.clock.now_us()
         waits = self.store.rows("wait", agent_id=agent.agent_id, status="pending")
         timers = self.store.rows("timer", agent_id=agent.agent_id, status="scheduled")
@@ -591,18 +596,35 @@ class Daemon:
             return AgentStatus(agent.agent_id, agent.name, "failed", agent.last_error or "")
         if waits:
             first = min(waits, key=lambda w: w.recheck_at_us)
-            what = ", ".join(f"{w.on} {w.target}" if w.target else w.on for w in waits)
+            other = [w for w in waits if w.on != "until"]
+            if not other:
+                reason = f": {first.reason}" if first.reason else ""
+                return AgentStatus(agent.agent_id, agent.name, "asleep", f"sleeping{reason}", first.recheck_at_us)
+            what = ", ".join(f"{w.on} {w.target}" if w.target else w.on for w in other)
             return AgentStatus(agent.agent_id, agent.name, "waiting", what, first.recheck_at_us)
         if agent.status == "waiting" and not agent.pending_inputs:
             if next_timer is None:
                 return AgentStatus(
                     agent.agent_id, agent.name, "failed", "error: asleep with no wake source (no wait, no timer)"
                 )
-            return AgentStatus(agent.agent_id, agent.name, "asleep", "until its next timer", next_timer)
+            return AgentStatus(agent.agent_id, agent.name, "asleep", "for its next timer", next_timer)
         if next_timer is not None and not agent.pending_inputs:
-            return AgentStatus(agent.agent_id, agent.name, "asleep", "until its next timer", next_timer)
+            return AgentStatus(agent.agent_id, agent.name, "asleep", "for its next timer", next_timer)
         detail = f"{len(agent.pending_inputs)} inputs queued" if agent.pending_inputs else ""
         return AgentStatus(agent.agent_id, agent.name, "idle", detail)
+
+    def _status_entry(self, agent: AgentState) -> dict[str, Any]:
+        """``agent_status`` as JSON, with ISO times beside the µs ones and, when waiting, each wait."""
+        entry: dict[str, Any] = asdict(self.agent_status(agent))
+        wake = entry["next_wake_us"]
+        entry["next_wake"] = None if wake is None else format_us(wake)
+        if entry["state"] in ("waiting", "asleep"):
+            entry["waits"] = [
+                {"wait_id": w.wait_id, "on": w.on, "target": w.target, "reason": w.reason,
+                 "recheck_at_us": w.recheck_at_us, "recheck_at": format_us(w.recheck_at_us)}
+                for w in self.store.rows("wait", agent_id=agent.agent_id, status="pending")
+            ]  # fmt: skip
+        return entry
 
     def _evolve_status(self) -> dict[str, Any]:
         if self.evolver is None:
@@ -628,5 +650,5 @@ class Daemon:
             "index_error": self.index_error,
             "evolve": self._evolve_status(),
             "timers": self.timers.jobs() if self.timers.scheduler.running else 0,
-            "agents": [asdict(self.agent_status(a)) for a in self.store.agents()],
+            "agents": [self._status_entry(a) for a in self.store.agents()],
         }
