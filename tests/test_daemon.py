@@ -333,3 +333,49 @@ def test_status_shows_waits_sleep_failures_budgets_and_no_wake_source(tmp_path: 
     assert "last error: model error (bad_request)" in lines["broken"], text.out
     assert "error: asleep with no wake source" in lines["lost"], text.out
     assert f"until {nightly['next_wake'][:10]}T00:00:00Z" in lines["nightly"], text.out
+
+
+# --- the API token (subprocess) -----------------------------------------------------------------
+
+
+def _get(url: str, token: str | None = None) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_serve_with_a_token_on_any_address_and_refuses_an_unset_token(tmp_path: Path) -> None:
+    from helpers.turn_cli import cli_env
+
+    from holon.api.server import free_port
+
+    with FakeLLM() as fake:
+        home = fake_home(tmp_path, fake, "alice")
+    for value in (None, "  "):
+        env = cli_env(HOLON_API_TOKEN_ENV="MY_API_TOKEN", **({"MY_API_TOKEN": value} if value else {}))
+        r = holon(home, "serve", "--host", "0.0.0.0", env=env)
+        assert r.code == 2 and "Traceback" not in r.err, r
+        assert "[api] token_env names MY_API_TOKEN, which is unset or empty" in r.err, r
+        assert len(r.err.strip().splitlines()) == 1, r
+    port = free_port()
+    env = cli_env(HOLON_API_TOKEN_ENV="MY_API_TOKEN", MY_API_TOKEN=" s3cret-token\n")
+    proc = spawn_holon(home, "serve", "--host", "0.0.0.0", "--port", str(port), env=env)
+    try:
+        wait_for("the daemon to run", lambda: state(home).get("state") == "running", proc=proc)
+        url = f"http://127.0.0.1:{port}"
+        assert state(home)["api"] == url
+        assert _get(f"{url}/v1/health") == 200
+        assert _get(f"{url}/v1/status") == 401
+        assert _get(f"{url}/v1/status", "wrong") == 401
+        assert _get(f"{url}/v1/status", "s3cret-token") == 200, "the token is stripped like the REPL client's"
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

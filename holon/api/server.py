@@ -37,11 +37,11 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, token: str | None) -> None:
-    """Refuse to listen beyond this machine without a token."""
+    """Refuse to listen beyond this machine without a token (the one check, for ``holon serve`` too)."""
     if not is_loopback(host) and not token:
         raise UsageError(
-            f"refusing to serve the API on {host!r} without a token: anyone who can reach it could control "
-            "your agents. Put the token in an environment variable and name it in [api] token_env (or "
+            f"refusing to listen on {host} without a token: anyone who can reach it could control your "
+            "agents. Put the token in an environment variable and name it in [api] token_env (or "
             "HOLON_API_TOKEN_ENV), or listen on 127.0.0.1"
         )
 

@@ -8,8 +8,10 @@ Files under ``<home>/run/``:
   and the last ``status`` (per-agent status, ledger head, projection lag);
 * ``host.lock``: the host lock (``AgentHost.start``): one process runs a home's agents.
 
-``serve`` mounts the HTTP API (``holon.api.app.create_app``, imported lazily) on uvicorn when that
-module exists, and refuses to listen on a non-loopback address without a token.
+``serve`` mounts the HTTP API (``holon.api.app.create_app``, imported lazily) on uvicorn. It refuses
+to start when ``[api] token_env`` names a variable that is unset or empty (a configured token that
+silently protects nothing is worse than none), and to listen on a non-loopback address without a
+token (``holon.api.server.check_bind``).
 SIGTERM/SIGINT stop it gracefully (``Daemon.stop`` with ``[daemon] grace_s``), exit code 0.
 """
 
@@ -17,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
-import ipaddress
 import json
 import os
 import signal
@@ -29,13 +29,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from holon.config import HomePaths
+from holon.config import ApiSettings, HomePaths
 from holon.errors import ConfigError, ConflictError, HolonError
 from holon.logs import get_logger
 
 __all__ = [
     "DaemonInfo",
-    "check_listen",
+    "api_token",
+    "api_url",
     "read_state",
     "serve",
     "start_background",
@@ -64,26 +65,27 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def api_token(api: ApiSettings) -> str | None:
+    """The API token: the value of the variable ``[api] token_env`` names, stripped; ``None`` without one.
 
-
-def check_listen(host: str, token: str | None) -> None:
-    """Refuse a non-loopback address without a token (anyone on the network could drive agents)."""
-    if not is_loopback(host) and not token:
+    Raises ``ConfigError`` when the variable is unset or blank: the operator asked for a token."""
+    if not api.token_env:
+        return None
+    token = os.environ.get(api.token_env, "").strip()
+    if not token:
         raise ConfigError(
-            f"refusing to listen on {host}: a non-loopback address needs an API token; set [api] token_env "
-            f"to the name of an environment variable holding one, or listen on 127.0.0.1"
+            f"[api] token_env names {api.token_env}, which is unset or empty: export {api.token_env}=<token> "
+            "before starting the daemon, or remove token_env"
         )
+    return token
 
 
-def api_available() -> bool:
-    return importlib.util.find_spec("holon.api.app") is not None
+def api_url(host: str, port: int) -> str:
+    """The URL clients use to reach a server listening on ``host:port``.
+
+    A wildcard address (``0.0.0.0``, ``::``) is reached on loopback, and IPv6 hosts are bracketed."""
+    connect = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host.strip("[]"), host.strip("[]"))
+    return f"http://[{connect}]:{port}" if ":" in connect else f"http://{connect}:{port}"
 
 
 # --- foreground --------------------------------------------------------------------------------
@@ -120,12 +122,18 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
     api = store.settings.api
     listen_host = host or api.host
     listen_port = api.port if port is None else port
-    token = os.environ.get(api.token_env) if api.token_env else None
-    check_listen(listen_host, token)
+    token = None
+    if http:
+        from holon.api.server import check_bind
+
+        try:
+            token = api_token(api)
+            check_bind(listen_host, token)
+        except BaseException:
+            store.close()
+            raise
     daemon = Daemon(store)
-    with_api = http and api_available()
-    url = f"http://{listen_host}:{listen_port}" if with_api else None
-    writer = _StateWriter(paths, url)
+    writer = _StateWriter(paths, api_url(listen_host, listen_port) if http else None)
     stop = asyncio.Event()  # set by SIGTERM/SIGINT, also during start-up (then we stop right after)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -139,15 +147,15 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
         raise
     pid_file(paths).write_text(str(os.getpid()), encoding="utf-8")
     server, server_task = None, None
-    if with_api:
+    if http:
         server, server_task = _start_http(daemon, listen_host, listen_port, token)
-    elif http:
-        log.warning("daemon.no_http", reason="holon.api.app does not exist yet; serving without the HTTP API")
     try:
         while not stop.is_set():
             if server_task is not None and server_task.done():
                 raise HolonError(f"the HTTP server stopped: {server_task.exception() or 'could not listen'}")
             ready = server is None or server.started
+            if ready and server is not None and listen_port == 0:
+                writer.api_url = api_url(listen_host, _bound_port(server) or 0)
             writer.write("running" if ready else "starting", daemon.status())
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
@@ -169,11 +177,19 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
 
 
 def _start_http(daemon: Any, host: str, port: int, token: str | None) -> tuple[Any, asyncio.Task[None]]:
-    from holon.api.app import create_app  # type: ignore[import-not-found, unused-ignore]
-    from holon.api.server import build_server  # type: ignore[import-not-found, unused-ignore]
+    from holon.api.app import create_app
+    from holon.api.server import build_server
 
     server = build_server(create_app(daemon, token=token), host=host, port=port, token=token)
     return server, asyncio.create_task(server.serve(), name="daemon:http")
+
+
+def _bound_port(server: Any) -> int | None:
+    """The port a started uvicorn server listens on (what ``--port 0`` got)."""
+    for listener in getattr(server, "servers", []):
+        for sock in listener.sockets:
+            return int(sock.getsockname()[1])
+    return None
 
 
 # --- background --------------------------------------------------------------------------------
