@@ -379,3 +379,51 @@ def test_serve_with_a_token_on_any_address_and_refuses_an_unset_token(tmp_path: 
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# --- grace period expiry (subprocess) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_turn_past_the_grace_period_is_interrupted_requeued_and_answered_after_restart(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    from helpers.turn_cli import cli_env
+
+    script = [{"content": "Too late to be seen.", "delay": 8.0}, {"content": "Answered after the restart."}]
+    with FakeLLM(script) as fake:
+        home = fake_home(tmp_path, fake, "alice")
+        env = cli_env(HOLON_DAEMON_GRACE_S="1")
+        proc = spawn_holon(home, "serve", "--no-http", env=env)
+        try:
+            wait_for("the daemon to run", lambda: state(home).get("state") == "running", proc=proc)
+            seq = submit(home, "alice", "Take your time")[0]
+            wait_for("the model call", lambda: len(fake.requests) == 1, proc=proc, timeout=30)
+            t0 = time.monotonic()
+            os.kill(proc.pid, sig)
+            _out, err = proc.communicate(timeout=30)
+            took = time.monotonic() - t0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err
+        assert took < 6, f"exit took {took:.1f} s with a 1 s grace period (the model answers after 8 s)"
+        assert "Traceback" not in err, err
+        [(_, _, _, settled)] = payloads(home, "turn.settled")
+        assert settled["outcome"] == "interrupted" and settled["requeue"] is True, settled
+        assert agents(home)["alice"]["pending_inputs"], "the interrupted turn's input is queued again"
+        assert state(home)["state"] == "stopped"
+
+        proc = spawn_holon(home, "serve", "--no-http", env=env)
+        try:
+            wait_for("the input answered", lambda: seq in completed_inputs(home), proc=proc, timeout=60)
+            os.kill(proc.pid, signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    outcomes = [p["outcome"] for *_, p in payloads(home, "turn.settled")]
+    assert outcomes == ["interrupted", "completed"], outcomes
+    replies = [p["content"] for *_, p in payloads(home, "model.responded") if p.get("content")]
+    assert replies == ["Answered after the restart."], replies
+    assert_ledger_ok(home)
