@@ -427,3 +427,83 @@ def test_a_turn_past_the_grace_period_is_interrupted_requeued_and_answered_after
     replies = [p["content"] for *_, p in payloads(home, "model.responded") if p.get("content")]
     assert replies == ["Answered after the restart."], replies
     assert_ledger_ok(home)
+
+
+# --- token and cost budgets; children spend their root's budget (in process) --------------------
+
+
+def _costly(text: str, *, tokens: int = 60, cost: float = 0.03) -> Any:
+    from dataclasses import replace
+
+    from holon.ledger.events import Usage
+    from holon.runtime.providers.scripted import reply
+
+    usage = Usage(prompt_tokens=tokens - 10, completion_tokens=10, total_tokens=tokens)
+    return replace(reply(text, usage=usage), cost_usd=cost)
+
+
+@pytest.mark.parametrize(
+    ("limit", "reason"),
+    [({"budget_tokens_per_day": 100}, "120 of 100 tokens per day used"),
+     ({"budget_cost_per_day_usd": 0.05}, "$0.0600 of $0.05 per day spent")],
+    ids=["tokens", "cost"],
+)  # fmt: skip
+def test_token_and_cost_budgets_stop_a_background_agent(store: Any, limit: dict[str, Any], reason: str) -> None:
+    from holon.runtime.providers.scripted import ScriptedProvider
+
+    provider = ScriptedProvider([_costly("first"), _costly("second"), _costly("never")])
+
+    async def scenario() -> None:
+        daemon = _daemon(store, provider)
+        async with daemon.running(grace_s=1):
+            daemon.create_agent("nightly", settings={"background": True, **limit})
+            for n in range(3):  # one at a time: a turn takes every input queued when it starts
+                _say(daemon, "nightly", f"job {n}")
+                await daemon.until_idle()
+            status = daemon.agent_status(store.agent("nightly"))
+            assert (status.state, status.detail) == ("asleep", f"daily budget used: {reason}")
+
+    asyncio.run(scenario())
+    assert provider.remaining == 1, "the third turn would spend beyond the budget"
+    assert len(store.agent("nightly").pending_inputs) == 1
+    briefs = [e.payload for e in store.ledger.read() if e.type == "brief.delivered"]
+    assert [b.kind for b in briefs] == ["budget"] and reason in briefs[0].text
+
+
+def test_child_agents_spend_their_background_roots_budget(store: Any) -> None:
+    from holon.runtime.providers.scripted import ScriptedProvider, tool_call
+
+    def decide(request: Any) -> Any:
+        seen = json.dumps(request.messages)
+        if "started child agent" in seen:
+            return _costly("A helper is on it.")
+        if "Spawn a helper" in seen:
+            return tool_call("spawn_agent", {"task": "CHILD-TASK: count the files", "name": "helper"})
+        return _costly("Counted: 3 files.")
+
+    provider = ScriptedProvider([decide] * 4)
+
+    async def scenario() -> None:
+        daemon = _daemon(store, provider)
+        async with daemon.running(grace_s=1):
+            daemon.create_agent("root", settings={"background": True, "budget_turns_per_day": 2})
+            _say(daemon, "root", "Spawn a helper to count the files")
+            await daemon.until_idle()
+            root, helper = store.agent("root"), store.agent("helper")
+            assert helper.parent_id == root.agent_id
+            assert root.pending_inputs, "the helper's answer waits for tomorrow"
+            for agent in (root, helper):
+                status = daemon.agent_status(agent)
+                assert (status.state, status.detail) == ("asleep", "daily budget used: 2 of 2 turns per day used")
+            _say(daemon, "helper", "one more thing")
+            await daemon.until_idle()
+            assert store.agent("helper").pending_inputs, "the child has no budget of its own"
+            assert daemon.budgets.spent(root.agent_id).tokens == 120
+
+    asyncio.run(scenario())
+    settled = [e for e in store.ledger.read() if e.type == "turn.settled"]
+    assert len(settled) == 2, "one turn of the root and one of its child: the root's two turns a day"
+    assert provider.remaining == 1
+    briefs = [e for e in store.ledger.read() if e.type == "brief.delivered"]
+    assert len(briefs) == 1 and briefs[0].agent_id == store.agent("root").agent_id
+    assert "its child agents" in briefs[0].payload.text

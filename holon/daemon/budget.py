@@ -7,10 +7,17 @@ Budgets are checked before a turn starts (the host's gate), so an exhausted agen
 more that day; its inputs stay queued until the next day. The operator gets one
 ``brief.delivered`` of kind ``budget`` per agent and day (idempotency key).
 
-What was spent today is read once per agent and day from its ``turn.settled`` events of that day
-(an index walk over the agent's settled turns, newest first, stopping at midnight) and its
-``evolve.model_used`` events (model calls of durable-memory extraction: tokens and cost, no turn),
-then kept up to date from the turns this daemon settles and the evolve calls its watcher sees.
+Child agents spend their root's budget. A child of a background agent (``spawn_agent``) copies
+its parent's settings, so it is a background agent too, but it has no budget of its own: every
+turn, token and dollar of the agent and its descendants counts against the budget of the topmost
+background agent in its line (the *owner*, ``Budgets.owner``), and when that is used up none of
+them runs. Otherwise a background agent could escape its budget by spawning children.
+
+What was spent today is read once per owner and day from the ``turn.settled`` events of that day
+of the owner and its descendants (an index walk over each agent's settled turns, newest first,
+stopping at midnight) and their ``evolve.model_used`` events (model calls of durable-memory
+extraction: tokens and cost, no turn), then kept up to date from the turns this daemon settles and
+the evolve calls its watcher sees.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 
 from holon.clock import Clock
 from holon.config import DaemonSettings
+from holon.errors import NotFoundError
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
@@ -55,6 +63,44 @@ class Budgets:
     def today(self) -> int:
         return day_of(self.clock.now_us())
 
+    def owner(self, agent: AgentState) -> AgentState | None:
+        """Whose budget ``agent`` spends: the topmost background agent among it and its ancestors.
+
+        ``None`` for a foreground agent with no background ancestor (it has no budget)."""
+        found, current, seen = None, agent, set()
+        while current.agent_id not in seen:
+            seen.add(current.agent_id)
+            if current.settings.get("background"):
+                found = current
+            if current.parent_id is None:
+                break
+            try:
+                current = self.store.agent(current.parent_id)
+            except NotFoundError:  # a deleted parent: the line ends here
+                break
+        return found
+
+    def _owner_id(self, agent_id: str) -> str:
+        """The id whose ``Spent`` an agent's spending goes to (its own for agents with no budget)."""
+        try:
+            owner = self.owner(self.store.agent(agent_id))
+        except NotFoundError:
+            return agent_id
+        return agent_id if owner is None else owner.agent_id
+
+    def _line(self, owner_id: str) -> list[str]:
+        """The owner and all its descendants (it is their owner: the topmost background agent above them)."""
+        parents = {a.agent_id: a.parent_id for a in self.store.agents()}
+        line = [owner_id]
+        for agent_id in parents:
+            up, seen = parents.get(agent_id), {agent_id}
+            while up is not None and up not in seen and up != owner_id:
+                seen.add(up)
+                up = parents.get(up)
+            if up == owner_id and agent_id != owner_id:
+                line.append(agent_id)
+        return line
+
     def limits(self, agent: AgentState) -> tuple[int, int, float | None]:
         s, d = agent.settings, self.defaults
         cost = s.get("budget_cost_per_day_usd", d.budget_cost_per_day_usd)
@@ -73,29 +119,35 @@ class Budgets:
 
     def _read(self, agent_id: str, day: int) -> Spent:
         spent = Spent(day, read_to=self.store.ledger.head())
-        for type_ in ("turn.settled", "evolve.model_used"):
-            rows = self.store.ledger.query(
-                "SELECT ts_us, payload FROM events WHERE agent_id = ? AND type = ? AND seq <= ? ORDER BY seq DESC",
-                (agent_id, type_, spent.read_to),
-            )
-            for ts_us, payload in rows:
-                if day_of(ts_us) != day:
-                    break
-                data = json.loads(payload)
-                spent.turns += type_ == "turn.settled"
-                spent.tokens += int(data.get("usage", {}).get("total_tokens", 0))
-                spent.cost_usd += float(data.get("cost_usd") or 0.0)
+        for member in self._line(agent_id):
+            for type_ in ("turn.settled", "evolve.model_used"):
+                rows = self.store.ledger.query(
+                    "SELECT ts_us, payload FROM events WHERE agent_id = ? AND type = ? AND seq <= ? ORDER BY seq DESC",
+                    (member, type_, spent.read_to),
+                )
+                for ts_us, payload in rows:
+                    if day_of(ts_us) != day:
+                        break
+                    data = json.loads(payload)
+                    spent.turns += type_ == "turn.settled"
+                    spent.tokens += int(data.get("usage", {}).get("total_tokens", 0))
+                    spent.cost_usd += float(data.get("cost_usd") or 0.0)
         return spent
 
     def record(self, agent_id: str, tokens: int, cost_usd: float | None) -> None:
-        spent = self.spent(agent_id)
-        spent.turns += 1
-        spent.tokens += tokens
-        spent.cost_usd += cost_usd or 0.0
+        """Count a turn the daemon settled (its ``turn.settled`` is already in the ledger) to its owner."""
+        owner_id = self._owner_id(agent_id)
+        cached = self._spent.get(owner_id)
+        if cached is None or cached.day != self.today():
+            self.spent(owner_id)  # a fresh read of today already holds this turn
+            return
+        cached.turns += 1
+        cached.tokens += tokens
+        cached.cost_usd += cost_usd or 0.0
 
     def record_evolve(self, agent_id: str, seq: int, payload: str) -> None:
         """Count an ``evolve.model_used`` event the watcher saw (unless the day's read counted it)."""
-        spent = self.spent(agent_id)
+        spent = self.spent(self._owner_id(agent_id))
         if seq <= spent.read_to:
             return
         data = json.loads(payload)
@@ -104,10 +156,11 @@ class Budgets:
 
     def exhausted(self, agent: AgentState) -> str | None:
         """Why the agent may not run more today, or ``None`` (always ``None`` for foreground agents)."""
-        if not agent.settings.get("background"):
+        owner = self.owner(agent)
+        if owner is None:
             return None
-        turns, tokens, cost = self.limits(agent)
-        spent = self.spent(agent.agent_id)
+        turns, tokens, cost = self.limits(owner)
+        spent = self.spent(owner.agent_id)
         if spent.turns >= turns:
             return f"{spent.turns} of {turns} turns per day used"
         if spent.tokens >= tokens:
@@ -117,12 +170,14 @@ class Budgets:
         return None
 
     def brief(self, agent: AgentState, reason: str) -> None:
-        """Tell the operator, once per agent and day, that the agent stopped for the day."""
+        """Tell the operator, once per owner and day, that the owner (and its children) stopped for the day."""
+        agent = self.owner(agent) or agent
         day = self.today()
         text = (
-            f"Background agent {agent.name} reached its daily budget ({reason}). It runs no more turns "
-            f"until the next UTC day; inputs wait until then. Raise it with 'holon agent configure "
-            f"{agent.name} --budget-turns-per-day N' (or tokens / cost)."
+            f"Background agent {agent.name} reached its daily budget ({reason}, its child agents "
+            f"included). It and its child agents run no more turns until the next UTC day; inputs "
+            f"wait until then. Raise it with 'holon agent configure {agent.name} "
+            f"--budget-turns-per-day N' (or tokens / cost)."
         )
         self.store.append(
             NewEvent(
