@@ -1,18 +1,27 @@
-"""SIGKILL the daemon while 10 agents work through queued inputs; after a restart every acknowledged
-input (appended to the ledger, including those appended while the daemon was down) is answered by
-a completed turn, and ``holon ledger verify`` and ``holon ledger replay`` pass."""
+"""SIGKILL the daemon while 10 agents work through inputs posted to its HTTP API; after a restart
+every acknowledged input (a ``202`` from ``POST /v1/agents/{agent}/inputs``, or appended to the
+ledger by another process while the daemon was down) is answered by a completed turn, and
+``holon ledger verify`` and ``holon ledger replay`` pass.
+
+A poster thread keeps sending inputs round-robin across the agents before, during and after the
+kill; a post that got no ``202`` (connection refused or reset mid-request) counts for nothing,
+since the API promised nothing for it."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from helpers.daemon import all_settled, completed_inputs, fake_home, payloads, state, submit
 from helpers.turn_cli import assert_ledger_ok, kill_hard, spawn_holon, wait_for
 
+from holon.api.server import free_port
 from holon.testing.fake_llm import FakeLLM
 
 pytestmark = pytest.mark.timeout(180)
@@ -20,21 +29,54 @@ pytestmark = pytest.mark.timeout(180)
 AGENTS = [f"agent-{i}" for i in range(10)]
 
 
+class Poster(threading.Thread):
+    """Posts operator inputs round-robin; ``acknowledged`` holds the seqs of those answered 202."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.acknowledged: list[int] = []
+        self.refused = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=5) as client:
+            for n in itertools.count():
+                if self.halt.is_set():
+                    return
+                name = AGENTS[n % len(AGENTS)]
+                try:
+                    r = client.post(f"/v1/agents/{name}/inputs", json={"text": f"{name} job {n}"})
+                except httpx.TransportError:
+                    self.refused += 1
+                    time.sleep(0.02)
+                    continue
+                if r.status_code == 202:
+                    self.acknowledged.append(int(r.json()["seq"]))
+                time.sleep(0.01)
+
+
 def test_sigkill_with_ten_busy_agents_loses_no_acknowledged_input(tmp_path: Path) -> None:
     with FakeLLM(lambda body: {"content": "Handled.", "delay": 0.5}) as fake:
         home = fake_home(tmp_path, fake, *AGENTS)
-        acknowledged = [seq for name in AGENTS for seq in submit(home, name, f"{name} job 0")]
-        proc = spawn_holon(home, "serve", "--no-http")
+        port = free_port()
+        proc = spawn_holon(home, "serve", "--port", str(port))
         wait_for("the daemon to run", lambda: state(home).get("state") == "running", proc=proc, timeout=60)
-        for j in range(1, 4):  # more inputs while the agents are busy: each arrives mid-turn
-            time.sleep(0.3)
-            acknowledged += [seq for name in AGENTS for seq in submit(home, name, f"{name} job {j}")]
-        wait_for(
-            "turns in flight", lambda: len(payloads(home, "model.requested")) > len(payloads(home, "turn.settled"))
-        )
-        kill_hard(proc)
+        poster = Poster(f"http://127.0.0.1:{port}")
+        poster.start()
+        try:
+            wait_for("some inputs answered", lambda: len(completed_inputs(home)) >= 20, proc=proc)
+            wait_for(
+                "turns in flight", lambda: len(payloads(home, "model.requested")) > len(payloads(home, "turn.settled"))
+            )
+            kill_hard(proc)  # while the poster is sending
+            wait_for("posts refused", lambda: poster.refused >= 3)
+        finally:
+            poster.halt.set()
+            poster.join(timeout=10)
+        acknowledged = list(poster.acknowledged)
         assert len(completed_inputs(home)) < len(acknowledged), "the crash came too late to test anything"
-        acknowledged += [seq for name in AGENTS for seq in submit(home, name, f"{name} while down")]
+        while_down = [seq for name in AGENTS for seq in submit(home, name, f"{name} while down")]
 
         proc = spawn_holon(home, "serve", "--no-http")
         try:
@@ -45,7 +87,7 @@ def test_sigkill_with_ten_busy_agents_loses_no_acknowledged_input(tmp_path: Path
         finally:
             if proc.poll() is None:
                 proc.kill()
-    missing = set(acknowledged) - completed_inputs(home)
+    missing = set(acknowledged + while_down) - completed_inputs(home)
     assert not missing, f"acknowledged inputs never answered: {sorted(missing)}"
     outcomes = [p["outcome"] for *_, p in payloads(home, "turn.settled")]
     assert "interrupted" in outcomes, "the SIGKILL should have caught turns in flight"
