@@ -235,6 +235,8 @@ def _throughput(root: Path, agents: int, turns: int, latency_ms: float) -> dict[
 
 
 def _idle_rss(root: Path, n: int) -> float:
+    """VmRSS of a daemon hosting ``n`` idle agents, read once it is quiet: its start-up work
+    (litellm's import in the background, catch-ups) is done and counted, as an idle daemon holds it."""
     paths = HomePaths(root / "idle")
     with Store.open(paths, load_settings(paths), clock=SystemClock()) as store:
         for i in range(n):
@@ -242,7 +244,7 @@ def _idle_rss(root: Path, n: int) -> float:
     port = free_port()
     with _process(_serve(paths, port), env=_env()) as (daemon, _):
         _wait_healthy(f"http://127.0.0.1:{port}", daemon)
-        time.sleep(2.0)
+        _settled(daemon.pid)
         return _rss_mb(daemon.pid)
 
 
