@@ -507,3 +507,38 @@ def test_child_agents_spend_their_background_roots_budget(store: Any) -> None:
     briefs = [e for e in store.ledger.read() if e.type == "brief.delivered"]
     assert len(briefs) == 1 and briefs[0].agent_id == store.agent("root").agent_id
     assert "its child agents" in briefs[0].payload.text
+
+
+# --- holon daemon logs ---------------------------------------------------------------------------
+
+
+def test_logs_show_and_follow_the_log_and_the_process_output(tmp_path: Path) -> None:
+    import select
+
+    from helpers.turn_cli import quick_home
+
+    home = quick_home(tmp_path, "alice")
+    logs = home / "logs"
+    (logs / "holon.log").write_text("".join(f'{{"event": "log {i}"}}\n' for i in range(5)))
+    (logs / "daemon.out").write_text("Traceback (most recent call last):\nRuntimeError: boom\n")
+    r = holon(home, "daemon", "logs", "-n", "2")
+    assert r.code == 0, r
+    assert r.out.splitlines() == [
+        f"==> {logs / 'holon.log'} <==", '{"event": "log 3"}', '{"event": "log 4"}',
+        f"==> {logs / 'daemon.out'} <==", "Traceback (most recent call last):", "RuntimeError: boom",
+    ]  # fmt: skip
+    proc = spawn_holon(home, "daemon", "logs", "-n", "0", "--follow")
+    try:
+        assert proc.stdout is not None
+        wait_for("the headers", lambda: select.select([proc.stdout], [], [], 0.1)[0], proc=proc)
+        seen = [proc.stdout.readline().strip(), proc.stdout.readline().strip()]
+        assert seen == [f"==> {logs / 'holon.log'} <==", f"==> {logs / 'daemon.out'} <=="], seen
+        with (logs / "daemon.out").open("a") as fh:
+            fh.write("Fatal Python error: Segmentation fault\n")
+        with (logs / "holon.log").open("a") as fh:
+            fh.write('{"event": "log 5"}\n')
+        got = {proc.stdout.readline().strip() for _ in range(2)}
+        assert got == {"Fatal Python error: Segmentation fault", '{"event": "log 5"}'}, got
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)

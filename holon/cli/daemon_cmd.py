@@ -155,23 +155,47 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
     home: HomeOpt = None,
 ) -> None:
-    """Print the end of ``<home>/logs/holon.log`` (and follow it)."""
-    import collections
+    """Print the end of ``<home>/logs/holon.log`` and of ``daemon.out`` (the process's own output,
+    where a crash's traceback goes), and follow both."""
     import sys
 
     c = ctx_of(ctx, home, False)
-    path = c.paths.logs / "holon.log"
-    if not path.exists():
-        sys.stdout.write(f"no log yet at {path}\n")
+    paths = [p for p in (c.paths.logs / "holon.log", c.paths.logs / "daemon.out") if p.exists()]
+    if not paths:
+        sys.stdout.write(f"no log yet in {c.paths.logs}\n")
         return
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for line in collections.deque(fh, maxlen=lines) if lines else []:
-            sys.stdout.write(line)
-        sys.stdout.flush()
+    files = [p.open(encoding="utf-8", errors="replace") for p in paths]
+    try:
+        for path, fh in zip(paths, files, strict=True):
+            _print_tail(fh, lines, f"==> {path} <==\n" if len(paths) > 1 else None)
         while follow:
-            line = fh.readline()
-            if line:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-            else:
+            if not _print_new(files):
                 time.sleep(0.2)
+    finally:
+        for fh in files:
+            fh.close()
+
+
+def _print_tail(fh: Any, lines: int, header: str | None) -> None:
+    """The last ``lines`` lines of an open file (leaving it at its end), under ``header``."""
+    import collections
+    import sys
+
+    tail = collections.deque(fh, maxlen=lines)
+    if header is not None:
+        sys.stdout.write(header)
+    sys.stdout.writelines(tail)
+    sys.stdout.flush()
+
+
+def _print_new(files: list[Any]) -> bool:
+    """Print whatever was appended to any of ``files``; False when nothing was."""
+    import sys
+
+    printed = False
+    for fh in files:
+        while line := fh.readline():
+            sys.stdout.write(line)
+            printed = True
+    sys.stdout.flush()
+    return printed
