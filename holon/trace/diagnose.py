@@ -119,7 +119,7 @@ def _summary(turn_id: str, spans: list[Span]) -> dict[str, Any]:
         "llm_calls": sum(1 for s in spans if s.kind == "LLM"),
         "tools": [s.attributes["tool.name"] for s in spans if s.kind == "TOOL"],
         "errors": [f"{s.name}: {s.status_message[:120]}" for s in spans if s.status == "ERROR"],
-        "tokens": root.attributes["llm.token_count.total"],
+        "tokens": root.attributes["holon.turn.total_tokens"],
     }
 
 

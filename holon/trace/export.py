@@ -23,26 +23,36 @@ def export_traces(
     store: Store, out: Path, *, fmt: Format, flt: TraceFilter | None = None, by: str = "turn",
     project: str = "holon", service: str = "holon",
 ) -> dict[str, int]:  # fmt: skip
-    """Write every trace of ``flt`` to ``out`` (atomically); returns counts of traces and spans."""
+    """Write every trace of ``flt`` to ``out`` (atomically); returns counts of traces and spans.
+
+    On any failure (a span that would break HALO's index, a full disk) the temporary file is
+    removed and ``out`` is left as it was.
+    """
     reader = TraceReader(store, flt)
     tmp = out.with_name(out.name + ".tmp")
     traces = spans_n = 0
-    with tmp.open("w", encoding="utf-8") as fh:
-        for spans in spans_of(reader, project=project, by=by):
-            traces += 1
-            spans_n += len(spans)
-            if fmt == "halo-jsonl":
-                for line in halo_jsonl(spans, service=service):
-                    fh.write(line + "\n")
-            else:
-                fh.write(json.dumps(otlp_request(spans, service=service), sort_keys=True, separators=(",", ":")) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(out)
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            for spans in spans_of(reader, project=project, by=by):
+                traces += 1
+                spans_n += len(spans)
+                if fmt == "halo-jsonl":
+                    fh.writelines(line + "\n" for line in halo_jsonl(spans, service=service))
+                else:
+                    fh.write(
+                        json.dumps(otlp_request(spans, service=service), sort_keys=True, separators=(",", ":")) + "\n"
+                    )
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return {"traces": traces, "spans": spans_n}
 
 
-_NOISE = re.compile(r"0x[0-9a-f]+|\d+(?:\.\d+)?|'[^']*'|\"[^\"]*\"|(?:/[\w.\-]+)+", re.I)
+# Quotes count only when they are not an apostrophe inside a word ("agent's" stays as it is).
+_NOISE = re.compile(r"0x[0-9a-f]+|\d+(?:\.\d+)?|(?<!\w)'[^']*'(?!\w)|\"[^\"]*\"|(?:/[\w.\-]+)+", re.I)
 
 
 def error_key(message: str) -> str:
@@ -73,9 +83,9 @@ def trace_stats(store: Store, flt: TraceFilter | None = None, *, top: int = 10) 
                                   "latency": [], "tokens": [], "cost_usd": 0.0, "tool_calls": 0, "tool_errors": 0})  # fmt: skip
         a["turns"] += 1
         a["outcomes"][root.attributes["holon.outcome"]] += 1
-        a["tokens"].append(int(root.attributes["llm.token_count.total"]))
+        a["tokens"].append(int(root.attributes["holon.turn.total_tokens"]))
         for s in spans[1:]:
-            if s.kind == "LLM":
+            if s.kind == "LLM" and not s.attributes.get("holon.unfinished"):
                 a["latency"].append((s.end_ns - s.start_ns) / 1e6)
                 a["cost_usd"] += float(s.attributes.get("llm.cost_usd", 0.0))
                 if s.status == "ERROR":

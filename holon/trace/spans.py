@@ -5,6 +5,14 @@ CHAIN (context assembly), LLM (model call) and TOOL (tool call) children. Ids ar
 ledger ids (sha256 of the turn id for the trace, of the starting event's id for a span), so an
 export is the same bytes every time and re-sending it is idempotent.
 
+Token counts (``inference.llm.*``, ``llm.token_count.*``) sit on LLM spans only: HALO's index and
+Phoenix add them up over every span of a trace, so a root carrying the turn's total would double
+it. The root's totals are ``holon.turn.*_tokens``.
+
+A large text whose blob body was pruned (``holon ledger prune``) is exported as its preview with a
+``[pruned: original N bytes]`` marker; a pruned prompt becomes a one-message JSON note, never a
+preview passed off as JSON.
+
 ``TraceReader`` reads the turns of a filter (agent, time range) from a ``Store`` in ledger order,
 a turn at a time, so an export of a large ledger holds one turn in memory.
 """
@@ -22,13 +30,16 @@ from holon.ledger import events as ev
 from holon.projections import Store
 
 __all__ = [
+    "MAX_STATUS_CHARS",
     "MAX_VALUE_CHARS",
+    "SCHEMA_VERSION",
     "Span",
-    "cap_json",
     "TraceFilter",
     "TraceReader",
     "Turn",
     "cap",
+    "cap_json",
+    "flat_messages",
     "span_id",
     "trace_id",
     "turn_spans",
@@ -36,6 +47,12 @@ __all__ = [
 
 #: Longest attribute value exported; longer ones are cut with a marker giving the original size.
 MAX_VALUE_CHARS = 16_000
+#: Longest status message (an error's text); longer ones are cut with the same marker.
+MAX_STATUS_CHARS = 2_000
+#: ``inference.export.schema_version``: HALO's verifier requires the integer 1.
+SCHEMA_VERSION = 1
+#: How many messages get flattened OpenInference keys (``llm.input_messages.N.message.*``).
+MAX_FLAT_MESSAGES = 64
 
 
 def cap(text: str, limit: int = MAX_VALUE_CHARS) -> str:
@@ -44,17 +61,29 @@ def cap(text: str, limit: int = MAX_VALUE_CHARS) -> str:
     return text[:limit] + f"…[truncated: original {len(text):,} characters]"
 
 
+def _note(content: str) -> dict[str, Any]:
+    return {"role": "note", "content": content}
+
+
 def cap_json(messages: list[dict[str, Any]], limit: int = MAX_VALUE_CHARS) -> str:
-    """``messages`` as a JSON string of at most about ``limit`` characters that still parses."""
+    """``messages`` as a JSON string of at most about ``limit`` characters that still parses.
+
+    Long strings inside each message are cut first; if that is not enough the oldest messages are
+    replaced by one note saying how many were left out (the newest are the ones a reader wants).
+    """
     text = json.dumps(messages, ensure_ascii=False)
     if len(text) <= limit:
         return text
     share = max(200, limit // (2 * max(1, len(messages))))
     shrunk = [{k: cap(v, share) if isinstance(v, str) else v for k, v in m.items()} for m in messages]
-    text2 = json.dumps(shrunk, ensure_ascii=False)
-    if len(text2) <= limit + 1_000:
-        return text2
-    return json.dumps([{"role": "note", "content": f"[truncated: original {len(text):,} characters]"}])
+    for start in range(len(shrunk)):
+        kept = shrunk[start:]
+        if start:
+            kept = [_note(f"[truncated: {start} earlier messages left out, original {len(text):,} characters]"), *kept]
+        text2 = json.dumps(kept, ensure_ascii=False)
+        if len(text2) <= limit + 1_000:
+            return text2
+    return json.dumps([_note(f"[truncated: original {len(text):,} characters]")])
 
 
 def trace_id(key: str) -> str:
@@ -97,21 +126,221 @@ class TraceFilter:
     until_us: int | None = None
 
 
-def _text(store: Store | None, value: ev.LargeText | None) -> str:
+def _resolve(store: Store | None, value: ev.LargeText | None) -> tuple[str, int | None]:
+    """(text, None) when the full text is at hand; (preview, original size in bytes) when not."""
     if value is None:
-        return ""
+        return "", None
     if isinstance(value, str):
-        return value
+        return value, None
     if store is None:
-        return value.preview
+        return value.preview, value.size
     resolved = store.ledger.resolve(value)
     if resolved is None or isinstance(resolved, str):
-        return resolved or ""
-    return resolved.text if resolved.text is not None else resolved.preview
+        return resolved or "", None
+    if resolved.text is None:
+        return resolved.preview, resolved.size
+    return resolved.text, None
+
+
+def _pruned(size: int) -> str:
+    return f"[pruned: original {size:,} bytes]"
+
+
+def _text(store: Store | None, value: ev.LargeText | None) -> str:
+    """The full text, or the preview marked as pruned when the blob body is gone."""
+    text, missing = _resolve(store, value)
+    return text if missing is None else f"{text}…{_pruned(missing)}"
+
+
+def _messages_json(store: Store | None, value: ev.LargeText | None, fallback: str) -> str:
+    """A recorded prompt as a JSON list of messages that parses, whatever happened to it."""
+    text, missing = _resolve(store, value)
+    if missing is not None:
+        return json.dumps([_note(f"{_pruned(missing)} prompt not available")])
+    if not text:
+        return json.dumps([_note(fallback)])
+    try:
+        messages = json.loads(text)
+    except ValueError:
+        return json.dumps([_note(cap(text))], ensure_ascii=False)
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return json.dumps([_note(cap(text))], ensure_ascii=False)
+    return cap_json(messages)
+
+
+def flat_messages(span: Span) -> dict[str, Any]:
+    """OpenInference's flattened message keys (``llm.input_messages.N.message.role`` ...) of an LLM span.
+
+    Phoenix reads these rather than the JSON strings; the OTLP outputs carry both, the HALO file
+    only the JSON strings (what HALO's index and tools read), which keeps each line small.
+    """
+    if span.kind != "LLM":
+        return {}
+    out: dict[str, Any] = {}
+    for prefix in ("llm.input_messages", "llm.output_messages"):
+        out.update(_flat(prefix, str(span.attributes.get(prefix, "[]"))))
+    return out
+
+
+def _flat(prefix: str, messages_json: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    messages = json.loads(messages_json)
+    for i, m in enumerate(messages[-MAX_FLAT_MESSAGES:]):
+        key = f"{prefix}.{i}.message"
+        out[f"{key}.role"] = str(m.get("role", ""))
+        content = m.get("content")
+        if content is not None:
+            out[f"{key}.content"] = cap(
+                content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+            )
+        for j, call in enumerate(m.get("tool_calls") or []):
+            fn = call.get("function") or {}
+            tkey = f"{key}.tool_calls.{j}.tool_call"
+            out[f"{tkey}.id"] = str(call.get("id", ""))
+            out[f"{tkey}.function.name"] = str(fn.get("name", ""))
+            out[f"{tkey}.function.arguments"] = cap(str(fn.get("arguments", "")))
+    return out
 
 
 def _ns(us: int) -> int:
     return us * 1_000
+
+
+@dataclass(slots=True)
+class _Builder:
+    """State of one turn's fold into spans: what is open, what is done, the running totals."""
+
+    turn: Turn
+    store: Store | None
+    tid: str
+    root_id: str
+    common: dict[str, Any]
+    spans: list[tuple[int, Span]] = field(default_factory=list)
+    requested: dict[int, Event] = field(default_factory=dict)
+    contexts: dict[int, Event] = field(default_factory=dict)
+    calls: dict[str, Event] = field(default_factory=dict)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    reply: str = ""
+
+    def add(self, start: Event, span: Span) -> None:
+        self.spans.append((start.seq, span))
+
+    def span(self, start: Event, name: str, kind: str, end_us: int, status: str, message: str,
+             attributes: dict[str, Any]) -> Span:  # fmt: skip
+        return Span(
+            self.tid, span_id(start.id), self.root_id, name, kind, _ns(start.ts_us), _ns(max(end_us, start.ts_us)),
+            status, cap(message, MAX_STATUS_CHARS),
+            attributes={**self.common, "openinference.span.kind": kind, "inference.observation_kind": kind, **attributes},
+        )  # fmt: skip
+
+    def context(self, e: Event, p: ev.ContextAssembled) -> None:
+        self.contexts[p.round] = e
+        self.add(e, self.span(e, f"context assembly (round {p.round})", "CHAIN", e.ts_us, "OK", "", {
+            "input.value": cap(json.dumps(p.summary, sort_keys=True, ensure_ascii=False)),
+            "output.value": f"{p.used_tokens} of {p.budget_tokens} tokens",
+            "holon.context.manifest_digest": p.manifest_digest,
+        }))  # fmt: skip
+
+    def prompt(self, start: Event) -> str:
+        req = start.payload
+        ctx = self.contexts.get(req.round) if isinstance(req, ev.ModelRequested | ev.ModelResponded) else None
+        recorded = ctx.payload.prompt if ctx is not None and isinstance(ctx.payload, ev.ContextAssembled) else None
+        count = req.messages if isinstance(req, ev.ModelRequested) else "?"
+        return _messages_json(self.store, recorded, f"{count} messages (prompt not recorded)")
+
+    def llm(self, start: Event, end_us: int, model: str, status: str, message: str, *,
+            usage: ev.Usage | None = None, out_msg: dict[str, Any] | None = None,
+            extra: dict[str, Any] | None = None) -> None:  # fmt: skip
+        usage = usage or ev.Usage()
+        self.tokens_in += usage.prompt_tokens
+        self.tokens_out += usage.completion_tokens
+        in_msgs = self.prompt(start)
+        out_msgs = cap_json([out_msg]) if out_msg is not None else "[]"
+        self.add(start, self.span(start, f"llm {model}", "LLM", end_us, status, message, {
+            "llm.model_name": model,
+            "inference.llm.model_name": model,
+            "inference.llm.input_tokens": usage.prompt_tokens,
+            "inference.llm.output_tokens": usage.completion_tokens,
+            "llm.token_count.prompt": usage.prompt_tokens,
+            "llm.token_count.completion": usage.completion_tokens,
+            "llm.token_count.total": usage.total_tokens,
+            "llm.input_messages": in_msgs,
+            "llm.output_messages": out_msgs,
+            **(extra or {}),
+        }))  # fmt: skip
+
+    def responded(self, e: Event, p: ev.ModelResponded) -> None:
+        start = self.requested.pop(p.round, e)
+        content = _text(self.store, p.content)
+        if content:
+            self.reply = content
+        calls = [{"id": c.call_id, "type": "function", "function": {"name": c.tool, "arguments": c.arguments}}
+                 for c in p.tool_calls]  # fmt: skip
+        out_msg: dict[str, Any] = {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
+        extra: dict[str, Any] = {"holon.round": p.round, "holon.latency_ms": p.latency_ms}
+        if p.cost_usd is not None:
+            extra["llm.cost_usd"] = p.cost_usd
+        if p.finish_reason:
+            extra["holon.finish_reason"] = p.finish_reason
+        if p.error_kind:
+            extra["holon.error_kind"] = p.error_kind
+        self.llm(start, e.ts_us, p.model, "ERROR" if p.error else "OK", p.error or "", usage=p.usage,
+                 out_msg=out_msg, extra=extra)  # fmt: skip
+
+    def tool(self, start: Event, end_us: int, tool: str, status: str, message: str, extra: dict[str, Any]) -> None:
+        args = _text(self.store, start.payload.arguments) if isinstance(start.payload, ev.ToolCalled) else ""
+        call_id = start.payload.call_id if isinstance(start.payload, ev.ToolCalled | ev.ToolResulted) else ""
+        self.add(start, self.span(start, f"tool {tool}", "TOOL", end_us, status, message, {
+            "tool.name": tool, "input.value": cap(args), "holon.tool.call_id": call_id, **extra,
+        }))  # fmt: skip
+
+    def resulted(self, e: Event, p: ev.ToolResulted) -> None:
+        start = self.calls.pop(p.call_id, e)
+        output = _text(self.store, p.output)
+        ok = p.status == "ok"
+        self.tool(start, e.ts_us, p.tool, "OK" if ok else "ERROR", "" if ok else f"{p.status}: {output}", {
+            "output.value": cap(output), "holon.tool.status": p.status, "holon.tool.duration_ms": p.duration_ms,
+        })  # fmt: skip
+
+    def unfinished(self, end_us: int, outcome: str | None) -> None:
+        """Calls the ledger has no answer for (an interrupted or failed turn): spans that end with the turn."""
+        status = "ERROR" if outcome is not None else "UNSET"
+        settled = f" before the turn settled ({outcome})" if outcome is not None else ""
+        for start in self.requested.values():
+            p = start.payload
+            assert isinstance(p, ev.ModelRequested)
+            self.llm(start, end_us, p.model, status, f"no model response recorded{settled}" if settled else "",
+                     extra={"holon.round": p.round, "holon.unfinished": True})  # fmt: skip
+        for start in self.calls.values():
+            q = start.payload
+            assert isinstance(q, ev.ToolCalled)
+            self.tool(start, end_us, q.tool, status, f"no tool result recorded{settled}" if settled else "",
+                      {"output.value": "", "holon.unfinished": True})  # fmt: skip
+
+    def fold(self, e: Event) -> None:
+        p = e.payload
+        match p:
+            case ev.ContextAssembled():
+                self.context(e, p)
+            case ev.ModelRequested():
+                self.requested[p.round] = e
+            case ev.ModelResponded():
+                self.responded(e, p)
+            case ev.ToolCalled():
+                self.calls[p.call_id] = e
+            case ev.ToolResulted():
+                self.resulted(e, p)
+
+
+def _common(project: str, agent_name: str, agent_id: str) -> dict[str, Any]:
+    return {
+        "inference.export.schema_version": SCHEMA_VERSION,
+        "inference.project_id": project,
+        "inference.agent_name": agent_name,
+        "inference.agent_id": agent_id,
+        "session.id": agent_id,
+    }
 
 
 def turn_spans(turn: Turn, *, project: str, store: Store | None = None, trace: str | None = None,
@@ -119,136 +348,26 @@ def turn_spans(turn: Turn, *, project: str, store: Store | None = None, trace: s
     """The spans of one turn, root first then in ledger order of their starting events."""
     events = turn.events
     started = events[0]
-    settled = events[-1] if isinstance(events[-1].payload, ev.TurnSettled) else None
-    tid = trace or trace_id(turn.turn_id)
-    root_id = span_id(started.id)
-    common = {
-        "inference.export.schema_version": "1",
-        "inference.project_id": project,
-        "inference.agent_name": turn.agent_name,
-        "inference.agent_id": turn.agent_id,
-        "session.id": turn.agent_id,
-    }
-    inputs = "\n\n".join(_text(store, e.payload.text) for e in turn.inputs if isinstance(e.payload, ev.MessageReceived))
-    reply = ""
-    spans: list[Span] = []
-    requested: dict[int, Event] = {}
-    contexts: dict[int, Event] = {}
-    calls: dict[str, Event] = {}
-    tokens_in = tokens_out = 0
+    settled = events[-1].payload if isinstance(events[-1].payload, ev.TurnSettled) else None
+    common = _common(project, turn.agent_name, turn.agent_id)
+    b = _Builder(turn, store, trace or trace_id(turn.turn_id), span_id(started.id), common)
     for e in events:
-        p = e.payload
-        match p:
-            case ev.ContextAssembled():
-                contexts[p.round] = e
-                spans.append(
-                    Span(
-                        tid,
-                        span_id(e.id),
-                        root_id,
-                        f"context assembly (round {p.round})",
-                        "CHAIN",
-                        _ns(e.ts_us),
-                        _ns(e.ts_us),
-                        attributes={
-                            **common,
-                            "openinference.span.kind": "CHAIN",
-                            "inference.observation_kind": "CHAIN",
-                            "input.value": cap(json.dumps(p.summary, sort_keys=True, ensure_ascii=False)),
-                            "output.value": f"{p.used_tokens} of {p.budget_tokens} tokens",
-                            "holon.context.manifest_digest": p.manifest_digest,
-                        },
-                    )
-                )
-            case ev.ModelRequested():
-                requested[p.round] = e
-            case ev.ModelResponded():
-                start = requested.pop(p.round, e)
-                ctx = contexts.get(p.round)
-                prompt = _text(store, ctx.payload.prompt) if ctx is not None else ""  # type: ignore[union-attr]
-                content = _text(store, p.content)
-                if content:
-                    reply = content
-                tokens_in += p.usage.prompt_tokens
-                tokens_out += p.usage.completion_tokens
-                out_msg = {"role": "assistant", "content": content,
-                           "tool_calls": [{"id": c.call_id, "name": c.tool, "arguments": c.arguments} for c in p.tool_calls]}  # fmt: skip
-                req = start.payload if isinstance(start.payload, ev.ModelRequested) else None
-                in_msgs = prompt or json.dumps([{"role": "note", "content": f"{req.messages if req else '?'} messages (prompt not recorded)"}])  # fmt: skip
-                spans.append(
-                    Span(
-                        tid,
-                        span_id(start.id),
-                        root_id,
-                        f"llm {p.model}",
-                        "LLM",
-                        _ns(start.ts_us),
-                        _ns(e.ts_us),
-                        "ERROR" if p.error else "OK",
-                        p.error or "",
-                        attributes={
-                            **common,
-                            "openinference.span.kind": "LLM",
-                            "inference.observation_kind": "LLM",
-                            "llm.model_name": p.model,
-                            "inference.llm.model_name": p.model,
-                            "inference.llm.input_tokens": p.usage.prompt_tokens,
-                            "inference.llm.output_tokens": p.usage.completion_tokens,
-                            "llm.token_count.prompt": p.usage.prompt_tokens,
-                            "llm.token_count.completion": p.usage.completion_tokens,
-                            "llm.token_count.total": p.usage.total_tokens,
-                            "llm.input_messages": in_msgs
-                            if len(in_msgs) <= MAX_VALUE_CHARS
-                            else cap_json(json.loads(in_msgs)),
-                            "llm.output_messages": cap_json([out_msg]),
-                            "holon.round": p.round,
-                            "holon.latency_ms": p.latency_ms,
-                            **({"llm.cost_usd": p.cost_usd} if p.cost_usd is not None else {}),
-                        },
-                    )
-                )
-            case ev.ToolCalled():
-                calls[p.call_id] = e
-            case ev.ToolResulted():
-                start = calls.pop(p.call_id, e)
-                args = _text(store, start.payload.arguments) if isinstance(start.payload, ev.ToolCalled) else ""
-                spans.append(
-                    Span(
-                        tid,
-                        span_id(start.id),
-                        root_id,
-                        f"tool {p.tool}",
-                        "TOOL",
-                        _ns(start.ts_us),
-                        _ns(e.ts_us),
-                        "OK" if p.status == "ok" else "ERROR",
-                        "" if p.status == "ok" else f"{p.status}: {_text(store, p.output)[:200]}",
-                        attributes={
-                            **common,
-                            "openinference.span.kind": "TOOL",
-                            "inference.observation_kind": "TOOL",
-                            "tool.name": p.tool,
-                            "input.value": cap(args),
-                            "output.value": cap(_text(store, p.output)),
-                            "holon.tool.status": p.status,
-                            "holon.tool.duration_ms": p.duration_ms,
-                        },
-                    )
-                )
-    outcome = settled.payload.outcome if settled is not None else "running"  # type: ignore[union-attr]
-    error = settled.payload.reason if settled is not None else None  # type: ignore[union-attr]
-    end = settled.ts_us if settled is not None else events[-1].ts_us
+        b.fold(e)
+    end = events[-1].ts_us
+    b.unfinished(end, settled.outcome if settled is not None else None)
+    outcome = settled.outcome if settled is not None else "running"
     status = "OK" if outcome in ("completed", "waiting") else ("UNSET" if settled is None else "ERROR")
+    message = f"{outcome}: {settled.reason or ''}".strip(": ") if status == "ERROR" and settled is not None else ""
+    inputs = "\n\n".join(_text(store, e.payload.text) for e in turn.inputs if isinstance(e.payload, ev.MessageReceived))
     root = Span(
-        tid, root_id, parent, f"agent {turn.agent_name} turn", "AGENT", _ns(started.ts_us), _ns(end), status,
-        "" if status != "ERROR" else f"{outcome}: {error or ''}".strip(": "),
+        b.tid, b.root_id, parent, f"agent {turn.agent_name} turn", "AGENT", _ns(started.ts_us), _ns(end), status,
+        cap(message, MAX_STATUS_CHARS),
         attributes={**common, "openinference.span.kind": "AGENT", "inference.observation_kind": "AGENT",
-                    "input.value": cap(inputs), "output.value": cap(reply), "holon.turn_id": turn.turn_id,
-                    "holon.outcome": outcome, "inference.llm.input_tokens": tokens_in,
-                    "inference.llm.output_tokens": tokens_out, "llm.token_count.prompt": tokens_in,
-                    "llm.token_count.completion": tokens_out, "llm.token_count.total": tokens_in + tokens_out},
+                    "input.value": cap(inputs), "output.value": cap(b.reply), "holon.turn_id": turn.turn_id,
+                    "holon.outcome": outcome, "holon.turn.input_tokens": b.tokens_in,
+                    "holon.turn.output_tokens": b.tokens_out, "holon.turn.total_tokens": b.tokens_in + b.tokens_out},
     )  # fmt: skip
-    return [root, *spans]
+    return [root, *(s for _, s in sorted(b.spans, key=lambda pair: pair[0]))]
 
 
 class TraceReader:
@@ -324,12 +443,13 @@ def episode_traces(reader: TraceReader, *, project: str) -> Iterator[list[Span]]
         first = min(s.start_ns for s in turn_spans_)
         last = max(s.end_ns for s in turn_spans_)
         name = reader.name_of(sealed.agent_id)
+        failed = [s for s in turn_spans_ if s.parent_span_id == root_id and s.status == "ERROR"]
         root = Span(tid, root_id, "", f"agent {name} episode {p.topic or p.episode_id}", "AGENT", first, last,
-                    attributes={"openinference.span.kind": "AGENT", "inference.observation_kind": "AGENT",
-                                "inference.export.schema_version": "1", "inference.project_id": project,
-                                "inference.agent_name": name, "inference.agent_id": sealed.agent_id,
-                                "session.id": sealed.agent_id, "input.value": cap(" / ".join(p.excerpts)),
-                                "output.value": cap(p.summary), "holon.episode_id": p.episode_id})  # fmt: skip
+                    "ERROR" if failed else "OK", f"{len(failed)} of {len(covered)} turns failed" if failed else "",
+                    attributes={**_common(project, name, sealed.agent_id), "openinference.span.kind": "AGENT",
+                                "inference.observation_kind": "AGENT", "input.value": cap(" / ".join(p.excerpts)),
+                                "output.value": cap(p.summary), "holon.episode_id": p.episode_id,
+                                "holon.episode.turns": len(covered)})  # fmt: skip
         yield [root, *turn_spans_]
 
 
