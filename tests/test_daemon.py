@@ -542,3 +542,26 @@ def test_logs_show_and_follow_the_log_and_the_process_output(tmp_path: Path) -> 
     finally:
         proc.kill()
         proc.communicate(timeout=10)
+
+
+def test_daemon_json_names_a_url_clients_can_reach_on_ipv6_and_port_0(tmp_path: Path) -> None:
+    from holon.daemon.process import api_url
+
+    assert api_url("0.0.0.0", 7878) == "http://127.0.0.1:7878"
+    assert api_url("::", 7878) == "http://[::1]:7878"
+    assert api_url("fd00::5", 80) == "http://[fd00::5]:80"
+    assert api_url("localhost", 1) == "http://localhost:1"
+    with FakeLLM() as fake:
+        home = fake_home(tmp_path, fake, "alice")
+    proc = spawn_holon(home, "serve", "--host", "::1", "--port", "0")
+    try:
+        wait_for("the daemon to run", lambda: state(home).get("state") == "running", proc=proc)
+        wait_for("the bound port", lambda: not state(home)["api"].endswith(":0"), proc=proc, timeout=5)
+        url = state(home)["api"]
+        assert url.startswith("http://[::1]:"), url
+        assert _get(f"{url}/v1/health") == 200
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
