@@ -83,6 +83,8 @@ def ledger_router(port: DaemonPort) -> APIRouter:
         """External event ingress: the path token is the capability (no Authorization header).
 
         The JSON object becomes an input with ``external`` authority and origin ``external:hook``.
+        It resolves the agent's pending ``wait(on="external")``: all of them, or, when the object
+        has a string ``event`` field, those with no target or with that target.
         """
         agent = port.agent_for_token(token) if len(token) <= 256 else None
         if agent is None:
@@ -97,9 +99,11 @@ def ledger_router(port: DaemonPort) -> APIRouter:
         if not isinstance(data, dict):
             raise UsageError("the hook body must be a JSON object")
         text = "External event (hook):\n" + json.dumps(data, ensure_ascii=False, sort_keys=True)
+        name = data.get("event")
         event = port.submit(
-            agent.agent_id, text, origin="external:hook", authority="external", sender="external", channel="hook"
-        )
+            agent.agent_id, text, origin="external:hook", authority="external", sender="external", channel="hook",
+            event=name if isinstance(name, str) and name else None,
+        )  # fmt: skip
         return InputAccepted(agent_id=agent.agent_id, seq=event.seq, event_id=event.id)
 
     return r

@@ -57,8 +57,12 @@ class DaemonPort(Protocol):
         authority: Authority,
         sender: str,
         channel: str,
+        event: str | None = None,
     ) -> Event:
-        """Record an input durably (a ``message.received`` event), wake the agent, return the event."""
+        """Record an input durably (a ``message.received`` event), wake the agent, return the event.
+
+        The input resolves the agent's waits it answers: an ``operator`` input its operator waits,
+        an ``external`` one its external waits (on ``event``, the event's name, when given)."""
         ...
 
     def create_agent(

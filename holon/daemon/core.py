@@ -246,9 +246,14 @@ class Daemon:
         if not self.accepting:
             raise ConflictError("the daemon is not taking input (it is starting or shutting down)")
 
-    def submit(self, agent: str, text: str, *, origin: str, authority: Authority, sender: str, channel: str) -> Event:
+    def submit(
+        self, agent: str, text: str, *, origin: str, authority: Authority, sender: str, channel: str,
+        event: str | None = None,
+    ) -> Event:  # fmt: skip
         self._check_open()
-        stored = self.host.submit(agent, text, origin=origin, authority=authority, sender=sender, channel=channel)
+        stored = self.host.submit(
+            agent, text, origin=origin, authority=authority, sender=sender, channel=channel, event=event
+        )
         self._wake(stored.agent_id)
         return stored
 

@@ -30,7 +30,7 @@ from holon.logs import get_logger
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.runtime.agents import create_agent
-from holon.runtime.inputs import input_events
+from holon.runtime.inputs import input_events, wakes_of
 from holon.runtime.providers.retry import RetryPolicy
 from holon.runtime.recovery import RecoveryReport, recover
 from holon.runtime.tasks import TaskManager
@@ -126,10 +126,14 @@ class AgentHost:
         authority: Authority = "operator",
         sender: str = "operator",
         channel: str = "cli",
+        event: str | None = None,
     ) -> Event:
-        """Record an input for an agent (durable before this returns). Returns its event."""
+        """Record an input for an agent (durable before this returns). Returns its event.
+
+        The input resolves the waits it answers, judged by its authority: an operator's input the
+        agent's ``operator`` waits, an external event its ``external`` waits (only those on
+        ``event`` when the event is named; an unnamed event answers any of them)."""
         agent = self.store.agent(agent_ref)
-        wakes: tuple[ev.WaitOn, str | None] | None = ("operator", None) if authority == "operator" else None
         events = input_events(
             self.store,
             agent.agent_id,
@@ -138,7 +142,7 @@ class AgentHost:
             authority=authority,
             sender=sender,
             channel=channel,
-            wakes=wakes,
+            wakes=wakes_of(authority, event),
         )
         stored = self.store.append(*events)
         self._stalled.discard(agent.agent_id)

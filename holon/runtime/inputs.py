@@ -14,7 +14,7 @@ from holon.ledger.events import Authority
 from holon.projections import Store
 from holon.projections.state import WaitProjection
 
-__all__ = ["input_events"]
+__all__ = ["input_events", "wakes_of"]
 
 
 def _satisfies(wait: WaitProjection, wakes: tuple[ev.WaitOn, str | None]) -> bool:
@@ -22,6 +22,17 @@ def _satisfies(wait: WaitProjection, wakes: tuple[ev.WaitOn, str | None]) -> boo
     if wait.on != on:
         return False
     return wait.target is None or target is None or wait.target == target
+
+
+def wakes_of(authority: Authority, event: str | None = None) -> tuple[ev.WaitOn, str | None] | None:
+    """The waits an input answers, by who sent it: an operator's input answers ``operator`` waits,
+    an external event ``external`` waits (those on ``event`` when it is named). Inputs of other
+    authorities (tasks, timers) name their wait themselves."""
+    if authority == "operator":
+        return "operator", None
+    if authority == "external":
+        return "external", event
+    return None
 
 
 def input_events(

@@ -1,0 +1,138 @@
+"""What wakes a daemon's agents, end to end: the real ``Daemon``, the real HTTP API on 127.0.0.1
+(uvicorn, in the test's loop) and real subprocesses; only the model is scripted.
+
+* an external event posted to the agent's capability URL resolves its ``wait(on="external")``
+  (and only the waits on that event, when the wait names one) and the agent runs a turn with it;
+* a graceful stop that kills a background command tells the agent after the restart, as a crash
+  does ("Task ... ended: interrupted"), and resolves its wait on the task;
+* timer firings while the agent cannot run are coalesced into the one input still pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from helpers.runtime import SCRIPTED
+
+from holon.api.app import create_app
+from holon.api.server import build_server, free_port
+from holon.daemon import Daemon
+from holon.projections import Store
+from holon.runtime.providers.base import ModelRequest
+from holon.runtime.providers.scripted import ScriptedProvider, reply, tool_call
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@contextlib.asynccontextmanager
+async def served(store: Store, provider: ScriptedProvider) -> AsyncIterator[tuple[Daemon, httpx.AsyncClient]]:
+    """The daemon on ``store`` with its API served on a free loopback port, and a client for it."""
+    daemon = Daemon(store, resolver=lambda agent: (provider, SCRIPTED), poll_s=0.01)
+    port = free_port()
+    async with daemon.running(grace_s=1):
+        server = build_server(create_app(daemon), host="127.0.0.1", port=port, token=None)
+        serving = asyncio.create_task(server.serve())
+        while not server.started:
+            assert not serving.done(), "the API server did not start"
+            await asyncio.sleep(0.01)
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+                yield daemon, client
+        finally:
+            server.should_exit = True
+            await serving
+
+
+def _user_text(request: ModelRequest) -> str:
+    return "\n".join(str(m.get("content")) for m in request.messages if m.get("role") == "user")
+
+
+def _agent_status(status: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(a for a in status["agents"] if a["name"] == name)
+
+
+async def _waits(client: httpx.AsyncClient, agent: str) -> list[dict[str, Any]]:
+    r = await client.get(f"/v1/agents/{agent}/waits")
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+# --- external events --------------------------------------------------------------------------------
+
+
+def test_a_hook_event_resolves_the_external_wait_and_wakes_the_agent(store: Store) -> None:
+    seen: list[str] = []
+
+    def answer(request: ModelRequest) -> Any:
+        seen.append(_user_text(request))
+        return reply("The build failed at job 42; I will look at it.")
+
+    provider = ScriptedProvider([
+        tool_call("wait", {"on": "external", "recheck_in_s": 3600, "reason": "the CI result"}),
+        answer,
+    ])  # fmt: skip
+
+    async def scenario() -> None:
+        async with served(store, provider) as (daemon, client):
+            assert (await client.post("/v1/agents", json={"name": "ada"})).status_code == 201
+            r = await client.post("/v1/agents/ada/inputs", json={"text": "Tell me when CI reports."})
+            assert r.status_code == 202, r.text
+            await daemon.until_idle()
+            [pending] = await _waits(client, "ada")
+            assert pending["on"] == "external" and pending["status"] == "pending"
+            before = _agent_status((await client.get("/v1/status")).json(), "ada")
+            assert before["state"] == "waiting" and before["detail"] == "external", before
+
+            path = (await client.get("/v1/agents/ada/hook")).json()["path"]
+            r = await client.post(path, json={"build": "failed", "job": 42})
+            assert r.status_code == 202, r.text
+            await daemon.until_idle()
+
+            [resolved] = await _waits(client, "ada")
+            assert resolved["wait_id"] == pending["wait_id"] and resolved["status"] == "satisfied", resolved
+            after = _agent_status((await client.get("/v1/status")).json(), "ada")
+            assert after["state"] == "idle", after
+        assert provider.remaining == 0
+        assert len(seen) == 1 and '"build": "failed"' in seen[0], seen
+        resolved_by = [e for e in store.ledger.read(0) if e.type == "wait.resolved"]
+        assert [(e.authority, e.origin, e.payload.resolution) for e in resolved_by] == [
+            ("external", "external:hook", "satisfied")
+        ]
+
+    asyncio.run(scenario())
+
+
+def test_a_named_wait_is_resolved_only_by_its_event_and_not_by_the_operator(store: Store) -> None:
+    provider = ScriptedProvider([
+        tool_call("wait", {"on": "external", "target": "deploy", "recheck_in_s": 3600}),
+        reply("Still waiting for the deploy."),  # the build event
+        reply("Still waiting for the deploy."),  # the operator's nudge
+        reply("Deployed."),  # the deploy event
+    ])  # fmt: skip
+
+    async def scenario() -> None:
+        async with served(store, provider) as (daemon, client):
+            await client.post("/v1/agents", json={"name": "ada"})
+            await client.post("/v1/agents/ada/inputs", json={"text": "Wait for the deploy."})
+            await daemon.until_idle()
+            path = (await client.get("/v1/agents/ada/hook")).json()["path"]
+
+            assert (await client.post(path, json={"event": "build", "ok": True})).status_code == 202
+            await daemon.until_idle()
+            assert [w["status"] for w in await _waits(client, "ada")] == ["pending"], "another event's input"
+            await client.post("/v1/agents/ada/inputs", json={"text": "Any news?"})
+            await daemon.until_idle()
+            assert [w["status"] for w in await _waits(client, "ada")] == ["pending"], "an operator input"
+
+            assert (await client.post(path, json={"event": "deploy", "ok": True})).status_code == 202
+            await daemon.until_idle()
+            assert [w["status"] for w in await _waits(client, "ada")] == ["satisfied"]
+            assert _agent_status((await client.get("/v1/status")).json(), "ada")["state"] == "idle"
+        assert provider.remaining == 0
+
+    asyncio.run(scenario())
