@@ -16,8 +16,9 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from holon.errors import ConfigError
@@ -131,12 +132,33 @@ class TraceSettings(_Section):
 
     otlp_endpoint: str = ""
     """Where to push spans, e.g. ``http://127.0.0.1:4318/v1/traces``; empty: no live export."""
+    otlp_protocol: Literal["http/json", "http/protobuf"] = "http/json"
+    """OTLP/HTTP body encoding. JSON by default: HALO's desktop app reads it, and every OTLP/HTTP
+    collector must accept it; ``http/protobuf`` is smaller on the wire."""
     otlp_headers_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     """Name of the environment variable holding ``key=value,...`` headers (API keys stay there)."""
     service_name: str = "holon"
     project: str = "holon"
     """``inference.project_id`` of every span."""
     timeout_s: float = Field(5.0, gt=0, le=60)
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint_is_a_url(cls, value: str) -> str:
+        """An http(s) URL with a host (and a valid port), caught at load rather than at the first turn."""
+        value = value.strip()
+        if not value:
+            return value
+        try:
+            url = urlsplit(value)
+            port_ok = url.port is None or url.port > 0
+        except ValueError as e:
+            raise ValueError(f"not a valid URL ({e})") from e
+        if url.scheme not in ("http", "https") or not url.hostname or not port_ok or any(c.isspace() for c in value):
+            raise ValueError(
+                f"must be an http:// or https:// URL with a host, like http://127.0.0.1:4318/v1/traces, not {value!r}"
+            )
+        return value
 
 
 class LoggingSettings(_Section):

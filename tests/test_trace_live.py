@@ -1,23 +1,36 @@
-"""Live OTLP export from the daemon: a collector on 127.0.0.1 receives every settled turn's spans;
-with the collector down, turns still settle and a warning is logged."""
+"""Live OTLP export from the daemon: a collector on 127.0.0.1 receives every settled turn's spans as
+well-formed OTLP JSON (or protobuf, when configured); with the collector down (connection refused)
+or silent (a blackhole that accepts and never answers), turns settle as fast as with no endpoint,
+a warning is logged and the daemon still stops promptly."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import socket
 import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
 from helpers.runtime import SCRIPTED, closed_port_url
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from structlog.testing import capture_logs
 
 from holon.clock import FakeClock
 from holon.config import load_settings, resolve_home
 from holon.daemon import Daemon
+from holon.errors import ConfigError
 from holon.projections import Store
 from holon.runtime.agents import create_agent
 from holon.runtime.providers.scripted import ScriptedProvider, reply, tool_calls
+
+_HEX = re.compile(r"^[0-9a-f]+$")
 
 
 class _Collector(BaseHTTPRequestHandler):
@@ -31,72 +44,219 @@ class _Collector(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", 0))
         type(self).bodies.append((self.headers.get("Content-Type", ""), self.rfile.read(length)))
         self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "2")
         self.end_headers()
+        self.wfile.write(b"{}")
 
 
-def _run(tmp_path: Path, endpoint: str) -> list[Any]:
+@pytest.fixture
+def collector() -> Iterator[str]:
+    _Collector.bodies = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/v1/traces"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def blackhole() -> Iterator[str]:
+    """A port that completes the TCP handshake (the kernel's backlog) and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1/traces"
+    finally:
+        sock.close()
+
+
+@dataclass
+class _Run:
+    outcomes: list[str]
+    turns_s: float
+    """Wall time from the first submit to the second turn settled."""
+    stop_s: float
+    """Wall time of the daemon's stop (leaving ``running``)."""
+
+
+def _run(
+    tmp_path: Path, endpoint: str, *, protocol: str = "http/json", timeout_s: float = 1.0, flush: bool = True
+) -> _Run:
     home = resolve_home(str(tmp_path / "home"))
     base = load_settings(home)
-    settings = base.model_copy(
-        update={"trace": base.trace.model_copy(update={"otlp_endpoint": endpoint, "timeout_s": 1.0})}
-    )
+    trace = base.trace.model_copy(update={"otlp_endpoint": endpoint, "otlp_protocol": protocol, "timeout_s": timeout_s})
+    settings = base.model_copy(update={"trace": trace})
     clock = FakeClock()
     with Store.open(home, settings, clock=clock) as store:
-        create_agent(store, "ada")
+        if not store.agents():
+            create_agent(store, "ada")
         provider = ScriptedProvider([tool_calls(("memory_search", {"query": "notes"})), reply("done"), reply("again")])
 
-        async def go() -> list[Any]:
+        async def go() -> tuple[float, float]:
             daemon = Daemon(store, resolver=lambda a: (provider, SCRIPTED), clock=clock, poll_s=0.01)
             async with daemon.running(grace_s=1):
+                assert (daemon.tracer is not None) == bool(endpoint)
+                began = time.monotonic()
                 for text in ("first", "second"):
                     daemon.submit(
                         "ada", text, origin="operator:test", authority="operator", sender="operator", channel="test"
                     )
                     await daemon.until_idle()
-                assert daemon.tracer is not None
-                await asyncio.to_thread(daemon.tracer.flush, 5.0)
-            return [e.payload for e in store.ledger.read(0) if e.type == "turn.settled"]
+                turns = time.monotonic() - began
+                if flush and daemon.tracer is not None:
+                    await asyncio.to_thread(daemon.tracer.flush, 5.0)
+                stopping = time.monotonic()
+            return turns, time.monotonic() - stopping
 
-        return asyncio.run(go())
+        turns_s, stop_s = asyncio.run(go())
+        outcomes = [e.payload.outcome for e in store.ledger.read(0) if e.type == "turn.settled"]
+    return _Run(outcomes[-2:], turns_s, stop_s)
 
 
-def test_spans_of_every_settled_turn_reach_a_collector(tmp_path: Path) -> None:
-    _Collector.bodies = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        settled = _run(tmp_path, f"http://127.0.0.1:{server.server_port}/v1/traces")
-    finally:
-        server.shutdown()
-    assert [p.outcome for p in settled] == ["completed", "completed"]
+def _value(v: dict[str, Any]) -> Any:
+    [(kind, value)] = v.items()
+    assert kind in {"stringValue", "intValue", "doubleValue", "boolValue", "arrayValue"}, kind
+    if kind == "intValue":
+        assert isinstance(value, str) and value.lstrip("-").isdigit()  # OTLP JSON: 64-bit ints as strings
+        return int(value)
+    if kind == "arrayValue":
+        return [_value(x) for x in value["values"]]
+    return value
+
+
+def _json_spans(bodies: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
+    """Spans of OTLP/HTTP JSON ExportTraceServiceRequest bodies, each checked for well-formedness."""
     spans = []
-    for content_type, body in _Collector.bodies:
+    for content_type, body in bodies:
+        assert content_type == "application/json"
+        request = json.loads(body)
+        assert set(request) == {"resourceSpans"}
+        for rs in request["resourceSpans"]:
+            resource = {a["key"]: _value(a["value"]) for a in rs["resource"]["attributes"]}
+            assert resource["service.name"] == "holon" and resource["service.version"]
+            for ss in rs["scopeSpans"]:
+                assert ss["scope"]["name"] == "holon.trace"
+                for s in ss["spans"]:
+                    assert len(s["traceId"]) == 32 and _HEX.match(s["traceId"])
+                    assert len(s["spanId"]) == 16 and _HEX.match(s["spanId"])
+                    assert s["parentSpanId"] == "" or (len(s["parentSpanId"]) == 16 and _HEX.match(s["parentSpanId"]))
+                    assert s["kind"] in (1, 3) and s["status"]["code"] in (0, 1, 2)
+                    assert int(s["startTimeUnixNano"]) <= int(s["endTimeUnixNano"])
+                    attrs = {a["key"]: _value(a["value"]) for a in s["attributes"]}
+                    spans.append({"name": s["name"], "trace": s["traceId"], "id": s["spanId"],
+                                  "parent": s["parentSpanId"], "attrs": attrs})  # fmt: skip
+    return spans
+
+
+def _protobuf_spans(bodies: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
+    spans = []
+    for content_type, body in bodies:
         assert content_type == "application/x-protobuf"
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
         for rs in request.resource_spans:
-            service = {a.key: a.value.string_value for a in rs.resource.attributes}["service.name"]
-            assert service == "holon"
+            assert {a.key: a.value.string_value for a in rs.resource.attributes}["service.name"] == "holon"
             for ss in rs.scope_spans:
                 assert ss.scope.name == "holon.trace"
-                spans += list(ss.spans)
-    names = sorted(s.name for s in spans)
+                spans += [{"name": s.name, "trace": s.trace_id.hex(), "id": s.span_id.hex(), "parent": s.parent_span_id.hex(),
+                           "attrs": {a.key: a.value for a in s.attributes}} for s in ss.spans]  # fmt: skip
+    return spans
+
+
+@pytest.mark.parametrize("protocol", ["http/json", "http/protobuf"])
+def test_spans_of_every_settled_turn_reach_a_collector(tmp_path: Path, collector: str, protocol: str) -> None:
+    run = _run(tmp_path, collector, protocol=protocol)
+    assert run.outcomes == ["completed", "completed"]
+    spans = (_json_spans if protocol == "http/json" else _protobuf_spans)(_Collector.bodies)
+    names = sorted(s["name"] for s in spans)
     assert names.count("agent ada turn") == 2 and "tool memory_search" in names
-    llm = [s for s in spans if s.name.startswith("llm ")]
-    attrs = {a.key for a in llm[0].attributes}
-    assert {
-        "openinference.span.kind",
-        "gen_ai.request.model",
-        "gen_ai.usage.input_tokens",
-        "llm.token_count.prompt",
-    } <= attrs
-    roots = [s for s in spans if not s.parent_span_id]
-    assert len({s.trace_id for s in roots}) == 2
-    assert all(s.parent_span_id in {r.span_id for r in roots} for s in spans if s.parent_span_id)
+    roots = [s for s in spans if not s["parent"]]
+    assert len({s["trace"] for s in roots}) == 2
+    assert all(s["parent"] in {r["id"] for r in roots} for s in spans if s["parent"])
+    [llm, *_] = [s["attrs"] for s in spans if s["name"].startswith("llm ")]
+    assert {"openinference.span.kind", "gen_ai.request.model", "gen_ai.usage.input_tokens", "gen_ai.provider.name",
+            "llm.token_count.prompt", "llm.output_messages.0.message.role"} <= set(llm)  # fmt: skip
+    [tool] = [s["attrs"] for s in spans if s["name"] == "tool memory_search"]
+    assert {"gen_ai.tool.call.id", "gen_ai.tool.name"} <= set(tool)
+    if protocol == "http/json":
+        assert llm["gen_ai.provider.name"] == "litellm" and llm["gen_ai.response.finish_reasons"] == ["tool_calls"]
+        assert tool["gen_ai.tool.call.id"] == tool["holon.tool.call_id"] != ""
+        assert all("inference.llm.input_tokens" not in s["attrs"] for s in roots)  # no double counting
 
 
-def test_a_dead_collector_never_holds_up_a_turn(tmp_path: Path, capsys: Any) -> None:
-    settled = _run(tmp_path, closed_port_url() + "/traces")
-    assert [p.outcome for p in settled] == ["completed", "completed"]
+def _warnings(logs: list[dict[str, Any]], endpoint: str) -> set[str]:
+    return {e["event"] for e in logs if e.get("log_level") == "warning" and e.get("endpoint") == endpoint}
+
+
+@pytest.mark.parametrize("protocol", ["http/json", "http/protobuf"])
+def test_a_dead_or_silent_collector_never_holds_up_a_turn(tmp_path: Path, blackhole: str, protocol: str) -> None:
+    timeout_s = 3.0  # an export that blocked a turn would cost at least this much per turn
+    baseline = _run(tmp_path / "none", "")
+    refused_url = closed_port_url() + "/v1/traces"
+    with capture_logs() as logs:
+        refused = _run(tmp_path / "refused", refused_url, protocol=protocol, timeout_s=timeout_s, flush=False)
+        silent = _run(tmp_path / "silent", blackhole, protocol=protocol, timeout_s=timeout_s, flush=False)
+    for run in (refused, silent):
+        assert run.outcomes == ["completed", "completed"]
+        # Generous for a loaded machine, and still well under one blocked export.
+        assert run.turns_s < 3 * baseline.turns_s + 1.0, (run, baseline)
+        assert run.stop_s < timeout_s + 2.5, (run, baseline)  # the stop is bounded, whatever the endpoint does
+    assert "trace.live_export_failed" in _warnings(logs, refused_url)
+    assert _warnings(logs, blackhole) & {"trace.live_export_failed", "trace.live_export_abandoned"}
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "problem"),
+    [
+        ("127.0.0.1:4318/v1/traces", "http:// or https:// URL"),
+        ("ftp://collector/v1/traces", "http:// or https:// URL"),
+        ("http:///v1/traces", "with a host"),
+        ("http://127.0.0.1:99999/v1/traces", "not a valid URL"),
+        ("http://local host:4318/", "http:// or https:// URL"),
+    ],
+)
+def test_a_bad_endpoint_is_refused_when_the_config_loads(tmp_path: Path, endpoint: str, problem: str) -> None:
+    home = resolve_home(str(tmp_path / "home"))
+    home.root.mkdir(parents=True)
+    home.config.write_text(f'[trace]\notlp_endpoint = "{endpoint}"\n')
+    with pytest.raises(ConfigError, match=r"trace\.otlp_endpoint") as err:
+        load_settings(home)
+    assert problem in str(err.value)
+    home.config.write_text(
+        '[trace]\notlp_endpoint = "https://collector.example:4318/v1/traces"\notlp_protocol = "http/protobuf"\n'
+    )
+    assert load_settings(home).trace.otlp_protocol == "http/protobuf"
+    home.config.write_text('[trace]\notlp_protocol = "grpc"\n')
+    with pytest.raises(ConfigError, match=r"trace\.otlp_protocol"):
+        load_settings(home)
+
+
+def test_an_exporter_that_cannot_start_costs_a_warning_not_the_daemon(
+    tmp_path: Path, collector: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOLON_TEST_OTLP_HEADERS", "authorizätion=Bearer x")  # not a valid HTTP header name
+    home = resolve_home(str(tmp_path / "home"))
+    base = load_settings(home)
+    trace = base.trace.model_copy(update={"otlp_endpoint": collector, "otlp_headers_env": "HOLON_TEST_OTLP_HEADERS"})
+    with Store.open(home, base.model_copy(update={"trace": trace}), clock=FakeClock()) as store:
+        create_agent(store, "ada")
+        provider = ScriptedProvider([reply("done")])
+
+        async def go() -> None:
+            daemon = Daemon(store, resolver=lambda a: (provider, SCRIPTED), poll_s=0.01)
+            assert daemon.tracer is None
+            async with daemon.running(grace_s=1):
+                daemon.submit(
+                    "ada", "hi", origin="operator:test", authority="operator", sender="operator", channel="test"
+                )
+                await daemon.until_idle()
+
+        with capture_logs() as logs:
+            asyncio.run(go())
+        assert [e.payload.outcome for e in store.ledger.read(0) if e.type == "turn.settled"] == ["completed"]
+    assert "trace.live_export_disabled" in _warnings(logs, collector)
+    assert _Collector.bodies == []

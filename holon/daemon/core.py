@@ -137,9 +137,9 @@ class Daemon:
         self._warm: asyncio.Task[Any] | None = None
         self.tracer: Any = None
         if store.settings.trace.otlp_endpoint:
-            from holon.trace.live import LiveExporter
+            from holon.trace.live import start_live_export
 
-            self.tracer = LiveExporter(store, store.settings.trace)
+            self.tracer = start_live_export(store, store.settings.trace)  # None (and a warning) if it cannot start
         self.evolve_error: str | None = None
         self.poll_s = poll_s
         self.pid = os.getpid()

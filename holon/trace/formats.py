@@ -165,6 +165,8 @@ def halo_jsonl(spans: Sequence[Span], *, service: str = "holon") -> list[str]:
 
 
 def _otlp_value(value: Any) -> dict[str, Any]:
+    if isinstance(value, list | tuple):
+        return {"arrayValue": {"values": [_otlp_value(v) for v in value]}}
     if isinstance(value, bool):
         return {"boolValue": value}
     if isinstance(value, int):
