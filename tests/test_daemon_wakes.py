@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +25,7 @@ from holon.api.app import create_app
 from holon.api.server import build_server, free_port
 from holon.daemon import Daemon
 from holon.projections import Store
+from holon.projections.state import TaskProjection
 from holon.runtime.providers.base import ModelRequest
 from holon.runtime.providers.scripted import ScriptedProvider, reply, tool_call
 
@@ -136,3 +139,82 @@ def test_a_named_wait_is_resolved_only_by_its_event_and_not_by_the_operator(stor
         assert provider.remaining == 0
 
     asyncio.run(scenario())
+
+
+# --- a graceful stop with a background task running -------------------------------------------------
+
+_TASK_ID = re.compile(r"background task (task_\w+)")
+
+
+def _wait_on_the_task(request: ModelRequest) -> Any:
+    """The model reads the task id from run_command's answer and waits on it."""
+    tool_text = next(str(m.get("content")) for m in reversed(request.messages) if m.get("role") == "tool")
+    found = _TASK_ID.search(tool_text)
+    assert found, tool_text
+    return tool_call("wait", {"on": "task", "target": found.group(1), "recheck_in_s": 3600})
+
+
+def test_a_graceful_stop_reports_the_killed_task_to_the_agent_after_restart(store: Store, tmp_path: Path) -> None:
+    pid_file = tmp_path / "job.pid"
+    command = f"echo begun; echo $$ > {pid_file}; exec sleep 30"
+    first = ScriptedProvider([
+        tool_call("run_command", {"command": command, "wait_s": 0.2}),
+        _wait_on_the_task,
+        reply("Waiting for the job."),
+    ])  # fmt: skip
+    seen: list[str] = []
+
+    def answer(request: ModelRequest) -> Any:
+        seen.append(_user_text(request))
+        return reply("The job was interrupted by a restart; shall I run it again?")
+
+    second = ScriptedProvider([answer])
+
+    async def first_run() -> str:
+        daemon = Daemon(store, resolver=lambda agent: (first, SCRIPTED), poll_s=0.01)
+        await daemon.start()
+        try:
+            daemon.create_agent("ada")
+            daemon.submit("ada", "Run the job.", origin="operator:test", authority="operator", sender="operator",
+                          channel="test")  # fmt: skip
+            await _until(lambda: store.rows("wait", status="pending") and not daemon.host.is_running(_id(store)))
+            [task] = store.rows("task", status="running")
+            await _until(lambda: pid_file.exists() and pid_file.read_text().strip())
+        finally:
+            await daemon.stop(grace_s=1)
+        return task.task_id
+
+    task_id = asyncio.run(first_run())
+    job_pid = int(pid_file.read_text())
+    assert not Path(f"/proc/{job_pid}").exists(), "the graceful stop kills the command"
+    task = store.state("task", task_id)
+    assert isinstance(task, TaskProjection) and task.state == "interrupted"
+    assert store.agent("ada").pending_inputs, "the task's result waits for the next start"
+
+    async def second_run() -> None:
+        daemon = Daemon(store, resolver=lambda agent: (second, SCRIPTED), poll_s=0.01)
+        async with daemon.running(grace_s=1):
+            await daemon.until_idle()
+            assert _agent_status(daemon.status(), "ada")["state"] == "idle"
+
+    asyncio.run(second_run())
+    assert second.remaining == 0 and len(seen) == 1
+    assert f"Task {task_id} (" in seen[0] and "ended: interrupted" in seen[0], seen
+    assert "begun" in seen[0], "the output the task printed before the stop reaches the agent"
+    [wait] = store.rows("wait")
+    assert wait.on == "task" and wait.target == task_id and wait.status == "satisfied"
+    notices = [e for e in store.ledger.read(0) if e.type == "message.received" and e.task_id == task_id]
+    assert len(notices) == 1 and notices[0].origin == f"task:{task_id}" and notices[0].authority == "tool"
+    results = [e for e in store.ledger.read(0) if e.type == "task.resulted"]
+    assert [e.payload.state for e in results] == ["interrupted"], "reported once: not again by recovery"
+
+
+def _id(store: Store) -> str:
+    return store.agent("ada").agent_id
+
+
+async def _until(check: Any, timeout_s: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)

@@ -28,11 +28,11 @@ from holon.ledger import events as ev
 from holon.ledger.events import Authority
 from holon.logs import get_logger
 from holon.projections import Store
-from holon.projections.state import AgentState
+from holon.projections.state import AgentState, TaskProjection
 from holon.runtime.agents import create_agent
 from holon.runtime.inputs import input_events, wakes_of
 from holon.runtime.providers.retry import RetryPolicy
-from holon.runtime.recovery import RecoveryReport, recover
+from holon.runtime.recovery import RecoveryReport, interrupted_task_input, recover
 from holon.runtime.tasks import TaskManager
 from holon.runtime.tools import ToolRegistry, builtin_registry
 from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnRunner
@@ -110,10 +110,23 @@ class AgentHost:
             run.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await run
-        await self.tasks.shutdown()
+        for task_id in await self.tasks.shutdown():
+            self._report_interrupted(task_id)
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
+
+    def _report_interrupted(self, task_id: str) -> None:
+        """Tell the agent that a task the shutdown killed was interrupted, as recovery would after a
+        crash; the input waits in the ledger for the next start (nothing is scheduled now)."""
+        task = self.store.state("task", task_id)
+        if not isinstance(task, TaskProjection):
+            return
+        output = self.store.ledger.resolve(task.output)
+        body = output if isinstance(output, str) or output is None else (output.text or output.preview)
+        tail = "\n".join((body or "").splitlines()[-40:])
+        note = "holon stopped while the task was running; its process was stopped."
+        self.store.append(*interrupted_task_input(self.store, task, note, tail=tail))
 
     # --- inputs -----------------------------------------------------------------------------
 

@@ -8,6 +8,8 @@ Run once when a host starts (and only by the one host that holds the home's lock
   call may have had effects, so it is reported, never re-run automatically;
 * a task still marked running has no process any more: it gets ``task.resulted(interrupted)``,
   and its agent gets that result as an input, like any task result.
+  (A graceful stop kills its tasks itself and sends the same input, ``interrupted_task_input``,
+  before it exits.)
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from holon.runtime.tasks import stop_orphan
 
 _PROCESS = re.compile(r"process (\d+:\d+:[\w-]+)")
 
-__all__ = ["RecoveryReport", "recover", "settle_unfinished_turn"]
+__all__ = ["RecoveryReport", "interrupted_task_input", "recover", "settle_unfinished_turn"]
 
 INTERRUPTED_TOOL = (
     "interrupted: holon stopped while this tool call was running. It may have had effects (files "
@@ -103,6 +105,21 @@ def settle_unfinished_turn(
     return [c.call_id for c in in_flight]
 
 
+def interrupted_task_input(store: Store, task: TaskProjection, note: str, *, tail: str = "") -> list[NewEvent]:
+    """The input that tells an agent its task was interrupted (resolving its waits on the task).
+
+    The same after a crash (recovery, here) and after a graceful stop (``AgentHost.close``), so an
+    agent reads one message whichever way holon went down; ``tail`` adds the last output lines
+    when they are known."""
+    text = f"Task {task.task_id} ({task.title}) ended: interrupted. {note}"
+    if tail:
+        text += f"\nLast lines of its output:\n{tail}"
+    return input_events(
+        store, task.agent_id, text, origin=f"task:{task.task_id}", authority="tool", sender="task",
+        channel="task", wakes=("task", task.task_id), task_id=task.task_id,
+    )  # fmt: skip
+
+
 def _task_input(store: Store, task: TaskProjection, output: str) -> list[NewEvent]:
     result = NewEvent(
         task.agent_id,
@@ -111,14 +128,7 @@ def _task_input(store: Store, task: TaskProjection, output: str) -> list[NewEven
         authority="runtime",
         task_id=task.task_id,
     )
-    text = f"Task {task.task_id} ({task.title}) ended: interrupted. {output}"
-    return [
-        result,
-        *input_events(
-            store, task.agent_id, text, origin=f"task:{task.task_id}", authority="tool", sender="task",
-            channel="task", wakes=("task", task.task_id), task_id=task.task_id,
-        ),
-    ]  # fmt: skip
+    return [result, *interrupted_task_input(store, task, output)]
 
 
 def recover(store: Store) -> RecoveryReport:

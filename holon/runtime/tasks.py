@@ -200,8 +200,12 @@ class TaskManager:
         task = self.running.get(task_id)
         return None if task is None else task.text()
 
-    async def shutdown(self, reason: str = "holon stopped before the task finished") -> None:
-        """Kill every running task and record it as interrupted."""
+    async def shutdown(self, reason: str = "holon stopped before the task finished") -> list[str]:
+        """Kill every running task and record it as interrupted. Returns their ids, oldest first.
+
+        The caller (the host) tells each task's agent, as recovery does after a crash: the result
+        must reach the agent even though no ``on_done`` runs any more."""
+        stopped = []
         for task in list(self.running.values()):
             if task.watcher is not None:
                 task.watcher.cancel()
@@ -218,3 +222,5 @@ class TaskManager:
                 )
             )
             self.running.pop(task.task_id, None)
+            stopped.append(task.task_id)
+        return stopped
