@@ -505,3 +505,37 @@ def test_unanswered_calls_become_spans_ending_with_the_turn(tmp_path: Path) -> N
         tool.end_ns == root.end_ns and tool.attributes["tool.name"] == "shell" and tool.parent_span_id == root.span_id
     )
     assert llm.attributes["llm.token_count.total"] == 10
+
+
+def test_status_messages_are_capped_with_a_marker(tmp_path: Path) -> None:
+    from helpers.ctx_ledger import Script
+
+    paths = resolve_home(str(tmp_path / "home"))
+    with Store.open(paths, load_settings(paths), clock=FakeClock()) as store:
+        s = Script(store, agent_id="agt_loud", name="loud")
+        s.say("run it")
+        s.start()
+        s.append(
+            ev.ToolCalled(call_id="c1", tool="shell", arguments="{}"),
+            ev.ToolResulted(call_id="c1", tool="shell", status="error", output="boom " * 1_000),
+        )
+        s.settle(None, outcome="failed")
+        [turn] = TraceReader(store).turns()
+        root, tool = turn_spans(turn, project="p", store=store)
+    assert tool.status == "ERROR" and tool.status_message.startswith("error: boom boom")
+    assert tool.status_message.endswith("…[truncated: original 5,007 characters]") and len(tool.status_message) < 2_100
+    assert tool.attributes["output.value"] == "boom " * 1_000  # the value itself is under the 16,000 cap
+    assert root.status == "ERROR" and root.status_message == "failed"
+
+
+def test_cap_json_keeps_the_newest_messages() -> None:
+    from holon.trace.spans import cap_json
+
+    messages = [{"role": "user", "content": f"m{i:03d} " + "x" * 1_000} for i in range(200)]
+    text = cap_json(messages)
+    kept = json.loads(text)
+    assert len(text) <= MAX_VALUE_CHARS + 1_000
+    assert kept[0]["role"] == "note" and "earlier messages left out" in kept[0]["content"]
+    assert kept[-1]["content"].startswith("m199 ") and "[truncated: original 1,005 characters]" in kept[-1]["content"]
+    assert [m["content"][:4] for m in kept[1:]] == [f"m{i:03d}" for i in range(201 - len(kept), 200)]
+    assert cap_json(messages[:3]) == json.dumps(messages[:3])
