@@ -222,6 +222,28 @@ def test_tables() -> None:
     assert "no waits" in text
 
 
+def test_agents_table_shows_the_daemons_live_status() -> None:
+    c = Console(record=True, width=160, force_terminal=False, color_system=None)
+    agents = [agent_state(n, status="idle") for n in ("a", "b", "c", "d", "e")]
+    live = {
+        "agt_a": {"state": "paused", "detail": "paused by the operator", "next_wake_us": None},
+        "agt_b": {"state": "waiting", "detail": "external deploy", "next_wake_us": 1_700_000_000_000_000},
+        "agt_c": {"state": "asleep", "detail": "daily budget used: 2 of 2 turns per day used",
+                  "next_wake_us": 1_700_006_400_000_000},
+        "agt_d": {"state": "failed", "detail": "error: asleep with no wake source (no wait, no timer)"},
+    }  # fmt: skip
+    render.agents_table(c, agents, current="b", live=live)
+    text = c.export_text()
+    rows = [[cell.strip() for cell in line.split("│")] for line in text.splitlines() if "│" in line]
+    assert [r[:3] for r in rows] == [["", "a", "paused"], ["*", "b", "waiting"], ["", "c", "asleep"],
+                                     ["", "d", "failed"], ["", "e", "idle"]]  # fmt: skip
+    assert rows[0][-1] == "paused by the operator"
+    assert rows[1][-1] == "external deploy (recheck 2023-11-14 22:13:20)"
+    assert rows[2][-1] == "daily budget used: 2 of 2 turns per day used (until 2023-11-15 00:00:00)"
+    assert rows[3][-1].startswith("error: asleep with no wake source")
+    assert rows[4][-1] == ""  # no live entry: the projection's status
+
+
 def test_search_get_context_events_transcript() -> None:
     c = console()
     render.search_hits(

@@ -6,13 +6,14 @@ of projections go through ``port.store`` with the same functions the CLI calls.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
 from holon.api.models import AgentDetail, ConfigureAgent, CreateAgent, HookPath, InputAccepted, InputIn
 from holon.api.port import DaemonPort
-from holon.clock import parse_us
+from holon.clock import format_us, parse_us
 from holon.context.manifests import turn_contexts
 from holon.errors import UsageError
 from holon.memory.access import search_memory
@@ -61,6 +62,16 @@ def agent_router(port: DaemonPort) -> APIRouter:
         a = find(agent)
         counts = {kind: len(store.rows(kind, agent_id=a.agent_id)) for kind in ("work_item", "task", "wait", "timer")}
         return AgentDetail(agent=a, working_memory=store.working_memory(a.agent_id), counts=counts)
+
+    @r.get("/{agent}/status")
+    async def status(agent: str) -> dict[str, Any]:
+        """What the agent is doing now, as the daemon sees it (one entry of ``GET /v1/status``):
+        idle, running, waiting (on what), asleep (until when: its sleep, timer or budget), paused,
+        or failed (its last error); ``next_wake`` is ``next_wake_us`` as an ISO time."""
+        entry: dict[str, Any] = asdict(port.agent_status(find(agent)))
+        wake = entry["next_wake_us"]
+        entry["next_wake"] = None if wake is None else format_us(wake)
+        return entry
 
     @r.patch("/{agent}", response_model=AgentState)
     async def configure(agent: str, body: ConfigureAgent) -> AgentState:

@@ -13,7 +13,8 @@ from holon.api.models import EventOut, InputAccepted, LedgerStats, LedgerVerify
 from holon.api.port import DaemonPort
 from holon.errors import NotFoundError, UsageError
 from holon.ledger import Event
-from holon.ledger.store import canonical_event
+from holon.ledger.events import PAYLOAD_TYPES
+from holon.ledger.store import EVENT_COLUMNS, canonical_event, row_to_event
 
 __all__ = ["HOOK_MAX_BYTES", "event_json", "ledger_router"]
 
@@ -29,17 +30,68 @@ def event_json(event: Event) -> dict[str, Any]:
     return json.loads(canonical_event(event))  # type: ignore[no-any-return]
 
 
+MAX_TYPES = 32
+"""At most this many ``type`` filters in one tail request."""
+
+
+def _event_types(types: list[str]) -> tuple[str, ...]:
+    """``types`` checked against the catalog: a typo is a 400 naming it, not an empty answer."""
+    if len(types) > MAX_TYPES:
+        raise UsageError(f"at most {MAX_TYPES} type filters, got {len(types)}")
+    unknown = sorted(t for t in set(types) if t not in PAYLOAD_TYPES)
+    if unknown:
+        raise UsageError(f"unknown event type {unknown[0][:64]!r} (see GET /v1/ledger/stats for the types in use)")
+    return tuple(dict.fromkeys(types))
+
+
+def tail_query(n: int, *, after: int | None, agent_id: str | None, types: tuple[str, ...]) -> tuple[str, list[object]]:
+    """The SQL of a filtered tail: forwards from ``after`` (ascending), else back from the head."""
+    where: list[str] = []
+    params: list[object] = []
+    if after is not None:
+        where.append("seq > ?")
+        params.append(after)
+    if agent_id is not None:
+        where.append("agent_id = ?")
+        params.append(agent_id)
+    if types:
+        where.append(f"type IN ({', '.join('?' for _ in types)})")
+        params.extend(types)
+    order = "ASC" if after is not None else "DESC"
+    clause = f"WHERE {' AND '.join(where)} " if where else ""
+    return f"SELECT {EVENT_COLUMNS} FROM events {clause}ORDER BY seq {order} LIMIT ?", [*params, n]
+
+
 def ledger_router(port: DaemonPort) -> APIRouter:
     r = APIRouter(prefix="/v1")
     store = port.store
 
     @r.get("/ledger/tail", tags=["ledger"], response_model=list[EventOut])
     async def tail(
-        n: Annotated[int, Query(ge=1, le=10_000, description="How many recent events.")] = 20,
+        n: Annotated[int, Query(ge=1, le=10_000, description="How many events.")] = 20,
         agent: Annotated[str | None, Query(max_length=128, description="Only this agent's (name or id).")] = None,
+        after: Annotated[
+            int | None,
+            Query(ge=0, le=2**62, description="Page forwards: the first n events with a greater seq (a cursor)."),
+        ] = None,
+        type_: Annotated[
+            list[str] | None,
+            Query(alias="type", description=f"Only events of these types (repeatable, up to {MAX_TYPES})."),
+        ] = None,
     ) -> list[dict[str, Any]]:
+        """The last ``n`` events, or with ``after`` the first ``n`` after that seq, oldest first.
+
+        A poller keeps the last seq it saw and asks with ``after`` so nothing is skipped however
+        many events land between polls. Without ``after``, a ``type`` filter scans back from the head.
+        """
+        types = _event_types(type_ or [])
         agent_id = store.agent(agent).agent_id if agent else None
-        return [event_json(e) for e in store.ledger.tail(n, agent_id=agent_id)]
+        if after is None and not types:
+            return [event_json(e) for e in store.ledger.tail(n, agent_id=agent_id)]
+        sql, params = tail_query(n, after=after, agent_id=agent_id, types=types)
+        rows = store.ledger.query(sql, params)
+        events = [row_to_event(row) for row in rows]
+        return [event_json(e) for e in (events if after is not None else reversed(events))]
 
     @r.post("/ledger/verify", tags=["ledger"], response_model=LedgerVerify)
     async def verify() -> LedgerVerify:

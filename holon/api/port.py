@@ -94,6 +94,10 @@ class DaemonPort(Protocol):
         """Daemon status: pid, uptime, ledger head, projection and index lag, and per agent an ``AgentStatus``."""
         ...
 
+    def agent_status(self, agent: AgentState) -> AgentStatus:
+        """One agent's live state (paused, running, waiting on what, asleep until when, failed)."""
+        ...
+
     def external_token(self, agent: str) -> str:
         """The secret token of the agent's capability URL for external events (created on first use)."""
         ...

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.history import FileHistory, InMemoryHistory
@@ -32,6 +33,8 @@ from holon.repl.commands import Say, Slash, SlashCompleter, help_rows, parse_lin
 __all__ = ["Chat", "TurnWatch"]
 
 BRIEF_POLL_S = 2.0
+BRIEF_PAGE = 100
+"""Briefs read per request; the poller pages on until a short page."""
 
 
 @dataclass(slots=True)
@@ -63,6 +66,8 @@ class Chat:
         self._briefs_shown: set[int] = set()
         self._stop = threading.Event()
         self._brief_cursor = 0
+        """The last seq the brief poller has looked past (``begin_briefs`` sets it to the head)."""
+        self._names: dict[str, str] = {}
         self._at_prompt = threading.Event()
         """Briefs are printed only while the prompt waits, never into a streaming reply."""
 
@@ -80,7 +85,7 @@ class Chat:
         # The cursor is taken before the first prompt: a brief that arrives while the poller
         # thread starts up must not fall between its first read and the prompt.
         with contextlib.suppress(HolonError):
-            self._brief_cursor = max((e.seq for e in self.client.tail(n=1)), default=0)
+            self.begin_briefs()
         poller = threading.Thread(target=self._poll_briefs, name="chat:briefs", daemon=True)
         poller.start()
         try:
@@ -134,7 +139,18 @@ class Chat:
     # --- talking -------------------------------------------------------------------------------
 
     def say(self, text: str) -> None:
-        """Send ``text`` to the current agent and draw its turn until it settles."""
+        """Send ``text`` to the current agent and draw its turn until it settles.
+
+        An agent that will not run now (paused, or a background agent over its daily budget) gets
+        the message queued and a notice saying so, instead of a reply that never comes.
+        """
+        blocked = self._blocked()
+        if blocked is not None:
+            seq = self.client.send(self.agent, text).seq
+            self.console.print(
+                Text(f"{blocked}: your message is queued (event {seq}); not waiting for a reply", "yellow")
+            )
+            return
         view = render.ReplyView(self.console, self.agent)
         head = self.client.head(self.agent)
         watch = TurnWatch(input_seq=0, cursor=head)
@@ -147,6 +163,19 @@ class Chat:
             # The interrupted generator is finished; follow the settle on a new stream.
             self._abort_during(view, watch)
 
+    def _blocked(self) -> str | None:
+        """Why the current agent takes no turn now (a notice for the operator), else ``None``."""
+        live = self.client.agent_status(self.agent)
+        if live["state"] == "paused":
+            return (
+                f"{self.agent} is paused; it answers once resumed "
+                f"(POST /v1/agents/{self.agent}/resume, or holon agent configure {self.agent} --unset paused)"
+            )
+        if live["state"] == "asleep" and str(live.get("detail", "")).startswith("daily budget used"):
+            until = f" until {live['next_wake']}" if live.get("next_wake") else ""
+            return f"{self.agent} is over its daily budget ({live['detail'].split(': ', 1)[-1]}) and sleeps{until}"
+        return None
+
     def _follow(self, stream: Iterator[StreamItem], view: render.ReplyView, watch: TurnWatch) -> None:
         for kind, data in stream:
             if kind == "delta":
@@ -154,6 +183,10 @@ class Chat:
             elif kind == "event":
                 assert isinstance(data, EventOut)
                 watch.see(data)
+                if watch.turn_id is None and (why := _stops_waiting(data)):
+                    # Paused, or out of budget, before the turn with this input started.
+                    self.console.print(Text(f"{self.agent} {why}: your message stays queued", "yellow"))
+                    return
                 if data.type == "brief.delivered":
                     with self._lock:
                         if data.seq in self._briefs_shown:
@@ -179,36 +212,50 @@ class Chat:
 
     # --- background briefs ---------------------------------------------------------------------
 
+    def begin_briefs(self) -> None:
+        """Show the briefs that come from now on: the cursor moves to the ledger head."""
+        self._brief_cursor = max((e.seq for e in self.client.tail(n=1)), default=0)
+
     def _poll_briefs(self) -> None:
         client = self.client.clone()
-        names: dict[str, str] = {}
         try:
-            seen = self._brief_cursor
             while not self._stop.wait(BRIEF_POLL_S):
                 if not self._at_prompt.is_set():
-                    continue
+                    continue  # not into a streaming reply; the cursor keeps them for later
                 with contextlib.suppress(HolonError):
-                    seen = self._print_briefs(client, names, seen)
-        except HolonError:
-            return
+                    self.show_briefs(client)
         finally:
             client.close()
 
-    def _print_briefs(self, client: ApiClient, names: dict[str, str], seen: int) -> int:
-        for e in client.tail(n=100):
-            if e.seq <= seen:
-                continue
-            seen = e.seq
-            if e.type != "brief.delivered":
-                continue
-            with self._lock:
-                if e.seq in self._briefs_shown:
-                    continue
-                self._briefs_shown.add(e.seq)
-            if e.agent_id not in names:
-                names.update({a.agent_id: a.name for a in client.agents()})
-            render.brief_line(self.console, names.get(e.agent_id, e.agent_id), e.payload)
-        return seen
+    def show_briefs(self, client: ApiClient | None = None) -> int:
+        """Print every brief after the cursor once, paging through the filtered tail; how many.
+
+        The head is read first: every event up to it is committed, so once the pages after the
+        cursor are read the cursor may move to it, and the next poll scans only what is new.
+        However many events land between polls, none is skipped.
+        """
+        client = client or self.client
+        head = max((e.seq for e in client.tail(n=1)), default=0)
+        shown = 0
+        while True:
+            page = client.tail(n=BRIEF_PAGE, after=self._brief_cursor, types=("brief.delivered",))
+            for e in page:
+                self._brief_cursor = max(self._brief_cursor, e.seq)
+                shown += self._show_brief(client, e)
+            if len(page) < BRIEF_PAGE:
+                break
+        self._brief_cursor = max(self._brief_cursor, head)
+        return shown
+
+    def _show_brief(self, client: ApiClient, e: EventOut) -> bool:
+        with self._lock:
+            if e.seq in self._briefs_shown:
+                return False  # shown already in the current agent's reply stream
+            self._briefs_shown.add(e.seq)
+        if e.agent_id not in self._names:
+            self._names.update({a.agent_id: a.name for a in client.agents()})
+        render.brief_line(self.console, self._names.get(e.agent_id, e.agent_id), e.payload)
+        return True
 
     # --- slash commands ------------------------------------------------------------------------
 
@@ -220,7 +267,7 @@ class Chat:
             case "help":
                 self._help()
             case "agents":
-                render.agents_table(self.console, c.agents(), current=agent)
+                render.agents_table(self.console, c.agents(), current=agent, live=self._live())
             case "switch":
                 self.agent = c.agent(arg)["agent"]["name"]
                 self.console.print(Text(f"now talking to {self.agent}", "dim"))
@@ -255,6 +302,10 @@ class Chat:
             case _:
                 self.console.print(Text(f"/{cmd.name} is not implemented", "red"))
         return None
+
+    def _live(self) -> dict[str, dict[str, Any]]:
+        """Each agent's live status from the daemon (``/v1/status``), by agent id."""
+        return {a["agent_id"]: a for a in self.client.status().get("agents", [])}
 
     def _proposals(self, arg: str) -> None:
         """``/proposals``: review what evolve proposes (RFC 0006); nothing becomes durable without this."""
@@ -309,6 +360,16 @@ class Chat:
             state = next(a for a in self.client.agents() if a.name == self.agent)
         model = state.settings.get("model") or "(default from config)"
         self.console.print(f"{self.agent} uses {model}")
+
+
+def _stops_waiting(event: EventOut) -> str | None:
+    """Why ``event`` means the queued input will not be answered soon, else ``None``."""
+    p = event.payload
+    if event.type == "agent.configured" and (p.get("changes") or {}).get("paused"):
+        return "was paused"
+    if event.type == "brief.delivered" and p.get("kind") == "budget":
+        return "reached its daily budget"
+    return None
 
 
 def _count(arg: str, default: int) -> int:

@@ -151,8 +151,20 @@ class ApiClient:
     def get(self, agent: str, ref: str) -> dict[str, Any]:
         return dict(self._get(f"/agents/{agent}/memory/get", ref=ref))
 
-    def tail(self, agent: str | None = None, n: int = 20) -> list[EventOut]:
-        return [EventOut.model_validate(e) for e in self._get("/ledger/tail", n=n, agent=agent)]
+    def tail(
+        self, agent: str | None = None, n: int = 20, *, after: int | None = None, types: tuple[str, ...] = ()
+    ) -> list[EventOut]:
+        """The last ``n`` events, or with ``after`` the first ``n`` after that seq; ``types`` filters."""
+        params = {"n": n, "agent": agent, "after": after, "type": list(types) or None}
+        return [EventOut.model_validate(e) for e in self._get("/ledger/tail", **params)]
+
+    def status(self) -> dict[str, Any]:
+        """The daemon's status (``GET /v1/status``): per agent, what it is doing right now."""
+        return dict(self._get("/status"))
+
+    def agent_status(self, agent: str) -> dict[str, Any]:
+        """One agent's live status (paused, running, waiting on what, asleep until when, failed)."""
+        return dict(self._get(f"/agents/{agent}/status"))
 
     def head(self, agent: str) -> int:
         """The ledger head now: a cursor from which ``stream_events`` shows only what comes next."""

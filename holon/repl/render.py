@@ -152,16 +152,38 @@ def _table(title: str, *columns: str) -> Table:
     return table
 
 
-def agents_table(console: Console, agents: Sequence[AgentState], *, current: str | None = None) -> None:
-    table = _table("agents", "", "name", "status", "model", "turns", "queued", "last")
+def agents_table(
+    console: Console,
+    agents: Sequence[AgentState],
+    *,
+    current: str | None = None,
+    live: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """One row per agent. ``live`` (``/v1/status`` entries by agent id) gives the daemon's view:
+    paused, running, waiting on what, asleep until when, failed with what; without it, the
+    projection's status and last outcome."""
+    table = _table("agents", "", "name", "status", "model", "turns", "queued", "detail")
     for a in agents:
         mark = "*" if a.name == current else ""
-        last = a.last_outcome or ""
-        if a.last_error:
-            last += f" ({short(a.last_error, 40)})"
         model = str(a.settings.get("model", ""))
-        table.add_row(mark, a.name, a.status, model, str(a.turns), str(len(a.pending_inputs)), last)
+        status, detail = _agent_state(a, (live or {}).get(a.agent_id))
+        table.add_row(mark, a.name, status, model, str(a.turns), str(len(a.pending_inputs)), detail)
     console.print(table if agents else "no agents")
+
+
+def _agent_state(agent: AgentState, live: Mapping[str, Any] | None) -> tuple[str, str]:
+    """(status, detail) of one agent row: live from the daemon when known."""
+    if live is None:
+        last = agent.last_outcome or ""
+        if agent.last_error:
+            last += f" ({short(agent.last_error, 40)})"
+        return agent.status, last
+    detail = short(str(live.get("detail") or ""), 50)
+    wake = _when(live.get("next_wake_us"))
+    if wake and live.get("state") in ("asleep", "waiting", "paused"):
+        word = {"asleep": "until", "waiting": "recheck", "paused": "next timer"}[live["state"]]
+        detail = f"{detail} ({word} {wake})" if detail else f"{word} {wake}"
+    return str(live.get("state", agent.status)), detail
 
 
 def work_table(console: Console, items: Sequence[Mapping[str, Any]]) -> None:
