@@ -1,7 +1,8 @@
 """``holon chat`` in a real pseudo-terminal (pexpect) against a real daemon and a ``FakeLLM``.
 
 On a home with no daemon running, ``holon chat`` starts one in the background; the test types a
-message and sees the reply streamed (several writes), aborts a slow reply with Ctrl-C, runs slash
+message and sees the reply streamed (several writes), sees a tool call and its result drawn
+live, aborts a slow reply with Ctrl-C, runs slash
 commands, and quits with ``/quit`` (exit 0). The daemon is stopped in teardown.
 """
 
@@ -34,7 +35,12 @@ def words(text: str) -> str:
 
 
 def _step(body: dict[str, Any]) -> dict[str, Any]:
-    last = str(body["messages"][-1].get("content", ""))
+    message = body["messages"][-1]
+    last = str(message.get("content", ""))
+    if message.get("role") == "tool":
+        return {"content": ["The command ", "ran."], "chunk_delay": 0.05}
+    if "use a tool" in last:
+        return {"tool_calls": [{"name": "run_command", "arguments": {"command": "echo tool-output-42"}}]}
     if "slowly" in last:
         return {"content": ["Thinking ", "very ", "slowly ", "..."], "chunk_delay": 2.0}
     return {"content": ["Hello ", "from ", "the fake ", "model."], "chunk_delay": 0.05}
@@ -67,6 +73,15 @@ def test_chat_in_a_pty(home: Path) -> None:
         child.expect(words("Hello from the fake model."))
         child.expect(PROMPT)
 
+        # A tool call and its result appear live, one compact line each, before the final reply.
+        child.sendline("Please use a tool")
+        child.expect("⚙ " + _ESC + "run_command")
+        child.expect("echo tool-output-42")
+        child.expect(r"✓ ok \d+ ms: ")
+        child.expect("exit code: 0 tool-output-42")
+        child.expect(words("The command ran."))
+        child.expect(PROMPT)
+
         child.sendline("Please answer slowly")
         child.expect("Thinking")
         child.sendcontrol("c")  # Ctrl-C during a reply aborts the turn
@@ -75,7 +90,7 @@ def test_chat_in_a_pty(home: Path) -> None:
         child.expect(PROMPT)
 
         child.sendline("/agents")
-        child.expect(r"alice\s+│\s+failed\s+│\s+openai/fake\s+│\s+2\s")
+        child.expect(r"alice\s+│\s+failed\s+│\s+openai/fake\s+│\s+3\s")
         child.expect(PROMPT)
         child.sendline("/state")
         child.expect('"last_outcome"')
