@@ -131,10 +131,10 @@ def test_background_agent_fires_runs_out_of_budget_and_coalesces_missed_firings(
     assert len(fired) > fired_before, (fired_before, fired)
     first_after = fired[fired_before][3]
     assert first_after["missed"] >= 2, first_after
-    # The first firing may already coalesce: the timer was due a second after 'agent create'.
-    assert all(p["missed"] == 0 for *_, p in fired[1:fired_before]), [
-        (p["missed"], (t - p["scheduled_for_us"]) // 1000) for _, _, t, p in fired
-    ]
+    # While an input of the timer waits (for its turn, or past the budget), firings add none: the
+    # two turns' inputs and one still queued, however often the timer fired.
+    assert len(payloads(home, "message.received")) == 3, [(p["missed"], a) for _, a, _, p in fired]
+    assert len(agents(home)["watcher"]["pending_inputs"]) == 1
     keys = db_keys(home)
     assert len(keys) == len(set(keys)), "each due time is recorded once"
     assert len(payloads(home, "turn.settled")) == 2, "no turns beyond the budget after the restart"

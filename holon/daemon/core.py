@@ -506,14 +506,19 @@ class Daemon:
     # --- timers -----------------------------------------------------------------------------
 
     async def _fire_timer(self, timer_id: str) -> None:
-        """Record a firing (coalescing missed ones) and deliver it to the agent as an input."""
+        """Record a firing (coalescing missed ones) and deliver it to the agent as an input.
+
+        While an input of this timer is still undelivered (the agent is paused, over budget or
+        busy), the firing is recorded with every due time counted as ``missed`` but adds no input:
+        the agent gets one prompt however long it could not run, not one per firing."""
         timer = self.store.state("timer", timer_id)
         if not isinstance(timer, TimerProjection) or timer.status != "scheduled":
             return
         last, count = due_firings(timer, self.clock.now_us() + 50_000)  # APScheduler may run a hair early
         if count == 0:
             return
-        missed = count - 1
+        queued = self._timer_input_pending(timer)
+        missed = count if queued else count - 1
         nxt = next_after(timer.kind, timer.spec, last)
         key = f"timer:{timer_id}:{last}"
         note = f" ({missed} earlier firings were missed while holon was down.)" if missed else ""
@@ -522,6 +527,8 @@ class Daemon:
             self.store, timer.agent_id, text, origin=f"timer:{timer_id}", authority="timer", sender="timer",
             channel="timer", wakes=("timer", timer_id),
         )  # fmt: skip
+        if queued:
+            inputs = inputs[:-1]  # only the waits it resolves; the queued input carries the prompt
         keyed = [
             NewEvent(e.agent_id, e.payload, origin=e.origin, authority=e.authority, idempotency_key=f"{key}:{i}")
             for i, e in enumerate(inputs)
@@ -533,9 +540,25 @@ class Daemon:
             )  # fmt: skip
         except NotFoundError:
             return
-        if missed:
+        if queued:  # the agent is paused or out of budget: expected, not worth a warning each time
+            log.info("timer.coalesced_into_queued_input", timer_id=timer_id, missed=missed)
+        elif missed:
             log.warning("timer.missed_coalesced", timer_id=timer_id, missed=missed)
         self._wake(timer.agent_id)
+
+    def _timer_input_pending(self, timer: TimerProjection) -> bool:
+        """Does the agent hold an input of this timer that no turn has taken yet?"""
+        try:
+            pending = set(self.store.agent(timer.agent_id).pending_inputs)
+        except NotFoundError:
+            return False
+        if not pending:
+            return False
+        rows = self.store.ledger.query(
+            "SELECT seq FROM events WHERE agent_id = ? AND type = 'message.received' AND seq >= ? AND origin = ?",
+            (timer.agent_id, min(pending), f"timer:{timer.timer_id}"),
+        )
+        return any(seq in pending for (seq,) in rows)
 
     # --- notices ----------------------------------------------------------------------------
 

@@ -8,10 +8,13 @@ with the projection: jobs of timers that no longer exist go, missing or stale jo
 
 A firing appends ``timer.fired`` with an idempotency key made of the timer id and the due time, so
 a firing seen twice (APScheduler's own catch-up and the reconcile, or a retry) is recorded once.
-Firings missed while the daemon was down are coalesced: one ``timer.fired`` with ``missed=n``.
+Firings missed while the daemon was down are coalesced: one ``timer.fired`` with ``missed=n``,
+counted in bounded time however long it was down (``due_firings``).
 
 Schedules as people type them (``parse_schedule``): ``every 30s`` / ``every 5m`` / ``every 2h`` /
-``every 1d`` (interval), a five-field crontab line (cron, UTC), or an ISO time (once).
+``every 1d`` (interval, at most 366 days), a five-field crontab line (cron, UTC; weekdays as
+crontab counts them, 0 or 7 = Sunday, which APScheduler 3 does not), or an ISO time (once).
+Anything else, or a crontab line that never fires, is a ``UsageError`` naming the problem.
 """
 
 from __future__ import annotations
@@ -42,7 +45,14 @@ log = get_logger("holon.timers")
 TimerKind = Literal["once", "interval", "cron"]
 JOB_TABLE = "apscheduler_jobs"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_EVERY = re.compile(r"^every\s+(\d+)\s*([smhd]?)$", re.I)
+_EVERY = re.compile(r"^every\s+([0-9]{1,12})\s*([smhd]?)$", re.I)
+MAX_INTERVAL_S = 366 * 86_400
+"""The longest ``every`` interval; rarer timers are a crontab line or an ISO time."""
+MAX_CRON_WALK = 10_000
+"""Due times of a cron timer counted one by one when it is overdue; past this the count is a
+lower bound and the last due time is found from the end (see ``due_firings``)."""
+_YEARS = (1970, 9000)
+"""One-shot times must fall in these UTC years (µs since the epoch, and APScheduler's datetimes)."""
 
 #: The running daemon's callback per database path. Jobs are pickled into the job store, so they
 #: name this module-level function and the path, never a bound method.
@@ -63,22 +73,94 @@ def parse_schedule(text: str) -> tuple[TimerKind, str]:
     text = text.strip()
     if m := _EVERY.match(text):
         seconds = int(m.group(1)) * _UNITS[(m.group(2) or "s").lower()]
-        if seconds < 1:
-            raise UsageError(f"schedule {text!r}: the interval must be at least 1 second")
+        if not 1 <= seconds <= MAX_INTERVAL_S:
+            raise UsageError(
+                f"schedule {_quote(text)}: the interval must be from 1 second to {MAX_INTERVAL_S // 86_400} days"
+            )
         return "interval", str(seconds)
     if len(text.split()) == 5:
-        try:
-            CronTrigger.from_crontab(text, timezone=UTC)
-        except ValueError as e:
-            raise UsageError(f"schedule {text!r} is not a valid crontab line: {e}") from e
-        return "cron", text
+        return "cron", _check_cron(text)
+    return "once", _check_once(text)
+
+
+def _quote(text: str) -> str:
+    """``text`` for an error message: quoted, and cut short when long."""
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+def _weekday(token: str) -> int:
+    if token.isascii() and token.isdigit() and int(token) <= 7:
+        return int(token)
+    if token in _WEEKDAYS:
+        return _WEEKDAYS.index(token)
+    raise ValueError(f"bad day of the week {token!r} (0-7 or sun-sat)")
+
+
+def _crontab_weekdays(field: str) -> str:
+    """A crontab day-of-week field (0 and 7 are Sunday) as day names for APScheduler 3, whose
+    numbers start at Monday: its ``from_crontab`` passes numbers through, so ``1-5`` would mean
+    Tuesday to Saturday."""
+    if field == "*":
+        return "*"
+    days: set[int] = set()
+    for part in field.lower().split(","):
+        base, slash, step_text = part.partition("/")
+        step = int(step_text) if slash else 1
+        if step < 1:
+            raise ValueError(f"the step in {part!r} must be at least 1")
+        if base == "*":
+            low, high = 0, 6
+        elif "-" in base:
+            first, last = base.split("-", 1)
+            low, high = _weekday(first), _weekday(last)
+        else:
+            low = _weekday(base)
+            high = 7 if slash else low
+        if low > high:
+            raise ValueError(f"the day-of-week range {base!r} runs backwards")
+        days.update(day % 7 for day in range(low, high + 1, step))
+    return ",".join(_WEEKDAYS[day] for day in sorted(days))
+
+
+def _cron(spec: str) -> CronTrigger:
+    """The trigger of a five-field crontab line, read as crontab reads it, in UTC."""
+    fields = spec.split()
+    if len(fields) != 5:
+        raise ValueError(f"a crontab line has 5 fields, got {len(fields)}")
+    fields[4] = _crontab_weekdays(fields[4])
+    return CronTrigger.from_crontab(" ".join(fields), timezone=UTC)
+
+
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def _check_cron(text: str) -> str:
+    try:
+        trigger = _cron(text)
+    except (ValueError, TypeError, KeyError, IndexError) as e:  # APScheduler's parser raises all four
+        raise UsageError(f"schedule {_quote(text)} is not a valid crontab line: {e}") from e
+    if trigger.get_next_fire_time(None, _EPOCH) is None:
+        raise UsageError(f"schedule {_quote(text)} never fires (no such date)")
+    return text
+
+
+def _check_once(text: str) -> str:
     try:
         when = datetime.fromisoformat(text)
     except ValueError as e:
         raise UsageError(
-            f"schedule {text!r}: use 'every 30s|5m|2h|1d', a crontab line like '0 9 * * *', or an ISO time"
+            f"schedule {_quote(text)}: use 'every 30s|5m|2h|1d', a crontab line like '0 9 * * *', or an ISO time"
         ) from e
-    return "once", (when if when.tzinfo else when.replace(tzinfo=UTC)).isoformat()
+    try:
+        when = (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
+    except OverflowError:  # past year 1 or 9999 once in UTC
+        when = datetime.min.replace(tzinfo=UTC)
+    if not _YEARS[0] <= when.year < _YEARS[1]:
+        raise UsageError(f"schedule {_quote(text)}: the time must be between the years {_YEARS[0]} and {_YEARS[1]}")
+    return when.isoformat()
 
 
 def _dt(us: int) -> datetime:
@@ -94,10 +176,13 @@ def next_after(kind: TimerKind, spec: str, after_us: int) -> int | None:
     if kind == "interval":
         return after_us + int(spec) * 1_000_000
     if kind == "cron":
-        trigger = CronTrigger.from_crontab(spec, timezone=UTC)
-        nxt = trigger.get_next_fire_time(None, _dt(after_us) + timedelta(microseconds=1))
-        return None if nxt is None else _us(nxt)
+        return _cron_after(_cron(spec), after_us)
     return None
+
+
+def _cron_after(trigger: CronTrigger, after_us: int) -> int | None:
+    nxt = trigger.get_next_fire_time(None, _dt(after_us) + timedelta(microseconds=1))
+    return None if nxt is None else _us(nxt)
 
 
 def first_due(kind: TimerKind, spec: str, now_us: int) -> int | None:
@@ -107,22 +192,56 @@ def first_due(kind: TimerKind, spec: str, now_us: int) -> int | None:
 
 
 def due_firings(timer: TimerProjection, now_us: int) -> tuple[int, int]:
-    """``(last_due_us, count)`` of the timer's due times up to ``now_us`` (count 0: not due yet)."""
-    t = timer.next_fire_us
-    last, count = 0, 0
-    while t is not None and t <= now_us:
+    """``(last_due_us, count)`` of the timer's due times up to ``now_us`` (count 0: not due yet).
+
+    Bounded however long holon was down: interval misses are arithmetic; a cron timer's due times
+    are counted one by one up to ``MAX_CRON_WALK`` (then the count is that lower bound, and the
+    last due time is searched back from ``now_us``)."""
+    first = timer.next_fire_us
+    if first is None or first > now_us:
+        return 0, 0
+    if timer.kind == "interval":
+        step = int(timer.spec) * 1_000_000
+        n = (now_us - first) // step
+        return first + n * step, n + 1
+    if timer.kind != "cron":
+        return first, 1
+    trigger = _cron(timer.spec)
+    last, count = first, 1
+    while count < MAX_CRON_WALK:
+        t = _cron_after(trigger, last)
+        if t is None or t > now_us:
+            return last, count
         last, count = t, count + 1
-        t = next_after(timer.kind, timer.spec, t)
-        if count > 1_000_000:  # an every-second timer down for over 11 days: enough counting
+    return _last_cron_due(trigger, last, now_us), count
+
+
+def _last_cron_due(trigger: CronTrigger, known_us: int, now_us: int) -> int:
+    """The last due time at or before ``now_us``, given a due time ``known_us`` before it: look
+    back over a window that doubles until it holds a due time, then walk forward (at most
+    ``MAX_CRON_WALK`` steps; crontab times are at least a minute apart)."""
+    span = 60_000_000
+    start = _cron_after(trigger, now_us - span - 1)
+    while (start is None or start > now_us) and now_us - span > known_us:
+        span *= 2
+        start = _cron_after(trigger, max(now_us - span, known_us) - 1)
+    last = known_us if start is None or start > now_us else start
+    for _ in range(MAX_CRON_WALK):
+        t = _cron_after(trigger, last)
+        if t is None or t > now_us:
             break
-    return last, count
+        last = t
+    return last
 
 
 def timer_event(schedule: str, *, now_us: int, prompt: str | None = None) -> ev.TimerScheduled:
+    """The ``timer.scheduled`` event of a schedule as typed; ``UsageError`` for a one-shot time
+    that has already passed (it would fire at once, which is never what was meant)."""
     kind, spec = parse_schedule(schedule)
-    return ev.TimerScheduled(
-        timer_id=new_id("tmr"), kind=kind, spec=spec, next_fire_us=first_due(kind, spec, now_us), prompt=prompt
-    )
+    due = first_due(kind, spec, now_us)
+    if kind == "once" and due is not None and due <= now_us:
+        raise UsageError(f"schedule {_quote(schedule.strip())} is in the past")
+    return ev.TimerScheduled(timer_id=new_id("tmr"), kind=kind, spec=spec, next_fire_us=due, prompt=prompt)
 
 
 def _trigger(timer: TimerProjection) -> BaseTrigger:
@@ -131,7 +250,7 @@ def _trigger(timer: TimerProjection) -> BaseTrigger:
     if timer.kind == "interval":
         return IntervalTrigger(seconds=int(timer.spec), start_date=start, timezone=UTC)
     if timer.kind == "cron":
-        return CronTrigger.from_crontab(timer.spec, timezone=UTC)
+        return _cron(timer.spec)
     return DateTrigger(run_date=start, timezone=UTC)
 
 
