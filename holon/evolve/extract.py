@@ -38,6 +38,11 @@ __all__ = [
     "TurnFacts",
     "blocker_signature",
     "extract",
+    "identity_subject",
+    "is_preference",
+    "needs_consent",
+    "operator_sentences",
+    "statement",
     "skill_draft",
     "subject_key",
     "terms",
@@ -143,13 +148,27 @@ class Candidate:
 # --- operator statements -----------------------------------------------------------------------
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])|\n+")
+#: A stated preference, wherever the sentence says it: "always ...", "when you commit, always ...",
+#: "make sure to always ...", "you should never ...", "I prefer ...", "I'd prefer/rather ...",
+#: "I don't want ...", "from now on ...".
 _PREFERENCE = re.compile(
-    r"^\s*(?:(?:please|and|also|so|ok|okay)[,\s]+)*"
-    r"(?:(?:i|we)\s+(?:always|never|(?:would\s+)?prefer|(?:do\s+not|don't)\s+(?:like|want))\b"
-    r"|always\b|never\b|from\s+now\s+on\b|make\s+sure\s+(?:you\s+)?always\b)",
+    r"\b(?:always|never|from\s+now\s+on)\b"
+    r"|\b(?:i|we)(?:'d|\s+would|\s+really|\s+much)?\s+(?:prefer|rather)\b"
+    r"|\b(?:i|we)\s+(?:do\s+not|don't|dont)\s+(?:ever\s+)?(?:like|want)\b",
+    re.I,
+)
+#: Anything that may be about how the operator wants to be treated, or who they are. A sentence
+#: that would otherwise be recorded as a fact, and a model candidate of any kind, that carries one
+#: of these becomes a proposal instead: a false alarm costs the operator a dismissal, a miss would
+#: change the agent's behaviour without consent.
+_CONSENT = re.compile(
+    r"\b(?:prefer|prefers|preferred|preference|preferences|rather|likes?|loves?|hates?|dislikes?|wants?|wish"
+    r"|should|shouldn't|must|mustn't|make\s+sure|avoid|(?:do\s+not|don't|dont)\s+(?:ever\s+)?\w+"
+    r"|i|i'm|i'd|i've|i'll|me|my|mine|myself|operator|operator's|user|user's)\b",
     re.I,
 )
 _PREFERENCE_CJK = re.compile(r"(总是|始终|永远不要|永远别|不要再|以后都|我更喜欢|我喜欢|我偏好|我希望你总是)")
+_CONSENT_CJK = re.compile(r"(我(?!们)|喜欢|希望|偏好|不要|别|总是|永远|以后|必须|应该)")
 _IDENTITY = (
     (re.compile(r"\bmy name is\s+([^,.;!?]+)", re.I), "identity:name"),
     (re.compile(r"\b(?:please\s+)?call me\s+([^,.;!?]+)", re.I), "identity:name"),
@@ -157,6 +176,29 @@ _IDENTITY = (
     (re.compile(r"\bi work (?:at|for|on|as)\s+([^,.;!?]+)", re.I), "identity:work"),
     (re.compile(r"我叫([^\uff0c。\uff1b\uff01\uff1f,.;!?]+)"), "identity:name"),
 )
+
+
+def is_preference(text: str) -> bool:
+    """Whether ``text`` states a preference explicitly (the deterministic preference rule)."""
+    return bool(_PREFERENCE.search(text) or _PREFERENCE_CJK.search(text))
+
+
+def identity_subject(text: str) -> str | None:
+    """``identity:name|role|work`` when ``text`` says who the speaker is, else ``None``."""
+    for pattern, subject in _IDENTITY:
+        m = pattern.search(text)
+        if m and m.group(1).strip():
+            return subject
+    return None
+
+
+def needs_consent(text: str) -> bool:
+    """Whether ``text`` might be a preference or identity statement: then it may only ever become a
+    proposal, whatever rule (or model) produced it. Deliberately broad (the first person singular,
+    "should", "likes", "the operator" ...): see ``_CONSENT``."""
+    return bool(is_preference(text) or identity_subject(text) or _CONSENT.search(text) or _CONSENT_CJK.search(text))
+
+
 _REMEMBER = re.compile(
     r"^\s*(?:(?:please|and|also|ok|okay)[,\s]+)*(?:remember|note|fyi|for the record|keep in mind|记住|注意)"
     r"(?:\s*(?:that|:|,|\uff1a|\uff0c))?\s*(.+)$",
@@ -213,38 +255,63 @@ def _statements(facts: TurnFacts) -> list[Candidate]:
         for sentence in _sentences(text):
             if sentence.endswith(("?", "\uff1f")):
                 continue  # a question states nothing
-            found = _identity(e, sentence) or _preference(e, sentence) or _fact(facts, e, sentence)
-            out.extend(found)
+            out.extend(_statement(facts, e, sentence))
     return out
 
 
-def _preference(e: Event, sentence: str) -> list[Candidate]:
-    if not (_PREFERENCE.search(sentence) or _PREFERENCE_CJK.search(sentence)):
+def operator_sentences(facts: TurnFacts) -> list[tuple[Event, str]]:
+    """Every sentence of the operator's messages in the turn, with the message it is from."""
+    return [(e, sentence) for e, text in _operator_inputs(facts) for sentence in _sentences(text)]
+
+
+def statement(facts: TurnFacts, e: Event, sentence: str) -> list[Candidate]:
+    """What the deterministic rules make of one operator sentence (see ``_statement``)."""
+    return _statement(facts, e, sentence)
+
+
+def _statement(facts: TurnFacts, e: Event, sentence: str) -> list[Candidate]:
+    """What one operator sentence yields. "Remember that ...", "note that ...", "FYI ..." only
+    introduce what is said: the clause after them is read like a sentence of its own, so "Remember
+    that I prefer short answers" is a preference (a proposal), never a workspace fact."""
+    m = _REMEMBER.match(sentence)
+    clause = m.group(1).strip() if m else None
+    said = _capitalised(clause) if clause else sentence
+    if (found := _identity(e, said)) or (found := _preference(e, said)):
+        return found
+    fact = _fact(facts, e, sentence, clause)
+    if fact and needs_consent(said):  # a fact in form, but maybe about the operator: ask first
+        return _preference(e, said, forced=True)
+    return fact
+
+
+def _capitalised(text: str) -> str:
+    return text[0].upper() + text[1:] if text else text
+
+
+def _preference(e: Event, sentence: str, *, forced: bool = False) -> list[Candidate]:
+    if not (forced or is_preference(sentence)):
         return []
     # Two words: "always use tabs for indentation" and "never use tabs" are one subject.
     subject = subject_key("pref", sentence, n=2)
-    return [Candidate(_entry("operator", "operator", "preference", subject, sentence, e), True, "preference")]
+    rule = "preference" if not forced else "preference (stated as a fact)"
+    return [Candidate(_entry("operator", "operator", "preference", subject, sentence, e), True, rule)]
 
 
 def _identity(e: Event, sentence: str) -> list[Candidate]:
-    for pattern, subject in _IDENTITY:
-        m = pattern.search(sentence)
-        if m and m.group(1).strip():
-            return [Candidate(_entry("operator", "operator", "identity", subject, sentence, e), True, "identity")]
-    return []
+    subject = identity_subject(sentence)
+    if subject is None:
+        return []
+    return [Candidate(_entry("operator", "operator", "identity", subject, sentence, e), True, "identity")]
 
 
-def _fact(facts: TurnFacts, e: Event, sentence: str) -> list[Candidate]:
-    m = _REMEMBER.match(sentence)
-    clause = m.group(1) if m else None
+def _fact(facts: TurnFacts, e: Event, sentence: str, clause: str | None) -> list[Candidate]:
     changed = _CHANGED.match(clause or sentence)
     if clause is None and changed is None:
         return []
     target = changed or _COPULA.match(clause or "")
     subject_text = target.group(1) if target else (clause or sentence)
     scope, owner = _fact_scope(facts)
-    text = (clause or sentence).strip()
-    text = text[0].upper() + text[1:] if text else text
+    text = _capitalised((clause or sentence).strip())
     return [Candidate(_entry(scope, owner, "fact", subject_key("fact", subject_text), text, e), False, "fact")]
 
 

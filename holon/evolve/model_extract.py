@@ -27,7 +27,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from holon.evolve.extract import STALE_AFTER_S, VERIFICATION, Candidate, TurnFacts, subject_key
+from holon.evolve.extract import (
+    STALE_AFTER_S,
+    VERIFICATION,
+    Candidate,
+    TurnFacts,
+    identity_subject,
+    needs_consent,
+    operator_sentences,
+    statement,
+    subject_key,
+)
 from holon.ledger import events as ev
 from holon.ledger.events import DurableEntry, DurableType, MemoryScope
 from holon.logs import get_logger
@@ -148,6 +158,15 @@ def _answered(reply: str) -> list[Any]:
     return items[:20] if isinstance(items, list) else []
 
 
+#: The deterministic extractor's subject prefix for each kind, so that the same thing found by
+#: both paths has one subject (and one entry or proposal).
+SUBJECT_PREFIX: dict[str, str] = {
+    "preference": "pref", "identity": "identity", "fact": "fact", "procedure": "procedure", "blocker": "blocker",
+    "reference": "ref",
+}  # fmt: skip
+_KNOWN_PREFIXES = frozenset(SUBJECT_PREFIX) | frozenset(SUBJECT_PREFIX.values())
+
+
 def _gate(items: list[Any], facts: TurnFacts, min_confidence: float) -> list[Candidate]:
     source = _norm(transcript(facts))
     out = []
@@ -158,21 +177,61 @@ def _gate(items: list[Any], facts: TurnFacts, min_confidence: float) -> list[Can
             continue
         if c.confidence < min_confidence or _norm(c.evidence) not in source:
             continue
-        consent = c.scope == "operator" or c.kind in ("preference", "identity")
-        scope: MemoryScope = "operator" if consent else c.scope
-        if scope == "workspace" and facts.owner_workspace is None:
-            scope = "agent"
-        owner = {"operator": "operator", "workspace": facts.owner_workspace, "agent": facts.owner_self}[scope]
-        assert owner is not None
-        quoted = [e for e in facts.events if _norm(c.evidence) in _norm(_event_text(e))]
-        entry = DurableEntry(
-            scope=scope, kind=c.kind, subject=subject_key(c.kind, c.subject), text=c.text, owner=owner,
-            verification=VERIFICATION[c.kind], stale_after_s=STALE_AFTER_S[c.kind],
-            evidence=sorted({e.seq for e in quoted})[-50:], observed_us=max((e.ts_us for e in quoted), default=0),
-            confidence=c.confidence,
-        )  # fmt: skip
-        out.append(Candidate(entry, consent, "model"))
+        out.append(_candidate(c, facts))
     return out
+
+
+def _candidate(c: _Proposed, facts: TurnFacts) -> Candidate:
+    """A gated answer as a candidate. Consent is decided here, not by the model: anything that reads
+    as a preference or identity (its text, or the operator's sentence it quotes) is a proposal in
+    the operator scope, whatever kind and scope the model gave it."""
+    said = _quoted_sentences(facts, c.evidence)
+    consent = (
+        c.scope == "operator"
+        or c.kind in ("preference", "identity")
+        or needs_consent(c.text)
+        or any(needs_consent(s) for _e, s in said)
+    )
+    kind: DurableType = c.kind
+    if consent and kind not in ("preference", "identity"):
+        is_identity = identity_subject(c.text) or any(identity_subject(s) for _e, s in said)
+        kind = "identity" if is_identity else "preference"
+    scope: MemoryScope = "operator" if consent else c.scope
+    if scope == "workspace" and facts.owner_workspace is None:
+        scope = "agent"
+    owner = {"operator": "operator", "workspace": facts.owner_workspace, "agent": facts.owner_self}[scope]
+    assert owner is not None
+    quoted = [e for e in facts.events if _norm(c.evidence) in _norm(_event_text(e))]
+    entry = DurableEntry(
+        scope=scope, kind=kind, subject=_subject(kind, owner, c.subject, said, facts), text=c.text, owner=owner,
+        verification=VERIFICATION[kind], stale_after_s=STALE_AFTER_S[kind],
+        evidence=sorted({e.seq for e in quoted})[-50:], observed_us=max((e.ts_us for e in quoted), default=0),
+        confidence=c.confidence,
+    )  # fmt: skip
+    return Candidate(entry, consent, "model")
+
+
+def _quoted_sentences(facts: TurnFacts, evidence: str) -> list[tuple[Any, str]]:
+    """The operator's sentences the evidence quotes (those containing it, or contained in it)."""
+    quote = _norm(evidence)
+    return [(e, s) for e, s in operator_sentences(facts) if quote in _norm(s) or _norm(s) in quote]
+
+
+def _subject(kind: str, owner: str, given: str, said: list[tuple[Any, str]], facts: TurnFacts) -> str:
+    """The subject the deterministic rules give the quoted sentence, when they give it one of this
+    kind and owner; else the model's subject under the deterministic prefix (``pref:``, not
+    ``preference:``), with any prefix the model put on it dropped."""
+    for e, sentence in said:
+        for d in statement(facts, e, sentence):
+            if d.entry.kind == kind and d.entry.owner == owner:
+                return d.entry.subject
+    head, sep, rest = given.partition(":")
+    text = rest if sep and head.strip().casefold() in _KNOWN_PREFIXES else given
+    if kind == "identity":  # the deterministic identity subjects are fixed: name, role, work
+        named = next((f"identity:{w}" for w in ("name", "role", "work") if w in _norm(text).split()), None)
+        if named is not None:
+            return named
+    return subject_key(SUBJECT_PREFIX[kind], text, n=2 if kind == "preference" else 3)
 
 
 def _event_text(e: Any) -> str:

@@ -51,7 +51,7 @@ from holon.projections import Store
 from holon.projections.durable import DurableState, ProposalState
 from holon.projections.state import AgentState, WorkItemState
 
-__all__ = ["Evolver", "JobReport", "load_facts", "plan"]
+__all__ = ["Evolver", "JobReport", "load_facts", "merge", "plan"]
 
 log = get_logger("holon.evolve")
 
@@ -164,6 +164,19 @@ class JobReport:
     """(agent home, skill id) drafts to write after the commit."""
 
 
+def merge(first: list[Candidate], then: list[Candidate]) -> list[Candidate]:
+    """``first`` and those of ``then`` about another (owner, subject): deterministic candidates are
+    passed first, so where the model found the same thing, the deterministic reading is kept (two
+    different entries under one derived id would be an idempotency conflict, and a dead job)."""
+    taken = {(c.entry.owner, c.entry.subject) for c in first}
+    out = list(first)
+    for c in then:
+        if (c.entry.owner, c.entry.subject) not in taken:
+            taken.add((c.entry.owner, c.entry.subject))
+            out.append(c)
+    return out
+
+
 def plan(store: Store, agent: AgentState, job: Job, candidates: list[Candidate]) -> tuple[list[NewEvent], JobReport]:
     report = JobReport(job)
     out: list[NewEvent] = []
@@ -177,8 +190,12 @@ def plan(store: Store, agent: AgentState, job: Job, candidates: list[Candidate])
             )
         )  # fmt: skip
 
+    seen: set[tuple[str, str]] = set()
     for c in candidates:
         e = c.entry
+        if (e.owner, e.subject) in seen:
+            continue  # one decision per subject: the first candidate (the deterministic one) wins
+        seen.add((e.owner, e.subject))
         same = [s for s in active_entries(store, e.owner) if s.entry.subject == e.subject]
         if any(_same_text(s.entry.text, e.text) for s in same):
             match = next(s for s in same if _same_text(s.entry.text, e.text))
@@ -302,7 +319,7 @@ class Evolver:
         used: ev.EvolveModelUsed | None = None
         if facts is not None and self.model_extractor is not None and self.settings.model_extraction:
             extraction = self.model_extractor(facts, job.key)
-            candidates += extraction.candidates
+            candidates = merge(candidates, extraction.candidates)
             used = extraction.used
         events, report = plan(self.store, agent, job, candidates) if agent is not None else ([], JobReport(job))
         if used is not None:  # every model call is in the ledger, with the output it shaped
