@@ -7,13 +7,18 @@ at any point has either produced everything or nothing; it is then leased again 
 expires. Event ids and idempotency keys are derived from the job key and the subject, so even a
 job that ran twice could not record an entry twice.
 
-What a job decides, for each candidate (``plan``):
+What a job decides, for each candidate (``plan``), in observation order, not job order (jobs
+may finish out of order: an older turn's job retried after a newer one's is done):
 
+* this job already recorded or proposed the subject (it is running again): nothing;
 * an active entry with the same owner, subject and text exists: ``durable.verified`` (it was seen
-  again, so its freshness restarts);
+  again, so its freshness restarts), unless this sighting is older than its last verification;
 * otherwise, for a candidate that needs consent: a ``proposal.created`` (unless the same proposal
-  already waits; an older pending proposal for the subject is dismissed as superseded);
-* otherwise: ``durable.recorded``, superseding the active entries of the same subject.
+  already waits, or a newer entry or proposal of the subject exists; an older pending proposal for
+  the subject is dismissed as superseded);
+* otherwise: ``durable.recorded``, superseding the active entries of the same subject; or, when
+  an active entry of the subject was observed later, recorded as history, already superseded by
+  it (an older observation never supersedes a newer one).
 
 A procedure whose commands also completed another work item is drafted as a skill proposal.
 After the commit, the markdown views of the scopes that changed are refreshed.
@@ -44,6 +49,7 @@ from holon.evolve.model_extract import Extraction
 from holon.evolve.render import render_scopes, write_skill_draft
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
+from holon.ledger.events import DurableEntry
 from holon.logs import get_logger
 from holon.memory.access import owner_of
 from holon.memory.files import is_background
@@ -196,30 +202,29 @@ def plan(store: Store, agent: AgentState, job: Job, candidates: list[Candidate])
         if (e.owner, e.subject) in seen:
             continue  # one decision per subject: the first candidate (the deterministic one) wins
         seen.add((e.owner, e.subject))
+        if _done_before(store, job, e):
+            continue  # this job ran before (an operator retried it): what it decided stands
         same = [s for s in active_entries(store, e.owner) if s.entry.subject == e.subject]
-        if any(_same_text(s.entry.text, e.text) for s in same):
-            match = next(s for s in same if _same_text(s.entry.text, e.text))
-            add(ev.DurableVerified(entry_id=match.entry_id, evidence=e.evidence), f"verify:{match.entry_id}")
-            report.verified += 1
+        newer = [s for s in same if s.entry.observed_us > e.observed_us]
+        match = next((s for s in same if _same_text(s.entry.text, e.text)), None)
+        if match is not None:
+            if e.observed_us > match.verified_us:  # a sighting older than the last one restarts nothing
+                add(ev.DurableVerified(entry_id=match.entry_id, evidence=e.evidence), f"verify:{match.entry_id}")
+                report.verified += 1
             continue
         if c.proposal:
-            waiting = [
-                p for p in pending if p.entry is not None and p.entry.owner == e.owner and p.entry.subject == e.subject
-            ]
-            if any(_same_text(p.entry.text, e.text) for p in waiting if p.entry is not None):
-                continue
-            pid = proposal_id_for(job.key, e.owner, e.subject)
-            for old in waiting:
-                add(ev.ProposalDismissed(proposal_id=old.proposal_id, reason=f"superseded by proposal {pid}"), f"dismiss:{old.proposal_id}")  # fmt: skip
-            add(ev.ProposalCreated(proposal_id=pid, kind="memory", entry=e, reason=f"stated by the operator ({c.rule})"), f"propose:{pid}")  # fmt: skip
-            report.proposed += 1
+            _propose(store, job, c, pending, newer, add, report)
             continue
         eid = entry_id_for(job.key, e.owner, e.subject)
         source = "model" if c.rule == "model" else "evolve"
-        add(ev.DurableRecorded(entry_id=eid, entry=e, supersedes=[s.entry_id for s in same], source=source), f"record:{eid}")  # fmt: skip
+        if newer:  # observed before the active entry (its job finished late): history, not news
+            latest = max(newer, key=lambda s: (s.entry.observed_us, s.seq))
+            add(ev.DurableRecorded(entry_id=eid, entry=e, source=source, superseded_by=latest.entry_id), f"record:{eid}")  # fmt: skip
+        else:
+            add(ev.DurableRecorded(entry_id=eid, entry=e, supersedes=[s.entry_id for s in same], source=source), f"record:{eid}")  # fmt: skip
         report.recorded += 1
         report.scopes.add(e.scope)
-        if e.kind == "procedure":
+        if e.kind == "procedure" and not newer:
             skill = _skill_for(store, agent, e.owner, e.subject, e.text, e.evidence)
             if skill is not None:
                 pid = proposal_id_for(job.key, e.owner, skill.skill_id)
@@ -231,6 +236,34 @@ def plan(store: Store, agent: AgentState, job: Job, candidates: list[Candidate])
         text = f"{waiting} proposal(s) wait for your review (durable memory and skills): run /proposals in holon chat."
         add(ev.BriefDelivered(kind="question", text=text), "brief")
     return out, report
+
+
+def _done_before(store: Store, job: Job, e: DurableEntry) -> bool:
+    """Whether this job already recorded or proposed ``e``'s subject (the job is running again)."""
+    return (
+        store.state("durable", entry_id_for(job.key, e.owner, e.subject)) is not None
+        or store.state("proposal", proposal_id_for(job.key, e.owner, e.subject)) is not None
+    )
+
+
+def _propose(
+    store: Store, job: Job, c: Candidate, pending: list[ProposalState], newer: list[DurableState],
+    add: Callable[[ev.PayloadBase, str], None], report: JobReport,
+) -> None:  # fmt: skip
+    """Propose ``c`` unless the same proposal waits, or something newer on its subject already
+    exists (an active entry or a waiting proposal observed later: an older statement that
+    arrived late must not displace it)."""
+    e = c.entry
+    waiting = [p for p in pending if p.entry is not None and p.entry.owner == e.owner and p.entry.subject == e.subject]
+    if any(p.entry is not None and _same_text(p.entry.text, e.text) for p in waiting):
+        return
+    if newer or any(p.entry is not None and p.entry.observed_us > e.observed_us for p in waiting):
+        return
+    pid = proposal_id_for(job.key, e.owner, e.subject)
+    for old in waiting:
+        add(ev.ProposalDismissed(proposal_id=old.proposal_id, reason=f"superseded by proposal {pid}"), f"dismiss:{old.proposal_id}")  # fmt: skip
+    add(ev.ProposalCreated(proposal_id=pid, kind="memory", entry=e, reason=f"stated by the operator ({c.rule})"), f"propose:{pid}")  # fmt: skip
+    report.proposed += 1
 
 
 def _skill_for(store: Store, agent: AgentState, owner: str, subject: str, text: str, evidence: list[int]):  # type: ignore[no-untyped-def]

@@ -471,6 +471,9 @@ class DurableRecorded(PayloadBase):
     supersedes: list[str] = Field(default_factory=list)
     source: Literal["evolve", "proposal", "operator", "model"] = "evolve"
     proposal_id: str | None = None
+    superseded_by: str | None = None
+    """Recorded as history, already superseded by this (active) entry: an observation older than
+    the active entry of its subject that arrived late (evolve jobs may finish out of order)."""
 
 
 class DurableVerified(PayloadBase):

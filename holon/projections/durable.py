@@ -81,6 +81,8 @@ def apply_durable(state: DurableState | None, event: Event, key: str) -> Durable
                 seq=event.seq,
                 source=p.source,
                 proposal_id=p.proposal_id,
+                status="superseded" if p.superseded_by else "active",
+                superseded_by=p.superseded_by,
             )
         case ev.DurableRecorded() if state is not None and state.status == "active":
             return state.model_copy(update={"status": "superseded", "superseded_by": p.entry_id})
