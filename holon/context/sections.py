@@ -386,8 +386,8 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
         )
     if view.skills:
         catalog = (
-            "# Skills you may use (read one with memory_get or your file tools: skills/<id>/SKILL.md)\n"
-            + "\n".join(f"- {sid}: {name}" + (f" ({desc})" if desc else "") for sid, name, desc in view.skills)
+            "# Skills you may use (read one in full with memory_get ref=skill:<id> before following it)\n"
+            + "\n".join(f"- skill:{sid}: {name}" + (f" ({desc})" if desc else "") for sid, name, desc in view.skills)
         )
         s.append(
             _text_section(

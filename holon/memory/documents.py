@@ -13,20 +13,32 @@ same ``NotFoundError``: an agent cannot learn what other agents have by probing.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, assert_never
 
 from pydantic import BaseModel
 
 from holon.clock import format_us
-from holon.errors import NotFoundError
+from holon.errors import NotFoundError, UsageError
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.memory import files
 from holon.memory.access import owners_for
-from holon.memory.refs import DurableRef, EpisodeRef, EventRef, FileRef, Ref, RefKind, TaskRef, WorkItemRef
+from holon.memory.refs import (
+    DurableRef,
+    EpisodeRef,
+    EventRef,
+    FileRef,
+    Ref,
+    RefKind,
+    SkillRef,
+    TaskRef,
+    WorkItemRef,
+)
 from holon.projections import Store
 from holon.projections.durable import DurableState, stale_at_us
 from holon.projections.state import AgentState, TaskProjection, WorkItemState
@@ -248,6 +260,28 @@ def _durable_doc(store: Store, agent: AgentState, ref: DurableRef) -> Document:
     return Document(str(ref), "durable", f"{ref} {e.subject}", "\n".join(lines) + "\n")
 
 
+#: Largest SKILL.md read (an accepted skill is at most 20,000 characters; leave room for edits by hand).
+_MAX_SKILL_BYTES = 200_000
+
+
+def _skill_doc(agent: AgentState, ref: SkillRef) -> Document:
+    """An accepted skill of the agent's own: ``skills/<id>/SKILL.md`` under its home. Drafts
+    (``evolve/skills/``) are not readable: only what the operator accepted is a skill."""
+    root = os.path.realpath(Path(agent.home) / "skills")
+    target = os.path.realpath(Path(root) / ref.skill_id / "SKILL.md")
+    if os.path.commonpath([root, target]) != root:  # a symlink out of skills/
+        raise _refused(ref, agent)
+    try:
+        with open(target, "rb") as f:
+            data = f.read(_MAX_SKILL_BYTES + 1)
+    except OSError:
+        raise _refused(ref, agent) from None
+    if len(data) > _MAX_SKILL_BYTES:
+        raise UsageError(f"{ref} is larger than {_MAX_SKILL_BYTES:,} bytes; it was edited by hand, fix it there")
+    text = data.decode("utf-8", errors="replace")
+    return Document(str(ref), "skill", f"{ref} (skills/{ref.skill_id}/SKILL.md)", text)
+
+
 def resolve(store: Store, agent: AgentState, ref: Ref, *, expand: bool = False) -> Document:
     """The document ``ref`` points at, if it is ``agent``'s to read (``NotFoundError`` otherwise)."""
     match ref:
@@ -263,5 +297,7 @@ def resolve(store: Store, agent: AgentState, ref: Ref, *, expand: bool = False) 
             return _file_doc(store, agent, ref)
         case DurableRef():
             return _durable_doc(store, agent, ref)
+        case SkillRef():
+            return _skill_doc(agent, ref)
         case _:
             assert_never(ref)

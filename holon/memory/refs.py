@@ -5,6 +5,7 @@
     work_item:<id>              a work item                    work_item:wi_0193a5c2...
     task:<id>                   a background task              task:task_0193a5c2...
     durable:<id>                a durable memory entry         durable:mem-3f2a9c1b04d7
+    skill:<id>                  an accepted skill's SKILL.md   skill:skill-3f2a9c1b04
     file:<scope>/<path>         a curated file or an archive   file:agent/self.md
                                                                file:operator/operator.md
                                                                file:workspace/memory.md
@@ -34,6 +35,7 @@ __all__ = [
     "RefKind",
     "TaskRef",
     "DurableRef",
+    "SkillRef",
     "WorkItemRef",
     "check_relative_path",
     "parse_ref",
@@ -42,11 +44,14 @@ __all__ = [
 MAX_REF_CHARS = 1_000
 _MAX_SEQ = 2**63 - 1  # SQLite's largest integer
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
+_SKILL_ID = re.compile(r"^[a-z0-9][a-z0-9\-]{0,63}$")  # as ``SkillDraft.skill_id``: one directory name
 _SEGMENT = re.compile(r"^[^\x00-\x1f\x7f/\\:*?\"<>|]+$")
 SCOPES: tuple[MemoryScope, ...] = ("agent", "operator", "workspace")
 
-RefKind = Literal["event", "episode", "work_item", "task", "file", "durable"]
-_EXAMPLES = "event:123, episode:ep_45, work_item:wi_..., task:task_..., durable:mem-..., file:agent/self.md"
+RefKind = Literal["event", "episode", "work_item", "task", "file", "durable", "skill"]
+_EXAMPLES = (
+    "event:123, episode:ep_45, work_item:wi_..., task:task_..., durable:mem-..., skill:skill-..., file:agent/self.md"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +110,18 @@ class DurableRef:
         return f"durable:{self.entry_id}"
 
 
-Ref = EventRef | EpisodeRef | WorkItemRef | TaskRef | FileRef | DurableRef
+@dataclass(frozen=True, slots=True)
+class SkillRef:
+    """An accepted skill of the reading agent (``skills/<id>/SKILL.md`` under its home)."""
+
+    skill_id: str
+    kind: Literal["skill"] = "skill"
+
+    def __str__(self) -> str:
+        return f"skill:{self.skill_id}"
+
+
+Ref = EventRef | EpisodeRef | WorkItemRef | TaskRef | FileRef | DurableRef | SkillRef
 
 
 def check_relative_path(path: str) -> str:
@@ -180,6 +196,12 @@ def parse_ref(ref: str) -> Ref:
             return _file(body, _preview(ref))
         case "durable":
             return DurableRef(_id("durable", body, _preview(ref)))
+        case "skill":
+            if not _SKILL_ID.match(body):
+                raise UsageError(
+                    f"{_preview(ref)} is not a valid skill reference: use skill:<id> as the skills catalog lists it"
+                )
+            return SkillRef(body)
     raise UsageError(f"unknown reference kind {_preview(kind)}; references look like {_EXAMPLES}")
 
 

@@ -43,7 +43,7 @@ class GetParams(ToolParams):
         min_length=1,
         max_length=MAX_REF_CHARS,
         description="A reference: file:agent/self.md, file:operator/operator.md, file:workspace/memory.md, "
-        "event:<seq>, episode:<id>, work_item:<id>, task:<id>, durable:<id> (a recalled durable memory entry), or a source_ref from a search hit.",
+        "event:<seq>, episode:<id>, work_item:<id>, task:<id>, durable:<id> (a recalled durable memory entry), skill:<id> (a skill from your skills catalog), or a source_ref from a search hit.",
     )
     mode: Mode | None = Field(
         None, description="full (default), headers, section (needs heading), tail (last lines), lines (start..end)."
