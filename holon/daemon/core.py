@@ -152,6 +152,7 @@ class Daemon:
         self._turn_of: dict[str, str | None] = {}
         self._subscribers: list[tuple[str | None, asyncio.Queue[Notice]]] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._evolve_task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._embedder: Any = None
         self.index_error: str | None = None
@@ -212,6 +213,7 @@ class Daemon:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self._stop_evolve(grace)
         self._publish_new()
         await self.host.close()
         if self.tracer is not None:
@@ -450,7 +452,8 @@ class Daemon:
             self._notify(Notice(kind="event", agent_id=agent_id, seq=seq))
 
     async def _maintain(self) -> None:
-        """Every ``tick_s``: wait rechecks, the day's budget reset, a slice of search indexing."""
+        """Every ``tick_s``: wait rechecks, the day's budget reset, a slice of search indexing, and
+        an evolve drain started in the background (never awaited here)."""
         day = self.budgets.today()
         while True:
             await asyncio.sleep(self.settings.tick_s)
@@ -470,7 +473,7 @@ class Daemon:
             except Exception as e:
                 self.index_error = str(e)
                 log.error("daemon.maintenance_failed", error=str(e))
-            await self._evolve()
+            self._start_evolve()
 
     def _model_call(self, agent_id: str, messages: list[dict[str, Any]]) -> ModelAnswer:
         """For model-assisted extraction, from the evolve thread: the agent's own model, on the daemon's loop."""
@@ -483,8 +486,31 @@ class Daemon:
         reply = future.result(timeout=settings.timeout_s + 30)
         return ModelAnswer(reply.content or "", model=reply.model, usage=reply.usage, cost_usd=reply.cost_usd)
 
+    def _start_evolve(self) -> None:
+        """Start draining evolve jobs in the background unless a drain is running (one at a time).
+
+        Never awaited by the maintenance loop: a slow job (a model call for extraction may take
+        the model's whole timeout) must not hold up wait rechecks, budget resets or indexing."""
+        if self.evolver is None or self._draining:
+            return
+        if self._evolve_task is None or self._evolve_task.done():
+            self._evolve_task = asyncio.create_task(self._evolve(), name="daemon:evolve")
+
+    async def _stop_evolve(self, grace_s: float) -> None:
+        """Let a running drain finish its current job (``_draining`` stops it taking another) for up
+        to ``grace_s``; a job cut short is not lost: its lease expires and the next start retries it."""
+        task = self._evolve_task
+        if task is None or task.done():
+            return
+        _done, pending = await asyncio.wait({task}, timeout=grace_s)
+        if pending:
+            log.warning("daemon.evolve_job_cut_short", grace_s=grace_s)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
     async def _evolve(self) -> None:
-        """A few evolve jobs per tick, in a thread: turns never wait on durable memory."""
+        """A few evolve jobs, in a thread: turns never wait on durable memory."""
         if self.evolver is None or self._draining:
             return
         try:

@@ -1,0 +1,106 @@
+"""Evolve inside the daemon (RFC 0006): a slow job never stalls turns or maintenance; dead jobs show.
+
+Real daemon, real ledger, litellm's real HTTP path to a scripted model on loopback; the model's
+answer to the extraction prompt is slow on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from holon.clock import FakeClock
+from holon.config import load_settings, resolve_home
+from holon.daemon import Daemon
+from holon.evolve.jobs import JobQueue
+from holon.evolve.model_extract import PROMPT
+from holon.memory.index import SearchIndex
+from holon.projections import Store
+from holon.runtime.agents import create_agent
+from holon.runtime.providers.base import ModelSettings
+from holon.runtime.providers.litellm_provider import LiteLLMProvider
+from holon.testing import FakeLLM
+
+SLOW_S = 4.0
+
+
+def test_a_slow_evolve_job_delays_neither_a_turn_nor_maintenance(tmp_path: Path) -> None:
+    home = resolve_home(tmp_path / "home")
+    base = load_settings(home)
+    settings = base.model_copy(
+        update={
+            "daemon": base.daemon.model_copy(update={"tick_s": 0.05}),
+            "evolve": base.evolve.model_copy(update={"model_extraction": True}),
+        }
+    )
+    extraction_started: list[float] = []
+
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        if body["messages"][0]["content"] == PROMPT:
+            extraction_started.append(time.monotonic())
+            return {"content": '{"candidates": []}', "delay": SLOW_S}
+        return {"content": "Noted."}
+
+    with FakeLLM(script) as fake, Store.open(home, settings) as store:
+        create_agent(store, "ada")
+        model = ModelSettings(model="openai/fake", api_base=fake.url, timeout_s=30, context_window=32_000)
+        provider = LiteLLMProvider(env={})
+
+        async def go() -> None:
+            daemon = Daemon(store, resolver=lambda a: (provider, model), poll_s=0.01)
+            async with daemon.running(grace_s=SLOW_S + 5):
+                daemon.submit("ada", "hello there", origin="operator:test", authority="operator", sender="operator", channel="test")  # fmt: skip
+                await daemon.until_idle()
+                for _ in range(400):  # the first turn's evolve job is now waiting on the slow model
+                    if extraction_started:
+                        break
+                    await asyncio.sleep(0.025)
+                assert extraction_started
+                started = time.monotonic()
+                daemon.submit("ada", "the second question", origin="operator:test", authority="operator", sender="operator", channel="test")  # fmt: skip
+                await daemon.until_idle()
+                turn_s = time.monotonic() - started
+                # Maintenance keeps ticking: the search index catches up with the second turn.
+                index = SearchIndex(store)
+                for _ in range(200):
+                    if index.cursor() >= store.ledger.head():
+                        break
+                    await asyncio.sleep(0.02)
+                caught_up = time.monotonic()
+                assert index.cursor() >= store.ledger.head()
+                # Both happened while the extraction call was still waiting on the model.
+                assert caught_up < extraction_started[0] + SLOW_S - 0.5, (turn_s, caught_up - extraction_started[0])
+                assert turn_s < SLOW_S - 1
+                # The daemon stops cleanly with a job in flight: it finishes within the grace.
+
+        asyncio.run(go())
+        queue = JobQueue(store)
+        assert queue.counts()["dead"] == 0 and queue.counts()["running"] == 0
+
+
+def test_dead_jobs_are_visible_in_the_daemons_status(store: Store, clock: FakeClock, tmp_path: Path) -> None:
+    from helpers.evolve import run_turns
+
+    from holon.cli.daemon_cmd import _describe
+
+    ada = create_agent(store, "ada")
+    run_turns(store, clock, ada.agent_id, [("hello", ["ok"])])
+    queue = JobQueue(store, max_attempts=1)
+    queue.enqueue(clock.now_us())
+    job = queue.lease("w", clock.now_us())
+    assert job is not None and queue.fail(job, "RuntimeError: extractor fell over", clock.now_us()) == "dead"
+
+    async def go() -> dict[str, Any]:
+        daemon = Daemon(store, resolver=lambda a: (None, None), poll_s=0.01)  # type: ignore[arg-type,return-value]
+        return daemon.status()
+
+    status = asyncio.run(go())
+    evolve = status["evolve"]
+    assert evolve["jobs"]["dead"] == 1
+    assert evolve["dead"] == [
+        {"job": job.key, "agent_id": ada.agent_id, "attempts": 1, "error": "RuntimeError: extractor fell over"}
+    ]
+    text = _describe({"running": True, "state": "running", "pid": 1, "api": None, "status": status})
+    assert "1 DEAD" in text
