@@ -105,3 +105,34 @@ def test_running_every_finished_job_again_changes_nothing(store: Store, clock: F
     assert evolver.drain() == 3
     assert evolver.queue.counts() == {"queued": 0, "running": 0, "done": 3, "dead": 0}
     assert _durable_events(store) == before  # no conflict, no duplicate, no spurious verification
+
+
+# --- a workspace shared by two agents --------------------------------------------------------------
+
+
+def test_two_agents_on_one_workspace_see_the_same_views_and_recall(
+    store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
+    ws = tmp_path / "shared"
+    ws.mkdir()
+    ada = create_agent(store, "ada", workspace=str(ws))
+    create_agent(store, "cy", workspace=str(ws) + "/")  # the same directory, spelled differently
+    create_agent(store, "loner")
+    _turns(store, clock, ada.agent_id, "Remember that the db is postgres.")
+    Evolver(store, clock=clock).drain()
+
+    def index(name: str) -> Path:
+        return Path(store.agent(name).home) / "memory" / "durable" / "workspace" / "MEMORY.md"
+
+    assert "The db is postgres." in index("ada").read_text()
+    assert "The db is postgres." in index("cy").read_text()  # recorded through ada, shown to cy too
+    assert not index("loner").exists()
+    [seen] = recall(store, store.agent("cy"), "db", clock.now_us()).entries
+    assert seen.text == "The db is postgres."
+    assert recall(store, store.agent("loner"), "db", clock.now_us()).entries == ()
+
+    [entry] = review.list_entries(store)
+    review.forget(store, entry.entry_id)
+    for name in ("ada", "cy"):
+        assert "postgres" not in index(name).read_text(), name  # no stale copy left for search to find
+        assert recall(store, store.agent(name), "db", clock.now_us()).entries == ()

@@ -24,7 +24,15 @@ from holon.projections import Store
 from holon.projections.durable import DurableState, ProposalState, stale_at_us
 from holon.projections.state import AgentState
 
-__all__ = ["durable_dir", "install_skill", "render_scopes", "render_scope_text", "write_skill_draft"]
+__all__ = [
+    "durable_dir",
+    "install_skill",
+    "render_for_sharers",
+    "render_owner",
+    "render_scopes",
+    "render_scope_text",
+    "write_skill_draft",
+]
 
 SCOPES = ("operator", "workspace", "agent")
 KIND_ORDER = ("preference", "identity", "fact", "procedure", "blocker", "reference")
@@ -115,6 +123,37 @@ def render_scopes(store: Store, agent: AgentState, scopes: Iterable[str]) -> lis
         for stray in root.glob("*.md"):
             if stray.name not in files:
                 stray.unlink(missing_ok=True)
+    return written
+
+
+def sharers(store: Store, scope: str, owner: str) -> list[AgentState]:
+    """The agents whose homes show the entries of ``owner`` in ``scope``: every agent for the
+    operator scope, every agent working in that workspace for a workspace, the agent itself for
+    its own scope."""
+    if scope not in SCOPES:
+        return []
+    return [
+        a for a in store.agents()
+        if (scope != "workspace" or a.workspace) and owner_of(a, scope) == owner  # type: ignore[arg-type]
+    ]  # fmt: skip
+
+
+def render_owner(store: Store, scope: str, owner: str) -> list[Path]:
+    """Refresh ``owner``'s ``scope`` views in the home of every agent that shows them (``sharers``):
+    a workspace entry recorded or forgotten through one agent reads the same in the homes of all
+    the agents sharing that workspace."""
+    written = []
+    for agent in sharers(store, scope, owner):
+        written += render_scopes(store, agent, {scope})
+    return written
+
+
+def render_for_sharers(store: Store, agent: AgentState, scopes: Iterable[str]) -> list[Path]:
+    """``render_owner`` for each of ``agent``'s ``scopes``."""
+    written = []
+    for scope in SCOPES:
+        if scope in scopes and (scope != "workspace" or agent.workspace):
+            written += render_owner(store, scope, owner_of(agent, scope))
     return written
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from holon.errors import ConflictError, IdempotencyConflict, NotFoundError, UsageError
-from holon.evolve.render import install_skill, remove_skill_draft, render_scopes
+from holon.evolve.render import install_skill, remove_skill_draft, render_owner
 from holon.evolve.worker import _h, active_entries
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
@@ -119,7 +119,7 @@ def accept(store: Store, ref: str, *, text: str | None = None, origin: str = "op
             p, ev.DurableRecorded(entry_id=entry_id, entry=entry, supersedes=same, source="proposal", proposal_id=p.proposal_id), origin, "recorded"
         )  # fmt: skip
         _append_decision(store, p, accepted, recorded)
-        _refresh(store, entry.scope, agent)
+        render_owner(store, entry.scope, entry.owner)
         return Decision(find_proposal(store, p.proposal_id), "accepted", entry_id=entry_id)
     assert p.skill is not None
     _append_decision(store, p, accepted)
@@ -144,13 +144,5 @@ def forget(store: Store, ref: str, *, reason: str = "", origin: str = "operator:
     if s.status == "forgotten":
         return s
     store.append(NewEvent(s.agent_id, ev.DurableForgotten(entry_id=s.entry_id, reason=reason[:500] or "forgotten by the operator"), origin=origin, authority="operator"))  # fmt: skip
-    with contextlib.suppress(NotFoundError):
-        _refresh(store, s.entry.scope, store.agent(s.agent_id))
+    render_owner(store, s.entry.scope, s.entry.owner)  # every home that shows it, even if its agent is gone
     return find_entry(store, s.entry_id)
-
-
-def _refresh(store: Store, scope: str, agent: object) -> None:
-    """Operator-scope entries are shown in every agent's home; the others in the owner's."""
-    targets = store.agents() if scope == "operator" else [agent]
-    for a in targets:
-        render_scopes(store, a, {scope})  # type: ignore[arg-type]

@@ -46,7 +46,7 @@ from holon.evolve.extract import (
 )
 from holon.evolve.jobs import Job, JobQueue
 from holon.evolve.model_extract import Extraction
-from holon.evolve.render import render_scopes, write_skill_draft
+from holon.evolve.render import render_for_sharers, write_skill_draft
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.ledger.events import DurableEntry
@@ -366,6 +366,6 @@ class Evolver:
             for home, skill_id in report.skills:
                 write_skill_draft(self.store, home, skill_id)
             if report.scopes or report.verified:
-                render_scopes(self.store, agent, report.scopes or {"agent", "workspace", "operator"})
+                render_for_sharers(self.store, agent, report.scopes or {"agent", "workspace", "operator"})
         log.info("evolve.job_done", job=job.key, recorded=report.recorded, verified=report.verified, proposed=report.proposed)  # fmt: skip
         return report
