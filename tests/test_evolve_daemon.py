@@ -104,3 +104,48 @@ def test_dead_jobs_are_visible_in_the_daemons_status(store: Store, clock: FakeCl
     ]
     text = _describe({"running": True, "state": "running", "pid": 1, "api": None, "status": status})
     assert "1 DEAD" in text
+
+
+def _kill_a_job(home: Path) -> str:
+    """A turn whose evolve job dies at its first failure; returns the job's key."""
+    from helpers.evolve import run_turns
+
+    paths = resolve_home(str(home))
+    clock = FakeClock(start_us=time.time_ns() // 1000 + 3_600_000_000)  # after the CLI's retry (real time)
+    with Store.open(paths, load_settings(paths), clock=clock) as store:
+        agent = store.agent("ada")
+        if not store.ledger.query("SELECT 1 FROM events WHERE type = 'turn.settled'"):
+            run_turns(store, clock, agent.agent_id, [("Remember that the cache is redis.", ["ok"])])
+        queue = JobQueue(store, max_attempts=1)
+        queue.enqueue(clock.now_us())
+        job = queue.lease("w", clock.now_us())
+        assert job is not None and queue.fail(job, "RuntimeError: boom", clock.now_us()) == "dead"
+        return job.key
+
+
+def test_dead_jobs_are_retried_from_the_cli_and_the_api(tmp_path: Path, fast_ledger: None) -> None:
+    import httpx
+    from helpers.api_server import api_server
+    from helpers.turn_cli import holon, quick_home
+
+    from holon.evolve import review
+
+    home = quick_home(tmp_path, "ada")
+    key = _kill_a_job(home)
+    r = holon(home, "memory", "retry-jobs", "--json")
+    assert r.code == 0 and r.json() == {"retried": 1}, r
+    assert holon(home, "memory", "retry-jobs").out.strip() == "no dead evolve jobs"
+
+    _kill_a_job(home)
+    with api_server(home, clock=FakeClock()) as server, httpx.Client(base_url=server.url, timeout=10) as client:
+        assert client.get("/v1/status").json()["evolve"]["dead"][0]["job"] == key
+        assert client.post("/v1/evolve/retry-dead").json() == {"retried": 1}
+        for _ in range(400):  # the daemon runs the job again, and this time it succeeds
+            if client.get("/v1/status").json()["evolve"]["jobs"]["done"] == 1:
+                break
+            time.sleep(0.025)
+        status = client.get("/v1/status").json()["evolve"]
+        assert status["jobs"]["done"] == 1 and status["dead"] == []
+        assert client.post("/v1/evolve/retry-dead").json() == {"retried": 0}
+    with Store.open(resolve_home(str(home)), load_settings(resolve_home(str(home)))) as store:
+        assert [s.entry.text for s in review.list_entries(store)] == ["The cache is redis."]

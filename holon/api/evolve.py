@@ -19,6 +19,7 @@ from holon.api.port import DaemonPort
 from holon.clock import SystemClock
 from holon.errors import UsageError
 from holon.evolve import review
+from holon.evolve.jobs import JobQueue
 from holon.memory.access import owners_for
 from holon.projections.durable import DurableState, ProposalState, is_stale, stale_at_us
 
@@ -40,6 +41,11 @@ class Decision(BaseModel):
     outcome: Literal["accepted", "dismissed"]
     entry_id: str | None = None
     skill_path: str | None = None
+
+
+class Retried(BaseModel):
+    retried: int
+    """How many dead jobs were queued again."""
 
 
 class DurableOut(BaseModel):
@@ -108,5 +114,11 @@ def evolve_router(port: DaemonPort) -> APIRouter:
         reason = body.reason if body else ""
         s = await asyncio.to_thread(review.forget, store, _ref(entry_id), reason=reason, origin="operator:api")
         return durable_out(s, _now())
+
+    @r.post("/evolve/retry-dead", response_model=Retried)
+    async def retry_dead() -> Retried:
+        """Re-arm dead evolve jobs (``GET /v1/status`` lists them under ``evolve.dead``)."""
+        queue = JobQueue(store)
+        return Retried(retried=await asyncio.to_thread(queue.retry_dead, _now()))
 
     return r

@@ -233,3 +233,17 @@ def forget(
     with open_store(c) as store:
         s = forget_(store, entry_id, reason=reason, origin="operator:cli")
     emit(c, _entry_json(s, SystemClock().now_us()), f"forgot {s.entry_id}: {s.entry.text.splitlines()[0]}")
+
+
+@app.command("retry-jobs")
+def retry_jobs(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
+    """Re-arm dead evolve jobs (``holon daemon status`` lists them): each gets a fresh set of attempts.
+
+    A job that already recorded its output decides nothing twice, so retrying is always safe."""
+    from holon.clock import SystemClock
+    from holon.evolve.jobs import JobQueue
+
+    c = ctx_of(ctx, home, json_out)
+    with open_store(c) as store:
+        retried = JobQueue(store).retry_dead(SystemClock().now_us())
+    emit(c, {"retried": retried}, f"re-armed {retried} dead evolve job(s)" if retried else "no dead evolve jobs")

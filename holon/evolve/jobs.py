@@ -173,10 +173,12 @@ class JobQueue:
             return "queued"
 
     def retry_dead(self, now_us: int) -> int:
-        """Give every dead job a fresh set of attempts (an operator action)."""
+        """Give every dead job a fresh set of attempts (an operator action); returns how many."""
+        self.ensure()
         with self.store.ledger.transaction() as tx:
             cur = tx.conn.execute(
-                "UPDATE evolve_jobs SET status = 'queued', attempts = 0, not_before_us = ? WHERE status = 'dead'",
+                "UPDATE evolve_jobs SET status = 'queued', attempts = 0, not_before_us = ?, finished_us = NULL "
+                "WHERE status = 'dead'",
                 (now_us,),
             )
             return cur.rowcount
