@@ -124,3 +124,43 @@ def test_a_procedure_lists_only_the_commands_that_exited_0_in_a_completed_item(
     assert "- `echo compiled`" in procedure.entry.text
     assert "exit 3" not in procedure.entry.text and "no-such-dir" not in procedure.entry.text
     assert "shipping" not in procedure.entry.text
+
+
+# --- extraction quality --------------------------------------------------------------------------
+
+
+def test_a_reported_state_is_not_a_fact_but_a_changed_value_is(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
+    said = "The build is now green. This is now done. The tests are now passing. The api port is now 9090."
+    run_turns(store, clock, ada.agent_id, [(said, ["ok"])])
+    Evolver(store, clock=clock).drain()
+    assert [s.entry.text for s in review.list_entries(store)] == ["The api port is now 9090."]
+
+
+def test_contradicting_choices_share_a_subject_so_the_newer_wins(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
+    evolver = Evolver(store, clock=clock)
+    run_turns(store, clock, ada.agent_id, [("Always reply in English.", ["ok"])])
+    evolver.drain()
+    [english] = review.list_proposals(store)
+    review.accept(store, english.proposal_id)
+    run_turns(store, clock, ada.agent_id, [("Always reply in French.", ["ok"])])
+    evolver.drain()
+    [french] = review.list_proposals(store)
+    assert french.entry is not None and french.entry.text == "Always reply in French."
+    review.accept(store, french.proposal_id)
+    entries = {s.entry.text: s for s in review.list_entries(store)}
+    assert entries["Always reply in French."].status == "active"
+    assert entries["Always reply in English."].status == "superseded"  # kept, never both active
+    [shown] = recall(store, store.agent("ada"), "reply", clock.now_us()).entries
+    assert shown.text == "Always reply in French."
+
+
+def test_a_blocker_seen_again_is_verified_not_superseded(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
+    evolver = Evolver(store, clock=clock)
+    for i in range(4):
+        failing = [[("run_command", {"command": f"ls /nonexistent-dir-{i}", "wait_s": 30})], "it failed"]
+        run_turns(store, clock, ada.agent_id, [(f"list it {i}", failing)])
+        evolver.drain()
+    [blocker] = review.list_entries(store, status=None)  # one entry, no pile of superseded ones
+    assert blocker.status == "active" and blocker.entry.kind == "blocker"
+    verified = [e for e in store.ledger.read(0) if e.type == "durable.verified"]
+    assert len(verified) == 2 and blocker.verified_us == verified[-1].ts_us

@@ -291,10 +291,28 @@ def _capitalised(text: str) -> str:
 def _preference(e: Event, sentence: str, *, forced: bool = False) -> list[Candidate]:
     if not (forced or is_preference(sentence)):
         return []
-    # Two words: "always use tabs for indentation" and "never use tabs" are one subject.
-    subject = subject_key("pref", sentence, n=2)
+    # Two words: "always use tabs for indentation" and "never use tabs" are one subject; a choice
+    # ("reply in English", "reply in French") is one subject whatever was chosen.
+    subject = _choice_subject(sentence) or subject_key("pref", sentence, n=2)
     rule = "preference" if not forced else "preference (stated as a fact)"
     return [Candidate(_entry("operator", "operator", "preference", subject, sentence, e), True, rule)]
+
+
+#: Prepositions that introduce a choice among alternatives: "reply in <language>", "format as
+#: <format>", "indent with <character>", "test using <tool>".
+_CHOICE = frozenset(["in", "as", "with", "using"])
+
+
+def _choice_subject(sentence: str) -> str | None:
+    """``pref:<verb> <preposition>`` when the preference's first content word is followed by a
+    choice preposition, so that contradicting choices share a subject and the newer supersedes."""
+    said = words(fold(_PREFERENCE_CJK.sub(" ", sentence)))
+    for i, w in enumerate(said):
+        if w in STOP_WORDS or w in _PREF_NOISE:
+            continue
+        following = said[i + 1] if i + 1 < len(said) else None
+        return f"pref:{stem(w)} {following}" if following in _CHOICE else None
+    return None
 
 
 def _identity(e: Event, sentence: str) -> list[Candidate]:
@@ -304,8 +322,28 @@ def _identity(e: Event, sentence: str) -> list[Candidate]:
     return [Candidate(_entry("operator", "operator", "identity", subject, sentence, e), True, "identity")]
 
 
+#: "X is now <one of these>" reports a passing state, not a fact worth keeping ("the build is now
+#: green", "this is now done"); and a pronoun names no subject a later sentence could update.
+_TRANSIENT = frozenset(
+    ["green", "red", "done", "fixed", "broken", "running", "stopped", "started", "passing", "failing", "working",
+     "ready", "finished", "complete", "completed", "up", "down", "live", "deployed", "merged", "ok", "okay", "fine",
+     "good", "bad", "back", "online", "offline", "open", "closed", "pending", "available", "unavailable", "in",
+     "gone", "there", "here", "better", "worse", "clean", "stable", "resolved"]
+)  # fmt: skip
+_PRONOUNS = frozenset(["this", "that", "it", "these", "those", "everything", "something", "all", "he", "she", "they"])
+
+
+def _transient(changed: re.Match[str]) -> bool:
+    """Whether an "X is now Y" sentence only reports a state (see ``_TRANSIENT``)."""
+    subject = words(fold(changed.group(1)))
+    value = words(fold(changed.group(2)))
+    return (len(subject) == 1 and subject[0] in _PRONOUNS) or (bool(value) and value[0] in _TRANSIENT)
+
+
 def _fact(facts: TurnFacts, e: Event, sentence: str, clause: str | None) -> list[Candidate]:
     changed = _CHANGED.match(clause or sentence)
+    if changed is not None and _transient(changed):
+        changed = None  # reported, not asked to be kept: "remember that the build is now green" still is
     if clause is None and changed is None:
         return []
     target = changed or _COPULA.match(clause or "")

@@ -11,8 +11,9 @@ What a job decides, for each candidate (``plan``), in observation order, not job
 may finish out of order: an older turn's job retried after a newer one's is done):
 
 * this job already recorded or proposed the subject (it is running again): nothing;
-* an active entry with the same owner, subject and text exists: ``durable.verified`` (it was seen
-  again, so its freshness restarts), unless this sighting is older than its last verification;
+* an active entry with the same owner, subject and text (for a blocker: the same failure
+  signature) exists: ``durable.verified`` (it was seen again, so its freshness restarts), unless
+  this sighting is older than its last verification;
 * otherwise, for a candidate that needs consent: a ``proposal.created`` (unless the same proposal
   already waits, or a newer entry or proposal of the subject exists; an older pending proposal for
   the subject is dismissed as superseded);
@@ -206,7 +207,9 @@ def plan(store: Store, agent: AgentState, job: Job, candidates: list[Candidate])
             continue  # this job ran before (an operator retried it): what it decided stands
         same = [s for s in active_entries(store, e.owner) if s.entry.subject == e.subject]
         newer = [s for s in same if s.entry.observed_us > e.observed_us]
-        match = next((s for s in same if _same_text(s.entry.text, e.text)), None)
+        # A blocker's subject is its failure signature: seen again it is the same blocker, however
+        # its text differs (the running count, the path in the first line), so it is verified.
+        match = next((s for s in same if _same_text(s.entry.text, e.text) or e.kind == "blocker"), None)
         if match is not None:
             if e.observed_us > match.verified_us:  # a sighting older than the last one restarts nothing
                 add(ev.DurableVerified(entry_id=match.entry_id, evidence=e.evidence), f"verify:{match.entry_id}")
