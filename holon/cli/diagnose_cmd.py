@@ -24,6 +24,7 @@ def diagnose(
     """Ask the built-in diagnostic agent about your agents' traces; it advises, it changes nothing."""
     from holon.runtime.models import ModelResolver
     from holon.trace.diagnose import diagnose as run
+    from holon.trace.diagnose import model_failed
 
     c = ctx_of(ctx, home, json_out)
     settings = {k: v for k, v in (("model", model), ("api_base", api_base)) if v}
@@ -32,8 +33,12 @@ def diagnose(
         try:
             result, path = run(store, question, flt=trace_filter(store, agent, since, until), resolver=resolver,
                                model=settings)  # fmt: skip
+            unreachable = model_failed(store, result)
         finally:
             resolver.close()
     report = result.reply or f"(no report: the turn {result.outcome})"
-    emit(c, {"outcome": result.outcome, "report": report, "saved": str(path), "turn_id": result.turn_id},
-         f"{report}\n\n(saved to {path})")  # fmt: skip
+    emit(c, {"outcome": result.outcome, "reason": result.reason, "report": report, "saved": str(path),
+             "turn_id": result.turn_id}, f"{report}\n\n(saved to {path})")  # fmt: skip
+    # The README's exit codes: 6 when the model failed (unreachable, refused), 1 for any other failed run.
+    if result.outcome in ("failed", "interrupted"):
+        raise typer.Exit(6 if unreachable else 1)

@@ -7,12 +7,13 @@ import os
 import re
 import statistics
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
 from holon.projections import Store
 from holon.trace.formats import halo_jsonl, otlp_request
-from holon.trace.spans import TraceFilter, TraceReader, spans_of
+from holon.trace.spans import Span, TraceFilter, TraceReader, spans_of
 
 __all__ = ["Format", "error_key", "export_traces", "trace_stats"]
 
@@ -69,14 +70,19 @@ def _pct(values: list[float], q: int) -> float:
     return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], 3)
 
 
-def trace_stats(store: Store, flt: TraceFilter | None = None, *, top: int = 10) -> dict[str, Any]:
-    """Per agent: turns, outcomes, model latency and tokens (p50/p95), cost; slowest tools; error taxonomy."""
-    reader = TraceReader(store, flt)
+def trace_stats(
+    store: Store, flt: TraceFilter | None = None, *, top: int = 10, traces: Iterable[list[Span]] | None = None
+) -> dict[str, Any]:
+    """Per agent: turns, outcomes, model latency and tokens (p50/p95), cost; slowest tools; error taxonomy.
+
+    ``traces``: the turn traces to fold, when the caller already built them (``holon diagnose``,
+    which leaves its own turns out); by default every turn ``flt`` selects.
+    """
     per: dict[str, dict[str, Any]] = {}
     tools: list[tuple[float, str, str, str]] = []
     errors: Counter[tuple[str, str]] = Counter()
     samples: dict[tuple[str, str], str] = {}
-    for spans in spans_of(reader, project="stats"):
+    for spans in traces if traces is not None else spans_of(TraceReader(store, flt), project="stats"):
         root = spans[0]
         name = str(root.attributes["inference.agent_name"])
         a = per.setdefault(name, {"agent_id": root.attributes["inference.agent_id"], "turns": 0, "outcomes": Counter(),
