@@ -11,7 +11,10 @@ from holon.cli.common import HomeOpt, ctx_of, open_store
 
 def mcp(
     ctx: typer.Context,
-    agent: Annotated[str | None, typer.Option("--agent", help="The agent (default: the home's only agent).")] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", help="The agent (default: the home's only agent, leaving out holon diagnose's)."),
+    ] = None,
     home: HomeOpt = None,
 ) -> None:
     """Serve an agent's memory to MCP clients (IDEs, coding assistants) on stdin/stdout."""
@@ -27,7 +30,8 @@ def mcp(
                       console="off")  # fmt: skip
     with open_store(c) as store:
         if agent is None:
-            names = [a.name for a in store.agents()]
+            # The diagnostic agent (``holon diagnose``) is holon's own, never the one meant.
+            names = [a.name for a in store.agents() if not a.settings.get("diagnostic")]
             if len(names) != 1:
                 raise UsageError(f"pass --agent: this home has {len(names)} agents ({', '.join(names[:10])})")
             agent = names[0]

@@ -4,8 +4,9 @@ Three tools, bound to one agent, with the agent's own scope rules (its documents
 file and its workspace's; another agent's reference is refused like a missing one):
 
 * ``memory_search`` — the same ``search_memory`` call as the agent's tool and ``holon memory
-  search``, returning the same JSON as ``holon memory search --json``;
-* ``memory_get`` — the same ``memory_get`` as the agent's tool and ``holon memory get``;
+  search`` (with the same options), returning the same JSON as ``holon memory search --json``;
+* ``memory_get`` — the same ``memory_get`` as the agent's tool and ``holon memory get`` (same
+  options), returning the same JSON as ``holon memory get --json``;
 * ``send_input`` — appends a durable input for the agent (origin ``mcp``, ``external``
   authority: information, never an order); a running daemon picks it up from the ledger.
 
@@ -24,6 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from holon import __version__
+from holon.clock import parse_us
 from holon.errors import HolonError, UsageError
 from holon.memory.access import search_memory
 from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, memory_get
@@ -47,6 +49,15 @@ def _clear_errors() -> Iterator[None]:
         raise ToolError(str(e)) from e
 
 
+def _when(value: str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_us(value)
+    except (ValueError, OverflowError) as e:
+        raise UsageError(f"{name} is not an ISO 8601 time: {value!r}") from e
+
+
 def build_server(store: Store, agent_ref: str) -> MCPServer:
     """An MCP server over ``agent_ref``'s memory in ``store``."""
     agent_id = store.agent(agent_ref).agent_id
@@ -67,12 +78,16 @@ def build_server(store: Store, agent_ref: str) -> MCPServer:
         limit: Annotated[int, Field(ge=1, le=100)] = 10,
         kinds: Annotated[list[str] | None, Field(max_length=20, description="Only these kinds.")] = None,
         scope: Annotated[str | None, Field(description="agent, operator or workspace.")] = None,
+        since: Annotated[str | None, Field(max_length=64, description="ISO 8601 time: documents from then on.")] = None,
+        until: Annotated[str | None, Field(max_length=64, description="ISO 8601 time: documents until then.")] = None,
+        work_item: Annotated[str | None, Field(max_length=200, description="Only documents of this work item.")] = None,
     ) -> dict[str, Any]:
         with _clear_errors():
             if scope is not None and scope not in ("agent", "operator", "workspace"):
                 raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
             result = search_memory(
                 store, agent(), query, kinds=tuple(kinds or ()), scopes=(scope,) if scope else (),  # type: ignore[arg-type]
+                since_us=_when(since, "since"), until_us=_when(until, "until"), work_item_id=work_item,
                 limit=limit, embedder=embedder,
             )  # fmt: skip
             return result.as_dict()
@@ -84,11 +99,18 @@ def build_server(store: Store, agent_ref: str) -> MCPServer:
     def memory_get_(
         ref: Annotated[str, Field(max_length=1_000)],
         mode: Annotated[str | None, Field(description="full, headers, section, tail or lines.")] = None,
-        heading: str | None = None,
+        heading: Annotated[str | None, Field(max_length=500, description="The section to read (mode section).")] = None,
+        start: Annotated[int | None, Field(ge=1, description="First line (mode lines).")] = None,
+        end: Annotated[int | None, Field(ge=1, description="Last line, inclusive (mode lines).")] = None,
+        lines: Annotated[int | None, Field(ge=1, description="How many last lines (mode tail).")] = None,
+        expand: Annotated[bool, Field(description="An episode with the exact events it covers.")] = False,
         max_chars: Annotated[int, Field(ge=MIN_MAX_CHARS, le=MAX_MAX_CHARS)] = DEFAULT_MAX_CHARS,
     ) -> dict[str, Any]:
         with _clear_errors():
-            return memory_get(store, agent(), ref, mode=mode, heading=heading, max_chars=max_chars).as_json()
+            return memory_get(
+                store, agent(), ref, mode=mode, heading=heading, start=start, end=end, lines=lines, expand=expand,
+                max_chars=max_chars,
+            ).as_json()  # fmt: skip
 
     @server.tool(description="Send the agent an input (it arrives as external information, not an order).")
     def send_input(text: Annotated[str, Field(min_length=1, max_length=MAX_INPUT)]) -> dict[str, Any]:
