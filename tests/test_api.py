@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from helpers.api_server import ApiServer, api_server
+from helpers.turn_cli import holon
 
 from holon.api.app import create_app
 from holon.api.server import build_server, check_bind, is_loopback
@@ -208,6 +209,27 @@ def test_hook_enqueues_external_input(client: httpx.Client, server: ApiServer) -
     _error(client.post(path, content=b"not json"), 400, "bad_request")
     _error(client.post(path, json={"blob": "x" * 70_000}), 413, "too_large")
     _error(client.get("/v1/agents/nobody/hook"), 404, "not_found")
+
+
+def test_a_rotated_hook_refuses_the_old_url_from_the_api_and_the_cli(client: httpx.Client, server: ApiServer) -> None:
+    _make(client)
+    first = client.get("/v1/agents/ada/hook").json()["path"]
+    assert client.get("/v1/agents/ada/hook").json()["path"] == first  # stable until rotated
+    second = client.post("/v1/agents/ada/hook/rotate").json()["path"]
+    assert second != first
+    assert client.post(first, json={"n": 1}).status_code == 404
+    assert client.post(second, json={"n": 2}).status_code == 202
+    # The CLI rotates from another process; the daemon sees it on the next request.
+    home = server.port.store.paths.root  # type: ignore[union-attr]
+    shown = holon(home, "agent", "hook", "ada", "--json").json()
+    assert shown["path"] == second and shown["rotated"] is False
+    third = holon(home, "agent", "hook", "ada", "--rotate", "--json").json()["path"]
+    assert third not in (first, second)
+    assert client.post(second, json={"n": 3}).status_code == 404
+    assert client.post(third, json={"n": 4}).status_code == 202
+    tokens = home / "run" / "external_tokens.json"
+    assert tokens.stat().st_mode & 0o777 == 0o600
+    _error(client.post("/v1/agents/nobody/hook/rotate"), 404, "not_found")
 
 
 # --- auth and limits -----------------------------------------------------------------------------

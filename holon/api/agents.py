@@ -193,4 +193,9 @@ def agent_router(port: DaemonPort) -> APIRouter:
         """The capability URL path for external events to this agent (keep it secret)."""
         return HookPath(path=f"/v1/hooks/{port.external_token(find(agent).agent_id)}")
 
+    @r.post("/{agent}/hook/rotate", response_model=HookPath)
+    async def rotate_hook(agent: str) -> HookPath:
+        """A new capability URL for the agent; the old one answers 404 from now on."""
+        return HookPath(path=f"/v1/hooks/{port.rotate_external_token(find(agent).agent_id)}")
+
     return r

@@ -102,6 +102,10 @@ class DaemonPort(Protocol):
         """The secret token of the agent's capability URL for external events (created on first use)."""
         ...
 
+    def rotate_external_token(self, agent: str) -> str:
+        """Replace the agent's capability token; the old URL is refused from then on."""
+        ...
+
     def agent_for_token(self, token: str) -> AgentState | None:
         """The agent whose capability token this is (compared in constant time), else None."""
         ...

@@ -192,3 +192,29 @@ def show(
     lines += [f"  waiting:   {w['on']} {w.get('target') or ''}".rstrip() for w in wm.get("waiting_on", [])]
     lines.append("  " + ", ".join(f"{k}s: {v}" for k, v in counts.items()))
     emit(c, data, "\n".join(lines))
+
+
+@app.command("hook")
+def hook(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Agent name or id.")],
+    rotate: Annotated[bool, typer.Option("--rotate", help="Replace the token: the old URL stops working at once.")] = False,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show the agent's capability URL for external events (POST a JSON object to it); keep it secret."""
+    from holon.daemon.hooks import HookTokens
+    from holon.daemon.process import read_state
+
+    c = ctx_of(ctx, home, json_out)
+    with open_store(c) as store:
+        agent = store.agent(name)
+    tokens = HookTokens(c.paths.root)
+    token = tokens.rotate(agent.agent_id) if rotate else tokens.token(agent.agent_id)
+    path = f"/v1/hooks/{token}"
+    info = read_state(c.paths)
+    base = info.get("api") if info.get("running") else None
+    url = f"{base}{path}" if base else None
+    data = {"agent": agent.name, "path": path, "url": url, "rotated": rotate}
+    text = url or f"{path}  (no daemon with HTTP is running; prefix the daemon's address)"
+    emit(c, data, ("rotated; new URL: " if rotate else "") + text)

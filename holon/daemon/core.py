@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import os
-import secrets
 import shutil
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
@@ -37,6 +35,7 @@ from typing import Any
 from holon.api.port import AgentStatus, Notice
 from holon.clock import Clock, SystemClock, format_us
 from holon.daemon.budget import DAY_US, Budgets
+from holon.daemon.hooks import HookTokens
 from holon.daemon.timers import Timers, due_firings, next_after, timer_event
 from holon.errors import ConflictError, NotFoundError
 from holon.evolve.model_extract import ModelAnswer, model_extractor
@@ -332,38 +331,16 @@ class Daemon:
 
     # --- external events --------------------------------------------------------------------
 
-    def _token_file(self) -> Path:
-        return self.store.paths.root / "run" / "external_tokens.json"
-
-    def _tokens(self) -> dict[str, str]:
-        try:
-            return dict(json.loads(self._token_file().read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            return {}
-
-    def _save_tokens(self, tokens: dict[str, str]) -> None:
-        path = self._token_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(tokens, fh)
-        tmp.replace(path)
-
     def external_token(self, agent: str) -> str:
         """Kept in ``<home>/run/external_tokens.json`` (mode 0600), never in the ledger."""
-        agent_id = self.store.agent(agent).agent_id
-        tokens = self._tokens()
-        if agent_id not in tokens:
-            tokens[agent_id] = secrets.token_urlsafe(32)
-            self._save_tokens(tokens)
-        return tokens[agent_id]
+        return HookTokens(self.store.paths.root).token(self.store.agent(agent).agent_id)
+
+    def rotate_external_token(self, agent: str) -> str:
+        """A new capability token; the agent's old URL is refused from now on."""
+        return HookTokens(self.store.paths.root).rotate(self.store.agent(agent).agent_id)
 
     def agent_for_token(self, token: str) -> AgentState | None:
-        found = None
-        for agent_id, known in self._tokens().items():
-            if hmac.compare_digest(known.encode(), token.encode()):
-                found = agent_id
+        found = HookTokens(self.store.paths.root).agent_for(token)
         if found is None:
             return None
         try:
@@ -372,9 +349,7 @@ class Daemon:
             return None
 
     def _forget_token(self, agent_id: str) -> None:
-        tokens = self._tokens()
-        if tokens.pop(agent_id, None) is not None:
-            self._save_tokens(tokens)
+        HookTokens(self.store.paths.root).forget(agent_id)
 
     # --- running ----------------------------------------------------------------------------
 
