@@ -44,6 +44,7 @@ from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.ledger.events import Authority
 from holon.logs import get_logger
+from holon.memory.durable_views import render_all
 from holon.memory.index import SearchIndex
 from holon.projections import Store
 from holon.projections.state import AgentState, TimerProjection
@@ -162,6 +163,9 @@ class Daemon:
         """Take the home's host lock, recover, restore timers, start the watcher and maintenance."""
         report = self.host.start()
         self._loop = asyncio.get_running_loop()
+        # Durable-memory views are rebuilt from the ledger: repairs a crash between an append and
+        # its render, a view edited or deleted by hand (cheap: only changed bytes are written).
+        await asyncio.to_thread(render_all, self.store)
         if self._owned_resolver is not None:
             # Import litellm off the loop, in the background: imported by the first turn it would
             # stall every agent and timer for seconds, and awaited here it would keep the API

@@ -16,6 +16,7 @@ from holon.ids import is_valid_name, new_id
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.logs import get_logger
+from holon.memory.durable_views import render_agent
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.resources import agent_home_template
@@ -120,6 +121,10 @@ def create_agent(
         raise
     agent = store.agent(agent_id)
     get_logger("holon.agents").info("agent.created", agent=agent.name, agent_id=agent.agent_id, home=str(home))
+    try:  # the durable memory its scopes already hold (a workspace's, the operator's) shows at once
+        render_agent(store, agent)
+    except OSError as e:  # a view is rebuilt at the next daemon start; never worth failing a create
+        get_logger("holon.agents").warning("agent.views_not_rendered", agent=agent.name, error=str(e))
     return agent
 
 
