@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 import socket
 import threading
 import time
@@ -18,7 +20,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from helpers.daemon import all_settled, payloads, submit
 from helpers.runtime import SCRIPTED, closed_port_url
+from helpers.turn_cli import cli_env, holon, kill_hard, quick_home, spawn_holon, wait_for
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from structlog.testing import capture_logs
 
@@ -29,6 +33,7 @@ from holon.errors import ConfigError
 from holon.projections import Store
 from holon.runtime.agents import create_agent
 from holon.runtime.providers.scripted import ScriptedProvider, reply, tool_calls
+from holon.testing.fake_llm import FakeLLM
 
 _HEX = re.compile(r"^[0-9a-f]+$")
 
@@ -260,3 +265,94 @@ def test_an_exporter_that_cannot_start_costs_a_warning_not_the_daemon(
         assert [e.payload.outcome for e in store.ledger.read(0) if e.type == "turn.settled"] == ["completed"]
     assert "trace.live_export_disabled" in _warnings(logs, collector)
     assert _Collector.bodies == []
+
+
+# --- turns settled outside the daemon's own path: `holon run`, crash recovery ---------------------
+
+
+def _roots(bodies: list[tuple[str, bytes]]) -> dict[str, dict[str, Any]]:
+    """Root (AGENT) spans received, by the turn id they carry."""
+    return {s["attrs"]["holon.turn_id"]: s for s in _json_spans(bodies) if not s["parent"]}
+
+
+def _log_events(home: Path) -> list[dict[str, Any]]:
+    log_file = home / "logs" / "holon.log"
+    lines = log_file.read_text(encoding="utf-8").splitlines() if log_file.exists() else []
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def test_holon_run_pushes_the_turn_it_settled(tmp_path: Path, collector: str) -> None:
+    with FakeLLM(
+        [{"tool_calls": [{"name": "memory_search", "arguments": {"query": "notes"}}]}, {"content": "Done."}]
+    ) as fake:
+        home = quick_home(tmp_path, "ada", model="openai/fake", api_base=fake.url)
+        r = holon(home, "run", "ada", "Look at my notes.", "--json", env=cli_env(HOLON_TRACE_OTLP_ENDPOINT=collector))
+    assert r.code == 0, r
+    turn_id = r.json()["turn_id"]
+    spans = _json_spans(_Collector.bodies)  # sent before the CLI exited: nothing is waited for here
+    [root] = [s for s in spans if not s["parent"]]
+    assert root["attrs"]["holon.turn_id"] == turn_id and root["attrs"]["holon.outcome"] == "completed"
+    assert root["name"] == "agent ada turn"
+    names = sorted(s["name"] for s in spans if s["trace"] == root["trace"])
+    assert "tool memory_search" in names and sum(n.startswith("llm ") for n in names) == 2
+    assert all(s["trace"] == root["trace"] for s in spans)
+
+
+def test_holon_run_with_a_dead_or_silent_endpoint_exits_within_its_timeout(tmp_path: Path, blackhole: str) -> None:
+    timeout_s = 2.0
+    refused_url = closed_port_url() + "/v1/traces"
+    took = {}
+    with FakeLLM(lambda body: {"content": "Done."}) as fake:
+        for name, endpoint in (("refused", refused_url), ("silent", blackhole)):
+            home = quick_home(tmp_path / name, "ada", model="openai/fake", api_base=fake.url)
+            env = cli_env(HOLON_TRACE_OTLP_ENDPOINT=endpoint, HOLON_TRACE_TIMEOUT_S=str(timeout_s))
+            began = time.monotonic()
+            r = holon(home, "run", "ada", "hi", "--json", env=env, timeout=60)
+            took[name] = time.monotonic() - began
+            assert r.code == 0 and r.json()["outcome"] == "completed", r  # stdout is the JSON alone
+            warned = {
+                e["event"] for e in _log_events(home) if e.get("level") == "warning" and e.get("endpoint") == endpoint
+            }
+            assert warned & {"trace.live_export_failed", "trace.live_export_abandoned"}, (name, _log_events(home))
+    # A refused connection fails at once; a silent endpoint costs its timeout plus the one second
+    # `close` allows, never a hang (generous slack for a loaded machine).
+    assert took["silent"] < took["refused"] + timeout_s + 1.0 + 5.0, took
+
+
+def test_a_turn_settled_by_recovery_at_daemon_start_is_pushed(tmp_path: Path, collector: str) -> None:
+    calls = []
+
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        calls.append(body)
+        return {"content": "Stuck.", "delay": 60} if len(calls) == 1 else {"content": "Done."}
+
+    with FakeLLM(script) as fake:
+        home = quick_home(tmp_path, "ada", model="openai/fake", api_base=fake.url)
+        submit(home, "ada", "hello")
+        proc = spawn_holon(home, "serve", "--no-http")  # no endpoint: this daemon pushes nothing
+        wait_for("a model call in flight", lambda: calls, proc=proc, timeout=90)
+        kill_hard(proc)
+        [(_, _, _, started)] = payloads(home, "turn.started")
+        assert not payloads(home, "turn.settled")
+
+        proc = spawn_holon(home, "serve", "--no-http", env=cli_env(HOLON_TRACE_OTLP_ENDPOINT=collector))
+        try:
+            wait_for(
+                "the re-queued input answered", lambda: all_settled(home) and len(calls) == 2, proc=proc, timeout=90
+            )
+            wait_for("both turns pushed", lambda: len(_roots(_Collector.bodies)) == 2, proc=proc, timeout=30)
+            os.kill(proc.pid, signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    outcomes = {p["turn_id"]: p["outcome"] for *_, p in payloads(home, "turn.settled")}
+    assert outcomes[started["turn_id"]] == "interrupted"
+    roots = _roots(_Collector.bodies)
+    assert {t: r["attrs"]["holon.outcome"] for t, r in roots.items()} == outcomes
+    interrupted = roots[started["turn_id"]]
+    # The model call the kill cut short is there too, marked unfinished.
+    [cut] = [
+        s for s in _json_spans(_Collector.bodies) if s["trace"] == interrupted["trace"] and s["name"].startswith("llm ")
+    ]
+    assert cut["attrs"]["holon.unfinished"] is True

@@ -64,10 +64,12 @@ def run(
     live = not c.json and sys.stdout.isatty()
     observer = _observer(live)
     with open_store(c) as store:
+        before = store.ledger.head()
         results: list[TurnResult] = asyncio.run(
             run_input(store, agent, message, observer=observer, until_idle=until_idle)
         )
         briefs = _briefs_since(store, agent, results)
+        _push_traces(store, before)
     if not results:
         emit(c, {"outcome": None, "turns": []}, "(no turn ran)")
         return
@@ -89,6 +91,16 @@ def run(
                 sys.stderr.write(f"turn {r.turn_id}: {r.outcome}" + (f" ({r.reason})" if r.reason else "") + "\n")
     if any(r.outcome in ("failed", "interrupted") for r in results[-1:]):
         raise typer.Exit(1)
+
+
+def _push_traces(store: Any, before: int) -> None:
+    """With ``[trace] otlp_endpoint`` set, push the turns this run settled (its own, those of
+    ``--until-idle`` and any a crashed run left, settled by recovery), as the daemon would; the
+    wait is bounded, so a dead endpoint delays the exit by at most its timeout."""
+    if store.settings.trace.otlp_endpoint:
+        from holon.trace.live import push_settled_since
+
+        push_settled_since(store, before)
 
 
 def _briefs_since(store: Any, agent_ref: str, results: list[TurnResult]) -> list[dict[str, Any]]:

@@ -161,7 +161,10 @@ class Daemon:
 
     async def start(self) -> None:
         """Take the home's host lock, recover, restore timers, start the watcher and maintenance."""
+        before = self.store.ledger.head()
         report = self.host.start()
+        if self.tracer is not None and report.turns:
+            self.tracer.settled_since(before)  # the turns recovery just settled (queued, sent off the loop)
         self._loop = asyncio.get_running_loop()
         # Durable-memory views are rebuilt from the ledger: repairs a crash between an append and
         # its render, a view edited or deleted by hand (cheap: only changed bytes are written).

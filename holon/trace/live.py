@@ -14,6 +14,11 @@ Export never blocks or fails a turn: ``turn_settled`` only queues the turn's ids
 reads the ledger and builds the spans (off the event loop), the processor's own thread sends them.
 A dead endpoint costs a logged warning (``trace.live_export_failed``, once per outage; recovery is
 logged too), and stopping is bounded by ``close(timeout_s)``.
+
+Turns settled outside the daemon's own path are pushed too, by ledger position
+(``settled_since``): those crash recovery settles ``interrupted`` when the daemon starts, and
+``holon run``'s in-process turns (``push_settled_since``, with a bounded wait before the CLI
+exits). Ids are deterministic, so a turn sent twice is the same spans again.
 """
 
 from __future__ import annotations
@@ -41,7 +46,14 @@ from holon.projections import Store
 from holon.trace.formats import SCOPE, otlp_request
 from holon.trace.spans import Span, TraceReader, flat_messages, turn_spans
 
-__all__ = ["LiveExporter", "OtlpJsonExporter", "gen_ai_attributes", "headers_from_env", "start_live_export"]
+__all__ = [
+    "LiveExporter",
+    "OtlpJsonExporter",
+    "gen_ai_attributes",
+    "headers_from_env",
+    "push_settled_since",
+    "start_live_export",
+]
 
 log = get_logger("holon.trace")
 
@@ -227,6 +239,27 @@ class LiveExporter:
         except RuntimeError:  # closing: the turn is still in the ledger for a file export
             log.warning("trace.live_export_skipped", agent_id=agent_id, turn_id=turn_id, reason="exporter closed")
 
+    def settled_since(self, seq: int) -> None:
+        """Queue every turn settled after ledger position ``seq``; returns at once.
+
+        For turns settled outside the daemon's own path (crash recovery at start-up, ``holon
+        run``'s in-process turns). Sending a turn twice is harmless: its trace and span ids are
+        derived from ledger ids, so a collector receives the same spans again."""
+        try:
+            self._builder.submit(self._queue_settled_since, seq)
+        except RuntimeError:
+            log.warning("trace.live_export_skipped", since_seq=seq, reason="exporter closed")
+
+    def _queue_settled_since(self, seq: int) -> int:
+        try:
+            rows = self.store.ledger.query(
+                "SELECT agent_id, turn_id FROM events WHERE seq > ? AND type = 'turn.settled' ORDER BY seq", (seq,)
+            )
+        except Exception as e:  # export must never fail what started it
+            log.warning("trace.live_export_failed", since_seq=seq, error=str(e))
+            return 0
+        return sum(self.queue_turn(str(agent_id), str(turn_id)) for agent_id, turn_id in rows)
+
     def queue_turn(self, agent_id: str, turn_id: str) -> int:
         """Build a settled turn's spans and hand them to the processor; how many (0 when anything went wrong)."""
         try:
@@ -265,6 +298,19 @@ class LiveExporter:
         if stopper.is_alive():
             log.warning("trace.live_export_abandoned", endpoint=self.settings.otlp_endpoint, after_s=limit)
             self.exporter.shutdown()
+
+
+def push_settled_since(store: Store, seq: int, *, timeout_s: float | None = None) -> None:
+    """For a process that settles turns and exits (``holon run``): push every turn settled after
+    ``seq`` when ``[trace] otlp_endpoint`` is set, waiting at most ``timeout_s`` (default: the
+    request timeout plus a second) for the endpoint. Never raises; a dead or silent endpoint costs
+    a logged warning and that bounded wait, never a hung exit."""
+    if not store.settings.trace.otlp_endpoint:
+        return
+    exporter = start_live_export(store, store.settings.trace)
+    if exporter is not None:
+        exporter.settled_since(seq)
+        exporter.close(timeout_s)
 
 
 def start_live_export(store: Store, settings: TraceSettings) -> LiveExporter | None:
