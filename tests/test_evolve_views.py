@@ -27,6 +27,8 @@ from holon.evolve.render import render_all
 from holon.evolve.worker import Evolver
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
+from holon.memory.index import SearchIndex, durable_matches
+from holon.memory.recall import RecallLimits, content_terms, recall
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.runtime.agents import create_agent
@@ -59,7 +61,7 @@ def ws(tmp_path: Path) -> Path:
 def _remembered(store: Store, clock: FakeClock, ws: Path) -> tuple[AgentState, AgentState]:
     """Two agents on ``ws`` with a workspace fact and an accepted operator preference."""
     ada = create_agent(store, "ada", workspace=str(ws))
-    bob = create_agent(store, "bob", workspace=str(ws))
+    create_agent(store, "bob", workspace=str(ws))
     _turns(store, clock, ada.agent_id, "Remember that the db is postgres.", "Always write tests first.")
     Evolver(store, clock=clock).drain()
     review.accept(store, review.list_proposals(store)[0].proposal_id)
@@ -121,7 +123,7 @@ def test_rendering_again_writes_nothing(store: Store, clock: FakeClock, ws: Path
 def test_a_new_agent_on_a_workspace_shows_its_durable_memory_at_once(
     store: Store, clock: FakeClock, ws: Path, tmp_path: Path
 ) -> None:
-    ada, _bob = _remembered(store, clock, ws)
+    _remembered(store, clock, ws)
     carol = create_agent(store, "carol", workspace=str(ws))
     assert _views(carol) == _views(store.agent("ada"))
     other = tmp_path / "elsewhere"
@@ -130,3 +132,81 @@ def test_a_new_agent_on_a_workspace_shows_its_durable_memory_at_once(
     views = _views(dave)
     assert "workspace/MEMORY.md" not in views  # another workspace's facts are not dave's
     assert b"Always write tests first." in views["operator/MEMORY.md"]  # the operator's are everyone's
+
+
+# --- recall through the search index ------------------------------------------------------------
+
+
+def _record(store: Store, agent: AgentState, entry_id: str, kind: str, subject: str, text: str, *,
+            supersedes: list[str] | None = None, observed_us: int = 1) -> None:  # fmt: skip
+    entry = ev.DurableEntry(scope="agent", kind=kind, subject=subject, text=text, owner=f"agent:{agent.agent_id}",  # type: ignore[arg-type]
+                            observed_us=observed_us)  # fmt: skip
+    recorded = ev.DurableRecorded(entry_id=entry_id, entry=entry, supersedes=supersedes or [])
+    store.append(NewEvent(agent.agent_id, recorded, origin="test", authority="runtime"))
+
+
+def _recalled(store: Store, agent: AgentState, query: str, now_us: int) -> list[str]:
+    result = recall(store, store.agent(agent.agent_id), query, now_us, RecallLimits(limit=5, pending=0))
+    assert len(result.entries) <= 5
+    return [r.ref for r in result.entries]
+
+
+def _indexed_ids(store: Store) -> set[str]:
+    return {r[0] for r in store.ledger.query("SELECT entry_id FROM search_durable_docs")}
+
+
+def test_recall_finds_through_the_index_an_entry_sharing_no_word_with_the_input(
+    store: Store, clock: FakeClock
+) -> None:
+    ada = create_agent(store, "ada")
+    now = clock.now_us()
+    for i, text in enumerate(["Answer in short paragraphs.", "Use metric units.", "Cite the source of numbers."]):
+        _record(store, ada, f"mem-p{i}", "preference", f"pref:p{i}", text, observed_us=now)
+    for i, text in enumerate(["The operator is Ada Lovelace.", "The team is Analytics."]):
+        _record(store, ada, f"mem-i{i}", "identity", f"identity:i{i}", text, observed_us=now)
+    fact = "Connections to the warehouse require the VPN."
+    _record(store, ada, "mem-vpn", "fact", "fact:warehouse access", fact, observed_us=now)
+    query = "why does connecting fail"
+    assert content_terms(query) & content_terms(fact) == set()  # no shared word, even lightly stemmed
+
+    # Not indexed yet: five entries with higher priors take the places.
+    assert "durable:mem-vpn" not in _recalled(store, ada, query, now)
+    SearchIndex(store).catch_up()
+    # Porter stems "connecting" and "connections" alike: the index finds it, recall keeps it.
+    assert durable_matches(store, [f"agent:{ada.agent_id}"], query) == {"mem-vpn": 1.0}
+    assert "durable:mem-vpn" in _recalled(store, ada, query, now)
+    # Another agent's owner never matches (scoped like the entry).
+    assert durable_matches(store, ["agent:agt_someone_else", "operator"], query) == {}
+
+    # Superseded: the new text replaces the old in the index.
+    _record(store, ada, "mem-vpn2", "fact", "fact:warehouse access", "Connections to the warehouse need a token now.",
+            supersedes=["mem-vpn"], observed_us=now)  # fmt: skip
+    SearchIndex(store).catch_up()
+    assert "mem-vpn" not in _indexed_ids(store) and "mem-vpn2" in _indexed_ids(store)
+    assert "durable:mem-vpn2" in _recalled(store, ada, query, now)
+
+    # Forgotten: out of the index and never recalled, however well it matches.
+    review.forget(store, "mem-vpn2")
+    SearchIndex(store).catch_up()
+    assert "mem-vpn2" not in _indexed_ids(store)
+    assert durable_matches(store, [f"agent:{ada.agent_id}"], query) == {}
+    for q in (query, "Connections to the warehouse need a token now.", "warehouse token"):
+        assert not {"durable:mem-vpn", "durable:mem-vpn2"} & set(_recalled(store, ada, q, now))
+
+
+def test_the_durable_index_is_rebuilt_like_the_rest_of_the_index(store: Store, clock: FakeClock) -> None:
+    ada = create_agent(store, "ada")
+    _record(store, ada, "mem-a", "fact", "fact:a", "The deploys run nightly.", observed_us=clock.now_us())
+    _record(store, ada, "mem-b", "fact", "fact:b", "The deployment key rotates.", observed_us=clock.now_us())
+    review.forget(store, "mem-a")
+    index = SearchIndex(store)
+    index.catch_up()
+    before = store.ledger.query("SELECT d.entry_id, d.owner, f.body, f.meta, f.scope FROM search_durable_docs d "
+                                "JOIN search_durable f ON f.rowid = d.id ORDER BY d.entry_id")  # fmt: skip
+    index.rebuild()
+    after = store.ledger.query("SELECT d.entry_id, d.owner, f.body, f.meta, f.scope FROM search_durable_docs d "
+                               "JOIN search_durable f ON f.rowid = d.id ORDER BY d.entry_id")  # fmt: skip
+    assert after == before and [r[0] for r in after] == ["mem-b"]
+    # Any text is a valid query: FTS syntax in the input is quoted, never parsed.
+    for hostile in ('"unbalanced', "deploy* OR NEAR(", "scope : x", "AND OR NOT", ""):
+        durable_matches(store, [f"agent:{ada.agent_id}"], hostile)

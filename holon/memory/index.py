@@ -16,7 +16,10 @@ What becomes a document (``docs_for``):
 * briefs, tool results (capped), sealed episodes, decisions;
 * work items and tasks, one document each, rewritten as they change;
 * curated markdown files, one document per section, re-read when the file changes
-  (``sync_files``): operators may edit them by hand.
+  (``sync_files``): operators may edit them by hand;
+* active durable memory entries (RFC 0006), in a table of their own (``search_durable``) so
+  that recall ranks them among themselves and MemorySearch's results do not change (it finds
+  them through their markdown views); an entry leaves it when superseded or forgotten.
 
 Tables: ``search_docs`` holds what a hit shows (ref, owner, kind, time, sender, display text);
 ``search_fts`` is the FTS5 index of the folded text (``holon.memory.text.fold``) in columns
@@ -38,7 +41,7 @@ from pathlib import Path
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
-from holon.memory.text import fold, word_count
+from holon.memory.text import STOP_WORDS, fold, plan_query, quote, word_count
 from holon.projections import Store
 from holon.projections.state import TaskProjection, WorkItemState
 
@@ -53,7 +56,8 @@ __all__ = [
 
 #: Bump when what or how documents are indexed changes: every home then rebuilds its index.
 #: 4: document ids are never reused (a rewritten document must not inherit a cached vector's id).
-INDEX_VERSION = 4
+#: 5: durable memory entries (``search_durable``), for recall.
+INDEX_VERSION = 5
 CURSOR_NAME = "search"
 #: A conversation pause longer than this starts a new segment (the same gap that ends an episode).
 SEGMENT_GAP_US = 30 * 60 * 1_000_000
@@ -117,6 +121,15 @@ _SCHEMA = (
     )
     """,
     "CREATE TABLE IF NOT EXISTS search_owners (owner TEXT PRIMARY KEY, docs INTEGER NOT NULL)",
+    # Durable memory entries (RFC 0006): the active ones, one row each, for recall.
+    """
+    CREATE TABLE IF NOT EXISTS search_durable_docs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        entry_id TEXT NOT NULL UNIQUE,
+        owner TEXT NOT NULL
+    )
+    """,
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS search_durable USING fts5(body, meta, scope, tokenize = '{_TOKENIZER}')",
     # Optional embeddings (holon.memory.vectors), unit-length float32, one row per document and model.
     """
     CREATE TABLE IF NOT EXISTS search_vectors (
@@ -135,6 +148,8 @@ _TABLES = (
     "search_files",
     "search_owners",
     "search_vectors",
+    "search_durable_docs",
+    "search_durable",
 )
 
 
@@ -450,6 +465,9 @@ class SearchIndex:
                 if isinstance(p, ev.TaskCreated | ev.TaskResulted):
                     changed_tasks[p.task_id] = event
                     continue
+                if isinstance(p, ev.DurableRecorded | ev.DurableForgotten):
+                    _index_durable(conn, p)
+                    continue
                 for doc in self._docs_for(event):
                     writer.upsert(doc)
             for event in changed_items.values():
@@ -628,6 +646,8 @@ _INDEXED_TYPES = frozenset(
         "todo.changed",
         "task.created",
         "task.resulted",
+        "durable.recorded",
+        "durable.forgotten",
     }
 )
 
@@ -655,3 +675,68 @@ def _file_docs(f: FileSource, mtime_ns: int) -> Iterator[Doc]:
             continue
         title = f"{f.title} > {heading}" if heading else f.title
         yield Doc(f"{f.owner}|{f.ref}#{i}", f.ref, owner=f.owner, kind="file", ts_us=ts, title=title, text=body)
+
+
+# --- durable memory (RFC 0006) ---------------------------------------------------------------------
+
+#: Most query terms a recall matches on.
+DURABLE_TERMS = 48
+
+
+def _drop_durable(conn: sqlite3.Connection, entry_id: str) -> None:
+    row = conn.execute("SELECT id FROM search_durable_docs WHERE entry_id = ?", (entry_id,)).fetchone()
+    if row is not None:
+        conn.execute("DELETE FROM search_durable WHERE rowid = ?", (row[0],))
+        conn.execute("DELETE FROM search_durable_docs WHERE id = ?", (row[0],))
+
+
+def _index_durable(conn: sqlite3.Connection, p: ev.DurableRecorded | ev.DurableForgotten) -> None:
+    """Follow the ``durable`` projection: a recorded entry goes in (unless it was recorded as
+    history, already superseded), the entries it supersedes and a forgotten one go out. An entry
+    is indexed once, as the projection records it once."""
+    if isinstance(p, ev.DurableForgotten):
+        _drop_durable(conn, p.entry_id)
+        return
+    for old in p.supersedes:
+        _drop_durable(conn, old)
+    seen = conn.execute("SELECT 1 FROM search_durable_docs WHERE entry_id = ?", (p.entry_id,)).fetchone()
+    if p.superseded_by or seen is not None:
+        return
+    e = p.entry
+    cur = conn.execute("INSERT INTO search_durable_docs(entry_id, owner) VALUES (?, ?)", (p.entry_id, e.owner))
+    conn.execute(
+        "INSERT INTO search_durable(rowid, body, meta, scope) VALUES (?, ?, ?, ?)",
+        (cur.lastrowid, fold(e.text), fold(f"{e.subject.split(':', 1)[-1]} {e.kind}"), owner_token(e.owner)),
+    )
+
+
+def durable_expression(owners: Iterable[str], query: str) -> str | None:
+    """The FTS5 MATCH expression for the durable entries of ``owners`` that share a stem with
+    ``query`` (its content words quoted and OR-ed; never raw syntax), or ``None`` without any."""
+    terms = [t for t in plan_query(query).terms if t not in STOP_WORDS][:DURABLE_TERMS]
+    tokens = [owner_token(o) for o in dict.fromkeys(owners)]
+    if not terms or not tokens:
+        return None
+    return f"{{body meta}} : ({' OR '.join(quote(t) for t in terms)}) AND scope : ({' OR '.join(tokens)})"
+
+
+def durable_matches(store: Store, owners: Iterable[str], query: str, *, limit: int = 50) -> dict[str, float]:
+    """Entry id -> relevance in (0, 1] (bm25 relative to the best match) of the active durable
+    entries of ``owners`` the index matches with ``query``. Read-only and never catching up (it runs
+    on the turn path; the daemon keeps the index current): ``{}`` before the index has the table.
+    """
+    expr = durable_expression(owners, query)
+    if expr is None or not store.ledger.query(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'search_durable'"
+    ):
+        return {}
+    rows = store.ledger.query(
+        "SELECT d.entry_id, bm25(search_durable, 1.0, 0.5, 0.0) AS rank FROM search_durable "
+        "JOIN search_durable_docs d ON d.id = search_durable.rowid WHERE search_durable MATCH ? "
+        "ORDER BY rank LIMIT ?",
+        (expr, limit),
+    )
+    best = min((float(r[1]) for r in rows), default=0.0)
+    if best >= 0:  # bm25 is negative for a match; nothing (or nothing meaningful) matched
+        return {}
+    return {str(entry_id): float(rank) / best for entry_id, rank in rows}

@@ -3,10 +3,13 @@
 Pure selection over projection rows; no model. For each turn:
 
 * candidates are the agent's active entries (its own, its workspace's and the operator's);
-* each is scored by the terms it shares with the current input and the active work item (the
-  search index's analyzer: stems, CJK bigrams), a prior by type (a preference matters even when
-  no word is shared), its confidence and its freshness; a stale entry scores less and a stale
-  reference is left out;
+* each is scored by its match with the current input and the active work item, two signals:
+  the terms it shares with them (the search index's analyzer: light stems, CJK bigrams) and its
+  rank in the search index (``holon.memory.index.durable_matches``: FTS5 with Porter stems and
+  bm25, over the subject and kind as well as the text); then a prior by type (a preference
+  matters even when no word is shared), its confidence and its freshness; a stale entry scores
+  less and a stale reference is left out. The index is read, never caught up, on the turn path
+  (the daemon keeps it current): an entry it does not hold yet is matched on shared terms only;
 * at most ``limit`` (5) are kept, one per subject, per-type caps apply, and operator-scope entries
   take at most ``operator_cap`` (2) places while entries of other scopes compete for them;
 * up to ``pending`` of the agent's proposals still waiting for the operator are added, marked
@@ -22,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from holon.memory.access import owners_for
+from holon.memory.index import durable_matches
 from holon.memory.text import STOP_WORDS, fold, stem, words
 from holon.projections import Store
 from holon.projections.durable import DurableState, ProposalState, is_stale
@@ -34,6 +38,9 @@ DAY_US = 86_400 * 1_000_000
 PRIOR = {"preference": 0.5, "identity": 0.4, "blocker": 0.3, "procedure": 0.2, "fact": 0.2, "reference": 0.1}
 TYPE_CAPS = {"preference": 3, "identity": 2, "fact": 3, "procedure": 2, "blocker": 2, "reference": 2}
 STALE_FACTOR = 0.4
+#: What the best search-index match adds to an entry's score (sharing one word of a five-word
+#: entry adds about 0.45).
+INDEX_WEIGHT = 0.5
 
 
 def content_terms(text: str) -> set[str]:
@@ -87,12 +94,14 @@ def freshness_note(s: DurableState, now_us: int) -> str:
     return head + ("; STALE" if stale else "")
 
 
-def _score(s: DurableState, query: set[str], now_us: int) -> float:
+def _score(s: DurableState, query: set[str], now_us: int, indexed: float = 0.0) -> float:
+    """``indexed``: the entry's relevance in the search index (0 when it did not match)."""
     e = s.entry
     terms = content_terms(f"{e.subject.split(':', 1)[-1]} {e.text}")
     overlap = len(query & terms) / math.sqrt(len(terms)) if terms and query else 0.0
+    match = overlap + INDEX_WEIGHT * max(0.0, min(1.0, indexed))
     age_days = max(0.0, (now_us - s.verified_us) / DAY_US)
-    score = (PRIOR.get(e.kind, 0.1) + overlap) * (0.5 + 0.5 * e.confidence) + 0.1 * math.exp(-age_days / 30)
+    score = (PRIOR.get(e.kind, 0.1) + match) * (0.5 + 0.5 * e.confidence) + 0.1 * math.exp(-age_days / 30)
     return score * (STALE_FACTOR if is_stale(s, now_us) else 1.0)
 
 
@@ -105,6 +114,7 @@ def recall(store: Store, agent: AgentState, query: str, now_us: int, limits: Rec
         owners,
     )
     q = content_terms(query)
+    indexed = durable_matches(store, owners, query)
     left: list[tuple[str, str]] = []
     scored: list[tuple[float, DurableState]] = []
     for (raw,) in rows:
@@ -112,7 +122,7 @@ def recall(store: Store, agent: AgentState, query: str, now_us: int, limits: Rec
         if s.entry.kind == "reference" and is_stale(s, now_us):
             left.append((f"durable:{s.entry_id}", "stale reference"))
             continue
-        scored.append((_score(s, q, now_us), s))
+        scored.append((_score(s, q, now_us, indexed.get(s.entry_id, 0.0)), s))
     scored.sort(key=lambda x: (-x[0], -x[1].seq))
     kept = _select(scored, limits, left)
     out = [
