@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers.runtime import SCRIPTED, closed_port_url, make_host, running
 from helpers.turn_cli import holon, open_store, quick_home
 
 from holon.clock import FakeClock
 from holon.config import load_settings, resolve_home
+from holon.errors import ConflictError
 from holon.projections import Store
 from holon.runtime.agents import create_agent
 from holon.runtime.providers.base import ModelReply, ModelRequest
@@ -296,3 +298,61 @@ def test_cli_scopes_by_agent_and_since_and_exits_non_zero_when_the_turn_fails(tm
     with FakeLLM([{"tool_calls": bad}]) as fake:
         failed = holon(home, "diagnose", "why?", "--model", "openai/fake", "--api-base", fake.url, "--json")
     assert failed.code == 1 and failed.json()["outcome"] == "failed", failed
+
+
+# --- every run starts from a clean context --------------------------------------------------------
+
+
+def test_a_second_diagnosis_sees_nothing_of_the_first(tmp_path: Path) -> None:
+    """Two runs; the second's prompts hold nothing of the first's question or report (neither in
+    its history nor through its tools: earlier diagnoses are not traces), while both reports stay
+    in the ledger and the saved files, and the second run keeps the model the first was given."""
+    first_q, first_report = "Why does alice fail? Quokka-5150", "Findings: Zebra-7731, memory_get on missing events."
+    steps = iter([
+        {"tool_calls": [{"name": "trace_overview", "arguments": {}}]},
+        {"content": first_report},
+        {"tool_calls": [{"name": "trace_search", "arguments": {"pattern": r"Quokka-\d+|Zebra-\d+"}}]},
+        {"tool_calls": [{"name": "trace_overview", "arguments": {}}]},
+        {"content": "Second report."},
+    ])  # fmt: skip
+    with FakeLLM(lambda body: next(steps)) as fake:
+        home = quick_home(tmp_path, "zed")
+        _history(home)
+        one = holon(home, "diagnose", first_q, "--model", "openai/fake", "--api-base", fake.url, "--json")
+        assert one.code == 0 and one.json()["report"] == first_report, one
+        asked = len(fake.requests)
+        two = holon(home, "diagnose", "What is slow? Narwhal-42", "--json")  # the model given once still holds
+        assert two.code == 0 and two.json()["report"] == "Second report.", two
+        first, second = fake.requests[:asked], fake.requests[asked:]
+
+    assert "Quokka-5150" in json.dumps(first) and len(second) == 3
+    for request in second:
+        sent = json.dumps(request)
+        assert "Narwhal-42" in sent
+        assert "Quokka-5150" not in sent and "Zebra-7731" not in sent, request
+    found = json.loads(second[1]["messages"][-1]["content"])
+    assert found["matching_spans"] == 0 and found["matches"] == 0
+    overview = json.loads(second[2]["messages"][-1]["content"])
+    assert overview["turns"] == 3 and set(overview["agents"]) == {"alice", "bob"}
+
+    with open_store(home) as store:
+        assert [a.name for a in store.agents()].count("diagnose") == 1
+        current = store.agent("diagnose")
+        assert current.settings["diagnostic"] is True and current.settings["model"] == "openai/fake"
+        reports = [store.ledger.resolve(e.payload.text) for e in store.ledger.read(0) if e.type == "brief.delivered"]
+        retired = [e for e in store.ledger.read(0) if e.type == "agent.deleted"]
+        assert len(retired) == 1 and retired[0].agent_id != current.agent_id
+    assert reports == [first_report, "Second report."]
+    saved = sorted((home / "diagnose").glob("*.md"))
+    assert len(saved) == 2 and any(first_report in p.read_text() for p in saved)
+
+
+def test_an_agent_of_yours_named_diagnose_is_never_retired(tmp_path: Path) -> None:
+    home = quick_home(tmp_path, "diagnose")
+    paths = resolve_home(str(home))
+    with Store.open(paths, load_settings(paths)) as store:
+        mine = store.agent("diagnose")
+        with pytest.raises(ConflictError, match="not holon's diagnostic agent"):
+            diagnose(store, "why?", flt=TraceFilter(), resolver=lambda a: (ScriptedProvider([]), SCRIPTED))
+        assert store.agent("diagnose").agent_id == mine.agent_id
+        assert not [e for e in store.ledger.read(0) if e.type in ("agent.deleted", "message.received")]

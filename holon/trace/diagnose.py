@@ -2,7 +2,8 @@
 
 It runs on holon's own turn loop with any configured model, as an agent named ``diagnose``
 (setting ``diagnostic``: the daemon never runs it, and its own turns are never in the traces it
-reads). Its tools:
+reads). Each run starts from a clean context: a new agent takes the name, the previous one is
+retired (its reports stay in the ledger and in ``<home>/diagnose/``). Its tools:
 
 * ``trace_overview`` — the dataset first: turns per agent, outcomes, the error taxonomy, sample
   turn ids (recent failures and recent turns);
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,11 +35,11 @@ from typing import Any, Literal
 from pydantic import Field
 
 from holon.clock import SystemClock, format_us
-from holon.errors import NotFoundError, UsageError
+from holon.errors import ConflictError, NotFoundError, UsageError
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
-from holon.runtime.agents import configure_agent, create_agent
+from holon.runtime.agents import create_agent
 from holon.runtime.providers.base import ModelSettings, Provider
 from holon.runtime.tasks import TaskManager
 from holon.runtime.tools import Tool, ToolContext, ToolParams, ToolRegistry, ToolRetry
@@ -131,8 +133,9 @@ class _Data:
 
 
 def _load(store: Store, flt: TraceFilter) -> _Data:
-    """Every turn ``flt`` selects, leaving out diagnostic agents (this one's running turn included)."""
-    skip = {a.agent_id for a in store.agents() if a.settings.get("diagnostic")}
+    """Every turn ``flt`` selects, leaving out diagnostic agents (this one's running turn and every
+    earlier diagnosis included)."""
+    skip = _diagnostic_agents(store)
     reader = TraceReader(store, flt)
     turns = {t[2]: reader.turn(*t) for t in reader.turn_starts() if t[1] not in skip}
     spans = {turn_id: turn_spans(t, project="diagnose", store=store) for turn_id, t in turns.items()}
@@ -467,15 +470,43 @@ def trace_tools(store: Store, flt: TraceFilter, *, limits: Limits | None = None)
 
 
 def _agent(store: Store, model: dict[str, Any]) -> str:
+    """A diagnostic agent with nothing in its context: every run gets a new one.
+
+    An agent's context holds its earlier turns, episodes and memory, so a reused agent would read
+    its own earlier questions and reports (and be swayed by them). The previous ``diagnose`` agent
+    is retired instead (``agent.deleted``: its events, reports included, stay in the ledger, its
+    reports in ``<home>/diagnose/``; its home folder goes) and a new one takes the name and the
+    settings, so a ``--model`` given once still holds. An agent named ``diagnose`` that is not
+    holon's diagnostic agent is never touched."""
+    settings: dict[str, Any] = {"diagnostic": True}
     try:
-        agent = store.agent(AGENT_NAME)
+        old = store.agent(AGENT_NAME)
     except NotFoundError:
-        return create_agent(
-            store, AGENT_NAME, settings={"diagnostic": True, **model}, origin="operator:diagnose"
-        ).agent_id
-    if model:
-        configure_agent(store, agent.agent_id, model, unset=[])
-    return agent.agent_id
+        old = None
+    if old is not None:
+        if not old.settings.get("diagnostic"):
+            raise ConflictError(
+                f"agent {AGENT_NAME!r} is one of your agents, not holon's diagnostic agent; "
+                "rename or delete it to use holon diagnose"
+            )
+        settings = {**old.settings, **settings}
+        store.append(NewEvent(old.agent_id, ev.AgentDeleted(reason=_RETIRED), origin="operator:diagnose",
+                              authority="operator"))  # fmt: skip
+        home = Path(old.home).resolve()
+        if home.is_relative_to(store.paths.agents.resolve()) and home != store.paths.agents.resolve():
+            shutil.rmtree(home, ignore_errors=True)
+    return create_agent(store, AGENT_NAME, settings={**settings, **model}, origin="operator:diagnose").agent_id
+
+
+_RETIRED = "retired: each holon diagnose run starts from a clean context (its reports stay in the ledger)"
+
+
+def _diagnostic_agents(store: Store) -> set[str]:
+    """Every diagnostic agent's id, retired ones included: their turns are diagnoses, not traces to study."""
+    seqs = [int(s) for (s,) in store.ledger.query("SELECT seq FROM events WHERE type = 'agent.created' ORDER BY seq")]
+    created = {e.agent_id for e in store.ledger.get_many(seqs)
+               if isinstance(e.payload, ev.AgentCreated) and e.payload.settings.get("diagnostic")}  # fmt: skip
+    return created | {a.agent_id for a in store.agents() if a.settings.get("diagnostic")}
 
 
 def model_failed(store: Store, result: TurnResult) -> bool:
