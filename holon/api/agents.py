@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
-from holon.api.models import AgentDetail, ConfigureAgent, CreateAgent, HookPath, InputAccepted, InputIn
+from holon.api.models import AddTimer, AgentDetail, ConfigureAgent, CreateAgent, HookPath, InputAccepted, InputIn
 from holon.api.port import DaemonPort
 from holon.clock import format_us, parse_us
 from holon.context.manifests import turn_contexts
@@ -121,6 +121,18 @@ def agent_router(port: DaemonPort) -> APIRouter:
     @r.get("/{agent}/timers", response_model=list[TimerProjection])
     async def timers(agent: str, status: StatusQ = None) -> list[Any]:
         return store.rows("timer", agent_id=find(agent).agent_id, status=status)
+
+    @r.post("/{agent}/timers", status_code=201, response_model=TimerProjection)
+    async def add_timer(agent: str, body: AddTimer) -> TimerProjection:
+        """Another schedule for the agent (it becomes a background agent, with per-day budgets, if
+        it was not); a running daemon's timer fires without a restart. A bad schedule is a 400."""
+        return port.add_timer(find(agent).agent_id, body.schedule, prompt=body.prompt)
+
+    @r.delete("/{agent}/timers/{timer_id}", response_model=TimerProjection)
+    async def cancel_timer(agent: str, timer_id: str) -> TimerProjection:
+        """Cancel one of the agent's timers; it never fires again. 404 for a timer the agent does
+        not have, 409 for one already over (a one-shot that fired, or cancelled)."""
+        return port.cancel_timer(find(agent).agent_id, timer_id)
 
     @r.get("/{agent}/context")
     async def context(

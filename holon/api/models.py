@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from holon.projections.state import AgentState
 
 __all__ = [
+    "AddTimer",
     "AgentDetail",
     "ConfigureAgent",
     "CreateAgent",
@@ -75,6 +76,15 @@ class CreateAgent(_Request):
 class ConfigureAgent(_Request):
     settings: dict[str, JsonValue] = Field(default_factory=dict, description="Settings to change.")
     unset: list[str] = Field(default_factory=list, description="Settings to reset to their defaults.")
+
+
+class AddTimer(_Request):
+    schedule: str = Field(
+        min_length=1,
+        max_length=256,
+        description="A crontab line ('0 9 * * *', UTC), 'every 30s|5m|2h|1d', or an ISO time.",
+    )
+    prompt: str | None = Field(None, max_length=100_000, description="What the agent is told each time it fires.")
 
 
 class AgentDetail(BaseModel):

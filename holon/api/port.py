@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 from holon.ledger import Event
 from holon.ledger.events import Authority
 from holon.projections import Store
-from holon.projections.state import AgentState
+from holon.projections.state import AgentState, TimerProjection
 
 __all__ = ["AgentStatus", "DaemonPort", "Notice"]
 
@@ -83,7 +83,19 @@ class DaemonPort(Protocol):
     def resume(self, agent: str) -> AgentState: ...
 
     def delete(self, agent: str) -> None:
-        """Delete the agent with its data (home directory, schedules); its ledger events stay."""
+        """Delete the agent with its data (home directory, schedules) and everything it started:
+        its running turn, its background tasks (killed) and its child agents (deleted, recursively).
+        Its ledger events stay."""
+        ...
+
+    def add_timer(self, agent: str, schedule: str, *, prompt: str | None = None) -> TimerProjection:
+        """Give the agent another schedule (a ``timer.scheduled`` event; the agent becomes a
+        background agent if it was not); a schedule that cannot be read is a ``UsageError``."""
+        ...
+
+    def cancel_timer(self, agent: str, timer_id: str) -> TimerProjection:
+        """Cancel one of the agent's timers (``timer.cancelled``): it never fires again.
+        ``NotFoundError`` for a timer the agent does not have, ``ConflictError`` if it is over."""
         ...
 
     def abort(self, agent: str) -> bool:

@@ -218,3 +218,67 @@ def hook(
     data = {"agent": agent.name, "path": path, "url": url, "rotated": rotate}
     text = url or f"{path}  (no daemon with HTTP is running; prefix the daemon's address)"
     emit(c, data, ("rotated; new URL: " if rotate else "") + text)
+
+
+def _timer_line(timer: dict[str, object]) -> str:
+    """One timer for ``holon agent schedule``: id, schedule, next fire time, firings, prompt."""
+    kind, spec = timer["kind"], str(timer["spec"])
+    what = f"every {spec}s" if kind == "interval" else (f"cron '{spec}' (UTC)" if kind == "cron" else f"once at {spec}")
+    nxt = timer.get("next_fire") or "-"
+    prompt = timer.get("prompt")
+    line = f"{timer['timer_id']}  {what}  next: {nxt}  fired: {timer['fired']}"
+    line += f"  missed: {timer['missed']}" if timer.get("missed") else ""
+    return line + (f"\n    prompt: {prompt}" if prompt else "")
+
+
+@app.command("schedule")
+def schedule(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Agent name or id.")],
+    add: Annotated[
+        str | None,
+        typer.Option(
+            "--add",
+            help="A new schedule: a crontab line ('0 9 * * *', UTC), 'every 30s|5m|2h|1d', or an ISO time.",
+        ),
+    ] = None,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="What the agent is told when --add fires.")] = None,
+    cancel: Annotated[str | None, typer.Option("--cancel", help="Cancel the timer with this id.")] = None,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List the agent's schedules with their next fire times; --add one, or --cancel one.
+
+    Each change is a ledger event: a running daemon picks it up at once, no restart needed. An
+    agent given a schedule becomes a background agent (per-day budgets apply)."""
+    from holon.clock import SystemClock, format_us
+    from holon.daemon.timers import add_timer, cancel_timer
+    from holon.errors import UsageError
+    from holon.projections.state import TimerProjection
+
+    c = ctx_of(ctx, home, json_out)
+    if add is not None and cancel is not None:
+        raise UsageError("give --add or --cancel, not both")
+    if prompt is not None and add is None:
+        raise UsageError("--prompt goes with --add (what the agent is told when the new schedule fires)")
+
+    def shown(timer: TimerProjection) -> dict[str, object]:
+        data: dict[str, object] = timer.model_dump(mode="json")
+        due = data.get("next_fire_us")
+        data["next_fire"] = format_us(due) if isinstance(due, int) else None
+        return data
+
+    with open_store(c) as store:
+        agent = store.agent(name)
+        if add is not None:
+            now = SystemClock().now_us()
+            timer = add_timer(store, agent.agent_id, add, now_us=now, prompt=prompt, origin="operator:cli")
+            emit(c, shown(timer), f"scheduled for {agent.name}:\n  {_timer_line(shown(timer))}")
+            return
+        if cancel is not None:
+            timer = cancel_timer(store, agent.agent_id, cancel, origin="operator:cli")
+            emit(c, shown(timer), f"cancelled timer {timer.timer_id} of {agent.name}")
+            return
+        timers = [shown(t) for t in store.rows("timer", agent_id=agent.agent_id, status="scheduled")]
+    text = "\n".join(_timer_line(t) for t in timers) or f"{agent.name} has no schedules (add one with --add)"
+    emit(c, timers, text)

@@ -36,7 +36,7 @@ from holon.api.port import AgentStatus, Notice
 from holon.clock import Clock, SystemClock, format_us
 from holon.daemon.budget import DAY_US, Budgets
 from holon.daemon.hooks import HookTokens
-from holon.daemon.timers import Timers, due_firings, next_after, timer_event
+from holon.daemon.timers import Timers, add_timer, cancel_timer, due_firings, next_after, timer_event
 from holon.errors import ConflictError, NotFoundError
 from holon.evolve.model_extract import ModelAnswer, model_extractor
 from holon.evolve.worker import Evolver
@@ -296,19 +296,70 @@ class Daemon:
         return self.configure_agent(agent, {}, unset=["paused"])
 
     def delete(self, agent: str) -> None:
+        """Delete the agent with everything it started: its child agents first (recursively), then
+        itself; each one's running turn is aborted, its background tasks killed, its waits, tasks
+        and timers ended, its home and token removed (``_delete_one``). Nothing it started keeps
+        running or spending. A deleted child's parent is told its task will get no answer."""
         state = self.store.agent(agent)
-        self.abort(state.agent_id)
-        timers = self.store.rows("timer", agent_id=state.agent_id, status="scheduled")
+        line = self._descendants(state.agent_id)
+        for member in [*line, state]:
+            self._delete_one(member)
+        self.host.child_deleted(state)
+        self._publish_new()
+        log.info("agent.deleted", agent=state.name, agent_id=state.agent_id, children=[a.name for a in line])
+
+    def _descendants(self, agent_id: str) -> list[AgentState]:
+        """The agent's child agents, theirs, and so on: the deepest first (deleted before their parents)."""
+        children: dict[str, list[AgentState]] = {}
+        for a in self.store.agents():
+            if a.parent_id is not None:
+                children.setdefault(a.parent_id, []).append(a)
+        out: list[AgentState] = []
+
+        def walk(parent: str, seen: frozenset[str]) -> None:
+            for child in children.get(parent, []):
+                if child.agent_id not in seen:
+                    walk(child.agent_id, seen | {child.agent_id})
+                    out.append(child)
+
+        walk(agent_id, frozenset({agent_id}))
+        return out
+
+    def _delete_one(self, state: AgentState) -> None:
+        """Abort the agent's turn, kill its background tasks (``task.resulted(cancelled)``), then in
+        one transaction: its other unfinished tasks cancelled (a child agent's task: the child goes
+        first), its pending waits and timers cancelled, ``agent.deleted``."""
+        agent_id, origin = state.agent_id, "operator:daemon"
+        self.abort(agent_id)
+        killed = self.host.tasks.cancel_agent(agent_id, "its agent was deleted by the operator")
+        open_tasks = [t for s in ("running", "pending") for t in self.store.rows("task", agent_id=agent_id, status=s)]
+        waits = self.store.rows("wait", agent_id=agent_id, status="pending")
+        timers = self.store.rows("timer", agent_id=agent_id, status="scheduled")
         self.store.append(
-            *[NewEvent(state.agent_id, ev.TimerCancelled(timer_id=t.timer_id), origin="operator:daemon", authority="operator") for t in timers],
-            NewEvent(state.agent_id, ev.AgentDeleted(reason="deleted by the operator"), origin="operator:daemon", authority="operator"),
+            *[NewEvent(agent_id, ev.TaskResulted(task_id=t.task_id, state="cancelled", output="its agent was deleted by the operator"), origin=origin, authority="operator", task_id=t.task_id) for t in open_tasks],
+            *[NewEvent(agent_id, ev.WaitResolved(wait_id=w.wait_id, resolution="cancelled"), origin=origin, authority="operator") for w in waits],
+            *[NewEvent(agent_id, ev.TimerCancelled(timer_id=t.timer_id), origin=origin, authority="operator") for t in timers],
+            NewEvent(agent_id, ev.AgentDeleted(reason="deleted by the operator"), origin=origin, authority="operator"),
         )  # fmt: skip
         home = Path(state.home).resolve()
         if home.is_relative_to(self.store.paths.agents.resolve()) and home != self.store.paths.agents.resolve():
             shutil.rmtree(home, ignore_errors=True)
-        self._forget_token(state.agent_id)
-        self._publish_new()
-        log.info("agent.deleted", agent=state.name, agent_id=state.agent_id)
+        self._forget_token(agent_id)
+        if killed:
+            log.info("agent.tasks_killed", agent=state.name, tasks=killed)
+
+    # --- timers (DaemonPort) ----------------------------------------------------------------
+
+    def add_timer(self, agent: str, schedule: str, *, prompt: str | None = None) -> TimerProjection:
+        now = self.clock.now_us()
+        timer = add_timer(self.store, agent, schedule, now_us=now, prompt=prompt, origin="operator:daemon")
+        self._publish_new()  # its job is made now, not on the watcher's next pass
+        return timer
+
+    def cancel_timer(self, agent: str, timer_id: str) -> TimerProjection:
+        timer = cancel_timer(self.store, agent, timer_id, origin="operator:daemon")
+        self._publish_new()  # its job goes now: it cannot fire again
+        return timer
 
     def abort(self, agent: str) -> bool:
         agent_id = self.store.agent(agent).agent_id

@@ -15,6 +15,10 @@ Schedules as people type them (``parse_schedule``): ``every 30s`` / ``every 5m``
 ``every 1d`` (interval, at most 366 days), a five-field crontab line (cron, UTC; weekdays as
 crontab counts them, 0 or 7 = Sunday, which APScheduler 3 does not), or an ISO time (once).
 Anything else, or a crontab line that never fires, is a ``UsageError`` naming the problem.
+
+Schedules change after an agent is made with ``add_timer`` / ``cancel_timer`` (``holon agent
+schedule``, ``POST``/``DELETE /v1/agents/{agent}/timers``): each is a ledger event, so a running
+daemon's watcher brings its jobs in line whichever process appended it.
 """
 
 from __future__ import annotations
@@ -32,13 +36,26 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from holon.errors import UsageError
+from holon.errors import ConflictError, NotFoundError, UsageError
 from holon.ids import new_id
+from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.logs import get_logger
+from holon.projections import Store
 from holon.projections.state import TimerProjection
 
-__all__ = ["JOB_TABLE", "TimerKind", "Timers", "due_firings", "fire", "next_after", "parse_schedule", "timer_event"]
+__all__ = [
+    "JOB_TABLE",
+    "TimerKind",
+    "Timers",
+    "add_timer",
+    "cancel_timer",
+    "due_firings",
+    "fire",
+    "next_after",
+    "parse_schedule",
+    "timer_event",
+]
 
 log = get_logger("holon.timers")
 
@@ -242,6 +259,39 @@ def timer_event(schedule: str, *, now_us: int, prompt: str | None = None) -> ev.
     if kind == "once" and due is not None and due <= now_us:
         raise UsageError(f"schedule {_quote(schedule.strip())} is in the past")
     return ev.TimerScheduled(timer_id=new_id("tmr"), kind=kind, spec=spec, next_fire_us=due, prompt=prompt)
+
+
+def add_timer(
+    store: Store, agent: str, schedule: str, *, now_us: int, prompt: str | None = None, origin: str
+) -> TimerProjection:
+    """Give an agent one more schedule: ``timer.scheduled``, and ``agent.configured(background)``
+    in the same transaction when it was not a background agent yet (a timer wakes it with no
+    operator present, so its per-day budgets must apply, as for ``agent create --schedule``)."""
+    state = store.agent(agent)
+    made = timer_event(schedule, now_us=now_us, prompt=prompt)
+    events = []
+    if not state.settings.get("background"):
+        events.append(NewEvent(state.agent_id, ev.AgentConfigured(changes={"background": True}), origin=origin, authority="operator"))  # fmt: skip
+    events.append(NewEvent(state.agent_id, made, origin=origin, authority="operator"))
+    store.append(*events)
+    timer = store.state("timer", made.timer_id)
+    assert isinstance(timer, TimerProjection)
+    return timer
+
+
+def cancel_timer(store: Store, agent: str, timer_id: str, *, origin: str) -> TimerProjection:
+    """Cancel one of an agent's timers (``timer.cancelled``): ``NotFoundError`` for a timer id the
+    agent does not have, ``ConflictError`` for one that is already over (fired once, cancelled)."""
+    state = store.agent(agent)
+    timer = store.state("timer", timer_id)
+    if not isinstance(timer, TimerProjection) or timer.agent_id != state.agent_id:
+        raise NotFoundError(f"agent {state.name} has no timer {timer_id!r} (see 'holon agent schedule {state.name}')")
+    if timer.status != "scheduled":
+        raise ConflictError(f"timer {timer_id} of {state.name} is already {timer.status}")
+    store.append(NewEvent(state.agent_id, ev.TimerCancelled(timer_id=timer_id), origin=origin, authority="operator"))
+    cancelled = store.state("timer", timer_id)
+    assert isinstance(cancelled, TimerProjection)
+    return cancelled
 
 
 def _trigger(timer: TimerProjection) -> BaseTrigger:

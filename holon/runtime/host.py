@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from holon.clock import Clock
-from holon.errors import ConflictError
+from holon.errors import ConflictError, NotFoundError
 from holon.ids import new_id
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
@@ -293,6 +293,24 @@ class AgentHost:
         )  # fmt: skip
         self.schedule(child.agent_id)
         return child.name, task_id
+
+    def child_deleted(self, child: AgentState) -> None:
+        """The operator deleted a child agent before it answered: its parent's task on it ends
+        ``cancelled`` and the parent is told, as with any task result (its waits on it resolve)."""
+        task_id = child.settings.get("parent_task_id")
+        if child.parent_id is None or not isinstance(task_id, str):
+            return
+        if getattr(self.store.state("task", task_id), "state", None) != "running":
+            return
+        try:
+            self.store.agent(child.parent_id)
+        except NotFoundError:  # deleted too: nobody to tell
+            return
+        self.store.append(
+            NewEvent(child.parent_id, ev.TaskResulted(task_id=task_id, state="cancelled", output="the child agent was deleted by the operator"), origin="runtime:host", authority="runtime", task_id=task_id)
+        )  # fmt: skip
+        text = f"Child agent {child.name} (task {task_id}) was deleted by the operator before it finished; no answer will come."
+        self._deliver_task_result(child.parent_id, task_id, text)
 
     async def _after_turn(self, agent_id: str, result: TurnResult) -> None:
         """A child agent's settled turn answers its parent's task."""

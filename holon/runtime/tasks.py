@@ -127,6 +127,9 @@ class TaskManager:
             await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=min(wait_s, timeout_s))
         except TimeoutError:
             pass
+        except asyncio.CancelledError:  # the turn was aborted or its agent deleted: the command goes too
+            self._kill(task)
+            raise
         else:
             await pump
             return CommandOutcome(True, proc.returncode, task.text())
@@ -195,6 +198,31 @@ class TaskManager:
         task.stopped = True
         self._kill(task)
         return True
+
+    def cancel_agent(self, agent_id: str, reason: str) -> list[str]:
+        """Kill every running task of one agent and record each ``cancelled`` at once, with no
+        ``on_done``: the agent is being deleted, so there is nobody to tell. Returns their ids.
+
+        Synchronous (the kill is a signal to the task's process group; asyncio reaps it), so an
+        agent's deletion is one step of the loop with nothing of it left running afterwards."""
+        ended = []
+        for task in [t for t in self.running.values() if t.agent_id == agent_id]:
+            if task.watcher is not None:
+                task.watcher.cancel()
+            task.stopped = True
+            self._kill(task)
+            self._append(
+                NewEvent(
+                    agent_id,
+                    ev.TaskResulted(task_id=task.task_id, state="cancelled", output=task.text() + f"\n[{reason}]"),
+                    origin="runtime:tasks",
+                    authority="runtime",
+                    task_id=task.task_id,
+                )
+            )
+            self.running.pop(task.task_id, None)
+            ended.append(task.task_id)
+        return ended
 
     def live_output(self, task_id: str) -> str | None:
         task = self.running.get(task_id)

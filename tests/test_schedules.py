@@ -1,0 +1,360 @@
+"""Managing an agent's schedules after it is made, and deleting an agent with what it started.
+
+* ``POST``/``DELETE /v1/agents/{agent}/timers`` on the real daemon behind real HTTP: an
+  ``every 1s`` schedule added while the daemon runs fires, and stops firing once cancelled; a
+  bad schedule is a 400, an unknown timer a 404, a cancelled one a 409.
+* ``holon agent schedule`` from another process while the daemon runs: the daemon's ledger
+  watcher picks the new timer up and fires it with no restart; listing shows the next fire time;
+  ``--cancel`` stops it; exit codes 2 (bad schedule) and 3 (unknown timer).
+* ``Daemon.delete`` (and ``DELETE /v1/agents/{agent}``): the agent's background task processes
+  are killed and its child agents deleted, recursively, their tasks killed too; deleting a child
+  alone tells its parent.
+
+APScheduler runs on wall time, so these daemons run on the system clock; only models are scripted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from helpers.api_server import ApiServer, api_server
+from helpers.runtime import SCRIPTED
+from helpers.turn_cli import db_rows, holon, wait_for
+
+from holon.clock import SystemClock
+from holon.daemon import Daemon
+from holon.projections import Store
+from holon.projections.state import AgentState
+from holon.runtime.providers.base import ModelReply, ModelRequest
+from holon.runtime.providers.scripted import ScriptedProvider, reply, tool_call, tool_calls
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def server(tmp_path: Path, fast_ledger: None) -> Iterator[ApiServer]:
+    with api_server(tmp_path / "home", clock=SystemClock()) as s:
+        yield s
+
+
+@pytest.fixture
+def client(server: ApiServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=10) as c:
+        yield c
+
+
+def _home(server: ApiServer) -> Path:
+    assert server.port is not None
+    return server.port.store.paths.root
+
+
+def _firings(home: Path, timer_id: str) -> int:
+    rows = db_rows(home, "SELECT payload FROM events WHERE type = 'timer.fired'")
+    return sum(1 for (payload,) in rows if json.loads(payload)["timer_id"] == timer_id)
+
+
+def _prompts(home: Path, timer_id: str) -> list[str]:
+    rows = db_rows(
+        home, "SELECT payload FROM events WHERE type = 'message.received' AND origin = ?", (f"timer:{timer_id}",)
+    )
+    return [json.loads(p)["text"] for (p,) in rows]
+
+
+def _stops_firing(home: Path, timer_id: str) -> None:
+    """No firing after the cancellation was acknowledged, over more than two periods."""
+    before = _firings(home, timer_id)
+    time.sleep(2.5)
+    assert _firings(home, timer_id) == before, "a cancelled timer fired again"
+
+
+def _error(r: httpx.Response, status: int, code: str) -> str:
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["code"] == code, r.text
+    return str(r.json()["error"]["message"])
+
+
+# --- schedules over HTTP ---------------------------------------------------------------------------
+
+
+def test_a_schedule_added_over_http_fires_and_stops_when_cancelled(client: httpx.Client, server: ApiServer) -> None:
+    home = _home(server)
+    assert client.post("/v1/agents", json={"name": "ada"}).status_code == 201
+    assert client.post("/v1/agents", json={"name": "bob"}).status_code == 201
+    r = client.post("/v1/agents/ada/timers", json={"schedule": "every 1s", "prompt": "Check the queue."})
+    assert r.status_code == 201, r.text
+    timer = r.json()
+    assert (timer["kind"], timer["spec"], timer["status"], timer["prompt"]) == (
+        "interval",
+        "1",
+        "scheduled",
+        "Check the queue.",
+    )
+    timer_id = timer["timer_id"]
+    assert client.get("/v1/agents/ada").json()["agent"]["settings"]["background"] is True, (
+        "a scheduled agent is background"
+    )
+
+    wait_for("two firings", lambda: _firings(home, timer_id) >= 2, timeout=20)
+    replies = "SELECT payload FROM events WHERE type = 'turn.settled'"
+    wait_for("a turn on the timer's prompt", lambda: "Check the queue." in str(db_rows(home, replies)), timeout=20)
+    assert set(_prompts(home, timer_id)) == {"Check the queue."}
+    listed = client.get("/v1/agents/ada/timers", params={"status": "scheduled"}).json()
+    assert [t["timer_id"] for t in listed] == [timer_id] and listed[0]["fired"] >= 2
+
+    _error(client.delete(f"/v1/agents/bob/timers/{timer_id}"), 404, "not_found")  # not bob's timer
+    r = client.delete(f"/v1/agents/ada/timers/{timer_id}")
+    assert r.status_code == 200 and r.json()["status"] == "cancelled" and r.json()["next_fire_us"] is None
+    _stops_firing(home, timer_id)
+    assert server.call(lambda: server.port.timers.scheduler.get_job(timer_id)) is None  # type: ignore[union-attr]
+    assert "already cancelled" in _error(client.delete(f"/v1/agents/ada/timers/{timer_id}"), 409, "conflict")
+
+    assert "tmr_nope" in _error(client.delete("/v1/agents/ada/timers/tmr_nope"), 404, "not_found")
+    _error(client.delete(f"/v1/agents/nobody/timers/{timer_id}"), 404, "not_found")
+    _error(client.post("/v1/agents/nobody/timers", json={"schedule": "every 1s"}), 404, "not_found")
+    for bad, problem in [("every 0s", "from 1 second"), ("61 * * * *", "not a valid crontab line"),
+                         ("2001-01-01T00:00:00", "in the past"), ("soon", "use 'every")]:  # fmt: skip
+        assert problem in _error(client.post("/v1/agents/ada/timers", json={"schedule": bad}), 400, "bad_request")
+    _error(client.post("/v1/agents/ada/timers", json={"prompt": "no schedule"}), 422, "invalid")
+    _error(client.post("/v1/agents/ada/timers", json={"schedule": "every 1s", "extra": 1}), 422, "invalid")
+    assert [t["timer_id"] for t in client.get("/v1/agents/ada/timers").json()] == [timer_id], "refusals add nothing"
+    assert "/v1/agents/{agent}/timers/{timer_id}" in client.get("/v1/openapi.json").json()["paths"]
+
+
+# --- schedules from the CLI, while the daemon runs -------------------------------------------------
+
+
+def test_a_schedule_added_by_the_cli_fires_in_the_running_daemon(client: httpx.Client, server: ApiServer) -> None:
+    home = _home(server)
+    assert client.post("/v1/agents", json={"name": "ada"}).status_code == 201
+    assert holon(home, "agent", "schedule", "ada").out.strip() == "ada has no schedules (add one with --add)"
+
+    added = holon(
+        home, "agent", "schedule", "ada", "--add", "every 1s", "--prompt", "Tick from the CLI.", "--json"
+    ).json()
+    timer_id = added["timer_id"]
+    assert added["status"] == "scheduled" and added["next_fire"].endswith("Z")
+    wait_for("the CLI's timer firing in the daemon", lambda: _firings(home, timer_id) >= 2, timeout=20)
+    assert set(_prompts(home, timer_id)) == {"Tick from the CLI."}
+
+    cron = holon(home, "agent", "schedule", "ada", "--add", "0 9 * * 1-5", "--json").json()
+    listing = holon(home, "agent", "schedule", "ada")
+    assert listing.code == 0, listing
+    lines = {line.split()[0]: line for line in listing.out.splitlines() if line.startswith("tmr_")}
+    assert set(lines) == {timer_id, cron["timer_id"]}
+    assert "every 1s" in lines[timer_id] and re.search(r"next: \d{4}-\d\d-\d\dT", lines[timer_id])
+    assert f"next: {cron['next_fire']}" in lines[cron["timer_id"]] and "T09:00:00" in cron["next_fire"]
+    assert "prompt: Tick from the CLI." in listing.out
+
+    done = holon(home, "agent", "schedule", "ada", "--cancel", timer_id)
+    assert done.code == 0 and f"cancelled timer {timer_id}" in done.out
+    wait_for("the daemon dropping the job", lambda: server.call(
+        lambda: server.port.timers.scheduler.get_job(timer_id)) is None, timeout=10)  # type: ignore[union-attr]  # fmt: skip
+    _stops_firing(home, timer_id)
+    shown = holon(home, "agent", "schedule", "ada", "--json").json()
+    assert [t["timer_id"] for t in shown] == [cron["timer_id"]], "a cancelled timer is no longer listed"
+
+    for args, code, problem in [
+        (("--add", "every 5x"), 2, "use 'every"),
+        (("--add", "0 0 30 2 *"), 2, "never fires"),
+        (("--prompt", "alone"), 2, "--prompt goes with --add"),
+        (("--add", "every 1m", "--cancel", cron["timer_id"]), 2, "not both"),
+        (("--cancel", "tmr_nope"), 3, "no timer 'tmr_nope'"),
+        (("--cancel", timer_id), 4, "already cancelled"),
+    ]:
+        r = holon(home, "agent", "schedule", "ada", *args)
+        assert (r.code, "Traceback" in r.err) == (code, False), r
+        assert problem in r.err, r
+    assert holon(home, "agent", "schedule", "nobody").code == 3
+
+
+# --- delete stops what the agent started -----------------------------------------------------------
+
+
+def _pid(store: Store, task_id: str) -> int:
+    task = store.state("task", task_id)
+    found = re.search(r"pid (\d+)", getattr(task, "detail", "") or "")
+    assert found, task
+    return int(found.group(1))
+
+
+def _group_alive(pgid: int) -> bool:
+    """Is any process (not a zombie) left in the process group ``pgid``?"""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
+def _by_agent(scripts: dict[str, ScriptedProvider]) -> Callable[[AgentState], Any]:
+    return lambda agent: (scripts[agent.name], SCRIPTED)
+
+
+async def _until(check: Callable[[], Any], what: str, timeout_s: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+SLEEP = {"command": "sleep 60", "wait_s": 0}
+
+
+def test_delete_kills_the_agents_tasks_and_deletes_its_children(store: Store) -> None:
+    """boss starts ``sleep 60`` and spawns helper; helper starts its own ``sleep 60`` and spawns
+    runner, whose turn hangs on its model. Deleting boss ends all of it."""
+    never = asyncio.Event()
+
+    async def hang(request: ModelRequest) -> ModelReply:
+        await never.wait()
+        return reply("never")
+
+    scripts = {
+        "boss": ScriptedProvider(
+            [
+                tool_calls(("run_command", SLEEP), ("spawn_agent", {"task": "Help.", "name": "helper"})),
+                reply("Started a task and a helper."),
+            ]
+        ),
+        "helper": ScriptedProvider(
+            [
+                tool_calls(("run_command", SLEEP), ("spawn_agent", {"task": "Run.", "name": "runner"})),
+                reply("Waiting on my runner."),
+            ]
+        ),
+        "runner": ScriptedProvider([hang]),
+    }
+    pids: list[int] = []
+
+    async def scenario() -> None:
+        daemon = Daemon(store, resolver=_by_agent(scripts), poll_s=0.01)
+        async with daemon.running(grace_s=1):
+            daemon.create_agent("boss")
+            daemon.create_agent("other")
+            daemon.submit(
+                "boss", "Go.", origin="operator:test", authority="operator", sender="operator", channel="test"
+            )
+            await _until(
+                lambda: any(a.name == "runner" and daemon.host.is_running(a.agent_id) for a in store.agents()),
+                "runner's turn",
+            )
+            await _until(lambda: len(daemon.host.tasks.running) == 2, "two background tasks")
+            commands = [t for t in store.rows("task", status="running") if t.kind == "command"]
+            pids.extend(_pid(store, t.task_id) for t in commands)
+            assert len(pids) == 2 and all(_group_alive(p) for p in pids)
+            ids = {name: store.agent(name).agent_id for name in ("boss", "helper", "runner")}
+            homes = [Path(store.agent(name).home) for name in ids]
+
+            daemon.delete("boss")
+
+            assert [a.name for a in store.agents()] == ["other"], "children and grandchildren are deleted too"
+            assert not daemon.host.tasks.running
+            await _until(lambda: not any(_group_alive(p) for p in pids), "the task processes to die", 10)
+            await _until(lambda: not daemon.host.is_running(ids["runner"]), "runner's turn to stop")
+            tasks = [t for agent_id in ids.values() for t in store.rows("task", agent_id=agent_id)]
+            assert not [t for t in tasks if t.state in ("running", "pending")], tasks
+            assert {t.state for t in tasks if t.kind == "command"} == {"cancelled"}
+            [on_runner] = [t for t in tasks if t.kind == "child_agent" and t.agent_id == ids["helper"]]
+            assert on_runner.state == "cancelled", "runner never answered: its task ends with the line"
+            assert not [w for agent_id in ids.values() for w in store.rows("wait", agent_id=agent_id, status="pending")]
+            assert not any(home.exists() for home in homes)
+            await daemon.until_idle(timeout_s=10)
+            head = store.ledger.head()
+            await asyncio.sleep(0.3)
+            late = [e for e in store.ledger.read(head) if e.agent_id in ids.values()]
+            assert late == [], "nothing of the deleted line runs on"
+        assert scripts["runner"].remaining == 0
+
+    asyncio.run(scenario())
+    assert not any(_group_alive(p) for p in pids)
+    deleted = [e.agent_id for e in store.ledger.read() if e.type == "agent.deleted"]
+    assert len(deleted) == 3 and deleted[-1] == next(
+        e.agent_id for e in store.ledger.read() if e.type == "agent.created"
+    )
+    assert store.replay().ok
+
+
+def test_deleting_a_child_alone_tells_its_parent(store: Store) -> None:
+    never = asyncio.Event()
+
+    async def hang(request: ModelRequest) -> ModelReply:
+        await never.wait()
+        return reply("never")
+
+    def wait_on_child(request: ModelRequest) -> ModelReply:
+        said = json.dumps(request.messages)
+        found = re.search(r"on task (task_\w+)", said)
+        assert found, said
+        return tool_call("wait", {"on": "task", "target": found.group(1), "recheck_in_s": 3600})
+
+    scripts = {
+        "boss": ScriptedProvider(
+            [
+                tool_call("spawn_agent", {"task": "Dig.", "name": "digger"}),
+                wait_on_child,
+                reply("Noted: digger is gone."),
+            ]
+        ),
+        "digger": ScriptedProvider([tool_call("run_command", SLEEP), hang]),
+    }
+
+    async def scenario() -> None:
+        daemon = Daemon(store, resolver=_by_agent(scripts), poll_s=0.01)
+        async with daemon.running(grace_s=1):
+            daemon.create_agent("boss")
+            daemon.submit(
+                "boss", "Go.", origin="operator:test", authority="operator", sender="operator", channel="test"
+            )
+            await _until(lambda: daemon.host.tasks.running, "digger's task")
+            await _until(
+                lambda: store.rows("wait", agent_id=store.agent("boss").agent_id, status="pending"), "boss's wait"
+            )
+            [command] = daemon.host.tasks.running.values()
+            pid = command.proc.pid
+            daemon.delete("digger")
+            assert [a.name for a in store.agents()] == ["boss"]
+            await _until(lambda: not _group_alive(pid), "digger's task process to die", 10)
+            await daemon.until_idle(timeout_s=10)
+            boss = store.agent("boss").agent_id
+            [task] = [t for t in store.rows("task", agent_id=boss) if t.kind == "child_agent"]
+            assert task.state == "cancelled"
+            assert not store.rows("wait", agent_id=boss, status="pending"), "the wait on the child resolved"
+            told = [e.payload.text for e in store.ledger.read() if e.type == "message.received" and e.agent_id == boss]
+            assert "was deleted by the operator" in told[-1]
+        assert scripts["boss"].remaining == 0, "boss ran a turn on the news"
+
+    asyncio.run(scenario())
+    assert store.replay().ok
+
+
+def test_delete_over_http_kills_the_agents_task(client: httpx.Client, server: ApiServer) -> None:
+    home = _home(server)
+    assert client.post("/v1/agents", json={"name": "ada"}).status_code == 201
+
+    def start_task() -> int:
+        port = server.port
+        assert port is not None
+        agent = port.store.agent("ada")
+        coro = port.host.tasks.run_command(agent.agent_id, Path(agent.home), "sleep 60", wait_s=0, timeout_s=600)
+        return asyncio.run_coroutine_threadsafe(coro, server.loop)  # type: ignore[return-value]
+
+    outcome = server.call(start_task).result(10)
+    assert outcome.task_id is not None and not outcome.finished
+    pid = server.call(lambda: server.port.host.tasks.running[outcome.task_id].proc.pid)  # type: ignore[union-attr]
+    assert _group_alive(pid)
+    assert client.delete("/v1/agents/ada").status_code == 204
+    wait_for("the task process to die", lambda: not _group_alive(pid), timeout=10)
+    rows = db_rows(home, "SELECT payload FROM events WHERE type = 'task.resulted'")
+    assert [json.loads(p)["state"] for (p,) in rows] == ["cancelled"]
+    _error(client.get("/v1/agents/ada"), 404, "not_found")
