@@ -76,7 +76,7 @@ def test_an_older_sighting_of_the_current_fact_does_not_restart_its_freshness(
     [entry] = review.list_entries(store)
     verified = [e for e in store.ledger.read(0) if e.type == "durable.verified"]
     assert len(verified) == 1  # the newer sighting; the older one, finishing later, adds nothing
-    assert entry.verified_us == verified[0].ts_us
+    assert entry.verified_us == verified[0].payload.observed_us  # type: ignore[union-attr]  # the newer sighting's time
 
 
 def test_an_older_preference_finishing_late_does_not_displace_the_newer_proposal(

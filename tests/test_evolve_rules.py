@@ -163,4 +163,5 @@ def test_a_blocker_seen_again_is_verified_not_superseded(store: Store, clock: Fa
     [blocker] = review.list_entries(store, status=None)  # one entry, no pile of superseded ones
     assert blocker.status == "active" and blocker.entry.kind == "blocker"
     verified = [e for e in store.ledger.read(0) if e.type == "durable.verified"]
-    assert len(verified) == 2 and blocker.verified_us == verified[-1].ts_us
+    # Freshness counts from the last sighting's observation (not from when its job ran).
+    assert len(verified) == 2 and blocker.verified_us == verified[-1].payload.observed_us  # type: ignore[union-attr]

@@ -17,10 +17,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import httpx
 import pytest
+from helpers.api_server import api_server
 from helpers.evolve import run_turns
+from helpers.turn_cli import cli_env, holon
 
-from holon.clock import FakeClock
+from holon.clock import FakeClock, SystemClock
+from holon.config import load_settings, resolve_home
 from holon.daemon import Daemon
 from holon.evolve import review
 from holon.evolve.render import render_all
@@ -210,3 +214,82 @@ def test_the_durable_index_is_rebuilt_like_the_rest_of_the_index(store: Store, c
     # Any text is a valid query: FTS syntax in the input is quoted, never parsed.
     for hostile in ('"unbalanced', "deploy* OR NEAR(", "scope : x", "AND OR NOT", ""):
         durable_matches(store, [f"agent:{ada.agent_id}"], hostile)
+
+
+# --- provenance of verifications; the stale filter ---------------------------------------------
+
+
+def test_a_verification_adds_its_evidence_and_counts_from_when_it_was_observed(
+    store: Store, clock: FakeClock, ws: Path
+) -> None:
+    ada = create_agent(store, "ada", workspace=str(ws))
+    _turns(store, clock, ada.agent_id, "Remember that the db is postgres.", "Remember that the db is postgres.")
+    said = store.ledger.query("SELECT seq, ts_us FROM events WHERE type = 'message.received' ORDER BY seq")
+    (first_seq, first_us), (again_seq, again_us) = said
+    clock.advance(seconds=3 * 86_400)  # the jobs run days later (a backlog, a retry, a backfill)
+    Evolver(store, clock=clock).drain()
+
+    [entry] = review.list_entries(store, status="active")
+    assert entry.entry.evidence == [first_seq] and entry.entry.observed_us == first_us
+    assert entry.verified_by == [again_seq]
+    assert entry.verified_us == again_us  # when it was seen again, not when the job ran
+    verified = store.ledger.query("SELECT ts_us FROM events WHERE type = 'durable.verified'")
+    assert verified[0][0] > again_us + 86_400 * 1_000_000  # the job's own time was days later
+    fact = (Path(ada.home) / "memory/durable/workspace/fact.md").read_text()
+    assert f"- evidence: event:{first_seq}" in fact and f"- seen again in: event:{again_seq}" in fact
+
+    assert store.replay().ok  # replayed from the ledger: the same provenance, byte for byte
+
+
+def _entry(kind: str, subject: str, text: str, owner: str, observed_us: int) -> ev.DurableEntry:
+    return ev.DurableEntry(scope="workspace", kind=kind, subject=subject, text=text, owner=owner,  # type: ignore[arg-type]
+                           observed_us=observed_us, stale_after_s=30 * 86_400, verification="verify_before_use")  # fmt: skip
+
+
+def _seed_ages(home: Path, now_us: int) -> None:
+    """A stale fact (seen 40 days ago), a fresh one (yesterday) and a superseded one."""
+    day = 86_400 * 1_000_000
+    paths = resolve_home(str(home))
+    with Store.open(paths, load_settings(paths)) as store:
+        (home / "ws").mkdir(parents=True, exist_ok=True)
+        ada = create_agent(store, "ada", workspace=str(home / "ws"))
+        owner = f"workspace:{(home / 'ws').resolve()}"
+        events = [
+            ev.DurableRecorded(entry_id="mem-old", entry=_entry("fact", "fact:ci", "CI runs on Jenkins.", owner, now_us - 50 * day)),
+            ev.DurableRecorded(entry_id="mem-stale", entry=_entry("fact", "fact:db", "The db is postgres 14.", owner, now_us - 40 * day)),
+            ev.DurableRecorded(entry_id="mem-fresh", entry=_entry("fact", "fact:ci", "CI runs on GitHub Actions.", owner, now_us - day),
+                               supersedes=["mem-old"]),
+        ]  # fmt: skip
+        store.append(*[NewEvent(ada.agent_id, p, origin="test", authority="runtime") for p in events])
+
+
+def test_inspect_and_the_api_filter_stale_entries(tmp_path: Path, fast_ledger: None) -> None:
+    home = tmp_path / "home"
+    now = SystemClock().now_us()
+    _seed_ages(home, now)
+
+    def ids(*args: str) -> list[str]:
+        r = holon(home, "memory", "inspect", "ada", "--json", *args)
+        assert r.code == 0, r
+        return sorted(e["entry_id"] for e in r.json())
+
+    assert ids("--stale") == ids("--status", "stale") == ["mem-stale"]
+    assert ids() == ids("--status", "active") == ["mem-fresh", "mem-stale"]
+    assert ids("--status", "superseded") == ["mem-old"]
+    assert ids("--status", "all") == ["mem-fresh", "mem-old", "mem-stale"]
+    bad = holon(home, "memory", "inspect", "--stale", "--status", "superseded")
+    assert bad.code == 2 and "--stale" in bad.err, bad
+    assert holon(home, "memory", "inspect", "--status", "old").code == 2
+    table = holon(home, "memory", "inspect", "--stale", env=cli_env(COLUMNS="200"))
+    assert "The db is postgres 14." in table.out and "GitHub Actions" not in table.out, table
+
+    with api_server(home, clock=FakeClock(start_us=now)) as server, httpx.Client(base_url=server.url, timeout=10) as c:
+        def api(**params: str) -> list[str]:
+            r = c.get("/v1/agents/ada/memory/durable", params=params)
+            assert r.status_code == 200, r.text
+            return sorted(o["entry"]["entry_id"] for o in r.json())
+
+        assert api(status="stale") == ["mem-stale"]
+        assert api() == ["mem-fresh", "mem-stale"]
+        assert api(status="superseded") == ["mem-old"]
+        assert c.get("/v1/agents/ada/memory/durable", params={"status": "old"}).status_code == 422

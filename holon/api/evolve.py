@@ -99,13 +99,14 @@ def evolve_router(port: DaemonPort) -> APIRouter:
     async def durable(
         agent: str,
         scope: Annotated[Literal["operator", "workspace", "agent"] | None, Query()] = None,
-        status: Annotated[Literal["active", "superseded", "forgotten", "all"], Query()] = "active",
+        status: Annotated[Literal["active", "superseded", "forgotten", "stale", "all"], Query()] = "active",
     ) -> list[DurableOut]:
-        """The entries ``agent`` can recall (its own scope, its workspace's, the operator's)."""
+        """The entries ``agent`` can recall (its own scope, its workspace's, the operator's);
+        ``status=stale``: the active ones past their stale-after time on the daemon's clock."""
         a = store.agent(agent)
         now = _now()
         found = review.list_entries(
-            store, scope=scope, status=None if status == "all" else status, owners=owners_for(a)
+            store, scope=scope, status=None if status == "all" else status, owners=owners_for(a), now_us=now
         )
         return [durable_out(s, now) for s in found]
 

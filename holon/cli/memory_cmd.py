@@ -159,7 +159,14 @@ def inspect_(
     ctx: typer.Context,
     agent: Annotated[str | None, typer.Argument(help="Only what this agent can recall (default: every entry).")] = None,
     scope: Annotated[str | None, typer.Option("--scope", help="operator, workspace or agent.")] = None,
-    status: Annotated[str, typer.Option("--status", help="active, superseded, forgotten or all.")] = "active",
+    status: Annotated[
+        str,
+        typer.Option(
+            "--status",
+            help="active, superseded, forgotten, stale (active entries past their stale-after time) or all.",
+        ),
+    ] = "active",
+    stale: Annotated[bool, typer.Option("--stale", help="Only stale entries (the same as --status stale).")] = False,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -171,13 +178,18 @@ def inspect_(
 
     if scope not in (None, "operator", "workspace", "agent"):
         raise UsageError(f"--scope must be operator, workspace or agent, not {scope!r}")
-    if status not in ("active", "superseded", "forgotten", "all"):
-        raise UsageError(f"--status must be active, superseded, forgotten or all, not {status!r}")
+    if status not in ("active", "superseded", "forgotten", "stale", "all"):
+        raise UsageError(f"--status must be active, superseded, forgotten, stale or all, not {status!r}")
+    if stale and status not in ("active", "stale"):
+        raise UsageError(f"--stale and --status {status} ask for different entries; give one of them")
+    status = "stale" if stale else status
     c = ctx_of(ctx, home, json_out)
     now = SystemClock().now_us()
     with open_store(c) as store:
         owners = owners_for(store.agent(agent)) if agent else None
-        found = list_entries(store, scope=scope, status=None if status == "all" else status, owners=owners)
+        found = list_entries(
+            store, scope=scope, status=None if status == "all" else status, owners=owners, now_us=now
+        )
     if c.json or not found:
         emit(c, [_entry_json(s, now) for s in found], "no durable memory entries")
         return

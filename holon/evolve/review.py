@@ -17,9 +17,9 @@ from holon.evolve.worker import _h, active_entries
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
-from holon.projections.durable import DurableState, ProposalState
+from holon.projections.durable import DurableState, ProposalState, is_stale
 
-__all__ = ["Decision", "accept", "dismiss", "find_entry", "find_proposal", "forget", "list_entries", "list_proposals"]
+__all__ = ["ENTRY_STATUSES", "Decision", "accept", "dismiss", "find_entry", "find_proposal", "forget", "list_entries", "list_proposals"]
 
 
 def _find(store: Store, kind: str, ref: str) -> str:
@@ -56,10 +56,28 @@ def list_proposals(store: Store, *, status: str | None = "pending", agent_id: st
     return list(store.rows("proposal", status=status, agent_id=agent_id))
 
 
+#: What ``list_entries`` filters on: a stored status, or ``stale`` (active, past its stale-after time).
+ENTRY_STATUSES = ("active", "superseded", "forgotten", "stale")
+
+
 def list_entries(
-    store: Store, *, scope: str | None = None, status: str | None = None, owners: list[str] | None = None
+    store: Store,
+    *,
+    scope: str | None = None,
+    status: str | None = None,
+    owners: list[str] | None = None,
+    now_us: int | None = None,
 ) -> list[DurableState]:
-    out = [s for s in store.rows("durable", status=status) if isinstance(s, DurableState)]
+    """Entries by scope, owners and status (``None``: any). ``stale`` is not stored (time makes
+    an entry stale, no event does): it is the active entries stale at ``now_us``, which it needs."""
+    if status is not None and status not in ENTRY_STATUSES:
+        raise UsageError(f"unknown status {status!r}; statuses: {', '.join(ENTRY_STATUSES)}")
+    stored = "active" if status == "stale" else status
+    out = [s for s in store.rows("durable", status=stored) if isinstance(s, DurableState)]
+    if status == "stale":
+        if now_us is None:
+            raise UsageError("the stale filter needs the time to judge staleness at")
+        out = [s for s in out if is_stale(s, now_us)]
     if scope is not None:
         out = [s for s in out if s.entry.scope == scope]
     if owners is not None:

@@ -212,7 +212,8 @@ def plan(store: Store, agent: AgentState, job: Job, candidates: list[Candidate])
         match = next((s for s in same if _same_text(s.entry.text, e.text) or e.kind == "blocker"), None)
         if match is not None:
             if e.observed_us > match.verified_us:  # a sighting older than the last one restarts nothing
-                add(ev.DurableVerified(entry_id=match.entry_id, evidence=e.evidence), f"verify:{match.entry_id}")
+                verified = ev.DurableVerified(entry_id=match.entry_id, evidence=e.evidence, observed_us=e.observed_us)
+                add(verified, f"verify:{match.entry_id}")
                 report.verified += 1
             continue
         if c.proposal:

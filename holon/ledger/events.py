@@ -477,11 +477,14 @@ class DurableRecorded(PayloadBase):
 
 
 class DurableVerified(PayloadBase):
-    """The entry was observed again: its freshness restarts from this event."""
+    """The entry was observed again: its freshness restarts from that observation."""
 
     type: Literal["durable.verified"] = "durable.verified"
     entry_id: str
     evidence: list[int] = Field(default_factory=list, max_length=50)
+    observed_us: int | None = Field(None, ge=0)
+    """When the evidence was observed (not when the job ran: a job may run late, or again).
+    ``None`` in events written before the field existed: the event's own time is used."""
 
 
 class EvolveModelUsed(PayloadBase):

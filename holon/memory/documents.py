@@ -257,6 +257,8 @@ def _durable_doc(store: Store, agent: AgentState, ref: DurableRef) -> Document:
         + f" · confidence {e.confidence:.2f}",
         "evidence: " + (", ".join(f"event:{q}" for q in e.evidence) or "none"),
     ]
+    if s.verified_by:
+        lines.append("seen again in: " + ", ".join(f"event:{q}" for q in s.verified_by))
     return Document(str(ref), "durable", f"{ref} {e.subject}", "\n".join(lines) + "\n")
 
 

@@ -74,6 +74,8 @@ def _entry_block(s: DurableState) -> str:
         + (f" (proposal `{s.proposal_id}`)" if s.proposal_id else "")
     )
     lines.append(f"- evidence: {', '.join(f'event:{q}' for q in e.evidence) or 'none'}")
+    if s.verified_by:
+        lines.append(f"- seen again in: {', '.join(f'event:{q}' for q in s.verified_by)}")
     return "\n".join(lines)
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.ledger.events import DurableEntry, SkillDraft
@@ -31,7 +33,11 @@ class DurableState(State):
     status: DurableStatus = "active"
     recorded_us: int
     verified_us: int
-    """The last time it was observed or verified; staleness counts from here."""
+    """When it was last observed (the observation time of the latest evidence, never the time a
+    job ran); staleness counts from here."""
+    verified_by: list[int] = Field(default_factory=list)
+    """Evidence (ledger seqs) of the later sightings that verified it, oldest first, the newest
+    ``MAX_VERIFIED_BY`` kept; ``entry.evidence`` is what it was first drawn from."""
     seq: int
     source: str = "evolve"
     proposal_id: str | None = None
@@ -54,6 +60,23 @@ class ProposalState(State):
     decided_us: int | None = None
     text: str | None = None
     """The operator's edited text, when accepted with an edit."""
+
+
+#: Most evidence seqs of later sightings kept in ``DurableState.verified_by``.
+MAX_VERIFIED_BY = 50
+
+
+def _verified(state: DurableState, event: Event, p: ev.DurableVerified) -> DurableState:
+    """Provenance gains the sighting's evidence; freshness restarts from its observation time
+    (never moves back: an older sighting that arrives late adds evidence, not freshness)."""
+    seen = p.observed_us if p.observed_us is not None else event.ts_us
+    added = [q for q in p.evidence if q not in state.verified_by and q not in state.entry.evidence]
+    return state.model_copy(
+        update={
+            "verified_us": max(state.verified_us, seen),
+            "verified_by": [*state.verified_by, *added][-MAX_VERIFIED_BY:],
+        }
+    )
 
 
 def stale_at_us(state: DurableState) -> int | None:
@@ -87,7 +110,7 @@ def apply_durable(state: DurableState | None, event: Event, key: str) -> Durable
         case ev.DurableRecorded() if state is not None and state.status == "active":
             return state.model_copy(update={"status": "superseded", "superseded_by": p.entry_id})
         case ev.DurableVerified() if state is not None and state.status == "active":
-            return state.model_copy(update={"verified_us": event.ts_us})
+            return _verified(state, event, p)
         case ev.DurableForgotten() if state is not None and state.status != "forgotten":
             return state.model_copy(update={"status": "forgotten"})
     return state
