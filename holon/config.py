@@ -84,6 +84,8 @@ class RuntimeSettings(_Section):
     """Failed or malformed tool calls one turn tolerates."""
     retry_attempts: int = Field(4, ge=1, le=20)
     """Attempts per model call for rate limits, timeouts, server and connection errors."""
+    max_inputs_per_turn: int = Field(10, ge=1, le=1000)
+    """Pending inputs one turn takes, oldest first; the rest stay queued for the next turn."""
 
 
 class ContextSettings(_Section):

@@ -755,3 +755,27 @@ def test_inputs_that_arrive_together_are_handled_by_one_turn(store: Store, clock
     shown = user_message(provider.requests[0])
     assert shown.count("[operator, ") == 2 and shown.index("one") < shown.index("two")
     assert_sound(store)
+
+
+def test_a_flood_of_inputs_is_taken_in_turns_of_at_most_max_inputs_per_turn(store: Store, clock: FakeClock) -> None:
+    """25 queued inputs (e.g. task reports after a restart) never go into one prompt: turns of 10,
+    10 and 5, oldest first, every input answered, none left pending."""
+    cap = store.settings.runtime.max_inputs_per_turn
+    assert cap == 10
+    provider = ScriptedProvider([reply(f"answer {i}") for i in range(3)])
+    agent = create_agent(store, "alice")
+
+    async def scenario() -> tuple[list[Event], list[Any]]:
+        async with running(make_host(store, provider, clock=clock)) as host:
+            submitted = [host.submit("alice", f"note {i}") for i in range(25)]
+            return submitted, await host.run_agent(agent.agent_id)
+
+    submitted, results = asyncio.run(scenario())
+    assert [r.outcome for r in results] == ["completed"] * 3
+    taken = [e.payload.inputs for e in events(store, "turn.started", agent_id=agent.agent_id)]
+    assert [len(t) for t in taken] == [10, 10, 5]
+    assert [s for t in taken for s in t] == [e.seq for e in submitted]
+    first = "\n".join(str(m["content"]) for m in provider.requests[0].messages)
+    assert "note 9" in first and "note 10" not in first
+    assert store.agent(agent.agent_id).pending_inputs == []
+    assert_sound(store)

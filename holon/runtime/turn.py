@@ -130,7 +130,8 @@ class TurnRunner:
         provider, settings = self.resolve_provider(agent)  # raises before anything is spent
         limits = self._limits(agent)
         turn_id = new_id("turn")
-        inputs = list(agent.pending_inputs)
+        # Oldest first, at most max_inputs_per_turn: the rest stay pending for the next turn.
+        inputs = list(agent.pending_inputs)[: self.store.settings.runtime.max_inputs_per_turn]
         settings, budget = self._budget(settings)
         counter = self._counter(settings.model)
         registry = self.registry.for_agent(agent)
