@@ -279,8 +279,8 @@ def _settle(paths: HomePaths, url_of_model: str) -> None:
             configure_agent(store, agent.agent_id, {"model": "openai/fake", "api_base": url_of_model}, unset=[])
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with _process(_serve(paths, port), env=_env()) as (daemon, _), httpx.Client(base_url=url, timeout=10) as client:
-        _wait_healthy(url, daemon)
+    with _process(_serve(paths, port), env=_env()) as (daemon, _), httpx.Client(base_url=url, timeout=60) as client:
+        _wait_healthy(url, daemon)  # recovery keeps the loop busy: status may answer slowly
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             agents = client.get("/v1/status").json()["agents"]
