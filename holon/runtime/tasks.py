@@ -20,6 +20,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from holon.clock import Clock
 from holon.ids import new_id
@@ -211,18 +212,22 @@ class TaskManager:
                 task.watcher.cancel()
             task.stopped = True
             self._kill(task)
-            self._append(
-                NewEvent(
-                    agent_id,
-                    ev.TaskResulted(task_id=task.task_id, state="cancelled", output=task.text() + f"\n[{reason}]"),
-                    origin="runtime:tasks",
-                    authority="runtime",
-                    task_id=task.task_id,
-                )
-            )
-            self.running.pop(task.task_id, None)
+            self._record_end(task, "cancelled", reason)
             ended.append(task.task_id)
         return ended
+
+    def _record_end(self, task: RunningTask, state: Literal["cancelled", "interrupted"], reason: str) -> None:
+        """Record a task this manager ended itself (no ``on_done`` runs) and forget it."""
+        self._append(
+            NewEvent(
+                task.agent_id,
+                ev.TaskResulted(task_id=task.task_id, state=state, output=task.text() + f"\n[{reason}]"),
+                origin="runtime:tasks",
+                authority="runtime",
+                task_id=task.task_id,
+            )
+        )
+        self.running.pop(task.task_id, None)
 
     def live_output(self, task_id: str) -> str | None:
         task = self.running.get(task_id)
@@ -240,15 +245,6 @@ class TaskManager:
             self._kill(task)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task.proc.wait(), timeout=5)
-            self._append(
-                NewEvent(
-                    task.agent_id,
-                    ev.TaskResulted(task_id=task.task_id, state="interrupted", output=task.text() + f"\n[{reason}]"),
-                    origin="runtime:tasks",
-                    authority="runtime",
-                    task_id=task.task_id,
-                )
-            )
-            self.running.pop(task.task_id, None)
+            self._record_end(task, "interrupted", reason)
             stopped.append(task.task_id)
         return stopped
