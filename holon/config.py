@@ -12,6 +12,7 @@ key, a bad value, unreadable TOML, or a ``$HOLON_CONFIG`` that does not exist.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +36,7 @@ __all__ = [
     "ModelDefaults",
     "RuntimeSettings",
     "Settings",
+    "ToolsSettings",
     "load_settings",
     "resolve_home",
 ]
@@ -206,6 +208,29 @@ class DaemonSettings(_Section):
     """The model process exits after this long without a call (the next call starts it again)."""
 
 
+class ToolsSettings(_Section):
+    """How agent tools run (RFC 0002, "Commands run confined")."""
+
+    pass_env: tuple[str, ...] = ()
+    """Names of daemon environment variables ``run_command`` passes on, beyond the fixed pass-list
+    (PATH, LANG, LC_*, TERM, TZ, TMPDIR). Nothing else of the daemon's environment reaches a command."""
+    isolation: Literal["auto", "namespaces", "none"] = "auto"
+    """``namespaces``: every command runs in its own user, PID and mount namespaces with the holon
+    home read-only except the agent's own home (refused where the kernel forbids it); ``auto``:
+    that where available, else unconfined with a logged, status-visible warning; ``none``: unconfined."""
+    command_wrapper: str = ""
+    """A command line put in front of every command instead of the built-in namespaces, e.g. a
+    ``bwrap ... --`` line; the command's ``bash -c CMD`` is appended to it."""
+
+    @field_validator("pass_env")
+    @classmethod
+    def _names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [n for n in value if not re.fullmatch(_ENV_VAR_NAME, n)]
+        if bad:
+            raise ValueError(f"not an environment variable name: {bad[0]!r}")
+        return value
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -225,6 +250,7 @@ class Settings(BaseSettings):
     logging: LoggingSettings = LoggingSettings()
     api: ApiSettings = ApiSettings()
     daemon: DaemonSettings = DaemonSettings()
+    tools: ToolsSettings = ToolsSettings()
 
     @classmethod
     def settings_customise_sources(

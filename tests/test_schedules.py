@@ -346,7 +346,9 @@ def test_delete_over_http_kills_the_agents_task(client: httpx.Client, server: Ap
         port = server.port
         assert port is not None
         agent = port.store.agent("ada")
-        coro = port.host.tasks.run_command(agent.agent_id, Path(agent.home), "sleep 60", wait_s=0, timeout_s=600)
+        coro = port.host.tasks.run_command(
+            agent.agent_id, Path(agent.home), Path(agent.home), Path(agent.home), "sleep 60", wait_s=0, timeout_s=600
+        )
         return asyncio.run_coroutine_threadsafe(coro, server.loop)  # type: ignore[return-value]
 
     outcome = server.call(start_task).result(10)

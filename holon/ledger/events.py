@@ -321,6 +321,19 @@ class TaskResulted(PayloadBase):
     exit_code: int | None = None
 
 
+class CommandStarted(PayloadBase):
+    """A ``run_command`` process exists and has not yet run anything (it waits on a gate until
+    this is committed): recovery stops it after a crash, foreground or background (RFC 0002)."""
+
+    type: Literal["command.started"] = "command.started"
+    task_id: str
+    """Names the command's files under ``<home>/tasks/``, and its task if it goes to the background."""
+    process: str | None = None
+    """``pid:start-time:boot-id`` of the process group leader (``holon.runtime.tasks.process_identity``)."""
+    sandbox: str = ""
+    """How it is confined: ``namespaces``, ``wrapper`` or ``none``."""
+
+
 WaitOn = Literal["task", "timer", "operator", "external", "until"]
 
 
@@ -591,6 +604,7 @@ Payload = Annotated[
     | TaskCreated
     | TaskStateChanged
     | TaskResulted
+    | CommandStarted
     | WaitRegistered
     | WaitResolved
     | TimerScheduled

@@ -6,8 +6,11 @@ Run once when a host starts (and only by the one host that holds the home's lock
   inputs; the next turn sees the interrupted turn's recorded rounds and a note;
 * a ``tool.called`` without a ``tool.resulted`` gets a result with status ``interrupted``: the
   call may have had effects, so it is reported, never re-run automatically;
-* a task still marked running has no process any more: it gets ``task.resulted(interrupted)``,
-  and its agent gets that result as an input, like any task result.
+* a command the dead process started (``command.started``: foreground in the unsettled turn, or a
+  background task still marked running) is stopped if that very process still runs; a background
+  task gets ``task.resulted``: its real result (state and exit code, from the files its runner
+  leaves under ``<home>/tasks/<task_id>/``) when it finished while holon was dead, else
+  ``interrupted``; and its agent gets that result as an input, like any task result.
   (A graceful stop kills its tasks itself and sends the same input, ``interrupted_task_input``,
   before it exits.)
 """
@@ -22,7 +25,7 @@ from holon.ledger import events as ev
 from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection
 from holon.runtime.inputs import input_events
-from holon.runtime.tasks import stop_orphan
+from holon.runtime.tasks import finished_result, remove_task_files, stop_orphan
 
 _PROCESS = re.compile(r"process (\d+:\d+:[\w-]+)")
 
@@ -131,10 +134,44 @@ def _task_input(store: Store, task: TaskProjection, output: str) -> list[NewEven
     return [result, *interrupted_task_input(store, task, output)]
 
 
+def _stop_turn_commands(store: Store, agent: AgentState) -> None:
+    """Stop the commands the agent's unsettled turn started (a foreground ``run_command`` has no
+    task, only its ``command.started``) and drop their files; their tool calls are reported
+    interrupted with the turn."""
+    assert agent.current_turn_seq is not None
+    for e in store.ledger.read(agent.current_turn_seq - 1, agent_id=agent.agent_id):
+        if isinstance(e.payload, ev.CommandStarted) and store.state("task", e.payload.task_id) is None:
+            if e.payload.process:
+                stop_orphan(e.payload.process)
+            remove_task_files(store.paths.root / "tasks", e.payload.task_id)
+
+
+def _finished_task(store: Store, task: TaskProjection, code: int, output: str) -> list[NewEvent]:
+    """A background task that ended while holon was dead: its real result, and the input telling its agent."""
+    state: ev.TaskState = "succeeded" if code == 0 else "failed"
+    result = NewEvent(
+        task.agent_id,
+        ev.TaskResulted(task_id=task.task_id, state=state, output=output, exit_code=code),
+        origin="runtime:recovery",
+        authority="runtime",
+        task_id=task.task_id,
+    )
+    tail = "\n".join(output.splitlines()[-40:])
+    text = (
+        f"Background task {task.task_id} ({task.title}) ended: {state}, exit code {code} "
+        f"(it finished while holon was stopped).\nLast lines of its output:\n{tail}"
+    )
+    return [result, *input_events(
+        store, task.agent_id, text, origin=f"task:{task.task_id}", authority="tool", sender="task",
+        channel="task", wakes=("task", task.task_id), task_id=task.task_id,
+    )]  # fmt: skip
+
+
 def recover(store: Store) -> RecoveryReport:
     report = RecoveryReport()
     for agent in store.agents():
         if agent.current_turn_id is not None:
+            _stop_turn_commands(store, agent)
             _recover_turn(store, agent, report)
     for task in store.rows("task", status="running") + store.rows("task", status="pending"):
         if task.kind == "child_agent":
@@ -143,7 +180,13 @@ def recover(store: Store) -> RecoveryReport:
         # recorded at start (pid, start time and boot id must all match, so a reused pid is safe).
         found = _PROCESS.search(task.detail or "")
         stopped = stop_orphan(found.group(1)) if found else False
-        what = "its leftover processes were stopped" if stopped else "its process had already ended"
-        store.append(*_task_input(store, task, f"holon stopped while the task was running; {what}."))
+        tasks_dir = store.paths.root / "tasks"
+        done = None if stopped else finished_result(tasks_dir, task.task_id)
+        if done is not None:
+            store.append(*_finished_task(store, task, *done))
+        else:
+            what = "its leftover processes were stopped" if stopped else "its process had already ended"
+            store.append(*_task_input(store, task, f"holon stopped while the task was running; {what}."))
+        remove_task_files(tasks_dir, task.task_id)
         report.tasks.append(task.task_id)
     return report

@@ -1,13 +1,23 @@
-"""Background tasks: shell commands that outlive a short wait.
+"""Commands and background tasks: shell commands, confined, recorded before they run.
 
-``TaskManager`` is a host service, not a tool: it owns the task events (``task.created``,
-``task.state_changed``, ``task.resulted``) and appends them itself, in order, so a task's result
-can never precede its creation in the ledger. When a task ends, ``on_done`` lets the host turn the
-result into an input for the agent and resolve waits on it.
+``TaskManager`` is a host service, not a tool: it owns the command and task events
+(``command.started``, ``task.created``, ``task.state_changed``, ``task.resulted``) and appends them
+itself, in order, so a task's result can never precede its creation in the ledger. When a task
+ends, ``on_done`` lets the host turn the result into an input for the agent and resolve waits on it.
 
-Commands run in the agent's workspace, in a session of their own (so a stop kills the whole
-process group), with secret-looking variables removed from their environment: an agent that runs
-``env`` must not copy API keys into the ledger.
+Every command (RFC 0002, "Commands run confined"):
+
+* runs in a session of its own (a stop kills the whole process group), under a tiny bash runner
+  that first waits on a gate (its stdin): the process exists, its identity
+  (``pid:start-time:boot-id``) is committed in ``command.started``, and only then is the gate
+  opened. If holon dies before that, the gate's pipe closes and the runner exits without running
+  anything; after that, recovery finds the identity and stops the process group, whether the
+  command was in the foreground or had become a background task;
+* writes its output to ``<home>/tasks/<task_id>/output`` and the runner writes the exit code to
+  ``exit`` when it ends, so a background task that finished while holon was dead is reported
+  with its real result, not ``interrupted``;
+* gets a scrubbed environment and runs inside the ``Sandbox`` (``holon.runtime.sandbox``), in the
+  agent's workspace or home.
 """
 
 from __future__ import annotations
@@ -15,10 +25,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
+import shutil
 import signal
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -26,12 +36,34 @@ from holon.clock import Clock
 from holon.ids import new_id
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
+from holon.runtime.sandbox import Sandbox, command_env
 
-__all__ = ["CommandOutcome", "RunningTask", "TaskManager", "command_env", "process_identity", "stop_orphan"]
+__all__ = [
+    "CommandOutcome",
+    "RunningTask",
+    "TaskManager",
+    "command_env",
+    "finished_result",
+    "process_identity",
+    "remove_task_files",
+    "stop_orphan",
+]
 
-_SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 OUTPUT_LIMIT = 1_000_000
 """Bytes of output kept per task (the tail, when a command prints more)."""
+
+# The runner: wait for "go" on stdin (holon has recorded the process), run the command with its
+# output in a file, then leave the exit code beside it, atomically. Arguments: DIR, then the
+# command's argv (the sandbox prefix and ``bash -c CMD``).
+_RUNNER = r"""
+IFS= read -r go || true
+[ "$go" = go ] || exit 125
+dir=$1; shift
+"$@" </dev/null >"$dir/output" 2>&1
+code=$?
+printf '%s\n' "$code" >"$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
+exit "$code"
+"""
 
 
 def _boot_id() -> str:
@@ -52,7 +84,7 @@ def process_identity(pid: int) -> str | None:
 
 
 def stop_orphan(identity: str) -> bool:
-    """Kill the process group of a task whose holon died, if that very process still runs."""
+    """Kill the process group of a command whose holon died, if that very process still runs."""
     pid = int(identity.split(":", 1)[0])
     if process_identity(pid) != identity:
         return False
@@ -62,8 +94,35 @@ def stop_orphan(identity: str) -> bool:
     return False
 
 
-def command_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
+def _tail(path: Path) -> tuple[str, bool]:
+    """The last ``OUTPUT_LIMIT`` bytes of a file as text, and whether earlier bytes were dropped."""
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - OUTPUT_LIMIT))
+            data = fh.read(OUTPUT_LIMIT)
+    except OSError:
+        return "", False
+    return data.decode("utf-8", errors="replace"), size > OUTPUT_LIMIT
+
+
+def _text(directory: Path) -> str:
+    body, truncated = _tail(directory / "output")
+    return f"[earlier output dropped: kept the last {OUTPUT_LIMIT} bytes]\n{body}" if truncated else body
+
+
+def finished_result(tasks_dir: Path, task_id: str) -> tuple[int, str] | None:
+    """``(exit code, output)`` of a command whose runner recorded its end, else ``None``."""
+    directory = tasks_dir / task_id
+    try:
+        code = int((directory / "exit").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return code, _text(directory)
+
+
+def remove_task_files(tasks_dir: Path, task_id: str) -> None:
+    shutil.rmtree(tasks_dir / task_id, ignore_errors=True)
 
 
 @dataclass
@@ -73,14 +132,12 @@ class RunningTask:
     command: str
     proc: asyncio.subprocess.Process
     started_us: int
-    output: bytearray = field(default_factory=bytearray)
-    truncated: bool = False
+    directory: Path
     stopped: bool = False
     watcher: asyncio.Task[None] | None = None
 
     def text(self) -> str:
-        body = self.output.decode("utf-8", errors="replace")
-        return f"[earlier output dropped: kept the last {OUTPUT_LIMIT} bytes]\n{body}" if self.truncated else body
+        return _text(self.directory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,44 +153,73 @@ OnDone = Callable[[str, str], Awaitable[None]]
 
 
 class TaskManager:
-    def __init__(self, append: Append, clock: Clock, on_done: OnDone | None = None) -> None:
+    def __init__(
+        self,
+        append: Append,
+        clock: Clock,
+        on_done: OnDone | None = None,
+        *,
+        tasks_dir: Path,
+        sandbox: Sandbox,
+        pass_env: Sequence[str] = (),
+    ) -> None:
         self._append = append
         self._clock = clock
         self._on_done = on_done
+        self.tasks_dir = tasks_dir
+        self.sandbox = sandbox
+        self._pass_env = tuple(pass_env)
         self.running: dict[str, RunningTask] = {}
 
-    async def _pump(self, task: RunningTask) -> None:
-        assert task.proc.stdout is not None
-        while chunk := await task.proc.stdout.read(65_536):
-            task.output += chunk
-            if len(task.output) > OUTPUT_LIMIT:
-                del task.output[: len(task.output) - OUTPUT_LIMIT]
-                task.truncated = True
+    async def _start(self, agent_id: str, home: Path, workspace: Path, cwd: Path, command: str) -> RunningTask:
+        """Spawn the runner behind its gate, record ``command.started``, then open the gate."""
+        task_id = new_id("task")
+        directory = self.tasks_dir / task_id
+        directory.mkdir(parents=True, mode=0o700)
+        argv = ["bash", "-c", _RUNNER, "holon-task", str(directory), *self.sandbox.prefix([home, workspace]), "bash", "-c", command]
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+            env=command_env(home, self._pass_env),
+        )
+        task = RunningTask(task_id, agent_id, command, proc, self._clock.now_us(), directory)
+        assert proc.stdin is not None
+        try:
+            started = ev.CommandStarted(task_id=task_id, process=process_identity(proc.pid), sandbox=self.sandbox.mode)
+            self._append(NewEvent(agent_id, started, origin="runtime:tasks", authority="runtime", task_id=task_id))
+            proc.stdin.write(b"go\n")
+            await proc.stdin.drain()
+        except BaseException:
+            self._kill(task)
+            remove_task_files(self.tasks_dir, task_id)
+            raise
+        finally:
+            proc.stdin.close()
+        return task
 
     async def run_command(
-        self, agent_id: str, workspace: Path, command: str, *, wait_s: float, timeout_s: float
+        self, agent_id: str, home: Path, workspace: Path, cwd: Path, command: str, *, wait_s: float, timeout_s: float
     ) -> CommandOutcome:
-        proc = await asyncio.create_subprocess_shell(
-            command,
-            cwd=workspace,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-            env=command_env(),
-        )
-        task = RunningTask(new_id("task"), agent_id, command, proc, self._clock.now_us())
-        pump = asyncio.create_task(self._pump(task))
+        """Run ``command`` in ``cwd`` (the caller checked it lies in the agent's home or workspace);
+        its result if it ends within ``wait_s``, else it becomes a background task."""
+        task = await self._start(agent_id, home, workspace, cwd, command)
+        proc = task.proc
         try:
             await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=min(wait_s, timeout_s))
         except TimeoutError:
             pass
         except asyncio.CancelledError:  # the turn was aborted or its agent deleted: the command goes too
             self._kill(task)
+            remove_task_files(self.tasks_dir, task.task_id)
             raise
         else:
-            await pump
-            return CommandOutcome(True, proc.returncode, task.text())
+            output = task.text()
+            remove_task_files(self.tasks_dir, task.task_id)
+            return CommandOutcome(True, proc.returncode, output)
         # Still running: it becomes a background task whose result comes back as an input.
         self._append(
             NewEvent(
@@ -142,7 +228,7 @@ class TaskManager:
                     task_id=task.task_id,
                     kind="command",
                     title=command[:200],
-                    spec={"command": command, "cwd": str(workspace)},
+                    spec={"command": command, "cwd": str(cwd)},
                 ),
                 origin=f"agent:{agent_id}",
                 authority="agent",
@@ -158,10 +244,10 @@ class TaskManager:
             ),
         )
         self.running[task.task_id] = task
-        task.watcher = asyncio.create_task(self._watch(task, pump, timeout_s - wait_s))
+        task.watcher = asyncio.create_task(self._watch(task, timeout_s - wait_s))
         return CommandOutcome(False, None, task.text(), task.task_id)
 
-    async def _watch(self, task: RunningTask, pump: asyncio.Task[None], remaining_s: float) -> None:
+    async def _watch(self, task: RunningTask, remaining_s: float) -> None:
         state: ev.TaskState
         try:
             await asyncio.wait_for(asyncio.shield(task.proc.wait()), timeout=max(remaining_s, 0.001))
@@ -171,8 +257,6 @@ class TaskManager:
             self._kill(task)
             await task.proc.wait()
             state, detail = "failed", "timed out after the command's timeout; killed"
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(pump, timeout=5)
         output = task.text() + (f"\n[{detail}]" if detail else "")
         self._append(
             NewEvent(
@@ -184,6 +268,7 @@ class TaskManager:
             )
         )
         self.running.pop(task.task_id, None)
+        remove_task_files(self.tasks_dir, task.task_id)
         if self._on_done is not None:
             await self._on_done(task.agent_id, task.task_id)
 
@@ -228,6 +313,7 @@ class TaskManager:
             )
         )
         self.running.pop(task.task_id, None)
+        remove_task_files(self.tasks_dir, task.task_id)
 
     def live_output(self, task_id: str) -> str | None:
         task = self.running.get(task_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 
 from holon.runtime.tools.base import Tool, ToolContext, ToolOutput, ToolParams, ToolRetry
@@ -13,6 +15,9 @@ class RunParams(ToolParams):
     command: str = Field(min_length=1, max_length=20_000, description="A bash command line.")
     wait_s: float = Field(10.0, ge=0, le=60, description="How long to wait before it becomes a background task.")
     timeout_s: float = Field(600.0, gt=0, le=86_400, description="Kill the command after this long.")
+    cwd: str | None = Field(
+        None, max_length=4_096, description="Directory to run in, relative to your workspace; must stay inside it or your home."
+    )
 
 
 class TaskParams(ToolParams):
@@ -33,10 +38,25 @@ def _tail(text: str, lines: int) -> str:
     return "\n".join(parts[-lines:]) if len(parts) > lines else text
 
 
+def _confined_cwd(ctx: ToolContext, cwd: str | None) -> Path:
+    """The command's working directory: the workspace, or a directory inside it or the agent's home."""
+    if cwd is not None and "\0" in cwd:
+        raise ToolRetry("cwd must not contain NUL")
+    roots = [ctx.workspace.resolve(), ctx.home.resolve()]
+    target = (ctx.workspace / (cwd or ".")).resolve()
+    if not any(target == root or target.is_relative_to(root) for root in roots):
+        raise ToolRetry(f"cwd {cwd!r} is outside your workspace ({roots[0]}) and your home ({roots[1]})")
+    if not target.is_dir():
+        raise ToolRetry(f"cwd {cwd!r} is not a directory")
+    return target
+
+
 async def run_command(ctx: ToolContext, p: RunParams) -> ToolOutput:
-    out = await ctx.services.tasks.run_command(
-        ctx.agent_id, ctx.workspace, p.command, wait_s=p.wait_s, timeout_s=p.timeout_s
-    )
+    tasks = ctx.services.tasks
+    if (refusal := tasks.sandbox.refusal) is not None:
+        raise ToolRetry(refusal)
+    cwd = _confined_cwd(ctx, p.cwd)
+    out = await tasks.run_command(ctx.agent_id, ctx.home, ctx.workspace, cwd, p.command, wait_s=p.wait_s, timeout_s=p.timeout_s)
     if out.finished:
         return ToolOutput(f"exit code: {out.exit_code}\n{out.output}")
     return ToolOutput(
