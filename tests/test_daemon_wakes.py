@@ -24,10 +24,12 @@ from helpers.runtime import SCRIPTED
 from holon.api.app import create_app
 from holon.api.server import build_server, free_port
 from holon.daemon import Daemon
+from holon.ledger import events as ev
 from holon.projections import Store
 from holon.projections.state import TaskProjection
 from holon.runtime.providers.base import ModelRequest
 from holon.runtime.providers.scripted import ScriptedProvider, reply, tool_call
+from holon.runtime.tasks import process_identity
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -155,8 +157,8 @@ def _wait_on_the_task(request: ModelRequest) -> Any:
 
 
 def test_a_graceful_stop_reports_the_killed_task_to_the_agent_after_restart(store: Store, tmp_path: Path) -> None:
-    pid_file = tmp_path / "job.pid"
-    command = f"echo begun; echo $$ > {pid_file}; exec sleep 30"
+    begun = tmp_path / "job.begun"
+    command = f"echo begun > {begun}; exec sleep 30"
     first = ScriptedProvider([
         tool_call("run_command", {"command": command, "wait_s": 0.2}),
         _wait_on_the_task,
@@ -179,14 +181,17 @@ def test_a_graceful_stop_reports_the_killed_task_to_the_agent_after_restart(stor
                           channel="test")  # fmt: skip
             await _until(lambda: store.rows("wait", status="pending") and not daemon.host.is_running(_id(store)))
             [task] = store.rows("task", status="running")
-            await _until(lambda: pid_file.exists() and pid_file.read_text().strip())
+            await _until(begun.exists)
         finally:
             await daemon.stop(grace_s=1)
         return task.task_id
 
     task_id = asyncio.run(first_run())
-    job_pid = int(pid_file.read_text())
-    assert not Path(f"/proc/{job_pid}").exists(), "the graceful stop kills the command"
+    [started] = [e.payload for e in store.ledger.read() if isinstance(e.payload, ev.CommandStarted)]
+    assert started.process is not None
+    assert process_identity(int(started.process.split(":")[0])) != started.process, (
+        "the graceful stop kills the command"
+    )
     task = store.state("task", task_id)
     assert isinstance(task, TaskProjection) and task.state == "interrupted"
     assert store.agent("ada").pending_inputs, "the task's result waits for the next start"

@@ -24,6 +24,8 @@ import pytest
 from helpers.turn_cli import (
     all_events,
     assert_ledger_ok,
+    command_alive,
+    command_processes,
     event_types,
     holon,
     kill_group,
@@ -143,8 +145,10 @@ def _test_kill_during_model_call(tmp_path: Path, fake: FakeLLM, restarted: threa
 
 
 def test_kill_during_tool_call(tmp_path: Path, fake: FakeLLM) -> None:
-    marker, pid_file = tmp_path / "ran.txt", tmp_path / "cmd.pid"
-    command = f"echo ran >> {marker}; echo $$ > {pid_file}; exec sleep 60"
+    """Also finding 6 of issue 14: the foreground command (``sleep 300``) outlives the SIGKILLed
+    holon, and the restarted holon's recovery kills it (its identity was recorded before it ran)."""
+    marker = tmp_path / "ran.txt"
+    command = f"echo ran >> {marker}; exec sleep 300"
     fake.add(
         {
             "content": "Running it.",
@@ -156,15 +160,19 @@ def test_kill_during_tool_call(tmp_path: Path, fake: FakeLLM) -> None:
 
     proc = spawn_holon(home, "run", "bob", FIRST, "--json")
     try:
-        wait_for("the command to start", lambda: marker.exists() and pid_file.exists(), proc=proc)
-        wait_for("the pid file", lambda: pid_file.read_text().strip(), proc=proc)
+        wait_for("the command to start", marker.exists, proc=proc)
     finally:
         kill_hard(proc)
-        kill_group(pid_file)  # the command runs in a session of its own and outlives holon
-    types = event_types(home)
-    assert types[-1] == "tool.called" and "tool.resulted" not in types
+    try:
+        types = event_types(home)
+        assert types[-2:] == ["tool.called", "command.started"] and "tool.resulted" not in types
+        (identity,) = command_processes(home)
+        assert command_alive(identity), "the command runs in a session of its own and outlives holon"
 
-    r = holon(home, "run", "bob", SECOND, "--json")
+        r = holon(home, "run", "bob", SECOND, "--json")
+        assert not command_alive(identity), "recovery left the foreground command running"
+    finally:
+        kill_group(home)
     data = r.json()
     assert r.code == 0, r
     assert data["outcome"] == "completed" and data["tool_calls"] == 0
@@ -209,8 +217,8 @@ def test_kill_during_tool_call(tmp_path: Path, fake: FakeLLM) -> None:
 
 
 def test_background_task_running_at_kill_is_reported_interrupted(tmp_path: Path, fake: FakeLLM) -> None:
-    marker, pid_file = tmp_path / "job.txt", tmp_path / "job.pid"
-    command = f"echo started >> {marker}; echo $$ > {pid_file}; exec sleep 60"
+    marker = tmp_path / "job.txt"
+    command = f"echo started >> {marker}; exec sleep 60"
     fake.add(
         {"tool_calls": [{"name": "run_command", "arguments": {"command": command, "wait_s": 0.2}}]},
         {"content": "Started the job in the background."},
@@ -222,22 +230,21 @@ def test_background_task_running_at_kill_is_reported_interrupted(tmp_path: Path,
     proc = spawn_holon(home, "run", "bob", "start the job", "--until-idle", "--json")
     try:
         wait_for("the turn to settle", lambda: "turn.settled" in event_types(home), proc=proc, timeout=90)
-        wait_for("the job to start", lambda: marker.exists() and pid_file.exists(), proc=proc)
-        wait_for("the pid file", lambda: pid_file.read_text().strip(), proc=proc)
+        wait_for("the job to start", marker.exists, proc=proc)
     finally:
         kill_hard(proc)
     with open_store(home) as store:
         (task,) = store.rows("task")
         task_id = task.task_id
     assert task.state == "running"
-    job_pid = int(pid_file.read_text().strip())
-    assert Path(f"/proc/{job_pid}").exists()  # the command outlived holon (its own session)
+    (identity,) = command_processes(home)
+    assert command_alive(identity)  # the command outlived holon (its own session)
 
     try:
         report = run_host(home)
     finally:
-        alive_after_recovery = Path(f"/proc/{job_pid}").exists() and "zombie" not in _state(job_pid)
-        kill_group(pid_file)
+        alive_after_recovery = command_alive(identity)
+        kill_group(home)
     # Recovery stopped the very process the task had started (identified by pid, start time, boot).
     assert not alive_after_recovery
     assert report["recovered"] == {"turns": [], "tool_calls": [], "tasks": [task_id]}
@@ -276,8 +283,42 @@ def test_background_task_running_at_kill_is_reported_interrupted(tmp_path: Path,
     assert_ledger_ok(home)
 
 
-def _state(pid: int) -> str:
+def test_background_task_that_finished_while_holon_was_dead_keeps_its_result(tmp_path: Path, fake: FakeLLM) -> None:
+    """Finding 6 of issue 14: a background task that did its work after holon was SIGKILLed is
+    reported with its real state, exit code and output, not ``interrupted``."""
+    marker, go = tmp_path / "job.txt", tmp_path / "go"
+    command = f"echo started >> {marker}; until [ -e {go} ]; do sleep 0.05; done; echo side-effect-done; exit 3"
+    fake.add(
+        {"tool_calls": [{"name": "run_command", "arguments": {"command": command, "wait_s": 0.2}}]},
+        {"content": "Started the job in the background."},
+        {"content": "The job failed with exit code 3."},
+    )
+    home = _setup(tmp_path, fake)
+    proc = spawn_holon(home, "run", "bob", "start the job", "--until-idle", "--json")
     try:
-        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
-    except (OSError, IndexError):
-        return "gone"
+        wait_for("the turn to settle", lambda: "turn.settled" in event_types(home), proc=proc, timeout=90)
+        wait_for("the job to start", marker.exists, proc=proc)
+    finally:
+        kill_hard(proc)
+    try:
+        (identity,) = command_processes(home)
+        assert command_alive(identity)
+        go.touch()  # the job finishes while holon is dead
+        wait_for("the job to end", lambda: not command_alive(identity))
+        report = run_host(home)
+    finally:
+        kill_group(home)
+    with open_store(home) as store:
+        (task,) = store.rows("task")
+    assert report["recovered"]["tasks"] == [task.task_id]
+    events = all_events(home)
+    (result,) = _of(events, ev.TaskResulted)
+    assert result.origin == "runtime:recovery"
+    assert (result.payload.state, result.payload.exit_code) == ("failed", 3)
+    with open_store(home) as store:
+        assert "side-effect-done" in text_of(store, result.payload.output)
+    (notice,) = [e for e in _of(events, ev.MessageReceived) if e.task_id == task.task_id]
+    assert "ended: failed, exit code 3" in notice.payload.text and "side-effect-done" in notice.payload.text
+    assert [t["outcome"] for t in report["turns"]] == ["completed"]
+    assert not (home / "tasks" / task.task_id).exists(), "recovery leaves no task files behind"
+    assert_ledger_ok(home)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import shlex
 import subprocess
@@ -57,10 +58,22 @@ mount --rbind "$home" "$home"
 mount -o remount,bind,ro "$home" "$home"
 exec unshare --user --map-root-user --mount -- "$@"
 """
-_NAMESPACES = ("unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child", "--")
+_NAMESPACES = (
+    "unshare",
+    "--user",
+    "--map-root-user",
+    "--mount",
+    "--pid",
+    "--fork",
+    "--mount-proc",
+    "--kill-child",
+    "--",
+)
 
 
-def command_env(agent_home: Path | str, pass_env: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def command_env(
+    agent_home: Path | str, pass_env: Sequence[str] = (), environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The whole environment of an agent's command: a pass-list, never the daemon's own."""
     source = os.environ if environ is None else environ
     names = set(PASS_ENV) | set(pass_env)
@@ -79,23 +92,19 @@ def harden_process() -> bool:
     return False
 
 
-_probed: bool | None = None
-
-
+@functools.cache
 def namespaces_available() -> bool:
     """Whether this machine lets holon start a command in the built-in namespaces (probed once)."""
-    global _probed
-    if _probed is None:
-        with tempfile.TemporaryDirectory(prefix="holon-probe-") as tmp:
-            argv = [*_NAMESPACES, "bash", "-c", _OUTER, "holon-sandbox", tmp, tmp, "--", "true"]
-            try:
-                done = subprocess.run(argv, capture_output=True, timeout=10, check=False, env=command_env(tmp))
-                _probed = done.returncode == 0
-            except (OSError, subprocess.TimeoutExpired):
-                _probed = False
-        if not _probed:
-            log.warning("namespaces unavailable", probe=" ".join(_NAMESPACES[:-1]))
-    return _probed
+    with tempfile.TemporaryDirectory(prefix="holon-probe-") as tmp:
+        argv = [*_NAMESPACES, "bash", "-c", _OUTER, "holon-sandbox", tmp, tmp, "--", "true"]
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=10, check=False, env=command_env(tmp))
+            ok = done.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+    if not ok:
+        log.warning("namespaces unavailable", probe=" ".join(_NAMESPACES[:-1]))
+    return ok
 
 
 @dataclass(frozen=True, slots=True)

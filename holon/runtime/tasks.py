@@ -83,14 +83,27 @@ def process_identity(pid: int) -> str | None:
     return f"{pid}:{fields[19]}:{_boot_id()}"
 
 
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2 :].startswith("Z")
+
+
 def stop_orphan(identity: str) -> bool:
-    """Kill the process group of a command whose holon died, if that very process still runs."""
+    """Kill the process group of a command whose holon died, if that very process still runs.
+
+    Returns whether it was still running: a leader that already exited but was never reaped (a
+    zombie: its holon died and nothing reaps orphans here) counts as ended, though what is left
+    of its group is killed all the same."""
     pid = int(identity.split(":", 1)[0])
     if process_identity(pid) != identity:
         return False
+    running = not _zombie(pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-        return True
+        return running
     return False
 
 
@@ -176,7 +189,17 @@ class TaskManager:
         task_id = new_id("task")
         directory = self.tasks_dir / task_id
         directory.mkdir(parents=True, mode=0o700)
-        argv = ["bash", "-c", _RUNNER, "holon-task", str(directory), *self.sandbox.prefix([home, workspace]), "bash", "-c", command]
+        argv = [
+            "bash",
+            "-c",
+            _RUNNER,
+            "holon-task",
+            str(directory),
+            *self.sandbox.prefix([home, workspace]),
+            "bash",
+            "-c",
+            command,
+        ]
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=cwd,

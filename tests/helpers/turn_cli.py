@@ -24,6 +24,7 @@ from typing import Any
 from holon.config import load_settings, resolve_home
 from holon.ledger import Event
 from holon.projections import Store
+from holon.runtime.tasks import process_identity, stop_orphan
 
 REPO = Path(__file__).resolve().parents[2]
 HOLON_SCRIPT = Path(sys.executable).with_name("holon")
@@ -126,10 +127,28 @@ def kill_hard(proc: subprocess.Popen[str]) -> tuple[str, str]:
     return out, err
 
 
-def kill_group(pid_file: Path) -> None:
-    """Kill a command's process group left behind by a killed holon (the command wrote ``$$``)."""
-    with contextlib.suppress(OSError, ValueError):
-        os.killpg(int(pid_file.read_text().strip()), signal.SIGKILL)
+def command_processes(home: Path) -> list[str]:
+    """The process identities (``pid:start:boot``) of every command the home's ledger started.
+
+    (A command's own ``$$`` is no use from outside: confined, it runs in a PID namespace.)"""
+    rows = db_rows(home, "SELECT payload FROM events WHERE type = 'command.started' ORDER BY seq")
+    return [p for (raw,) in rows if (p := json.loads(raw).get("process"))]
+
+
+def command_alive(identity: str) -> bool:
+    """Whether the command's process group leader, that very process, still runs (not a zombie)."""
+    pid = int(identity.split(":", 1)[0])
+    if process_identity(pid) != identity:
+        return False
+    with contextlib.suppress(OSError, IndexError):
+        return " z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3].lower()
+    return False
+
+
+def kill_group(home: Path) -> None:
+    """Kill the process groups of the commands a killed holon left behind (cleanup, never a check)."""
+    for identity in command_processes(home):
+        stop_orphan(identity)
 
 
 def wait_for(

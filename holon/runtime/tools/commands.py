@@ -16,7 +16,9 @@ class RunParams(ToolParams):
     wait_s: float = Field(10.0, ge=0, le=60, description="How long to wait before it becomes a background task.")
     timeout_s: float = Field(600.0, gt=0, le=86_400, description="Kill the command after this long.")
     cwd: str | None = Field(
-        None, max_length=4_096, description="Directory to run in, relative to your workspace; must stay inside it or your home."
+        None,
+        max_length=4_096,
+        description="Directory to run in, relative to your workspace; must stay inside it or your home.",
     )
 
 
@@ -56,7 +58,9 @@ async def run_command(ctx: ToolContext, p: RunParams) -> ToolOutput:
     if (refusal := tasks.sandbox.refusal) is not None:
         raise ToolRetry(refusal)
     cwd = _confined_cwd(ctx, p.cwd)
-    out = await tasks.run_command(ctx.agent_id, ctx.home, ctx.workspace, cwd, p.command, wait_s=p.wait_s, timeout_s=p.timeout_s)
+    out = await tasks.run_command(
+        ctx.agent_id, ctx.home, ctx.workspace, cwd, p.command, wait_s=p.wait_s, timeout_s=p.timeout_s
+    )
     if out.finished:
         return ToolOutput(f"exit code: {out.exit_code}\n{out.output}")
     return ToolOutput(
