@@ -45,6 +45,8 @@ def _describe(info: dict[str, Any]) -> str:
         f"daemon: {info.get('state')} (pid {info.get('pid')}), api: {info.get('api') or 'none'}",
         f"  ledger head: {status.get('ledger_head')}, projection lag: {status.get('projection_lag')}",
     ]
+    if warning := (status.get("commands") or {}).get("warning"):
+        lines.append(f"  WARNING: {warning}")
     evolve = status.get("evolve") or {}
     if evolve.get("enabled"):
         jobs = evolve.get("jobs") or {}

@@ -735,6 +735,7 @@ class Daemon:
             "ledger_head": head,
             "projection_lag": {name: head - seq for name, seq in sorted(cursors.items())},
             "index_error": self.index_error,
+            "commands": {"sandbox": self.host.tasks.sandbox.mode, "warning": self.host.tasks.sandbox.warning},
             "evolve": self._evolve_status(),
             "timers": self.timers.jobs() if self.timers.scheduler.running else 0,
             "agents": [self._status_entry(a) for a in self.store.agents()],

@@ -44,12 +44,15 @@ def _confined_cwd(ctx: ToolContext, cwd: str | None) -> Path:
     """The command's working directory: the workspace, or a directory inside it or the agent's home."""
     if cwd is not None and "\0" in cwd:
         raise ToolRetry("cwd must not contain NUL")
-    roots = [ctx.workspace.resolve(), ctx.home.resolve()]
-    target = (ctx.workspace / (cwd or ".")).resolve()
-    if not any(target == root or target.is_relative_to(root) for root in roots):
-        raise ToolRetry(f"cwd {cwd!r} is outside your workspace ({roots[0]}) and your home ({roots[1]})")
-    if not target.is_dir():
-        raise ToolRetry(f"cwd {cwd!r} is not a directory")
+    try:
+        roots = [ctx.workspace.resolve(), ctx.home.resolve()]
+        target = (ctx.workspace / (cwd or ".")).resolve()
+        if not any(target == root or target.is_relative_to(root) for root in roots):
+            raise ToolRetry(f"cwd {cwd!r} is outside your workspace ({roots[0]}) and your home ({roots[1]})")
+        if not target.is_dir():
+            raise ToolRetry(f"cwd {cwd!r} is not a directory")
+    except OSError as e:
+        raise ToolRetry(f"cwd {cwd!r} cannot be used: {e.strerror}") from e
     return target
 
 
