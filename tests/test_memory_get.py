@@ -356,15 +356,15 @@ def call_tool(store: Store, agent: AgentState, tool: str, arguments: str, *, per
 
 
 def test_the_tools_read_and_write_through_the_registry(store: Store, alice: AgentState) -> None:
-    args = {"scope": "operator", "op": "replace", "heading": "Preferences", "text": "- short answers"}
+    args = {"scope": "agent", "op": "replace", "heading": "Preferences", "text": "- short answers"}
     result = call_tool(store, alice, "memory_write", json.dumps(args))
-    assert result.status == "ok" and result.output.startswith("replace on file:operator/operator.md recorded as event:")
+    assert result.status == "ok" and result.output.startswith("replace on file:agent/self.md recorded as event:")
     assert result.emitted == ()  # the event is appended by the memory layer, under the file lock
     event = store.ledger.tail(1)[0]
     assert event.type == "memory.written" and event.turn_id == "turn_t" and event.origin == f"agent:{alice.agent_id}"
-    read = call_tool(store, alice, "memory_get", '{"ref": "file:operator/operator.md", "heading": "preferences"}')
+    read = call_tool(store, alice, "memory_get", '{"ref": "file:agent/self.md", "heading": "preferences"}')
     assert read.status == "ok" and read.output.endswith("## Preferences\n- short answers\n\n")
-    assert read.output.startswith("[file:operator/operator.md: section 'Preferences'")
+    assert read.output.startswith("[file:agent/self.md: section 'Preferences'")
 
 
 def test_malformed_tool_calls_get_a_clear_message(store: Store, alice: AgentState) -> None:

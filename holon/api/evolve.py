@@ -41,6 +41,7 @@ class Decision(BaseModel):
     outcome: Literal["accepted", "dismissed"]
     entry_id: str | None = None
     skill_path: str | None = None
+    memory_file: str | None = None
 
 
 class Retried(BaseModel):
@@ -87,7 +88,13 @@ def evolve_router(port: DaemonPort) -> APIRouter:
     async def accept(proposal_id: str, body: AcceptIn | None = None) -> Decision:
         text = body.text if body else None
         d = await asyncio.to_thread(review.accept, store, _ref(proposal_id), text=text, origin="operator:api")
-        return Decision(proposal=d.proposal, outcome=d.outcome, entry_id=d.entry_id, skill_path=d.skill_path)
+        return Decision(
+            proposal=d.proposal,
+            outcome=d.outcome,
+            entry_id=d.entry_id,
+            skill_path=d.skill_path,
+            memory_file=d.memory_file,
+        )
 
     @r.post("/proposals/{proposal_id}/dismiss", response_model=Decision)
     async def dismiss(proposal_id: str, body: DismissIn | None = None) -> Decision:

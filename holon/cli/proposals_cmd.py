@@ -14,9 +14,18 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Review proposals: durable preferences, identity facts and skills wait for your consent.")
 
 
+def _body(p: Any) -> str:
+    """What the operator reviews and may edit: the entry's text, the skill's body or the memory edit."""
+    if p.write is not None:
+        return str(p.write.text)
+    return str(p.entry.text if p.entry is not None else (p.skill.body if p.skill is not None else ""))
+
+
 def _line(p: Any) -> str:
     text = p.entry.text if p.entry is not None else (p.skill.name if p.skill is not None else "")
     kind = p.entry.kind if p.entry is not None else "skill"
+    if p.write is not None:
+        kind, text = f"{p.write.op} {p.write.scope}/{p.write.path}", p.write.text.splitlines()[0][:120]
     return f"{p.proposal_id}  [{kind}] {p.status}: {text}"
 
 
@@ -67,7 +76,7 @@ def show(
     c = ctx_of(ctx, home, json_out)
     with open_store(c) as store:
         p = find_proposal(store, proposal_id)
-    body = p.skill.body if p.skill is not None else ""
+    body = p.skill.body if p.skill is not None else (p.write.text if p.write is not None else "")
     emit(c, p.model_dump(mode="json"), _line(p) + (f"\n{body}" if body else "") + f"\nwhy: {p.reason}")
 
 
@@ -81,7 +90,7 @@ def _edit(p: ProposalState) -> str | None:
 
     from holon.errors import UsageError
 
-    current = p.entry.text if p.entry is not None else (p.skill.body if p.skill is not None else "")
+    current = _body(p)
     edited = click.edit(current + "\n", extension=".md")
     if edited is None:
         return None

@@ -16,10 +16,22 @@ from holon.evolve.render import install_skill, remove_skill_draft, render_owner
 from holon.evolve.worker import _h, active_entries
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
+from holon.memory.writes import write_file
 from holon.projections import Store
 from holon.projections.durable import DurableState, ProposalState, is_stale
+from holon.projections.state import AgentState
 
-__all__ = ["ENTRY_STATUSES", "Decision", "accept", "dismiss", "find_entry", "find_proposal", "forget", "list_entries", "list_proposals"]
+__all__ = [
+    "ENTRY_STATUSES",
+    "Decision",
+    "accept",
+    "dismiss",
+    "find_entry",
+    "find_proposal",
+    "forget",
+    "list_entries",
+    "list_proposals",
+]
 
 
 def _find(store: Store, kind: str, ref: str) -> str:
@@ -91,6 +103,8 @@ class Decision:
     outcome: Literal["accepted", "dismissed"]
     entry_id: str | None = None
     skill_path: str | None = None
+    memory_file: str | None = None
+    """For an accepted ``memory_write`` proposal: the file it changed (``file:operator/operator.md``)."""
 
 
 def _check_pending(p: ProposalState) -> None:
@@ -119,12 +133,16 @@ def accept(store: Store, ref: str, *, text: str | None = None, origin: str = "op
     if text is not None:
         text = text.strip()
         if not text or len(text) > (4_000 if p.kind == "memory" else 20_000):
-            raise UsageError("the edited text must be non-empty and at most 4,000 characters (20,000 for a skill)")
+            raise UsageError(
+                "the edited text must be non-empty and at most 4,000 characters (20,000 for a skill or a memory edit)"
+            )
     accepted = _event(p, ev.ProposalAccepted(proposal_id=p.proposal_id, text=text), origin, "decision")
     try:
         agent = store.agent(p.agent_id)
     except NotFoundError:
         raise ConflictError(f"the agent that made proposal {p.proposal_id} was deleted; dismiss it instead") from None
+    if p.kind == "memory_write":
+        return _apply_write(store, p, agent, accepted, text, origin)
     if p.kind == "memory":
         assert p.entry is not None
         entry = p.entry if text is None else p.entry.model_copy(update={"text": text})
@@ -143,6 +161,22 @@ def accept(store: Store, ref: str, *, text: str | None = None, origin: str = "op
     _append_decision(store, p, accepted)
     path = install_skill(agent.home, p.skill.skill_id, text or p.skill.body)
     return Decision(find_proposal(store, p.proposal_id), "accepted", skill_path=str(path))
+
+
+def _apply_write(
+    store: Store, p: ProposalState, agent: AgentState, accepted: NewEvent, text: str | None, origin: str
+) -> Decision:
+    """Apply an agent's proposed edit of operator memory, with the operator's authority: the
+    decision first (so a second accept is refused), then the write (its own ``memory.written``)."""
+    assert p.write is not None
+    w = p.write
+    if w.scope != "operator":
+        raise ConflictError(f"proposal {p.proposal_id} edits {w.scope} memory; only operator memory is proposed")
+    _append_decision(store, p, accepted)
+    result = write_file(
+        store, agent, "operator", w.path, w.op, text or w.text, origin=origin, authority="operator", heading=w.heading
+    )
+    return Decision(find_proposal(store, p.proposal_id), "accepted", memory_file=result.ref)
 
 
 def dismiss(store: Store, ref: str, *, reason: str = "", origin: str = "operator:cli") -> Decision:

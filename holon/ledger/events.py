@@ -539,14 +539,29 @@ class SkillDraft(BaseModel):
     evidence: list[int] = Field(default_factory=list, max_length=50)
 
 
+class MemoryWriteDraft(BaseModel):
+    """An agent's write to operator-scope memory (``operator.md``, which enters every agent's
+    prompt): proposed, applied only when the operator accepts it (issue 14, finding 9)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scope: MemoryScope = "operator"
+    path: str = "operator.md"
+    op: Literal["append", "replace"]
+    text: str
+    heading: str | None = None
+
+
 class ProposalCreated(PayloadBase):
     """Something that would change how an agent treats the operator, waiting for the operator's word."""
 
     type: Literal["proposal.created"] = "proposal.created"
     proposal_id: str
-    kind: Literal["memory", "skill"]
+    kind: Literal["memory", "skill", "memory_write"]
     entry: DurableEntry | None = None
     skill: SkillDraft | None = None
+    write: MemoryWriteDraft | None = None
+    """For ``memory_write``: the edit to apply on acceptance."""
     reason: str = ""
 
 

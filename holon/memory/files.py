@@ -15,7 +15,8 @@ never erase what people and other agents wrote. Archives (``<scope dir>/archive/
 never writable.
 
 A path is relative to its scope's directory and must stay inside it: ``..``, absolute paths and
-symlinks that lead out are refused. Only ``.md`` files. Writing lives in ``holon.memory.writes``.
+symlinks that lead out are refused, and so is a scope directory that is itself a symlink (a
+``.holon`` linked to another workspace's or agent's memory). Only ``.md`` files. Writing lives in ``holon.memory.writes``.
 """
 
 from __future__ import annotations
@@ -165,6 +166,15 @@ def _check(agent: AgentState, scope: MemoryScope, path: str, purpose: Purpose) -
         raise UsageError(f"file:{scope}/{path} cannot be written: in the {scope} scope write {allowed_paths}")
 
 
+def _check_scope_root(scope: MemoryScope, root: Path) -> None:
+    """Refuse a scope directory (``<workspace>/.holon``, ``<agent home>/memory``) that is a symlink
+    or resolves outside its parent: following one would let an agent read and write memory that
+    is not its own, e.g. another agent's private notes (issue 14, finding 11)."""
+    parent = os.path.realpath(root.parent)
+    if root.is_symlink() or os.path.commonpath([parent, os.path.realpath(root)]) != parent:
+        raise UsageError(f"the {scope} memory directory {root} is a symlink or leads outside {root.parent}; refused")
+
+
 def locate(
     paths: HomePaths, agent: AgentState, scope: MemoryScope, path: str | None = None, *, purpose: Purpose = "read"
 ) -> MemoryFile:
@@ -179,6 +189,8 @@ def locate(
     root = scope_dir(paths, agent, scope)
     if scope == "operator":
         ensure_operator_file(paths)
+    else:
+        _check_scope_root(scope, root)
     target = root / rel
     real_root = os.path.realpath(root)
     real = os.path.realpath(target)

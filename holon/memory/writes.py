@@ -49,6 +49,7 @@ __all__ = [
     "Summarize",
     "WriteResult",
     "archive_file",
+    "check_write",
     "fallback_summary",
     "rebuild_files",
     "replay_files",
@@ -200,7 +201,8 @@ def _replace_section(current: str, heading: str, text: str) -> str:
     return before + new + "\n" + after
 
 
-def _check_text(op: Op, text: str, heading: str | None) -> None:
+def check_write(op: Op, text: str, heading: str | None) -> None:
+    """Refuse a write that no file could take (unknown op, empty or oversized text, bad heading)."""
     if op not in ("append", "replace"):
         raise UsageError(f"unknown operation {op!r}: use append or replace")
     if not text.strip():
@@ -231,7 +233,7 @@ def write_file(
     ``append`` adds ``text`` as a stamped entry at the end; ``replace`` writes ``text`` as the whole
     file, or, with ``heading``, as that section's new text.
     """
-    _check_text(op, text, heading)
+    check_write(op, text, heading)
     file = f.locate(store.paths, agent, scope, path, purpose=op)  # type: ignore[arg-type]  # checked there
     with f.locked(file.root):
         before = f.read_bytes(file)

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from holon.ledger import Event
 from holon.ledger import events as ev
-from holon.ledger.events import DurableEntry, SkillDraft
+from holon.ledger.events import DurableEntry, MemoryWriteDraft, SkillDraft
 from holon.projections.state import State
 
 __all__ = ["DurableState", "ProposalState", "apply_durable", "apply_proposal", "is_stale", "stale_at_us"]
@@ -50,9 +50,10 @@ ProposalStatus = Literal["pending", "accepted", "dismissed"]
 class ProposalState(State):
     proposal_id: str
     agent_id: str
-    kind: Literal["memory", "skill"]
+    kind: Literal["memory", "skill", "memory_write"]
     entry: DurableEntry | None = None
     skill: SkillDraft | None = None
+    write: MemoryWriteDraft | None = None
     reason: str = ""
     status: ProposalStatus = "pending"
     created_us: int
@@ -126,6 +127,7 @@ def apply_proposal(state: ProposalState | None, event: Event, key: str) -> Propo
                 kind=p.kind,
                 entry=p.entry,
                 skill=p.skill,
+                write=p.write,
                 reason=p.reason,
                 created_us=event.ts_us,
                 seq=event.seq,

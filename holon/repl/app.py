@@ -320,13 +320,17 @@ class Chat:
                 text = None
                 if action.edit:
                     current = c.proposal(action.ref)
-                    body = (current.get("entry") or {}).get("text") or (current.get("skill") or {}).get("body", "")
+                    body = (
+                        (current.get("entry") or {}).get("text")
+                        or (current.get("skill") or {}).get("body")
+                        or (current.get("write") or {}).get("text", "")
+                    )
                     text = self._edit(body)
                     if text is None:
                         self.console.print(Text("not accepted (cancelled or empty text)", "dim"))
                         return
                 decision = c.accept(action.ref, text)
-                where = decision.get("entry_id") or decision.get("skill_path") or ""
+                where = decision.get("entry_id") or decision.get("skill_path") or decision.get("memory_file") or ""
                 self.console.print(Text(f"accepted {decision['proposal']['proposal_id']} -> {where}", "green"))
             case "dismiss":
                 decision = c.dismiss(action.ref, action.reason)

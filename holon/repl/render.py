@@ -333,7 +333,8 @@ def transcript(console: Console, agent: str, events: Sequence[EventOut]) -> None
 def _proposal_text(p: Mapping[str, Any]) -> str:
     entry = p.get("entry") or {}
     skill = p.get("skill") or {}
-    return str(entry.get("text") or skill.get("name") or "")
+    write = p.get("write") or {}
+    return str(entry.get("text") or skill.get("name") or write.get("text") or "")
 
 
 def proposals_table(console: Console, proposals: list[Mapping[str, Any]]) -> None:
@@ -346,7 +347,10 @@ def proposals_table(console: Console, proposals: list[Mapping[str, Any]]) -> Non
     for p in proposals:
         entry = p.get("entry") or {}
         kind = entry.get("kind", "skill") if p.get("kind") == "memory" else "skill"
-        table.add_row(p["proposal_id"], kind, entry.get("scope", "agent"), _proposal_text(p), p.get("reason", ""))
+        scope = entry.get("scope", "agent")
+        if write := p.get("write") or {}:
+            kind, scope = f"{write.get('op')} {write.get('path')}", write.get("scope", "operator")
+        table.add_row(p["proposal_id"], kind, scope, _proposal_text(p), p.get("reason", ""))
     console.print(table)
     console.print(Text("/proposals accept ID [--edit] · /proposals dismiss ID [reason] · /proposals show ID", "dim"))
 
@@ -360,5 +364,8 @@ def proposal_detail(console: Console, p: Mapping[str, Any]) -> None:
         console.print(Text(f"evidence: {', '.join(f'event:{s}' for s in entry.get('evidence', [])) or 'none'}", "dim"))
     if skill:
         console.print(str(skill.get("body", "")))
+    if write := p.get("write") or {}:
+        section = f", section {write['heading']!r}" if write.get("heading") else ""
+        console.print(f"{write.get('op')} {write.get('scope')}/{write.get('path')}{section}:\n{write.get('text', '')}")
     if p.get("reason"):
         console.print(Text(f"why: {p['reason']}", "dim"))

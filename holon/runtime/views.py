@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from holon.errors import UsageError
+from holon.ids import new_id
 from holon.ledger import events as ev
 from holon.ledger.events import MemoryScope
 from holon.memory.access import search_memory
-from holon.memory.files import Op
+from holon.memory.files import Op, locate
 from holon.memory.get import DEFAULT_MAX_CHARS, MemoryRead, memory_get
 from holon.memory.search import SearchResult
-from holon.memory.writes import Summarize, WriteResult, write_memory
+from holon.memory.writes import Summarize, WriteResult, check_write, write_memory
 from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection, WorkItemState
 from holon.runtime.embedders import embedder_from_settings
@@ -99,9 +101,24 @@ class AgentMemory:
             max_chars=max_chars,
         )
 
+    def propose_operator_write(
+        self, path: str | None, op: Op, text: str, *, heading: str | None = None
+    ) -> ev.ProposalCreated:
+        """An edit of the operator's memory (which enters every agent's prompt), as a proposal the
+        operator accepts or dismisses (``holon proposals``): an agent never edits it directly.
+
+        Checks now what the write itself would check, so a proposal can be applied as it stands."""
+        file = locate(self._store.paths, self.agent, "operator", path, purpose=op)
+        check_write(op, text, heading)
+        draft = ev.MemoryWriteDraft(path=file.path, op=op, text=text, heading=heading)
+        reason = f"agent {self.agent.name} asks to {op} {file.ref}" + (f" (section {heading!r})" if heading else "")
+        return ev.ProposalCreated(proposal_id=new_id("prop"), kind="memory_write", write=draft, reason=reason)
+
     async def write(
         self, scope: str, path: str | None, op: Op, text: str, *, heading: str | None = None
     ) -> WriteResult:
+        if scope == "operator":
+            raise UsageError("an agent does not write operator memory directly; it proposes the edit (memory_write)")
         return await write_memory(
             self._store,
             self.agent,

@@ -177,10 +177,17 @@ SEARCH_DESCRIPTION = (
 
 async def memory_write(ctx: ToolContext, p: WriteParams) -> str:
     try:
-        result = await _memory(ctx).write(p.scope, p.path, p.op, p.text, heading=p.heading)
+        if p.scope == "operator":  # it enters every agent's prompt: the operator decides (issue 14)
+            proposal = _memory(ctx).propose_operator_write(p.path, p.op, p.text, heading=p.heading)
+        else:
+            return (await _memory(ctx).write(p.scope, p.path, p.op, p.text, heading=p.heading)).describe()
     except HolonError as e:
         raise ToolRetry(str(e)) from e
-    return result.describe()
+    ctx.emit(proposal)
+    return (
+        f"proposed as {proposal.proposal_id}: operator memory changes only when the operator accepts it "
+        "(holon proposals); until then operator.md is unchanged."
+    )
 
 
 GET_DESCRIPTION = (
@@ -196,7 +203,7 @@ GET_DESCRIPTION = (
 _SCOPE_HELP: dict[MemoryScope, str] = {
     "agent": "agent: your own file (self.md; notes/<name>.md for longer topics)",
     "operator": "operator: what you know about the operator (operator.md), shared by all their agents; "
-    "record only what they said or confirmed",
+    "record only what they said or confirmed; a write there is a proposal the operator accepts or dismisses",
     "workspace": "workspace: memory.md, shared by the agents working in this workspace",
 }
 
