@@ -363,7 +363,7 @@ def test_the_tools_read_and_write_through_the_registry(store: Store, alice: Agen
     event = store.ledger.tail(1)[0]
     assert event.type == "memory.written" and event.turn_id == "turn_t" and event.origin == f"agent:{alice.agent_id}"
     read = call_tool(store, alice, "memory_get", '{"ref": "file:agent/self.md", "heading": "preferences"}')
-    assert read.status == "ok" and read.output.endswith("## Preferences\n- short answers\n\n")
+    assert read.status == "ok" and read.output.endswith("## Preferences\n- short answers\n")
     assert read.output.startswith("[file:agent/self.md: section 'Preferences'")
 
 
