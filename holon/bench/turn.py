@@ -82,7 +82,7 @@ async def _measure(store: Store, agent_id: str, turns: int) -> list[float]:
         builtin_registry(),
         lambda _a: (model, ModelSettings(model="bench")),
         clock=SystemClock(),
-        services=type("S", (), {"tasks": TaskManager(store.append, SystemClock())})(),
+        services=type("S", (), {"tasks": TaskManager.for_store(store, SystemClock())})(),
     )
     store.append(
         NewEvent(agent_id, _work_item(), origin="operator:bench", authority="operator", work_item_id="wi_bench"),

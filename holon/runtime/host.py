@@ -33,7 +33,7 @@ from holon.runtime.agents import create_agent
 from holon.runtime.inputs import input_events, wakes_of
 from holon.runtime.providers.retry import RetryPolicy
 from holon.runtime.recovery import RecoveryReport, interrupted_task_input, recover
-from holon.runtime.sandbox import Sandbox, harden_process
+from holon.runtime.sandbox import harden_process
 from holon.runtime.tasks import TaskManager
 from holon.runtime.tools import ToolRegistry, builtin_registry
 from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnRunner
@@ -62,15 +62,7 @@ class AgentHost:
         self.gate = gate
         """May this agent run a turn now? (The daemon's pause and daily budgets.) ``None``: always."""
         self.clock = clock
-        tools = store.settings.tools
-        self.tasks = TaskManager(
-            store.append,
-            clock,
-            on_done=self._task_done,
-            tasks_dir=store.paths.root / "tasks",
-            sandbox=Sandbox(store.paths.root, tools.isolation, tools.command_wrapper),
-            pass_env=tools.pass_env,
-        )
+        self.tasks = TaskManager.for_store(store, clock, on_done=self._task_done)
         self.runner = TurnRunner(
             store,
             registry or builtin_registry(),

@@ -36,6 +36,7 @@ from holon.clock import Clock
 from holon.ids import new_id
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
+from holon.projections import Store
 from holon.runtime.sandbox import Sandbox, command_env
 
 __all__ = [
@@ -166,6 +167,19 @@ OnDone = Callable[[str, str], Awaitable[None]]
 
 
 class TaskManager:
+    @classmethod
+    def for_store(cls, store: Store, clock: Clock, on_done: OnDone | None = None) -> TaskManager:
+        """The manager of a home: files under ``<home>/tasks``, confinement from ``[tools]``."""
+        tools = store.settings.tools
+        return cls(
+            store.append,
+            clock,
+            on_done,
+            tasks_dir=store.paths.root / "tasks",
+            sandbox=Sandbox(store.paths.root, tools.isolation, tools.command_wrapper),
+            pass_env=tools.pass_env,
+        )
+
     def __init__(
         self,
         append: Append,

@@ -540,7 +540,7 @@ def diagnose(
     clock = SystemClock()
     runner = TurnRunner(
         store, ToolRegistry(trace_tools(store, flt, limits=limits)), resolver, clock=clock,
-        services=type("Services", (), {"tasks": TaskManager(store.append, clock)})(),
+        services=type("Services", (), {"tasks": TaskManager.for_store(store, clock)})(),
     )  # fmt: skip
     result = asyncio.run(runner.run(agent_id))
     assert result is not None
