@@ -283,6 +283,7 @@ def test_background_task_running_at_kill_is_reported_interrupted(tmp_path: Path,
     assert_ledger_ok(home)
 
 
+@pytest.mark.slow
 def test_background_task_that_finished_while_holon_was_dead_keeps_its_result(tmp_path: Path, fake: FakeLLM) -> None:
     """Finding 6 of issue 14: a background task that did its work after holon was SIGKILLed is
     reported with its real state, exit code and output, not ``interrupted``."""
