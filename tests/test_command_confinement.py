@@ -154,3 +154,17 @@ def test_any_cwd_is_refused_or_confined(store: Store, cwd: str) -> None:
     except ToolRetry:
         return
     assert target == home.resolve() or target.is_relative_to(home.resolve())
+
+
+def test_daemon_status_names_the_sandbox_and_warns_when_unconfined(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from holon.cli.daemon_cmd import _describe
+    from holon.daemon import Daemon
+
+    monkeypatch.setattr(sandbox_mod, "namespaces_available", lambda: False)
+    daemon = Daemon(store, resolver=lambda agent: (None, None), poll_s=0.01)  # type: ignore[arg-type,return-value]
+    commands = daemon.status()["commands"]
+    assert commands["sandbox"] == "none" and "unconfined" in commands["warning"]
+    text = _describe({"running": True, "state": "running", "pid": 1, "status": daemon.status()})
+    assert "WARNING: run_command runs unconfined" in text
