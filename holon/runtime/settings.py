@@ -270,8 +270,13 @@ def checked_for_write(
     nullable: bool = False,
     unset: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """``changes`` validated, then the policy checked on the settings they would give the agent."""
+    """``changes`` validated, then the policy checked on the settings they would give the agent
+    when they touch where a key goes (``api_key_env``, ``api_base``): a change of anything else
+    (``paused`` above all) always goes through; an agent already outside the allow-lists runs on
+    the config's model meanwhile (``model_settings``)."""
     clean = validate_settings(changes, internal=internal, nullable=nullable)
+    if not {"api_key_env", "api_base"} & {*clean, *unset}:
+        return clean
     after = {**read_settings(current).settings.as_dict(), **clean}
     for key in unset:
         after.pop(key, None)
