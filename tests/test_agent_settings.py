@@ -134,7 +134,9 @@ def test_good_settings_are_recorded_as_given(client: httpx.Client, server: ApiSe
     assert r.json()["settings"] == {**good, "temperature": 1.0}
     r = client.patch("/v1/agents/ada", json={"settings": {"max_rounds": 3, "temperature": None}, "unset": ["paused"]})
     assert r.status_code == 200, r.text
-    assert r.json()["settings"] == {k: v for k, v in {**good, "max_rounds": 3}.items() if k not in ("temperature", "paused")}
+    assert r.json()["settings"] == {
+        k: v for k, v in {**good, "max_rounds": 3}.items() if k not in ("temperature", "paused")
+    }
 
 
 # --- hostile input: never a 500, never the value echoed ---------------------------------------------
@@ -264,7 +266,9 @@ def test_bad_settings_already_in_the_ledger_run_on_defaults_with_one_visible_err
 
 
 def test_read_settings_is_total() -> None:
-    read = read_settings({"max_rounds": "many", "paused": "no", "model": "openai/x", "who": [1], "temperature": math.nan})
+    read = read_settings(
+        {"max_rounds": "many", "paused": "no", "model": "openai/x", "who": [1], "temperature": math.nan}
+    )
     assert read.settings == AgentSettings(model="openai/x")
     assert read.problem is not None
     for field in ("max_rounds", "paused", "temperature", "1 unknown setting"):
@@ -297,7 +301,9 @@ def test_key_variables_only_from_the_allow_list(client: httpx.Client) -> None:
         r = client.post("/v1/agents", json={"name": "x", "settings": {"model": "openai/x", "api_key_env": var}})
         message = _bad_request(r, "api_key_env")
         assert "allowed_key_envs" in message and var not in message
-    for n, var in enumerate(("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY", "GROQ_API_KEY")):
+    for n, var in enumerate(
+        ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY", "GROQ_API_KEY")
+    ):
         r = client.post("/v1/agents", json={"name": f"ok{n}", "settings": {"model": "openai/x", "api_key_env": var}})
         assert r.status_code == 201, r.text
     _bad_request(client.patch("/v1/agents/ok0", json={"settings": {"api_key_env": "PGPASSWORD"}}), "api_key_env")
@@ -313,7 +319,9 @@ def test_a_key_goes_only_to_loopback_or_an_allowed_host(client: httpx.Client) ->
         r = client.post("/v1/agents", json={"name": f"loop{n}", "settings": {**keyed, "api_base": base}})
         assert r.status_code == 201, r.text
     # No key in effect: nothing secret goes there (the provider sends a placeholder).
-    r = client.post("/v1/agents", json={"name": "keyless", "settings": {"model": "openai/x", "api_base": "https://h.example/v1"}})
+    r = client.post(
+        "/v1/agents", json={"name": "keyless", "settings": {"model": "openai/x", "api_base": "https://h.example/v1"}}
+    )
     assert r.status_code == 201, r.text
     # ...but adding a key to it later is the same combination, refused.
     _bad_request(client.patch("/v1/agents/keyless", json={"settings": {"api_key_env": "OPENAI_API_KEY"}}), "api_base")

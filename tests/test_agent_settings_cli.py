@@ -65,7 +65,9 @@ def test_bad_values_are_exit_2_with_one_line_naming_the_setting(tmp_path: Path) 
         assert r.code == 2, (args, r)
         line = _one_error_line(r.err)
         assert f"'{field}'" in line and SECRET not in line, (args, line)
-    for args, field in [(a, f) for a, f in BAD if a[0] in ("--api-key-env", "--api-base", "--model", "--budget-cost-per-day-usd")]:
+    for args, field in [
+        (a, f) for a, f in BAD if a[0] in ("--api-key-env", "--api-base", "--model", "--budget-cost-per-day-usd")
+    ]:
         r = holon(home, "agent", "create", "bad", *args)
         assert r.code == 2 and f"'{field}'" in _one_error_line(r.err) and SECRET not in r.err, (args, r)
     assert db_rows(home, "SELECT count(*) FROM events") == before  # nothing recorded
@@ -102,14 +104,19 @@ _OPTIONS = {
     "--budget-cost-per-day-usd": "number",
     "--unset": "text",
 }
-_number = st.sampled_from(["inf", "-inf", "nan", "1e999", "-1", "0", "0.5", "201", "1e3", "many", "true"]) | st.integers(
-    -(10**15), 10**15
-).map(str)
+_number = st.sampled_from(
+    ["inf", "-inf", "nan", "1e999", "-1", "0", "0.5", "201", "1e3", "many", "true"]
+) | st.integers(-(10**15), 10**15).map(str)
 _text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30).map(
     lambda t: MARK + t
 )
 _option = st.sampled_from(sorted(_OPTIONS)).flatmap(
-    lambda o: st.tuples(st.just(o), _number if _OPTIONS[o] == "number" else (_text | st.sampled_from(["OPENAI_API_KEY", "http://127.0.0.1:1/v1", "openai/x"])))
+    lambda o: st.tuples(
+        st.just(o),
+        _number
+        if _OPTIONS[o] == "number"
+        else (_text | st.sampled_from(["OPENAI_API_KEY", "http://127.0.0.1:1/v1", "openai/x"])),
+    )
 )
 _counter = itertools.count()
 

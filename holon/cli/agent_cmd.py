@@ -202,7 +202,9 @@ def show(
 def hook(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Agent name or id.")],
-    rotate: Annotated[bool, typer.Option("--rotate", help="Replace the token: the old URL stops working at once.")] = False,
+    rotate: Annotated[
+        bool, typer.Option("--rotate", help="Replace the token: the old URL stops working at once.")
+    ] = False,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
 from collections.abc import AsyncIterator, Callable
-import dataclasses
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -682,9 +682,7 @@ class Daemon:
         # agent runs on defaults, and its status says so until the operator reconfigures it.
         return dataclasses.replace(status, detail="; ".join(filter(None, (status.detail, problem))))
 
-    def _agent_status(
-        self, agent: AgentState, now: int, waits: list[Any], next_timer: int | None
-    ) -> AgentStatus:
+    def _agent_status(self, agent: AgentState, now: int, waits: list[Any], next_timer: int | None) -> AgentStatus:
         if read_settings(agent.settings).settings.paused:
             return AgentStatus(agent.agent_id, agent.name, "paused", "paused by the operator", next_timer)
         if self.host.is_running(agent.agent_id):

@@ -19,7 +19,7 @@ from holon.memory.durable_views import render_agent
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.resources import agent_home_template
-from holon.runtime.settings import OPERATOR_KEYS, key_label, checked_for_write
+from holon.runtime.settings import OPERATOR_KEYS, checked_for_write, key_label
 
 __all__ = ["BUDGET_KEYS", "SETTING_KEYS", "TEMPLATES", "Template", "configure_agent", "create_agent"]
 

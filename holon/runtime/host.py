@@ -30,10 +30,10 @@ from holon.logs import get_logger
 from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection
 from holon.runtime.agents import create_agent
-from holon.runtime.settings import read_settings
 from holon.runtime.inputs import input_events, wakes_of
 from holon.runtime.providers.retry import RetryPolicy
 from holon.runtime.recovery import RecoveryReport, interrupted_task_input, recover
+from holon.runtime.settings import read_settings
 from holon.runtime.tasks import TaskManager
 from holon.runtime.tools import ToolRegistry, builtin_registry
 from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnRunner

@@ -15,8 +15,8 @@ from holon.errors import ModelNotConfigured
 from holon.projections.state import AgentState
 from holon.runtime.providers.base import ModelSettings, Provider
 from holon.runtime.providers.litellm_provider import LiteLLMProvider
-from holon.runtime.settings import AgentSettings, check_model_policy, read_settings
 from holon.runtime.providers.local import MODEL_NOT_CONFIGURED_MESSAGE, LocalModelServer, local_model_available
+from holon.runtime.settings import AgentSettings, check_model_policy, read_settings
 
 __all__ = ["LOCAL_TURN_CONTEXT_WINDOW", "MODEL_SETTING_KEYS", "ModelResolver", "model_settings"]
 

@@ -152,9 +152,7 @@ def key_label(key: object) -> str:
     return repr(key) if isinstance(key, str) and _PRINTABLE_KEY.match(key) else "(a name not shown)"
 
 
-def validate_settings(
-    data: Mapping[str, Any], *, internal: bool = False, nullable: bool = False
-) -> dict[str, Any]:
+def validate_settings(data: Mapping[str, Any], *, internal: bool = False, nullable: bool = False) -> dict[str, Any]:
     """``data`` checked against ``AgentSettings``: the same mapping back (``None`` values kept when
     ``nullable``, i.e. "reset to default" in a configure; dropped otherwise).
 
@@ -280,7 +278,9 @@ def checked_for_write(
     after = {**read_settings(current).settings.as_dict(), **clean}
     for key in unset:
         after.pop(key, None)
-    problem = check_model_policy(AgentSettings.model_validate({k: v for k, v in after.items() if v is not None}), defaults)
+    problem = check_model_policy(
+        AgentSettings.model_validate({k: v for k, v in after.items() if v is not None}), defaults
+    )
     if problem:
         raise UsageError(problem)
     return clean
