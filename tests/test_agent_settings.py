@@ -193,7 +193,7 @@ def test_validate_settings_refuses_every_bad_value_without_echoing_it() -> None:
         "context_window": [255, 2.0, "x"],
         "timeout_s": [0, -1, 3601, math.inf, "1"],
         "max_rounds": [0, 201, "many", 5.0, True],
-        "max_tokens_per_turn": [999, 10**10, "x"],
+        "max_tokens_per_turn": [0, 10**10, "x"],
         "max_cost_per_turn_usd": [-1, math.inf, math.nan, "0.5"],
         "paused": ["no", "yes", 0, 1, "false"],
         "background": ["no", 1],

@@ -73,7 +73,7 @@ class AgentSettings(BaseModel):
     timeout_s: Annotated[_Float, Field(gt=0, le=3_600)] | None = None
     # the turn's limits
     max_rounds: Annotated[_Int, Field(ge=1, le=200)] | None = None
-    max_tokens_per_turn: Annotated[_Int, Field(ge=1_000, le=1_000_000_000)] | None = None
+    max_tokens_per_turn: Annotated[_Int, Field(ge=1, le=1_000_000_000)] | None = None
     max_cost_per_turn_usd: Annotated[_Float, Field(ge=0, le=1_000_000)] | None = None
     # the daemon's
     paused: _Bool | None = None
@@ -134,7 +134,7 @@ _MUST_BE: dict[str, str] = {
     "context_window": "an integer from 256 to 100000000",
     "timeout_s": "a number of seconds above 0, at most 3600",
     "max_rounds": "an integer from 1 to 200",
-    "max_tokens_per_turn": "an integer from 1000 to 1000000000",
+    "max_tokens_per_turn": "an integer from 1 to 1000000000",
     "max_cost_per_turn_usd": "a number of dollars from 0 to 1000000",
     "paused": "true or false",
     "background": "true or false",
