@@ -46,7 +46,8 @@ _NON_SETTING_ENV = {"HOLON_HOME", "HOLON_CONFIG"}
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # TOML has ``inf`` and ``nan``: no setting means either (a budget of ``inf`` is not "no limit").
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LedgerSettings(_Section):
@@ -91,7 +92,7 @@ class ModelDefaults(_Section):
     model: str = ""
     """A litellm model name such as ``openai/gpt-4o-mini``. Empty: the embedded local model."""
     api_base: str | None = None
-    api_key_env: str | None = None
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     """Name of the environment variable that holds the API key (never the key itself)."""
     temperature: float | None = Field(None, ge=0, le=2)
     max_output_tokens: int | None = Field(None, ge=1)

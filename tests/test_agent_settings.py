@@ -352,3 +352,26 @@ def test_the_operators_allow_lists_widen_what_agents_may_name(tmp_path: Path, fa
                      "api_key_env")  # fmt: skip
         _bad_request(client.post("/v1/agents", json={"name": "b", "settings": {"api_base": "https://other.example/v1"}}),
                      "api_base")  # fmt: skip
+
+
+def test_templates_and_the_config_hold_valid_settings_only(tmp_path: Path) -> None:
+    from holon.config import load_settings
+    from holon.errors import ConfigError
+    from holon.paths import resolve_home
+    from holon.runtime.agents import TEMPLATES
+
+    for template in TEMPLATES.values():
+        assert validate_settings(template.settings) == template.settings
+    paths = resolve_home(str(tmp_path / "home"))
+    paths.root.mkdir(parents=True)
+    for text, key in (
+        (f'[model]\napi_key_env = "{SECRET}"\n', "model.api_key_env"),
+        ("[runtime]\nmax_cost_per_turn_usd = inf\n", "runtime.max_cost_per_turn_usd"),
+        ("[daemon]\nbudget_cost_per_day_usd = nan\n", "daemon.budget_cost_per_day_usd"),
+        ('[model]\nallowed_key_envs = ["PG-PASSWORD"]\n', "model.allowed_key_envs"),
+        ('[model]\nallowed_api_bases = ["https://x.example/"]\n', "model.allowed_api_bases"),
+    ):
+        paths.config.write_text(text)
+        with pytest.raises(ConfigError) as info:
+            load_settings(paths)
+        assert key in info.value.message and SECRET not in info.value.message
