@@ -144,7 +144,7 @@ _MUST_BE: dict[str, str] = {
     "diagnostic": "true or false",
     "parent_task_id": "a task id",
 }
-_PRINTABLE_KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_PRINTABLE_KEY = re.compile(r"^[a-z]{1,12}(?:_[a-z]{1,12}){0,5}$")  # words, no digits: not a token
 
 
 def key_label(key: object) -> str:
