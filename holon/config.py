@@ -16,7 +16,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -30,6 +30,7 @@ __all__ = [
     "DaemonSettings",
     "HomePaths",
     "ContextSettings",
+    "DEFAULT_ALLOWED_KEY_ENVS",
     "LedgerSettings",
     "LoggingSettings",
     "MemorySettings",
@@ -47,7 +48,8 @@ _NON_SETTING_ENV = {"HOLON_HOME", "HOLON_CONFIG"}
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # TOML has ``inf`` and ``nan``: no setting means either (a budget of ``inf`` is not "no limit").
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LedgerSettings(_Section):
@@ -63,18 +65,52 @@ class LedgerSettings(_Section):
     """Blob bodies older than this may be pruned by ``holon ledger prune``; 0 keeps them forever."""
 
 
+#: Key variables of well-known providers (litellm's own names): agents may name these by default.
+DEFAULT_ALLOWED_KEY_ENVS: tuple[str, ...] = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "MISTRAL_API_KEY",
+    "GROQ_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "OPENROUTER_API_KEY",
+    "TOGETHERAI_API_KEY",
+    "FIREWORKS_AI_API_KEY",
+    "COHERE_API_KEY",
+    "XAI_API_KEY",
+    "PERPLEXITYAI_API_KEY",
+    "CEREBRAS_API_KEY",
+    "DEEPINFRA_API_KEY",
+    "AZURE_API_KEY",
+    "HUGGINGFACE_API_KEY",
+    "VOYAGE_API_KEY",
+)
+
+
 class ModelDefaults(_Section):
     """The model agents use unless ``holon agent configure`` gives them their own."""
 
     model: str = ""
     """A litellm model name such as ``openai/gpt-4o-mini``. Empty: the embedded local model."""
     api_base: str | None = None
-    api_key_env: str | None = None
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     """Name of the environment variable that holds the API key (never the key itself)."""
     temperature: float | None = Field(None, ge=0, le=2)
     max_output_tokens: int | None = Field(None, ge=1)
     context_window: int | None = Field(None, ge=256)
     timeout_s: float = Field(120.0, gt=0, le=3_600)
+    allowed_key_envs: tuple[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")], ...] = Field(
+        DEFAULT_ALLOWED_KEY_ENVS, max_length=256
+    )
+    """Environment variables an agent's ``api_key_env`` may name (besides ``api_key_env`` above).
+    Agents can be created over HTTP: without this list one could name any variable of the daemon
+    (a database password) and have it sent as a bearer token. RFC 0002, "Secrets by name"."""
+    allowed_api_bases: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9.:_\[\]-]{1,253}$")], ...] = Field(
+        (), max_length=256
+    )
+    """Hosts (names or addresses, no scheme or port) an agent's ``api_base`` may point at while a key
+    variable is in effect. Loopback and the host of ``api_base`` above are always allowed."""
 
 
 class RuntimeSettings(_Section):

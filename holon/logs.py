@@ -2,7 +2,7 @@
 
 Two rules hold everywhere: tracebacks never carry frame locals (they would leak API keys), and
 values under secret-looking keys, or shaped like API keys, are redacted before any renderer
-sees them.
+sees them, and so are the inputs pydantic quotes in its error messages (``input_value=...``).
 """
 
 from __future__ import annotations
@@ -25,11 +25,18 @@ _SECRET_VALUE = re.compile(
     r"(sk-[A-Za-z0-9_\-]{12,}|Bearer\s+[A-Za-z0-9._\-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9\-]{10,})"
 )
 REDACTED = "[redacted]"
+#: pydantic's error text quotes the input it refused (``input_value={'api_key': 'sk-...'}``): the
+#: value in the wrong place is exactly the one that may be a secret, so it never reaches a log.
+_INPUT_VALUE = re.compile(r"input_value=.*?(?=, input_type=|\]\s*$|$)", re.M | re.S)
+
+
+def _scrub(text: str) -> str:
+    return _SECRET_VALUE.sub(REDACTED, _INPUT_VALUE.sub(f"input_value={REDACTED}", text))
 
 
 def _redact_value(value: Any) -> Any:
     if isinstance(value, str):
-        return _SECRET_VALUE.sub(REDACTED, value)
+        return _scrub(value)
     if isinstance(value, dict):
         return {k: (REDACTED if _SECRET_KEY.search(str(k)) else _redact_value(v)) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -55,7 +62,7 @@ def _redacted_traceback(sio: Any, exc_info: Any) -> None:
     """structlog's plain traceback with secret-shaped values (e.g. in the message) redacted."""
     buf = io.StringIO()
     structlog.dev.plain_traceback(buf, exc_info)
-    sio.write(_SECRET_VALUE.sub(REDACTED, buf.getvalue()))
+    sio.write(_scrub(buf.getvalue()))
 
 
 def configure_logging(

@@ -177,3 +177,22 @@ def test_console_output_is_redacted_too(mode: str, capsys: pytest.CaptureFixture
         for handler in list(logging.getLogger().handlers):
             logging.getLogger().removeHandler(handler)
         structlog.reset_defaults()
+
+
+def test_values_pydantic_quotes_in_errors_are_scrubbed(log_file: Path) -> None:
+    """A value refused in the wrong place may be a secret of any shape (issue 14): pydantic quotes it
+    as ``input_value=...`` in its error text, which must not reach the log from any error path."""
+    from pydantic import BaseModel, ValidationError
+
+    class Settings(BaseModel):
+        max_rounds: int
+
+    short = "pw-9f8e7d"  # no known secret shape: only the input_value rule catches it
+    try:
+        Settings.model_validate({"max_rounds": short})
+    except ValidationError as e:
+        get_logger("holon.test").exception("unhandled error in api request", error=str(e))
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    text = log_file.read_text(encoding="utf-8")
+    assert "input_value=[redacted]" in text and short not in text

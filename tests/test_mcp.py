@@ -222,7 +222,7 @@ def test_an_input_sent_over_mcp_is_answered_by_a_running_daemon(home: Path) -> N
 def test_the_default_agent_leaves_the_diagnostic_agent_out(tmp_path: Path) -> None:
     home = quick_home(tmp_path, "solo")
     with open_store(home) as store:
-        create_agent(store, "diagnose", settings={"diagnostic": True})
+        create_agent(store, "diagnose", settings={"diagnostic": True}, internal=True)
     argv = holon_argv("--home", home, "mcp")
     params = StdioServerParameters(
         command=str(argv[0]), args=[str(a) for a in argv[1:]], env=cli_env(PATH=os.environ["PATH"])

@@ -138,8 +138,12 @@ def test_run_json_briefs_and_transcript(tmp_path: Path) -> None:
 
 def test_configure_is_shown_and_used_by_the_next_run(tmp_path: Path) -> None:
     secret = "sk-test-0123456789abcdefXYZ"
+    # The operator allows the variable (agents may name only allowed ones: RFC 0002).
+    allowed = cli_env(HOLON_MODEL_ALLOWED_KEY_ENVS='["TURN_TEST_API_KEY"]')
     with FakeLLM([{"content": "from the first"}]) as first, FakeLLM([{"content": "from the second"}]) as second:
         home = make_home(tmp_path, "bob", "--model", "openai/fake", "--api-base", first.url)
+        refused = holon(home, "agent", "configure", "bob", "--api-key-env", "TURN_TEST_API_KEY")
+        assert refused.code == 2 and "allowed_key_envs" in refused.err, refused
         c = holon(
             home,
             "agent",
@@ -156,6 +160,7 @@ def test_configure_is_shown_and_used_by_the_next_run(tmp_path: Path) -> None:
             "--max-output-tokens",
             "123",
             "--json",
+            env=allowed,
         )
         assert c.code == 0, c
         expected = {
@@ -179,7 +184,7 @@ def test_configure_is_shown_and_used_by_the_next_run(tmp_path: Path) -> None:
         assert json.loads(holon(home, "agent", "show", "bob", "--json").out)["agent"]["settings"] == expected
 
         # The next run (plain text output) talks to the second server with the key from the environment.
-        r = holon(home, "run", "bob", "Who answers?", env=cli_env(TURN_TEST_API_KEY=secret))
+        r = holon(home, "run", "bob", "Who answers?", env={**allowed, "TURN_TEST_API_KEY": secret})
         assert r.code == 0, r
         assert r.out == "from the second\n"
         assert first.requests == []

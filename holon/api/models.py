@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from holon.projections.state import AgentState
+from holon.runtime.settings import OPERATOR_KEYS
 
 __all__ = [
     "AddTimer",
@@ -64,17 +65,24 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_SETTINGS_DOC = (
+    "Agent settings, checked by holon.runtime.settings.AgentSettings: " + ", ".join(sorted(OPERATOR_KEYS)) + ". "
+    "A bad value or an unknown key is a 400 naming the field (never echoing the value); api_key_env may name "
+    "only a variable in [model] allowed_key_envs, and a key goes only to loopback or [model] allowed_api_bases."
+)
+
+
 class CreateAgent(_Request):
     name: str = Field(min_length=1, max_length=63)
     template: str = Field("assistant", max_length=64)
     workspace: str | None = Field(None, max_length=4096)
     schedule: str | None = Field(None, max_length=256, description="Cron expression of a background agent.")
     prompt: str | None = Field(None, max_length=100_000, description="What a background agent does on its schedule.")
-    settings: dict[str, JsonValue] | None = None
+    settings: dict[str, JsonValue] | None = Field(None, description=_SETTINGS_DOC)
 
 
 class ConfigureAgent(_Request):
-    settings: dict[str, JsonValue] = Field(default_factory=dict, description="Settings to change.")
+    settings: dict[str, JsonValue] = Field(default_factory=dict, description="Settings to change. " + _SETTINGS_DOC)
     unset: list[str] = Field(default_factory=list, description="Settings to reset to their defaults.")
 
 

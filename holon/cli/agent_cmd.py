@@ -168,9 +168,12 @@ def show(
     json_out: JsonOpt = False,
 ) -> None:
     """Show an agent: settings, status, working memory and open work."""
+    from holon.runtime.settings import settings_problem
+
     c = ctx_of(ctx, home, json_out)
     with open_store(c) as store:
         agent = store.agent(name)
+        problem = settings_problem(agent.settings, store.settings.model)
         wm = store.working_memory(agent.agent_id)
         counts = {
             kind: len(store.rows(kind, agent_id=agent.agent_id)) for kind in ("work_item", "task", "wait", "timer")
@@ -183,6 +186,7 @@ def show(
         f"  home:      {agent.home}",
         f"  turns:     {agent.turns}",
         f"  settings:  {agent.settings or '{}'}",
+        *([f"  problem:   {problem}"] if problem else []),
         f"  work:      {wm.get('work_item_title') or '(no active work item)'}",
     ]
     if wm.get("objective"):
@@ -198,7 +202,9 @@ def show(
 def hook(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Agent name or id.")],
-    rotate: Annotated[bool, typer.Option("--rotate", help="Replace the token: the old URL stops working at once.")] = False,
+    rotate: Annotated[
+        bool, typer.Option("--rotate", help="Replace the token: the old URL stops working at once.")
+    ] = False,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:

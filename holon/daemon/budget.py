@@ -32,6 +32,7 @@ from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
 from holon.projections.state import AgentState
+from holon.runtime.settings import read_settings
 
 __all__ = ["DAY_US", "Budgets", "Spent", "day_of"]
 
@@ -70,7 +71,7 @@ class Budgets:
         found, current, seen = None, agent, set()
         while current.agent_id not in seen:
             seen.add(current.agent_id)
-            if current.settings.get("background"):
+            if read_settings(current.settings).settings.background:
                 found = current
             if current.parent_id is None:
                 break
@@ -102,12 +103,13 @@ class Budgets:
         return line
 
     def limits(self, agent: AgentState) -> tuple[int, int, float | None]:
-        s, d = agent.settings, self.defaults
-        cost = s.get("budget_cost_per_day_usd", d.budget_cost_per_day_usd)
+        """The owner's per-day limits: its own settings (read totally: a bad one means the
+        default), else the ``[daemon]`` defaults."""
+        s, d = read_settings(agent.settings).settings, self.defaults
         return (
-            int(s.get("budget_turns_per_day", d.budget_turns_per_day)),
-            int(s.get("budget_tokens_per_day", d.budget_tokens_per_day)),
-            None if cost is None else float(cost),
+            d.budget_turns_per_day if s.budget_turns_per_day is None else s.budget_turns_per_day,
+            d.budget_tokens_per_day if s.budget_tokens_per_day is None else s.budget_tokens_per_day,
+            d.budget_cost_per_day_usd if s.budget_cost_per_day_usd is None else s.budget_cost_per_day_usd,
         )
 
     def spent(self, agent_id: str) -> Spent:

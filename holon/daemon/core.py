@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -52,6 +53,7 @@ from holon.runtime.agents import configure_agent, create_agent
 from holon.runtime.inputs import input_events
 from holon.runtime.recovery import settle_unfinished_turn
 from holon.runtime.run import limits_from
+from holon.runtime.settings import read_settings, settings_problem
 from holon.runtime.tools import ToolRegistry
 from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult
 
@@ -419,7 +421,8 @@ class Daemon:
             agent = self.store.agent(agent_id)
         except NotFoundError:
             return False
-        if agent.settings.get("paused") or agent.settings.get("diagnostic"):
+        settings = read_settings(agent.settings).settings  # total: {"paused": "no"} is not paused
+        if settings.paused or settings.diagnostic:
             return False  # a diagnostic agent runs only under `holon diagnose`, with its own tools
         reason = self.budgets.exhausted(agent)
         if reason is not None:
@@ -639,7 +642,7 @@ class Daemon:
         if self.tracer is not None:
             self.tracer.turn_settled(agent_id, result.turn_id)
         agent = self.store.agent(agent_id)
-        if agent.settings.get("background"):
+        if read_settings(agent.settings).settings.background:
             self.budgets.record(agent_id, result.usage.total_tokens, result.cost_usd)
             reason = self.budgets.exhausted(agent)
             if reason is not None:
@@ -671,7 +674,16 @@ class Daemon:
         waits = self.store.rows("wait", agent_id=agent.agent_id, status="pending")
         timers = self.store.rows("timer", agent_id=agent.agent_id, status="scheduled")
         next_timer = min((t.next_fire_us for t in timers if t.next_fire_us is not None), default=None)
-        if agent.settings.get("paused"):
+        status = self._agent_status(agent, now, waits, next_timer)
+        problem = settings_problem(agent.settings, self.store.settings.model)
+        if problem is None:
+            return status
+        # A stored setting that is bad (a ledger older than the checks) or no longer allowed: the
+        # agent runs on defaults, and its status says so until the operator reconfigures it.
+        return dataclasses.replace(status, detail="; ".join(filter(None, (status.detail, problem))))
+
+    def _agent_status(self, agent: AgentState, now: int, waits: list[Any], next_timer: int | None) -> AgentStatus:
+        if read_settings(agent.settings).settings.paused:
             return AgentStatus(agent.agent_id, agent.name, "paused", "paused by the operator", next_timer)
         if self.host.is_running(agent.agent_id):
             return AgentStatus(agent.agent_id, agent.name, "running", agent.current_turn_id or "")

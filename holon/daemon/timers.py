@@ -43,6 +43,7 @@ from holon.ledger import events as ev
 from holon.logs import get_logger
 from holon.projections import Store
 from holon.projections.state import TimerProjection
+from holon.runtime.settings import read_settings
 
 __all__ = [
     "JOB_TABLE",
@@ -270,7 +271,7 @@ def add_timer(
     state = store.agent(agent)
     made = timer_event(schedule, now_us=now_us, prompt=prompt)
     events = []
-    if not state.settings.get("background"):
+    if read_settings(state.settings).settings.background is not True:  # total: "no" is not background
         events.append(NewEvent(state.agent_id, ev.AgentConfigured(changes={"background": True}), origin=origin, authority="operator"))  # fmt: skip
     events.append(NewEvent(state.agent_id, made, origin=origin, authority="operator"))
     store.append(*events)

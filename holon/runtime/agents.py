@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from holon.memory.durable_views import render_agent
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.resources import agent_home_template
-from holon.runtime.models import MODEL_SETTING_KEYS
+from holon.runtime.settings import OPERATOR_KEYS, checked_for_write, key_label
 
 __all__ = ["BUDGET_KEYS", "SETTING_KEYS", "TEMPLATES", "Template", "configure_agent", "create_agent"]
 
@@ -78,9 +77,14 @@ def create_agent(
     workspace: str | None = None,
     parent_id: str | None = None,
     timers: Sequence[ev.TimerScheduled] = (),
+    internal: bool = False,
 ) -> AgentState:
     """Create agent ``name``: its home directory from the template, then its ``agent.created`` event
-    (with ``timers``, e.g. a background agent's schedule, in the same transaction)."""
+    (with ``timers``, e.g. a background agent's schedule, in the same transaction).
+
+    ``settings`` are checked against ``AgentSettings`` and the operator's allow-lists (a bad one is
+    a ``UsageError`` naming the field, never its value); ``internal`` admits the keys only holon
+    itself sets (``diagnostic``, ``parent_task_id``)."""
     if not is_valid_name(name):
         raise UsageError(f"bad agent name {name!r}: use 1-63 of a-z, 0-9, '-' and '_', starting with a letter or digit")
     if template not in TEMPLATES:
@@ -93,8 +97,11 @@ def create_agent(
         raise ConflictError(f"agent name {name!r} is already taken")
     if workspace is not None and not Path(workspace).is_dir():
         raise UsageError(f"workspace {workspace!r} is not a directory")
-    merged = {**TEMPLATES[template].settings, **(settings or {})}
-    _check_env_names(merged)
+    if settings is not None and not isinstance(settings, dict):
+        raise UsageError("settings must be an object of setting names to values")
+    merged = checked_for_write(
+        {**TEMPLATES[template].settings, **(settings or {})}, {}, store.settings.model, internal=internal
+    )
     home = store.paths.agent_home(name)
     installed = _install_home(home, TEMPLATES[template])
     agent_id = new_id("agt")
@@ -132,32 +139,8 @@ def create_agent(
 BUDGET_KEYS = ("budget_turns_per_day", "budget_tokens_per_day", "budget_cost_per_day_usd")
 
 #: Settings ``configure_agent`` accepts: the model's, the turn limits, the daemon's (``paused``,
-#: ``background``) and the per-day budgets.
-SETTING_KEYS = frozenset(
-    {
-        *MODEL_SETTING_KEYS,
-        "max_rounds",
-        "max_tokens_per_turn",
-        "max_cost_per_turn_usd",
-        "paused",
-        "background",
-        *BUDGET_KEYS,
-    }
-)
-
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-
-
-def _check_env_names(settings: dict[str, JsonValue]) -> None:
-    """``*_env`` settings name an environment variable. Refuse anything else: it may be the key
-    itself pasted in by mistake, which would then be in the ledger for good (so never echo it)."""
-    for key, value in settings.items():
-        if key.endswith("_env") and value is not None and not (isinstance(value, str) and _ENV_NAME.match(value)):
-            raise UsageError(
-                f"setting {key!r} must be the name of an environment variable (letters, digits and '_', "
-                f"e.g. OPENAI_API_KEY), not the secret itself; the value given was not recorded"
-            )
+#: ``background``) and the per-day budgets (``AgentSettings`` types and bounds each).
+SETTING_KEYS = OPERATOR_KEYS
 
 
 def configure_agent(
@@ -168,18 +151,21 @@ def configure_agent(
     unset: list[str] | tuple[str, ...] = (),
     origin: str = "operator:cli",
 ) -> AgentState:
-    """Record new settings for an agent. Unknown keys are refused; ``unset`` resets keys to defaults."""
+    """Record new settings for an agent. Unknown keys and bad values are refused (``UsageError``
+    naming the field, never the value); ``unset`` resets keys to defaults."""
     agent = store.agent(ref)
-    unknown = sorted((set(changes) | set(unset)) - SETTING_KEYS)
+    if not isinstance(changes, dict) or isinstance(unset, str | bytes):
+        raise UsageError("settings must be an object of setting names to values, unset a list of names")
+    unknown = [k for k in unset if k not in SETTING_KEYS]
     if unknown:
-        raise UsageError(f"unknown setting {unknown[0]!r}; known: {', '.join(sorted(SETTING_KEYS))}")
-    merged: dict[str, JsonValue] = {**changes, **dict.fromkeys(unset)}
-    if not merged:
+        raise UsageError(f"unknown setting {key_label(unknown[0])}; known: {', '.join(sorted(SETTING_KEYS))}")
+    if not changes and not unset:
         raise UsageError("nothing to configure: give at least one option")
-    _check_env_names(merged)
+    clean = checked_for_write(changes, agent.settings, store.settings.model, nullable=True, unset=unset)
+    merged: dict[str, JsonValue] = {**clean, **dict.fromkeys(unset)}
     try:
         payload = ev.AgentConfigured(changes=merged)
-    except ValueError as e:
-        raise UsageError(str(e).splitlines()[-1].strip()) from e
+    except ValueError:
+        raise UsageError("these settings cannot be recorded") from None  # the error would carry the values
     store.append(NewEvent(agent.agent_id, payload, origin=origin, authority="operator"))
     return store.agent(agent.agent_id)

@@ -34,6 +34,7 @@ from holon.runtime.inputs import input_events, wakes_of
 from holon.runtime.providers.retry import RetryPolicy
 from holon.runtime.recovery import RecoveryReport, interrupted_task_input, recover
 from holon.runtime.sandbox import harden_process
+from holon.runtime.settings import read_settings
 from holon.runtime.tasks import TaskManager
 from holon.runtime.tools import ToolRegistry, builtin_registry
 from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnRunner
@@ -286,9 +287,10 @@ class AgentHost:
             child_name,
             template=template,
             origin=f"agent:{parent_id}",
-            settings={**{k: v for k, v in parent.settings.items() if k != "parent_task_id"}, "parent_task_id": task_id},
+            settings={**read_settings(parent.settings).settings.as_dict(), "parent_task_id": task_id},
             workspace=workspace,
             parent_id=parent_id,
+            internal=True,
         )
         self.store.append(
             NewEvent(parent_id, ev.TaskCreated(task_id=task_id, kind="child_agent", title=task_text[:200], spec={"child_agent_id": child.agent_id, "child": child.name}), origin=f"agent:{parent_id}", authority="agent", task_id=task_id),

@@ -16,6 +16,7 @@ from holon.projections.state import AgentState
 from holon.runtime.providers.base import ModelSettings, Provider
 from holon.runtime.providers.litellm_provider import LiteLLMProvider
 from holon.runtime.providers.local import MODEL_NOT_CONFIGURED_MESSAGE, LocalModelServer, local_model_available
+from holon.runtime.settings import AgentSettings, check_model_policy, read_settings
 
 __all__ = ["LOCAL_TURN_CONTEXT_WINDOW", "MODEL_SETTING_KEYS", "ModelResolver", "model_settings"]
 
@@ -37,19 +38,26 @@ MODEL_SETTING_KEYS = (
 
 
 def model_settings(agent: AgentState, defaults: ModelDefaults) -> ModelSettings | None:
-    """The agent's model settings, or ``None`` when no model is named (use the local one)."""
-    own = agent.settings
-    merged = {k: own.get(k, getattr(defaults, k)) for k in MODEL_SETTING_KEYS}
+    """The agent's model settings, or ``None`` when no model is named (use the local one).
+
+    Read totally (``read_settings``): a bad stored value falls back to the config's. When the
+    agent's own model settings break the operator's allow-lists (a ledger written before them), none
+    of them is used: the config's ``[model]`` section alone decides, and ``settings_problem`` (the
+    daemon's status) says why."""
+    own = read_settings(agent.settings).settings
+    if check_model_policy(own, defaults) is not None:
+        own = AgentSettings()
+    merged = {k: v if (v := getattr(own, k)) is not None else getattr(defaults, k) for k in MODEL_SETTING_KEYS}
     if not merged["model"]:
         return None
     return ModelSettings(
         model=str(merged["model"]),
-        api_base=merged["api_base"],  # type: ignore[arg-type]
-        api_key_env=merged["api_key_env"],  # type: ignore[arg-type]
-        temperature=merged["temperature"],  # type: ignore[arg-type]
-        max_output_tokens=merged["max_output_tokens"],  # type: ignore[arg-type]
-        context_window=merged["context_window"],  # type: ignore[arg-type]
-        timeout_s=float(merged["timeout_s"]),  # type: ignore[arg-type]
+        api_base=merged["api_base"],
+        api_key_env=merged["api_key_env"],
+        temperature=merged["temperature"],
+        max_output_tokens=merged["max_output_tokens"],
+        context_window=merged["context_window"],
+        timeout_s=float(merged["timeout_s"]),
     )
 
 

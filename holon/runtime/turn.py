@@ -37,6 +37,7 @@ from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.runtime.providers.base import ModelRequest, ModelSettings, Provider
 from holon.runtime.providers.retry import RetryPolicy, complete_with_retry
+from holon.runtime.settings import read_settings
 from holon.runtime.tools.base import ToolContext, ToolRegistry, ToolResult
 from holon.runtime.views import AgentMemory, StoreViews
 
@@ -378,12 +379,13 @@ class TurnRunner:
         )
 
     def _limits(self, agent: AgentState) -> TurnLimits:
-        s = agent.settings
+        # Read totally: a bad stored value (a ledger older than the checks) means the default.
+        s = read_settings(agent.settings).settings
         base = self.limits
         return TurnLimits(
-            max_rounds=int(s.get("max_rounds", base.max_rounds)),  # type: ignore[arg-type]
-            max_tokens=int(s.get("max_tokens_per_turn", base.max_tokens)),  # type: ignore[arg-type]
-            max_cost_usd=s.get("max_cost_per_turn_usd", base.max_cost_usd),  # type: ignore[arg-type]
+            max_rounds=base.max_rounds if s.max_rounds is None else s.max_rounds,
+            max_tokens=base.max_tokens if s.max_tokens_per_turn is None else s.max_tokens_per_turn,
+            max_cost_usd=base.max_cost_usd if s.max_cost_per_turn_usd is None else s.max_cost_per_turn_usd,
             max_tool_errors=base.max_tool_errors,
         )
 

@@ -41,6 +41,7 @@ from holon.ledger import events as ev
 from holon.projections import Store
 from holon.runtime.agents import create_agent
 from holon.runtime.providers.base import ModelSettings, Provider
+from holon.runtime.settings import read_settings
 from holon.runtime.tasks import TaskManager
 from holon.runtime.tools import Tool, ToolContext, ToolParams, ToolRegistry, ToolRetry
 from holon.runtime.turn import TurnResult, TurnRunner
@@ -489,13 +490,15 @@ def _agent(store: Store, model: dict[str, Any]) -> str:
                 f"agent {AGENT_NAME!r} is one of your agents, not holon's diagnostic agent; "
                 "rename or delete it to use holon diagnose"
             )
-        settings = {**old.settings, **settings}
+        settings = {**read_settings(old.settings).settings.as_dict(), **settings}
         store.append(NewEvent(old.agent_id, ev.AgentDeleted(reason=_RETIRED), origin="operator:diagnose",
                               authority="operator"))  # fmt: skip
         home = Path(old.home).resolve()
         if home.is_relative_to(store.paths.agents.resolve()) and home != store.paths.agents.resolve():
             shutil.rmtree(home, ignore_errors=True)
-    return create_agent(store, AGENT_NAME, settings={**settings, **model}, origin="operator:diagnose").agent_id
+    return create_agent(
+        store, AGENT_NAME, settings={**settings, **model}, origin="operator:diagnose", internal=True
+    ).agent_id
 
 
 _RETIRED = "retired: each holon diagnose run starts from a clean context (its reports stay in the ledger)"
