@@ -12,6 +12,7 @@ __all__ = [
     "INPUT_PREVIEW_CHARS",
     "InputView",
     "input_reference",
+    "shorten_input",
     "is_short_reply",
     "render_inputs",
     "shorten",
@@ -67,15 +68,35 @@ def input_reference(i: InputView) -> str:
     )
 
 
+def shorten_input(i: InputView, limit: int) -> str:
+    """An input shortened to about ``limit`` characters (head and tail), saying how to read it whole."""
+    if len(i.text) <= limit:
+        return i.text
+    return (
+        f"{shorten(i.text, limit)}\n[input {i.ref} is {len(i.text):,} characters, shortened here; read the "
+        f'whole input with memory_get {{"ref": "{i.ref}"}} (a part at a time when it is larger than one read).]'
+    )
+
+
 def render_inputs(
-    inputs: list[InputView] | tuple[InputView, ...], *, limit: int | None = None, by_reference: bool = False
+    inputs: list[InputView] | tuple[InputView, ...],
+    *,
+    limit: int | None = None,
+    by_reference: bool = False,
+    refer: bool = False,
 ) -> str:
     """Inputs as one user message. Only operator inputs read as plain text; everything else says
     where it came from and that it is information, not an instruction. ``limit`` shortens each
-    input to that many characters; ``by_reference`` shows each long one as ``input_reference``."""
+    input to that many characters (``refer``: saying how to read it whole); ``by_reference``
+    shows each long one as ``input_reference``."""
     blocks = []
     for i in inputs:
-        body = input_reference(i) if by_reference else (shorten(i.text, limit) if limit else i.text)
+        if by_reference:
+            body = input_reference(i)
+        elif limit and refer:
+            body = shorten_input(i, limit)
+        else:
+            body = shorten(i.text, limit) if limit else i.text
         if i.authority == "operator":
             blocks.append(body if len(inputs) == 1 else f"[operator, {format_us(i.ts_us)}]\n{body}")
         else:

@@ -453,30 +453,31 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
 
 
 def _input_section(view: TurnView, counter: TokenCounter) -> Section:
-    """The turn's inputs, pinned: whole, then each shortened, then each long one by reference (a
-    preview and the ``memory_get`` call that reads it), so any input fits a prompt that has room
-    for a few hundred tokens of it (RFC 0002, admission by size)."""
-    forms: list[tuple[str, str]] = [("full", render_inputs(view.inputs))]
-    for form, t in (
-        ("compact", render_inputs(view.inputs, limit=INPUT_COMPACT_CHARS)),
-        ("compact", render_inputs(view.inputs, by_reference=True)),
-    ):
-        if t != forms[-1][1]:
-            forms.append((form, t))
+    """The turn's inputs, pinned: whole, then each shortened (saying how to read it whole), and as a
+    last resort each long one by reference (a preview and the ``memory_get`` call that reads it),
+    so any input fits a prompt with room for a few hundred tokens of it (RFC 0002, admission)."""
     refs = tuple(i.ref for i in view.inputs)
-    renderings = [_messages_rendering(counter, form, [{"role": "user", "content": t}], refs) for form, t in forms]
-    # A leaner form that is not smaller (a preview plus its hint can outgrow a short shortening) is no step.
-    kept = [renderings[0]]
-    for r in renderings[1:]:
-        if r.tokens < kept[-1].tokens:
-            kept.append(r)
-    return Section("input", "turn", "input", 0, 1000, tuple(kept), pinned=True)
+
+    def rendering(form: Any, text: str) -> Rendering:
+        return _messages_rendering(counter, form, [{"role": "user", "content": text}], refs)
+
+    kept = [rendering("full", render_inputs(view.inputs))]
+    shortened = rendering("compact", render_inputs(view.inputs, limit=INPUT_COMPACT_CHARS, refer=True))
+    if shortened.tokens < kept[-1].tokens:
+        kept.append(shortened)
+    referenced = rendering("compact", render_inputs(view.inputs, by_reference=True))
+    last_resort = int(referenced.tokens < kept[-1].tokens)
+    if last_resort:
+        kept.append(referenced)
+    return Section("input", "turn", "input", 0, 1000, tuple(kept), pinned=True, last_resort=last_resort)
 
 
 def input_tokens(view: TurnView, counter: TokenCounter) -> list[int]:
     """What each of the view's inputs costs in the input message when shortened (its compact
     form), for admission by size; a few tokens more than its share of the joined message."""
-    return [counter.count(render_inputs([i], limit=INPUT_COMPACT_CHARS)) + _JOIN_TOKENS for i in view.inputs]
+    return [
+        counter.count(render_inputs([i], limit=INPUT_COMPACT_CHARS, refer=True)) + _JOIN_TOKENS for i in view.inputs
+    ]
 
 
 def pinned_minimum(sections: list[Section]) -> int:
