@@ -392,3 +392,40 @@ def test_an_operator_abort_rejects_the_turns_inputs(store: Store, clock: FakeClo
     assert settled.rejected == [seq] and settled.reason == "aborted by the operator"
     assert store.agent("alice").rejected_inputs == [seq]
     assert json.loads(json.dumps(events(store, "brief.delivered")[0].payload.model_dump()))["kind"] == "error"
+
+
+def test_a_one_line_64_kib_input_can_be_read_whole_by_parts(store: Store) -> None:
+    """The reference an input is shown by reaches all of it, even a 64 KiB hook body on one line
+    (longer than the largest read): ``memory_get`` points at line ranges that fit, and the parts
+    put together are the body."""
+    from holon.memory.get import WRAP_CHARS, memory_get
+    from holon.runtime.inputs import input_events
+
+    alice = create_agent(store, "alice")
+    body = json.dumps(
+        {
+            "event": "push",
+            "commits": [{"id": f"{i:040x}", "message": prose(300, i).replace("\n", " ")} for i in range(200)],
+        }
+    )
+    assert len(body) > 64_000 and "\n" not in body
+    seq = store.append(
+        *input_events(
+            store, alice.agent_id, body, origin="external:hook", authority="external", sender="hook", channel="hook"
+        )
+    )[-1].seq
+    ref = f"event:{seq}"
+    first = memory_get(store, alice, ref)
+    assert first.content is None
+    ranges = [c.arguments for c in first.next_calls if c.arguments.get("mode") == "lines"]
+    assert ranges, first.render()
+    parts, start = [], ranges[0]["start"]
+    while True:
+        got = memory_get(store, alice, ref, mode="lines", start=start, end=start)
+        assert got.content is not None, got.render()
+        parts.append(got.content.rstrip("\n"))
+        if got.content.startswith("[lines longer than"):
+            break
+        start += 1
+    text = "".join(p for p in parts if not p.startswith("[lines longer than"))
+    assert body in text and all(len(p) <= WRAP_CHARS for p in parts[:-1])
