@@ -107,8 +107,27 @@ def test_a_huge_input_is_shortened_but_kept_when_the_budget_is_tight(counter) ->
     tight = assemble(sections, budget_for(minimum(sections)))
     content = input_message(tight)["content"]
     assert content.startswith("[external event from external:ci") and INFO in content
-    assert "characters left out" in content and len(content) < len(huge)
+    # At the pinned minimum it is shown by reference: a preview and the call that reads it whole.
+    assert 'memory_get {"ref": "event:60"}' in content and len(content) < 1_000 < len(huge)
+    assert content.split("]\n", 1)[1].startswith("Here is the log:\nERROR something failed")
     assert manifest(tight)["input"]["representation"] == "compact"
+    # With a little more room it is shortened (head and tail) and still says how to read it whole.
+    (section,) = [s for s in sections if s.key == "input"]
+    assert [r.form for r in section.renderings] == ["full", "compact", "compact"] and section.last_resort == 1
+    shortened = section.renderings[1].messages[0]["content"]
+    assert "characters left out" in shortened and 'memory_get {"ref": "event:60"}' in shortened
+    # By reference only as a last resort: every non-pinned section of its tiers is omitted first
+    # (the stable tier is chosen from the budget alone).
+    referenced = section.renderings[2].messages[0]["content"]
+    pinned = {s.key for s in sections if s.pinned or s.tier == "stable"}
+    seen = set()
+    for budget in range(minimum(sections), minimum(sections) + 20_000, 250):
+        a = assemble(sections, budget_for(budget))
+        content = input_message(a)["content"]
+        seen.add("ref" if content == referenced else "short" if content == shortened else "full")
+        if content == referenced:
+            assert all(x["representation"] == "omitted" for x in a.manifest["sections"] if x["key"] not in pinned)
+    assert seen == {"ref", "short", "full"}
 
 
 def test_overflow_when_not_even_system_tools_and_input_fit(counter) -> None:
@@ -119,7 +138,8 @@ def test_overflow_when_not_even_system_tools_and_input_fit(counter) -> None:
     by_key = {s.key: s for s in sections}
     assert floor == sum(by_key[k].renderings[-1].tokens for k in ("system", "tools", "input"))
     a = assemble(sections, budget_for(floor))
-    assert a.used_tokens == floor and input_message(a)["content"] == render_inputs(view.inputs)
+    # At the floor a long input is shown by reference (RFC 0002, admission by size).
+    assert a.used_tokens == floor and input_message(a)["content"] == render_inputs(view.inputs, by_reference=True)
     with pytest.raises(ContextOverflow, match=f"pinned minimum of this prompt is {floor} tokens"):
         assemble(sections, budget_for(floor - 1))
     with pytest.raises(ContextOverflow):

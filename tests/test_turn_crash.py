@@ -323,3 +323,54 @@ def test_background_task_that_finished_while_holon_was_dead_keeps_its_result(tmp
     assert [t["outcome"] for t in report["turns"]] == ["completed"]
     assert not (home / "tasks" / task.task_id).exists(), "recovery leaves no task files behind"
     assert_ledger_ok(home)
+
+
+# --- exactly-once answers: SIGKILL at the final answer's commit --------------------------------------
+
+TURN_KILLER = Path(__file__).resolve().parent / "helpers" / "turn_killer.py"
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_sigkill_at_the_final_answers_commit_answers_exactly_once(tmp_path: Path, when: str) -> None:
+    """A real process dies by SIGKILL right before, or right after, the commit that holds the final
+    answer; the restarted host answers the input exactly once (after: without asking the model)."""
+    import subprocess
+    import sys
+
+    from helpers.daemon import submit
+    from helpers.turn_cli import REPO, cli_env
+
+    replies = iter(["The first and only answer.", "A second answer (must not be needed)."])
+    with FakeLLM(lambda body: {"content": next(replies)}) as fake:
+        home = _setup(tmp_path, fake)
+        (seq,) = submit(home, "bob", FIRST)
+        killed = subprocess.run(
+            [sys.executable, str(TURN_KILLER), str(home), when],
+            capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=120, check=False,
+        )  # fmt: skip
+        assert killed.returncode == -9, (killed.returncode, killed.stdout, killed.stderr)
+        types = event_types(home)
+        report = run_host(home)
+        requests = len(fake.requests)
+
+    events = all_events(home)
+    finals = [e for e in _of(events, ev.ModelResponded) if not e.payload.tool_calls and not e.payload.error]
+    assert len(finals) == 1, [e.payload.content for e in finals]
+    if when == "after":  # the answer and its settle were one commit: nothing was left half-done
+        assert "turn.settled" in types and types.index("turn.settled") == types.index("model.responded") + 1, types
+    else:
+        assert types[-1] == "model.requested" and "turn.settled" not in types
+    turns = _turns_taking(events, seq)
+    completed = [done for _, done in turns if done is not None and done.payload.outcome == "completed"]
+    assert len(completed) == 1 and all(done is not None for _, done in turns)
+    if when == "after":
+        assert requests == 1 and report["recovered"]["turns"] == [] and report["turns"] == []
+        assert completed[0].payload.reply == "The first and only answer."
+    else:
+        assert requests == 2 and [t["outcome"] for t in report["turns"]] == ["completed"]
+        assert [done.payload.outcome for _, done in turns if done is not None] == ["interrupted", "completed"]
+        assert completed[0].payload.reply == "A second answer (must not be needed)."
+    with open_store(home) as store:
+        bob = store.agent("bob")
+        assert bob.pending_inputs == [] and bob.current_turn_id is None and bob.status == "idle"
+    assert_ledger_ok(home)

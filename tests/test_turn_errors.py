@@ -3,7 +3,7 @@
 Malformed tool calls never end a turn by themselves: each becomes a ``tool.resulted`` with a
 clear message the model can act on (until the turn's tool-error allowance runs out). Model
 failures end a turn as documented, and an input is never lost: transient failures re-queue it,
-permanent ones keep it in the ledger, named by the failed turn.
+permanent ones settle it ``rejected`` with the reason (named by the failed turn, told in a brief).
 """
 
 from __future__ import annotations
@@ -210,7 +210,8 @@ def test_too_many_failed_tool_calls_fail_the_turn(store: Store, clock: FakeClock
     assert (result.rounds, result.tool_calls, len(provider.requests)) == (3, 4, 3)
     assert [p.status for p in payloads(store, "tool.resulted")] == ["invalid", "ok", "invalid", "error"]
     [settled] = payloads(store, "turn.settled")
-    assert settled.reason == result.reason and not settled.requeue
+    assert settled.reason == result.reason and not settled.requeue and settled.rejected == result.rejected
+    assert len(result.rejected) == 1
     state = store.agent(agent.agent_id)
     assert state.status == "failed" and state.last_error == result.reason and state.pending_inputs == []
     assert_sound(store)
@@ -469,6 +470,7 @@ def test_context_overflow_fails_without_requeue_but_keeps_the_input(store: Store
     [settled] = events(store, "turn.settled")
     assert settled.turn_id == result.turn_id and settled.payload.turn_id == result.turn_id
     assert settled.payload.requeue is False and "context" in (settled.payload.reason or "")
+    assert settled.payload.rejected == [submitted.seq] and agent.rejected_inputs == [submitted.seq]
     assert_sound(store)
 
 
@@ -480,7 +482,7 @@ def test_bad_key_fails_as_auth_without_requeue(store: Store, clock: FakeClock) -
     assert result.outcome == "failed" and result.reason is not None
     assert result.reason.startswith("model error (auth): openai/fake: authentication failed (HTTP 401)")
     [settled] = payloads(store, "turn.settled")
-    assert settled.requeue is False
+    assert settled.requeue is False and settled.rejected == [submitted.seq]
     assert store.agents()[0].pending_inputs == []
     assert store.ledger.get(submitted.seq).type == "message.received"
     assert_sound(store)

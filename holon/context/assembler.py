@@ -9,7 +9,8 @@ from turn to turn and providers can cache it.
 input, the current turn's rounds, and the tokens reserved for the reply.
 
 Degradation follows fixed sequences of steps computed from the sections, never from the budget
-(compact sections lowest priority first, then omit non-pinned ones lowest priority first):
+(compact sections lowest priority first, then omit non-pinned ones lowest priority first, then a
+pinned section's ``last_resort`` renderings, such as a long input shown only by reference):
 
 1. The **stable tier** (system contract, AGENTS.md, memory files, tools) takes the first prefix
    of its sequence that fits in ``STABLE_SHARE`` of the budget. That choice depends on the budget
@@ -88,6 +89,9 @@ class Section:
     """Why the section is a candidate, or why it is excluded (shown in the manifest)."""
     excluded: bool = False
     """Not a candidate at all (e.g. evidence of a paused work item): listed in the manifest only."""
+    last_resort: int = 0
+    """How many of a pinned section's leanest renderings are used only once every non-pinned
+    section is omitted (the input by reference: a preview is worth less than any context)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +138,10 @@ STABLE_SHARE = 0.6
 def _steps(sections: list[Section]) -> list[tuple[Section, int]]:
     """A fixed degradation sequence: (section, new level)."""
     by_priority = sorted((s for s in sections if not s.excluded), key=lambda s: (s.priority, s.key))
-    steps = [(s, i) for s in by_priority for i in range(1, len(s.renderings))]
+    spare = {s.key: s.last_resort if s.pinned else 0 for s in by_priority}
+    steps = [(s, i) for s in by_priority for i in range(1, len(s.renderings) - spare[s.key])]
     steps += [(s, len(s.renderings)) for s in by_priority if not s.pinned]
+    steps += [(s, i) for s in by_priority for i in range(max(1, len(s.renderings) - spare[s.key]), len(s.renderings))]
     return steps
 
 

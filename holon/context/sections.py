@@ -38,7 +38,7 @@ from holon.context.tokens import MESSAGE_OVERHEAD, TokenCounter
 from holon.context.view import EpisodeView, HistoryTurn, RoundView, ToolEvidence, TurnView
 from holon.memory import markdown
 
-__all__ = ["PREAMBLE", "build_sections", "relevance"]
+__all__ = ["INPUT_COMPACT_CHARS", "PREAMBLE", "build_sections", "input_tokens", "pinned_minimum", "relevance"]
 
 PREAMBLE = """You are an agent running in holon, a runtime that keeps you alive across turns, restarts and days.
 You do not see your whole past here: your working memory, the current work item, decisions, relevant
@@ -447,27 +447,49 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
         s.append(_text_section(counter, "tasks_waits", "turn", "context", 4, 600, tw[0], tw[1]))
     s += _episode_sections(view, counter, plan)
     s += _history_sections(view, counter, plan)
-    text = render_inputs(view.inputs)
-    compact_input = render_inputs(view.inputs, limit=4_000)
-    refs = tuple(i.ref for i in view.inputs)
-    s.append(
-        Section(
-            "input",
-            "turn",
-            "input",
-            0,
-            1000,
-            tuple(
-                _messages_rendering(counter, form, [{"role": "user", "content": t}], refs)  # type: ignore[arg-type]
-                for form, t in (("full", text), ("compact", compact_input))
-                if form == "full" or t != text
-            ),
-            pinned=True,
-        )
-    )
+    s.append(_input_section(view, counter))
     s += _round_sections(view, counter)
     return s
 
+
+def _input_section(view: TurnView, counter: TokenCounter) -> Section:
+    """The turn's inputs, pinned: whole, then each shortened (saying how to read it whole), and as a
+    last resort each long one by reference (a preview and the ``memory_get`` call that reads it),
+    so any input fits a prompt with room for a few hundred tokens of it (RFC 0002, admission)."""
+    refs = tuple(i.ref for i in view.inputs)
+
+    def rendering(form: Any, text: str) -> Rendering:
+        return _messages_rendering(counter, form, [{"role": "user", "content": text}], refs)
+
+    kept = [rendering("full", render_inputs(view.inputs))]
+    shortened = rendering("compact", render_inputs(view.inputs, limit=INPUT_COMPACT_CHARS, refer=True))
+    if shortened.tokens < kept[-1].tokens:
+        kept.append(shortened)
+    referenced = rendering("compact", render_inputs(view.inputs, by_reference=True))
+    last_resort = int(referenced.tokens < kept[-1].tokens)
+    if last_resort:
+        kept.append(referenced)
+    return Section("input", "turn", "input", 0, 1000, tuple(kept), pinned=True, last_resort=last_resort)
+
+
+def input_tokens(view: TurnView, counter: TokenCounter) -> list[int]:
+    """What each of the view's inputs costs in the input message when shortened (its compact
+    form), for admission by size; a few tokens more than its share of the joined message."""
+    return [
+        counter.count(render_inputs([i], limit=INPUT_COMPACT_CHARS, refer=True)) + _JOIN_TOKENS for i in view.inputs
+    ]
+
+
+def pinned_minimum(sections: list[Section]) -> int:
+    """The fewest tokens ``sections`` can take in any assembly: their pinned sections each at
+    their leanest rendering (everything else can be omitted)."""
+    return sum(min(r.tokens for r in s.renderings) for s in sections if s.pinned and not s.excluded)
+
+
+#: Characters of each input the compact input form keeps.
+INPUT_COMPACT_CHARS = 4_000
+#: The separator and provenance line an input adds once joined with others (an allowance).
+_JOIN_TOKENS = 24
 
 #: Left-out durable entries listed in the manifest (the rest are counted).
 MAX_LEFT_OUT = 20

@@ -125,6 +125,7 @@ class Daemon:
             sleep=sleep,
             window_of=window_of,
             gate=self._may_run,
+            wake=self._wake,
         )
         self.budgets = Budgets(store, self.clock, self.settings)
         self.timers = Timers(store.paths.db, self._fire_timer)

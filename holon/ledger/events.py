@@ -148,6 +148,10 @@ class TurnSettled(PayloadBase):
     reply: LargeText | None = None
     requeue: bool = False
     """Put the turn's inputs back in the queue (set for interruptions and transient model failures)."""
+    rejected: list[int] = Field(default_factory=list)
+    """Inputs (their seqs) this failed turn settles unanswered, for ``reason``: never re-queued, and
+    told to the operator by a ``brief.delivered`` of kind ``error`` in the same transaction. Empty on
+    rows written before rejection existed (such a failed turn consumed its inputs silently)."""
     usage: Usage = Usage()
     cost_usd: float | None = Field(None, ge=0)
 

@@ -7,12 +7,17 @@ returns no content, but the sizes (the whole document, its largest sections or e
 exact calls that would get what is needed (headers, a section, a line range, the tail, a narrower
 search). A model that sees content knows it is the whole of what it asked for.
 
+A line is the smallest part a read selects, so a line longer than the largest read (a 64 KiB hook
+body on one line) could never be read at all: every read but a ``full`` one that fits works on
+the document with such lines cut into lines of ``WRAP_CHARS`` (and a note saying so).
+
 Only ``HolonError`` s leave this module: ``UsageError`` for a malformed reference or option,
 ``NotFoundError`` for a reference that is not the agent's to read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +29,16 @@ from holon.memory.refs import EpisodeRef, RefKind, parse_ref
 from holon.projections import Store
 from holon.projections.state import AgentState
 
-__all__ = ["DEFAULT_MAX_CHARS", "LARGE_READ_CHARS", "MAX_MAX_CHARS", "MemoryRead", "NextCall", "memory_get"]
+__all__ = [
+    "DEFAULT_MAX_CHARS",
+    "LARGE_READ_CHARS",
+    "MAX_MAX_CHARS",
+    "WRAP_CHARS",
+    "MemoryRead",
+    "NextCall",
+    "memory_get",
+    "wrap_long_lines",
+]
 
 DEFAULT_MAX_CHARS = 12_000
 LARGE_READ_CHARS = 32_000
@@ -32,6 +46,8 @@ LARGE_READ_CHARS = 32_000
 MAX_MAX_CHARS = 1_000_000
 """The largest cap at all (the CLI)."""
 MIN_MAX_CHARS = 200
+WRAP_CHARS = 8_000
+"""Longest line of a document read by parts (below ``DEFAULT_MAX_CHARS``, so one line always fits)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +142,8 @@ def memory_get(
     if expand and not isinstance(parsed, EpisodeRef):
         raise UsageError("expand applies to episode references only (it lists the events an episode covers)")
     doc = resolve(store, agent, parsed, expand=expand)
+    if chosen != "full" or len(doc.text) > max_chars:  # a read by parts: lines it can select
+        doc = dataclasses.replace(doc, text=wrap_long_lines(doc.text))
     selection = select(doc.text, chosen, heading=heading, start=start, end=end, lines=lines)
     if len(selection.text) > max_chars:
         return _too_large(doc, selection, chosen, max_chars)
@@ -134,6 +152,20 @@ def memory_get(
     if isinstance(parsed, EpisodeRef) and not expand:
         hints = (NextCall({"ref": doc.ref, "expand": True}, "the exact events this episode covers"),)
     return MemoryRead(doc.ref, doc.kind, doc.title, selection.text, len(doc.text), summary, hints)
+
+
+def wrap_long_lines(text: str) -> str:
+    """``text`` with every line longer than ``WRAP_CHARS`` cut into lines of that length, and a
+    closing note when any was; ``text`` itself otherwise."""
+    lines = text.split("\n")
+    if all(len(line) <= WRAP_CHARS for line in lines):
+        return text
+    out = [line[i : i + WRAP_CHARS] for line in lines for i in range(0, max(len(line), 1), WRAP_CHARS)]
+    note = (
+        f"[lines longer than {WRAP_CHARS:,} characters are cut into lines of {WRAP_CHARS:,} here, so that "
+        "mode lines can read them a part at a time; the text itself has no such line breaks]"
+    )
+    return "\n".join([*out, note]) + "\n"
 
 
 # --- reads over the cap -----------------------------------------------------------------------

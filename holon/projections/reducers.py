@@ -31,6 +31,7 @@ from holon.projections.state import (
 
 __all__ = [
     "RECENT_LIMIT",
+    "REJECTED_LIMIT",
     "Reducer",
     "apply_agent",
     "apply_baseline",
@@ -44,6 +45,8 @@ __all__ = [
 
 #: How many recent files and decisions working memory keeps.
 RECENT_LIMIT = 20
+#: How many rejected inputs an agent's state lists.
+REJECTED_LIMIT = 50
 
 Reducer = Callable[[State | None, Event], State | None]
 
@@ -119,6 +122,9 @@ def _settle(state: AgentState, p: ev.TurnSettled, event: Event) -> AgentState:
             "current_turn_seq": None,
             "current_inputs": [],
             "resume_from_seq": resume,
+            "rejected_inputs": [*state.rejected_inputs, *p.rejected][-REJECTED_LIMIT:]
+            if p.rejected
+            else state.rejected_inputs,
             "tokens_total": state.tokens_total + p.usage.total_tokens,
             "cost_usd_total": round(state.cost_usd_total + (p.cost_usd or 0.0), 6),
             "last_event_us": event.ts_us,

@@ -63,6 +63,9 @@ class AgentState(State):
     """Seq of the ``turn.started`` of an interrupted turn the next turn must continue from."""
     tokens_total: int = 0
     cost_usd_total: float = 0.0
+    rejected_inputs: list[int] = []
+    """Seqs of the latest inputs failed turns settled unanswered (``turn.settled.rejected``), oldest
+    first, at most ``REJECTED_LIMIT``; ``last_error`` says why the newest were."""
 
 
 class Todo(State):

@@ -5,6 +5,10 @@
   never lost: at worst it is still pending after a crash, and recovery re-queues a half-done turn.
 * Background tasks and child agents report back as inputs that also resolve the waits on them;
   ``tick`` wakes agents whose waits reached their recheck time.
+* No agent stalls while inputs are queued and nothing is wrong: after a turn that completed, or
+  failed and rejected its inputs, the next turn runs at once. Only a transient model failure (its
+  inputs re-queued) holds the agent back, until ``tick`` finds its retry time (a backoff that
+  doubles per failure in a row, ``RETRY_BASE_S`` up to ``RETRY_MAX_S``) or a new input arrives.
 * One host per home: ``start`` takes an exclusive lock on ``<home>/run/host.lock`` and runs
   recovery, which is only safe when no other process is running turns.
 """
@@ -39,9 +43,14 @@ from holon.runtime.tasks import TaskManager
 from holon.runtime.tools import ToolRegistry, builtin_registry
 from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnRunner
 
-__all__ = ["AgentHost"]
+__all__ = ["RETRY_BASE_S", "RETRY_MAX_S", "AgentHost"]
 
 log = get_logger("holon.host")
+
+#: First delay before an agent whose turn failed transiently (inputs re-queued) runs again.
+RETRY_BASE_S = 5.0
+#: Longest such delay.
+RETRY_MAX_S = 300.0
 
 
 class AgentHost:
@@ -58,10 +67,14 @@ class AgentHost:
         sleep: Callable[[float], Any] | None = None,
         window_of: Callable[[str], int | None] | None = None,
         gate: Callable[[str], bool] | None = None,
+        wake: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
         self.gate = gate
         """May this agent run a turn now? (The daemon's pause and daily budgets.) ``None``: always."""
+        self.wake = wake
+        """Called by ``tick`` for an agent whose retry time came (the daemon's scheduler); ``None``:
+        ``schedule`` it here."""
         self.clock = clock
         self.tasks = TaskManager.for_store(store, clock, on_done=self._task_done)
         self.runner = TurnRunner(
@@ -78,7 +91,10 @@ class AgentHost:
         )
         self._locks: dict[str, asyncio.Lock] = {}
         self._runs: dict[str, asyncio.Task[list[TurnResult]]] = {}
-        self._stalled: set[str] = set()
+        self._stalled: dict[str, int] = {}
+        """Agents held back after a transient failure: the clock time (µs) they may run again."""
+        self._failures: dict[str, int] = {}
+        """Transient failures in a row, per agent (the backoff's exponent)."""
         self._lock_file: TextIO | None = None
         self.finished: list[TurnResult] = []
         """Every turn this host ran, in the order they settled."""
@@ -163,7 +179,7 @@ class AgentHost:
             wakes=wakes_of(authority, event),
         )
         stored = self.store.append(*events)
-        self._stalled.discard(agent.agent_id)
+        self._stalled.pop(agent.agent_id, None)
         return stored[-1]
 
     # --- running turns ----------------------------------------------------------------------
@@ -180,11 +196,22 @@ class AgentHost:
                 results.append(result)
                 self.finished.append(result)
                 await self._after_turn(agent_id, result)
-                if result.outcome == "failed" and self.store.agent(agent_id).pending_inputs:
-                    # A transient failure re-queued the inputs: retrying at once would spin.
-                    self._stalled.add(agent_id)
+                if self._hold_back(agent_id, result):
                     break
         return results
+
+    def _hold_back(self, agent_id: str, result: TurnResult) -> bool:
+        """After a transient failure (inputs re-queued), hold the agent back for a backoff: retrying
+        at once would spin. Any other settle lets the next turn run at once."""
+        requeued = result.outcome == "failed" and result.requeued
+        if not requeued:
+            self._failures.pop(agent_id, None)
+            return False
+        n = self._failures[agent_id] = self._failures.get(agent_id, 0) + 1
+        delay = min(RETRY_BASE_S * 2 ** (n - 1), RETRY_MAX_S)
+        self._stalled[agent_id] = self.clock.now_us() + int(delay * 1_000_000)
+        log.info("agent held back after a transient failure", agent_id=agent_id, retry_in_s=delay)
+        return True
 
     def may_run(self, agent_id: str) -> bool:
         return self.gate is None or self.gate(agent_id)
@@ -194,7 +221,8 @@ class AgentHost:
         return run is not None and not run.done()
 
     def is_stalled(self, agent_id: str) -> bool:
-        """A transient failure re-queued its inputs; it runs again on its next input or wait recheck."""
+        """A transient failure re-queued its inputs; it runs again at its retry time (``tick``), on
+        its next input or on a wait recheck."""
         return agent_id in self._stalled
 
     def active_runs(self) -> list[asyncio.Task[list[TurnResult]]]:
@@ -235,9 +263,18 @@ class AgentHost:
                 await asyncio.sleep(0.02)
 
     def tick(self) -> int:
-        """Wake agents whose waits reached their recheck time. Returns how many were woken."""
+        """Wake agents whose waits reached their recheck time, and let agents held back after a
+        transient failure run again once their retry time came. Returns how many were woken."""
         now = self.clock.now_us()
         woken = 0
+        for agent_id, retry_at in list(self._stalled.items()):
+            if retry_at <= now:
+                del self._stalled[agent_id]
+                if self.wake is not None:
+                    self.wake(agent_id)
+                else:
+                    self.schedule(agent_id)
+                woken += 1
         for wait in self.store.rows("wait", status="pending"):
             if wait.recheck_at_us > now:
                 continue
@@ -250,7 +287,7 @@ class AgentHost:
                 NewEvent(wait.agent_id, ev.WaitResolved(wait_id=wait.wait_id, resolution="recheck"), origin="timer:wait", authority="timer"),
                 NewEvent(wait.agent_id, ev.MessageReceived(text=text, sender="timer", channel="timer"), origin=f"timer:{wait.wait_id}", authority="timer"),
             )  # fmt: skip
-            self._stalled.discard(wait.agent_id)
+            self._stalled.pop(wait.agent_id, None)
             woken += 1
         return woken
 
@@ -274,7 +311,7 @@ class AgentHost:
             wakes=("task", task_id), task_id=task_id,
         )  # fmt: skip
         self.store.append(*events)
-        self._stalled.discard(agent_id)
+        self._stalled.pop(agent_id, None)
         self.schedule(agent_id)
 
     async def spawn_child(self, parent_id: str, task_text: str, *, name: str | None, template: str) -> tuple[str, str]:

@@ -4,6 +4,9 @@ Run once when a host starts (and only by the one host that holds the home's lock
 
 * a turn that started but never settled gets ``turn.settled(interrupted)``, which re-queues its
   inputs; the next turn sees the interrupted turn's recorded rounds and a note;
+* unless its final answer is already recorded (a ``model.responded`` without tool calls or error,
+  written by a holon that committed it apart from the settle): that turn is settled
+  ``completed`` with that reply, and the model is not asked again (exactly-once answers);
 * a ``tool.called`` without a ``tool.resulted`` gets a result with status ``interrupted``: the
   call may have had effects, so it is reported, never re-run automatically;
 * a command the dead process started (``command.started``: foreground in the unsettled turn, or a
@@ -20,12 +23,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from holon.ledger import NewEvent
+from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection
 from holon.runtime.inputs import input_events
 from holon.runtime.tasks import finished_result, remove_task_files, stop_orphan
+from holon.runtime.turn import rejection_brief
 
 _PROCESS = re.compile(r"process (\d+:\d+:[\w-]+)")
 
@@ -63,10 +67,15 @@ def settle_unfinished_turn(
     ``interrupted`` result, the turn a ``turn.settled``. Returns the interrupted call ids.
 
     Recovery uses the defaults (re-queue the inputs); an operator's abort settles it ``failed``
-    without re-queueing."""
+    without re-queueing, its inputs ``rejected`` with the reason. A turn whose final answer is
+    already recorded is settled ``completed`` with it, whatever the caller asked."""
     assert agent.current_turn_id is not None and agent.current_turn_seq is not None
     turn_id = agent.current_turn_id
     events = list(store.ledger.read(agent.current_turn_seq - 1, agent_id=agent.agent_id))
+    answered = _answered(events, turn_id)
+    if answered is not None:
+        store.append(NewEvent(agent.agent_id, answered, origin=origin, authority="runtime", turn_id=turn_id))
+        return []
     called: dict[str, ev.ToolCalled] = {}
     resulted: set[str] = set()
     phase = "before its first model call"
@@ -93,19 +102,52 @@ def settle_unfinished_turn(
                 turn_id=turn_id,
             )
         )
-    out.append(
-        NewEvent(
-            agent.agent_id,
-            ev.TurnSettled(
-                turn_id=turn_id, outcome=outcome, reason=reason or f"holon stopped {phase}", requeue=requeue
-            ),
-            origin=origin,
-            authority="runtime",
-            turn_id=turn_id,
-        )
-    )
+    why = reason or f"holon stopped {phase}"
+    rejected = list(agent.current_inputs) if not requeue and outcome == "failed" else []
+    settled: list[ev.PayloadBase] = [
+        ev.TurnSettled(turn_id=turn_id, outcome=outcome, reason=why, requeue=requeue, rejected=rejected)
+    ]
+    if rejected:
+        settled.append(rejection_brief(rejected, why))
+    out += [NewEvent(agent.agent_id, p, origin=origin, authority="runtime", turn_id=turn_id) for p in settled]
     store.append(*out)
     return [c.call_id for c in in_flight]
+
+
+def _answered(events: list[Event], turn_id: str) -> ev.TurnSettled | None:
+    """The settle of a turn whose last model round is a final answer already recorded, or ``None``.
+
+    Only a ``model.responded`` of this turn with no tool calls and no error, after which nothing
+    but its own bookkeeping happened, is a final answer: the turn's rounds, tool calls and usage
+    are summed from its events, as the runner would have settled it."""
+    rounds = [e.payload for e in events if isinstance(e.payload, ev.ModelResponded) and e.payload.turn_id == turn_id]
+    if not rounds:
+        return None
+    last = rounds[-1]
+    if last.error or last.tool_calls:
+        return None
+    # Nothing of this turn after the answer (a later model.requested would mean it went on).
+    after = [e for e in events if e.turn_id == turn_id and isinstance(e.payload, ev.ModelRequested | ev.ToolCalled)]
+    if after and after[-1].seq > max(e.seq for e in events if e.payload is last):
+        return None
+    ok = [r for r in rounds if not r.error]
+    usage = ev.Usage(
+        prompt_tokens=sum(r.usage.prompt_tokens for r in ok),
+        completion_tokens=sum(r.usage.completion_tokens for r in ok),
+        total_tokens=sum(r.usage.total_tokens for r in ok),
+        cached_tokens=sum(r.usage.cached_tokens for r in ok),
+    )
+    costs = [r.cost_usd for r in ok if r.cost_usd is not None]
+    return ev.TurnSettled(
+        turn_id=turn_id,
+        outcome="completed",
+        reason="recovered: the final answer was recorded before holon stopped",
+        rounds=len(rounds),
+        tool_calls=sum(1 for e in events if isinstance(e.payload, ev.ToolCalled) and e.turn_id == turn_id),
+        reply=last.content if last.content is not None else "",
+        usage=usage,
+        cost_usd=round(sum(costs), 8) if costs else None,
+    )
 
 
 def interrupted_task_input(store: Store, task: TaskProjection, note: str, *, tail: str = "") -> list[NewEvent]:

@@ -70,7 +70,12 @@ def _entry(store: Store, e: Any) -> dict[str, Any]:
             reply = _text(store, p.reply)
             extra = f" ({p.reason})" if p.reason else ""
             line = f"{when}  agent > {_one_line(reply)}\n{when}  -- {p.outcome}{extra}; {p.rounds} rounds, {p.tool_calls} tool calls"
-            return {**base, "outcome": p.outcome, "reason": p.reason, "reply": reply, "line": line}
+            if p.rejected:
+                line += f"\n{when}  -- inputs {p.rejected} rejected: not answered"
+            elif p.requeue:
+                line += f"\n{when}  -- inputs re-queued for the next turn"
+            out = {**base, "outcome": p.outcome, "reason": p.reason, "reply": reply, "line": line}
+            return {**out, "rejected": p.rejected, "requeue": p.requeue}
         case ev.ModelResponded() if p.error:
             return {
                 **base,

@@ -8,10 +8,22 @@ commits in steps that keep a crash explainable:
 2. ``model.responded`` + every ``tool.called``  (atomically: the calls are recorded before they run)
 3. per call: its emitted events + ``tool.resulted`` (atomically)
 
+The final answer (a ``model.responded`` without tool calls) commits with ``turn.settled`` in one
+transaction, so a crash can never leave an answer recorded and its turn unsettled: recovery would
+ask the model again and the input would be answered twice (exactly-once answers, RFC 0002).
+
 A ``tool.called`` without a ``tool.resulted`` therefore means the call was in flight when holon
 died; recovery reports it as interrupted instead of running it again. Limits (rounds, tokens,
-cost, failed tool calls) are checked before anything is spent. Transient model failures re-queue
-the inputs (``requeue``), so an input is never lost.
+cost, failed tool calls) are checked before anything is spent.
+
+**Admission by size.** A turn takes the pending inputs oldest first while their shortened forms
+fit ``INPUT_SHARE`` of what the prompt's pinned minimum leaves free (always at least one, at most
+``[runtime] max_inputs_per_turn``); the rest stay queued for the next turn. An input too long for
+any prompt is shown by reference (a preview and the ``memory_get`` call that reads it).
+
+**A failed turn never consumes inputs it did not answer.** Transient model failures re-queue them
+(``requeue``); every other failure settles them ``rejected`` with its reason (and a brief to the
+operator), so nothing that fails the same way every time is retried forever.
 """
 
 from __future__ import annotations
@@ -25,8 +37,8 @@ from typing import Any
 from holon.clock import Clock
 from holon.context.assembler import Assembly, Budget, ContextOverflow, assemble
 from holon.context.render import with_cache_markers
-from holon.context.sections import build_sections
-from holon.context.tokens import TokenCounter
+from holon.context.sections import build_sections, input_tokens, pinned_minimum
+from holon.context.tokens import MESSAGE_OVERHEAD, TokenCounter
 from holon.context.view import RoundView, ToolEvidence, gather, refresh
 from holon.errors import ModelError
 from holon.ids import new_id
@@ -41,9 +53,12 @@ from holon.runtime.settings import read_settings
 from holon.runtime.tools.base import ToolContext, ToolRegistry, ToolResult
 from holon.runtime.views import AgentMemory, StoreViews
 
-__all__ = ["TurnLimits", "TurnObserver", "TurnResult", "TurnRunner"]
+__all__ = ["INPUT_SHARE", "TurnLimits", "TurnObserver", "TurnResult", "TurnRunner", "rejection_brief"]
 
 MAX_OUTPUT_RESERVE = 4_096
+INPUT_SHARE = 0.5
+"""Share of the prompt budget left free by its pinned minimum that a turn's inputs may fill when
+it takes more than one; the rest is room for the turn's own rounds (tool calls and results)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +80,10 @@ class TurnResult:
     tool_calls: int = 0
     usage: ev.Usage = field(default_factory=ev.Usage)
     cost_usd: float | None = None
+    requeued: bool = False
+    """The turn failed transiently and put its inputs back in the queue."""
+    rejected: list[int] = field(default_factory=list)
+    """Inputs the failed turn settled unanswered (``turn.settled.rejected``)."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +95,8 @@ class TurnResult:
             "tool_calls": self.tool_calls,
             "usage": self.usage.model_dump(),
             "cost_usd": self.cost_usd,
+            "requeued": self.requeued,
+            "rejected": self.rejected,
         }
 
 
@@ -131,22 +152,13 @@ class TurnRunner:
         provider, settings = self.resolve_provider(agent)  # raises before anything is spent
         limits = self._limits(agent)
         turn_id = new_id("turn")
-        # Oldest first, at most max_inputs_per_turn: the rest stay pending for the next turn.
-        inputs = list(agent.pending_inputs)[: self.store.settings.runtime.max_inputs_per_turn]
         settings, budget = self._budget(settings)
         counter = self._counter(settings.model)
         registry = self.registry.for_agent(agent)
-        active = self.store.working_memory(agent_id).get("active_work_item")
-        started = self.store.append(
-            NewEvent(
-                agent_id,
-                ev.TurnStarted(turn_id=turn_id, inputs=inputs),
-                origin="runtime:turn",
-                authority="runtime",
-                turn_id=turn_id,
-                work_item_id=active,
-            )
-        )[0]
+        # Oldest first, while they fit (at least one, at most max_inputs_per_turn): the rest stay
+        # pending for the next turn.
+        inputs = self._admit(agent, budget, counter, registry.schemas())
+        started = self._start(agent_id, turn_id, inputs)
         base_view = gather(self.store, agent_id, inputs=inputs, started_seq=started.seq, tools=registry.schemas())
         rounds: list[RoundView] = []
         result = TurnResult(turn_id, "completed")
@@ -156,10 +168,12 @@ class TurnRunner:
                 view = refresh(self.store, base_view, tuple(rounds)) if rounds else base_view
                 assembly = assemble(build_sections(view, counter), budget)
             except ContextOverflow as e:
-                return self._settle(agent_id, result, "failed", reason=f"context: {e}")
+                # The same inputs overflow the same way again: rejected, never re-queued.
+                why = f"context: {'' if rounds else 'even with long inputs by reference, '}{e}"
+                return self._settle(agent_id, result, "failed", reason=why, rejected=inputs)
             refusal = self._over_budget(result, limits, assembly.used_tokens)
             if refusal:
-                return self._settle(agent_id, result, "failed", reason=refusal)
+                return self._settle(agent_id, result, "failed", reason=refusal, rejected=inputs)
             # What the model is about to see, and that it was asked: one transaction.
             self._append(
                 agent_id,
@@ -185,41 +199,34 @@ class TurnRunner:
                     **({"sleep": self._sleep} if self._sleep else {}),
                 )
             except ModelError as e:
-                self._append(
-                    agent_id,
-                    turn_id,
-                    ev.ModelResponded(
-                        turn_id=turn_id, round=round_no, model=settings.model, error=str(e), error_kind=e.kind
-                    ),
-                )
                 result.rounds = round_no + 1
-                return self._settle(
-                    agent_id, result, "failed", reason=f"model error ({e.kind}): {e}", requeue=e.retryable
-                )
+                return self._model_failed(agent_id, result, settings.model, e, inputs)
             result.rounds = round_no + 1
             result.usage = _add(result.usage, reply.usage)
             if reply.cost_usd is not None:
                 result.cost_usd = round((result.cost_usd or 0.0) + reply.cost_usd, 8)
             calls = reply.tool_calls
+            responded = ev.ModelResponded(
+                turn_id=turn_id,
+                round=round_no,
+                model=reply.model or settings.model,
+                content=reply.content,
+                tool_calls=calls,
+                finish_reason=reply.finish_reason,
+                usage=reply.usage,
+                cost_usd=reply.cost_usd,
+                latency_ms=reply.latency_ms,
+            )
+            if not calls:
+                # The final answer and the settle: one transaction (exactly-once answers).
+                result.reply = reply.content or ""
+                return self._settle(agent_id, result, "completed", answer=responded)
             recorded = self._append(
                 agent_id,
                 turn_id,
-                ev.ModelResponded(
-                    turn_id=turn_id,
-                    round=round_no,
-                    model=reply.model or settings.model,
-                    content=reply.content,
-                    tool_calls=calls,
-                    finish_reason=reply.finish_reason,
-                    usage=reply.usage,
-                    cost_usd=reply.cost_usd,
-                    latency_ms=reply.latency_ms,
-                ),
+                responded,
                 *[ev.ToolCalled(call_id=c.call_id, tool=c.tool, arguments=c.arguments) for c in calls],
             )
-            if not calls:
-                result.reply = reply.content or ""
-                return self._settle(agent_id, result, "completed")
             called_seq = {e.payload.call_id: e.seq for e in recorded if isinstance(e.payload, ev.ToolCalled)}
             waiting = False
             evidence = []
@@ -244,12 +251,69 @@ class TurnRunner:
                     result,
                     "failed",
                     reason=f"more than {limits.max_tool_errors} failed tool calls in one turn",
+                    rejected=inputs,
                 )
         return self._settle(
-            agent_id, result, "failed", reason=f"no final answer after {limits.max_rounds} model rounds"
+            agent_id,
+            result,
+            "failed",
+            reason=f"no final answer after {limits.max_rounds} model rounds",
+            rejected=inputs,
         )
 
+    def _model_failed(
+        self, agent_id: str, result: TurnResult, model: str, e: ModelError, inputs: list[int]
+    ) -> TurnResult:
+        """Record the failed call and settle: a transient failure re-queues the inputs (they wait
+        for the model to come back), any other rejects them (the same call fails the same way)."""
+        responded = ev.ModelResponded(
+            turn_id=result.turn_id, round=result.rounds - 1, model=model, error=str(e), error_kind=e.kind
+        )
+        self._append(agent_id, result.turn_id, responded)
+        reason = f"model error ({e.kind}): {e}"
+        if e.retryable:
+            return self._settle(agent_id, result, "failed", reason=reason, requeue=True)
+        return self._settle(agent_id, result, "failed", reason=reason, rejected=inputs)
+
+    # --- admission --------------------------------------------------------------------------
+
+    def _admit(
+        self, agent: AgentState, budget: Budget, counter: TokenCounter, tools: list[dict[str, Any]]
+    ) -> list[int]:
+        """The oldest pending inputs (at most ``max_inputs_per_turn``) whose shortened forms fit
+        ``INPUT_SHARE`` of the budget the prompt's pinned minimum (without inputs) leaves free;
+        always the first. An input too long for that is shown by reference when its turn comes
+        (the input section's leanest form)."""
+        candidates = list(agent.pending_inputs)[: self.store.settings.runtime.max_inputs_per_turn]
+        if len(candidates) <= 1:
+            return candidates
+        # A provisional view, as the turn would see it if it started now; only sizes are read.
+        head = self.store.ledger.head()
+        view = gather(self.store, agent.agent_id, inputs=candidates, started_seq=head + 1, tools=tools)
+        fixed = pinned_minimum([s for s in build_sections(view, counter) if s.key != "input"])
+        room = (budget.limit - fixed - MESSAGE_OVERHEAD) * INPUT_SHARE
+        taken, used = [], 0
+        for seq, cost in zip(candidates, input_tokens(view, counter), strict=True):
+            if taken and used + cost > room:
+                break
+            taken.append(seq)
+            used += cost
+        return taken
+
     # --- steps ------------------------------------------------------------------------------
+
+    def _start(self, agent_id: str, turn_id: str, inputs: list[int]) -> Event:
+        """Append ``turn.started``, which takes ``inputs`` out of the agent's queue."""
+        active = self.store.working_memory(agent_id).get("active_work_item")
+        started = NewEvent(
+            agent_id,
+            ev.TurnStarted(turn_id=turn_id, inputs=inputs),
+            origin="runtime:turn",
+            authority="runtime",
+            turn_id=turn_id,
+            work_item_id=active,
+        )
+        return self.store.append(started)[0]
 
     async def _call_tool(
         self, agent: AgentState, turn_id: str, call: ev.ToolCallSpec, registry: ToolRegistry
@@ -308,12 +372,17 @@ class TurnRunner:
         *,
         reason: str | None = None,
         requeue: bool = False,
+        rejected: list[int] | None = None,
+        answer: ev.ModelResponded | None = None,
     ) -> TurnResult:
+        """Append ``turn.settled`` (after ``answer``, the final reply, in the same transaction);
+        ``rejected`` inputs are settled unanswered, with a brief telling the operator why."""
         result.outcome = outcome
         result.reason = reason
-        self._append(
-            agent_id,
-            result.turn_id,
+        result.requeued = requeue
+        result.rejected = list(rejected or [])
+        payloads: list[ev.PayloadBase] = [answer] if answer is not None else []
+        payloads.append(
             ev.TurnSettled(
                 turn_id=result.turn_id,
                 outcome=outcome,
@@ -322,10 +391,14 @@ class TurnRunner:
                 tool_calls=result.tool_calls,
                 reply=result.reply,
                 requeue=requeue,
+                rejected=list(rejected or []),
                 usage=result.usage,
                 cost_usd=result.cost_usd,
-            ),
+            )
         )
+        if rejected:
+            payloads.append(rejection_brief(rejected, reason or outcome))
+        self._append(agent_id, result.turn_id, *payloads)
         self.observer.on_settled(agent_id, result)
         return result
 
@@ -399,6 +472,15 @@ class TurnRunner:
         if limits.max_cost_usd is not None and (result.cost_usd or 0.0) >= limits.max_cost_usd:
             return f"cost limit: ${result.cost_usd:.4f} spent reaches the turn's limit of ${limits.max_cost_usd:.4f}"
         return None
+
+
+def rejection_brief(inputs: list[int], reason: str) -> ev.BriefDelivered:
+    """The operator's notice that ``inputs`` were settled unanswered, and why."""
+    refs = ", ".join(f"event:{s}" for s in inputs)
+    noun = "input" if len(inputs) == 1 else "inputs"
+    return ev.BriefDelivered(
+        kind="error", text=f"Not answered: {noun} {refs} rejected by a failed turn: {reason}. Send it again to retry."
+    )
 
 
 def _add(a: ev.Usage, b: ev.Usage) -> ev.Usage:
