@@ -96,8 +96,12 @@ def _validation_message(exc: RequestValidationError) -> str:
     return f"{where}: {first.get('msg', 'invalid')}{more}"
 
 
+#: FastAPI's whole message for a body it could not decode (bytes that are not UTF-8).
+_FASTAPI_UNPARSED = "There was an error parsing the body"
+
+
 def _json_problem(exc: RequestValidationError) -> str | None:
-    """What is wrong with a body that is not JSON at all (FastAPI reports it as ``json_invalid``)."""
+    """What is wrong with a body that is not JSON, or holds a string that is not Unicode, if so."""
     for error in exc.errors():
         if error.get("type") == "json_invalid":
             ctx = error.get("ctx") or {}
@@ -105,6 +109,12 @@ def _json_problem(exc: RequestValidationError) -> str | None:
             where = error.get("loc", ("body", None))
             at = f" at character {where[1]}" if len(where) > 1 and isinstance(where[1], int) else ""
             return f"the request body is not valid JSON{at}: {detail}".rstrip(": ")
+        if error.get("type") == "string_unicode":  # pydantic met a lone surrogate ("\ud800") in a string
+            where = ".".join(str(p) for p in error.get("loc", ()))
+            return (
+                f"{where} is not valid Unicode text: it holds a lone surrogate (like \\ud800); "
+                "send UTF-8 text, and escape a non-BMP character as a surrogate pair"
+            )
     return None
 
 
@@ -126,7 +136,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _BY_STATUS.get(exc.status_code, "internal" if exc.status_code >= 500 else "bad_request")
-        return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+        detail = str(exc.detail)
+        if detail == _FASTAPI_UNPARSED:
+            detail = "the request body is not valid JSON: it must be UTF-8 text (bytes that are not were sent)"
+        return error_response(exc.status_code, code, detail, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -116,7 +116,7 @@ class ApiClient:
 
     def _get(self, path: str, **params: Any) -> Any:  # Any: JSON as the API returns it
         clean = {k: v for k, v in params.items() if v is not None}
-        return self._request("GET", path, params=clean).json()
+        return self._request("GET", path, params=clean, retries=2).json()  # a read is safe to repeat
 
     # --- agents --------------------------------------------------------------------------------
 
