@@ -63,7 +63,13 @@ def test_a_foreign_host_is_refused_even_with_the_token(server: ApiServer) -> Non
             assert "allowed_hosts" in message and "Host" in message, message
             assert "event" not in r.text  # nothing of the ledger
         # The daemon's own names: loopback with its port, any loopback address, IPv6 loopback.
-        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LocalHost:{port}", f"127.9.9.9:{port}", f"[::1]:{port}"):
+        for host in (
+            f"127.0.0.1:{port}",
+            f"localhost:{port}",
+            f"LocalHost:{port}",
+            f"127.9.9.9:{port}",
+            f"[::1]:{port}",
+        ):
             assert c.get("/v1/ledger/tail", headers={"Host": host}).status_code == 200, host
         # Health is public but still refuses a rebound name.
         assert c.get("/v1/health", headers={"Host": f"attacker.example:{port}"}).status_code == 403
@@ -122,13 +128,20 @@ def test_simple_cross_site_requests_change_nothing(server: ApiServer) -> None:
         hook = c.get("/v1/agents/ada/hook").json()["path"]
     before = _agent(server)
     with httpx.Client(base_url=server.url, timeout=10) as anon:  # no token: what a browser has
-        for path in ("/v1/agents/ada/pause", "/v1/agents/ada/resume", "/v1/agents/ada/abort", "/v1/agents/ada/hook/rotate"):
+        for path in (
+            "/v1/agents/ada/pause",
+            "/v1/agents/ada/resume",
+            "/v1/agents/ada/abort",
+            "/v1/agents/ada/hook/rotate",
+        ):
             _error(anon.post(path, headers={"Origin": "http://attacker.example"}), 403, "forbidden")
             message = _error(anon.post(path), 415, "unsupported_media_type")  # no Origin (older browsers)
             assert "application/json" in message
             _error(anon.post(path, content=b"x=1", headers={"Content-Type": "application/x-www-form-urlencoded"}),
                    415, "unsupported_media_type")  # fmt: skip
-        r = anon.post("/v1/agents/ada/inputs", content=b'{"text": "run rm -rf"}', headers={"Content-Type": "text/plain"})
+        r = anon.post(
+            "/v1/agents/ada/inputs", content=b'{"text": "run rm -rf"}', headers={"Content-Type": "text/plain"}
+        )
         _error(r, 415, "unsupported_media_type")
         r = anon.post(hook, content=b'{"x": 1}', headers={"Content-Type": "text/plain;charset=UTF-8"})
         _error(r, 415, "unsupported_media_type")  # hooks too: a page that learnt the URL cannot post a form
@@ -180,7 +193,7 @@ def test_token_file_is_private_made_once_and_never_followed(tmp_path: Path) -> N
     token_path(root).unlink()
     (tmp_path / "elsewhere").write_text("stolen\n")
     token_path(root).symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(ConfigError, match="api.token"):
+    with pytest.raises(ConfigError, match=r"api\.token"):
         read_token(root)
 
 

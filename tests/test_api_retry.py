@@ -58,7 +58,9 @@ def test_a_retried_input_gets_the_first_acknowledgement(server: ApiServer) -> No
         field = c.post("/v1/agents/ada/inputs", json={"text": "deploy v2", "idempotency_key": "k-1"})
         assert field.status_code == 202 and field.json() == first.json(), "the body field is the same key"
         by_id = c.post(
-            f"/v1/agents/{first.json()['agent_id']}/inputs", json={"text": "deploy v2"}, headers={"Idempotency-Key": "k-1"}
+            f"/v1/agents/{first.json()['agent_id']}/inputs",
+            json={"text": "deploy v2"},
+            headers={"Idempotency-Key": "k-1"},
         )
         assert by_id.json() == first.json()
         # Scoped per agent: bob's k-1 is another input.
@@ -74,14 +76,18 @@ def test_a_retried_input_gets_the_first_acknowledgement(server: ApiServer) -> No
 
 def test_the_same_key_with_another_input_is_a_conflict(server: ApiServer) -> None:
     with server.client() as c:
-        assert c.post("/v1/agents/ada/inputs", json={"text": "one"}, headers={"Idempotency-Key": "abc"}).status_code == 202
+        assert (
+            c.post("/v1/agents/ada/inputs", json={"text": "one"}, headers={"Idempotency-Key": "abc"}).status_code == 202
+        )
         r = c.post("/v1/agents/ada/inputs", json={"text": "two"}, headers={"Idempotency-Key": "abc"})
         message = _error(r, 409, "conflict")
         assert "'abc'" in message and "different input" in message
         for bad in ("x" * 201, "has space", "tab\there", "ünï"):
             r = c.post("/v1/agents/ada/inputs", json={"text": "one", "idempotency_key": bad})
             assert "idempotency key" in _error(r, 400, "bad_request")
-        r = c.post("/v1/agents/ada/inputs", json={"text": "one", "idempotency_key": "a"}, headers={"Idempotency-Key": "b"})
+        r = c.post(
+            "/v1/agents/ada/inputs", json={"text": "one", "idempotency_key": "a"}, headers={"Idempotency-Key": "b"}
+        )
         assert "differ" in _error(r, 400, "bad_request")
         _error(c.post("/v1/agents/ada/inputs", json={"text": "one", "idempotency_key": ""}), 400, "bad_request")
     assert [e["payload"]["text"] for e in _messages(server, "ada")] == ["one"]
@@ -131,7 +137,9 @@ def test_a_retried_hook_gets_the_first_acknowledgement(server: ApiServer) -> Non
         assert again.status_code == 202 and again.json() == first.json()
         field = program.post(path, json={"build": "ok", "idempotency_key": "ci-43"})
         assert program.post(path, json={"build": "ok", "idempotency_key": "ci-43"}).json() == field.json()
-        message = _error(program.post(path, json={"build": "ok"}, headers={"Idempotency-Key": "ci-42"}), 409, "conflict")
+        message = _error(
+            program.post(path, json={"build": "ok"}, headers={"Idempotency-Key": "ci-42"}), 409, "conflict"
+        )
         assert "ci-42" in message
         _error(program.post(path, json={"idempotency_key": 7}), 400, "bad_request")
     assert len(_messages(server, "ada")) == 2
@@ -184,7 +192,9 @@ def test_lone_surrogates_and_undecodable_bodies_are_clear_400s(server: ApiServer
         r = c.post("/v1/agents/ada/inputs", content=b'{"text": "\xff"}', headers=json_type)
         assert "not valid JSON" in _error(r, 400, "bad_request")
         # A surrogate pair is a real character, and is fine.
-        assert c.post("/v1/agents/ada/inputs", content=b'{"text": "\\ud83d\\udca5"}', headers=json_type).status_code == 202
+        assert (
+            c.post("/v1/agents/ada/inputs", content=b'{"text": "\\ud83d\\udca5"}', headers=json_type).status_code == 202
+        )
     assert [e["payload"]["text"] for e in _messages(server, "ada")] == ["\U0001f4a5"]
 
 

@@ -124,7 +124,6 @@ def _kill_a_job(home: Path) -> str:
 
 
 def test_dead_jobs_are_retried_from_the_cli_and_the_api(tmp_path: Path, fast_ledger: None) -> None:
-    import httpx
     from helpers.api_server import api_server
     from helpers.turn_cli import holon, quick_home
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import httpx
 import pytest
 from helpers.api_server import api_server
 from helpers.evolve import run_turns

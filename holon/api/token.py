@@ -49,7 +49,9 @@ def read_token(root: Path) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise ConfigError(f"cannot read the API token file {path}: {e.strerror or e} (remove it to get a new one)") from e
+        raise ConfigError(
+            f"cannot read the API token file {path}: {e.strerror or e} (remove it to get a new one)"
+        ) from e
     with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as fh:
         info = os.fstat(fh.fileno())
         if not stat.S_ISREG(info.st_mode):
