@@ -256,7 +256,11 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
 
 
 @given(
-    host=st.one_of(st.none(), _header_text, st.sampled_from(["localhost", "127.0.0.1", "[::1]", "[", "]:", ":"])),
+    host=st.one_of(
+        st.none(),
+        _header_text,
+        st.sampled_from(["localhost:{port}", "127.0.0.1:{port}", "[::1]:{port}", "localhost", "[", "]:", ":"]),
+    ),
     origin=st.one_of(st.none(), _header_text, st.sampled_from(["null", "http://", "http://[::1", "http://a:b"])),
     content_type=st.one_of(st.none(), _header_text, st.just("application/json; charset=utf-8")),
     key=st.one_of(st.none(), _header_text, st.text(max_size=250)),

@@ -130,8 +130,10 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
         try:
             from holon.api.token import ensure_token
 
-            token = api_token(api) or ensure_token(paths.root)
+            token = api_token(api)
+            # Beyond this machine only with a token the operator chose (the home's file is for loopback).
             check_bind(listen_host, token)
+            token = token or ensure_token(paths.root)
         except BaseException:
             store.close()
             raise
@@ -185,9 +187,19 @@ def _start_http(
     from holon.api.app import create_app
     from holon.api.server import build_server
 
-    app = create_app(daemon, token=token, allowed_hosts=allowed_hosts)
+    app = create_app(daemon, token=token, allowed_hosts=allowed_hosts + _own_name(host))
     server = build_server(app, host=host, port=port, token=token)
     return server, asyncio.create_task(server.serve(), name="daemon:http")
+
+
+def _own_name(host: str) -> tuple[str, ...]:
+    """A DNS name the daemon listens on is one it answers to (``Host`` check); addresses need no entry."""
+    from holon.api.guard import split_host
+
+    name = host.strip().lower()
+    if not name or name == "localhost" or ":" in name or name.replace(".", "").isdigit():
+        return ()
+    return (name,) if split_host(name) is not None else ()
 
 
 def _bound_port(server: Any) -> int | None:
