@@ -71,6 +71,10 @@ def test_a_foreign_host_is_refused_even_with_the_token(server: ApiServer) -> Non
             f"[::1]:{port}",
         ):
             assert c.get("/v1/ledger/tail", headers={"Host": host}).status_code == 200, host
+        # What the attack did through a rebound name: create an agent on the attacker's model.
+        evil = {"name": "evil", "settings": {"api_base": "http://attacker.example/v1", "api_key_env": "DB_PASSWORD"}}
+        _error(c.post("/v1/agents", json=evil, headers={"Host": f"attacker.example:{port}"}), 403, "forbidden")
+        assert [a["name"] for a in c.get("/v1/agents").json()] == ["ada"]
         # Health is public but still refuses a rebound name.
         assert c.get("/v1/health", headers={"Host": f"attacker.example:{port}"}).status_code == 403
 

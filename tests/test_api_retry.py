@@ -292,3 +292,33 @@ def test_the_server_keeps_idle_connections_longer_than_client_pools() -> None:
     expiry = httpx.Limits().keepalive_expiry or 0
     assert server.config.timeout_keep_alive >= 4 * expiry
     assert server.config.backlog == BACKLOG >= 600
+
+
+def test_the_repl_client_retries_a_lost_answer_without_a_second_input(server: ApiServer) -> None:
+    """The input is committed but the answer is lost (a reset): ``ApiClient.send`` retries with the
+    same key and gets the first acknowledgement; the agent has the input once."""
+    from holon.repl.client import ApiClient
+
+    class LoseFirstAnswer(httpx.BaseTransport):
+        def __init__(self) -> None:
+            self.real = httpx.HTTPTransport()
+            self.posts = 0
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            response = self.real.handle_request(request)
+            if request.method == "POST":
+                self.posts += 1
+                if self.posts == 1:
+                    response.read()
+                    response.close()
+                    raise httpx.ReadError("connection reset by peer", request=request)
+            return response
+
+    transport = LoseFirstAnswer()
+    with ApiClient(server.url, token=server.token) as client:
+        client._http.close()
+        client._http = httpx.Client(base_url=server.url, headers=server.headers, transport=transport, timeout=10)
+        ack = client.send("ada", "exactly once please")
+    assert transport.posts == 2, "the first answer was lost and the client asked again"
+    [stored] = _messages(server, "ada")
+    assert stored["payload"]["text"] == "exactly once please" and stored["seq"] == ack.seq
