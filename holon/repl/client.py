@@ -107,7 +107,9 @@ class ApiClient:
         if status < 400:
             return
         if status == 401:
-            raise UsageError("the daemon refused the API token (put it in the variable [api] token_env names)")
+            raise UsageError(
+                "the daemon refused the API token (it reads <home>/api.token, or the variable [api] token_env names)"
+            )
         if status == 404:
             raise NotFoundError(_message(response))
         if status < 500:
