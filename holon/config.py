@@ -210,6 +210,9 @@ class LoggingSettings(_Section):
 
 
 _ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+#: An ``[api] allowed_hosts`` entry: a DNS name, an IPv4 address or a bracketed IPv6 one, then ``:port``.
+_ALLOWED_HOST = re.compile(r"(?:[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?)*\.?"
+                           r"|\[[0-9a-f:.]{2,45}\])(?::[0-9]{1,5})?")  # fmt: skip
 
 
 class ApiSettings(_Section):
@@ -219,7 +222,27 @@ class ApiSettings(_Section):
     """Address to listen on. Any non-loopback address requires a token (``token_env``)."""
     port: int = Field(7878, ge=0, le=65_535)
     token_env: str | None = Field(None, pattern=_ENV_VAR_NAME)
-    """Name of the environment variable holding the API token (never the token itself)."""
+    """Name of the environment variable holding the API token (never the token itself). Unset: the
+    daemon makes a random token at first start in ``<home>/api.token`` (0600); clients read it."""
+    allowed_hosts: tuple[str, ...] = Field((), max_length=64)
+    """Other names the API answers to (``Host`` header), e.g. a tunnel's ``holon.example.com``, with
+    ``:port`` to allow only that port. Loopback (``localhost``, ``127.0.0.1``, ``[::1]``) with the
+    daemon's own port is always allowed; any other ``Host`` or ``Origin`` is refused (DNS rebinding)."""
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts_are_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Bare ``host`` or ``host:port`` (no scheme, path or wildcard), lower-cased."""
+        out = []
+        for entry in value:
+            host = entry.strip().lower()
+            if not _ALLOWED_HOST.fullmatch(host):
+                raise ValueError(
+                    f"{entry!r} is not a host name or address with an optional :port "
+                    "(like holon.example.com, 192.168.1.5:7878 or [fd00::1]:7878; no scheme, path or *)"
+                )
+            out.append(host)
+        return tuple(out)
 
 
 class DaemonSettings(_Section):

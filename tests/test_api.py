@@ -26,7 +26,7 @@ def server(tmp_path, fast_ledger) -> Iterator[ApiServer]:
 
 @pytest.fixture
 def client(server: ApiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=10) as c:
+    with server.client() as c:
         yield c
 
 
@@ -73,9 +73,8 @@ def test_agent_lifecycle(client: httpx.Client, server: ApiServer) -> None:
     _error(client.post("/v1/agents", json={"name": "Bad Name!"}), 400, "bad_request")
     _error(client.post("/v1/agents", json={"name": "x", "template": "nope"}), 400, "bad_request")
     _error(client.post("/v1/agents", json={"name": "x", "bogus": 1}), 422, "invalid")
-    _error(
-        client.post("/v1/agents", content=b"{not json", headers={"content-type": "application/json"}), 422, "invalid"
-    )
+    bad = client.post("/v1/agents", content=b"{not json", headers={"content-type": "application/json"})
+    assert "not valid JSON" in _error(bad, 400, "bad_request")
 
     assert [a["name"] for a in client.get("/v1/agents").json()] == ["ada"]
     detail = client.get("/v1/agents/ada").json()
@@ -274,7 +273,7 @@ def test_token_protects_every_endpoint_but_health(tmp_path, fast_ledger) -> None
 
 
 def test_body_limit(tmp_path, fast_ledger) -> None:
-    with api_server(tmp_path / "home", clock=FakeClock(), max_body_bytes=2_000) as s, httpx.Client(base_url=s.url) as c:
+    with api_server(tmp_path / "home", clock=FakeClock(), max_body_bytes=2_000) as s, s.client() as c:
         c.post("/v1/agents", json={"name": "ada"})
         _error(c.post("/v1/agents/ada/inputs", json={"text": "x" * 5_000}), 413, "too_large")
 
@@ -298,7 +297,8 @@ def test_unhandled_errors_are_500_internal_without_traceback(tmp_path, fast_ledg
 
     from starlette.testclient import TestClient
 
-    with TestClient(create_app(Broken()), raise_server_exceptions=False) as c:  # type: ignore[arg-type]
+    app = create_app(Broken(), allowed_hosts=("testserver",))  # type: ignore[arg-type]
+    with TestClient(app, raise_server_exceptions=False) as c:
         r = c.get("/v1/status")
         assert r.status_code == 500 and r.json() == {
             "error": {"code": "internal", "message": r.json()["error"]["message"]}

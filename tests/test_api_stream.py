@@ -28,7 +28,7 @@ def server(tmp_path, fast_ledger) -> Iterator[ApiServer]:
 
 @pytest.fixture
 def client(server: ApiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=10) as c:
+    with server.client() as c:
         yield c
 
 

@@ -22,6 +22,7 @@ from helpers.daemon import all_settled, completed_inputs, fake_home, payloads, s
 from helpers.turn_cli import assert_ledger_ok, kill_hard, spawn_holon, wait_for
 
 from holon.api.server import free_port
+from holon.api.token import read_token
 from holon.testing.fake_llm import FakeLLM
 
 pytestmark = pytest.mark.timeout(180)
@@ -32,15 +33,17 @@ AGENTS = [f"agent-{i}" for i in range(10)]
 class Poster(threading.Thread):
     """Posts operator inputs round-robin; ``acknowledged`` holds the seqs of those answered 202."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, home: Path) -> None:
         super().__init__(daemon=True)
         self.url = url
+        self.home = home
         self.acknowledged: list[int] = []
         self.refused = 0
         self.halt = threading.Event()
 
     def run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=5) as client:
+        token = read_token(self.home)  # the daemon made it at its first start
+        with httpx.Client(base_url=self.url, timeout=5, headers={"Authorization": f"Bearer {token}"}) as client:
             for n in itertools.count():
                 if self.halt.is_set():
                     return
@@ -62,7 +65,7 @@ def test_sigkill_with_ten_busy_agents_loses_no_acknowledged_input(tmp_path: Path
         port = free_port()
         proc = spawn_holon(home, "serve", "--port", str(port))
         wait_for("the daemon to run", lambda: state(home).get("state") == "running", proc=proc, timeout=60)
-        poster = Poster(f"http://127.0.0.1:{port}")
+        poster = Poster(f"http://127.0.0.1:{port}", home)
         poster.start()
         try:
             wait_for("some inputs answered", lambda: len(completed_inputs(home)) >= 20, proc=proc)

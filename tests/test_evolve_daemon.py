@@ -124,7 +124,6 @@ def _kill_a_job(home: Path) -> str:
 
 
 def test_dead_jobs_are_retried_from_the_cli_and_the_api(tmp_path: Path, fast_ledger: None) -> None:
-    import httpx
     from helpers.api_server import api_server
     from helpers.turn_cli import holon, quick_home
 
@@ -137,7 +136,7 @@ def test_dead_jobs_are_retried_from_the_cli_and_the_api(tmp_path: Path, fast_led
     assert holon(home, "memory", "retry-jobs").out.strip() == "no dead evolve jobs"
 
     _kill_a_job(home)
-    with api_server(home, clock=FakeClock()) as server, httpx.Client(base_url=server.url, timeout=10) as client:
+    with api_server(home, clock=FakeClock()) as server, server.client() as client:
         assert client.get("/v1/status").json()["evolve"]["dead"][0]["job"] == key
         assert client.post("/v1/evolve/retry-dead").json() == {"retried": 1}
         for _ in range(400):  # the daemon runs the job again, and this time it succeeds

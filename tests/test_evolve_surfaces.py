@@ -67,7 +67,7 @@ def _pending(client: httpx.Client) -> dict[str, dict]:
 
 
 def test_accept_and_dismiss_over_the_api(server: ApiServer) -> None:
-    with httpx.Client(base_url=server.url, timeout=10) as client:
+    with server.client() as client:
         pending = _pending(client)
         assert set(pending) == {"preference", "identity"}
         durable = client.get("/v1/agents/ada/memory/durable").json()
@@ -94,7 +94,7 @@ def test_accept_and_dismiss_over_the_api(server: ApiServer) -> None:
 
 def _chat(server: ApiServer) -> tuple[Chat, Console]:
     console = Console(record=True, width=140, force_terminal=False, color_system=None)
-    return Chat(ApiClient(server.url), console, "ada"), console
+    return Chat(ApiClient(server.url, token=server.token), console, "ada"), console
 
 
 def test_accept_and_dismiss_from_the_repl(server: ApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,7 +102,7 @@ def test_accept_and_dismiss_from_the_repl(server: ApiServer, monkeypatch: pytest
     chat.handle("/proposals")
     shown = console.export_text()
     assert "Always run the linter before committing." in shown and "My name is Ada." in shown
-    with httpx.Client(base_url=server.url, timeout=10) as client:
+    with server.client() as client:
         pending = _pending(client)
     pref, ident = pending["preference"]["proposal_id"], pending["identity"]["proposal_id"]
 
@@ -253,7 +253,7 @@ def test_proposals_in_a_pty(tmp_path: Path) -> None:
 def test_hostile_requests_get_4xx(server: ApiServer) -> None:
     """Ids of 10 KB, unicode, control characters, ambiguous prefixes, odd bodies: a 4xx, never a 5xx."""
     huge, odd = "x" * 10_000, "ünï💥\u202e"
-    with httpx.Client(base_url=server.url, timeout=10) as client:
+    with server.client() as client:
         pref = _pending(client)["preference"]["proposal_id"]
         cases = [
             ("GET", f"/v1/proposals/{huge}", None, 400),
@@ -273,7 +273,7 @@ def test_hostile_requests_get_4xx(server: ApiServer) -> None:
                 "POST",
                 f"/v1/proposals/{pref}/accept",
                 {"content": b"{not json", "headers": {"content-type": "application/json"}},
-                422,
+                400,
             ),
             ("POST", f"/v1/proposals/{pref}/dismiss", {"json": {"reason": "r" * 501}}, 422),
             ("GET", f"/v1/agents/{huge}/memory/durable", None, 404),

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import httpx
 import pytest
 from helpers.api_server import api_server
 from helpers.evolve import run_turns
@@ -283,7 +282,7 @@ def test_inspect_and_the_api_filter_stale_entries(tmp_path: Path, fast_ledger: N
     table = holon(home, "memory", "inspect", "--stale", env=cli_env(COLUMNS="200"))
     assert "The db is postgres 14." in table.out and "GitHub Actions" not in table.out, table
 
-    with api_server(home, clock=FakeClock(start_us=now)) as server, httpx.Client(base_url=server.url, timeout=10) as c:
+    with api_server(home, clock=FakeClock(start_us=now)) as server, server.client() as c:
         def api(**params: str) -> list[str]:
             r = c.get("/v1/agents/ada/memory/durable", params=params)
             assert r.status_code == 200, r.text

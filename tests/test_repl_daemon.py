@@ -64,7 +64,7 @@ def server(tmp_path: Any, fast_ledger: None, script: Script) -> Iterator[ApiServ
 
 @pytest.fixture
 def http(server: ApiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=10) as c:
+    with server.client() as c:
         yield c
 
 
@@ -87,7 +87,7 @@ class Screen:
 
 def _chat(server: ApiServer, agent: str) -> tuple[Chat, Screen]:
     screen = Screen()
-    return Chat(ApiClient(server.url), screen.console, agent), screen
+    return Chat(ApiClient(server.url, token=server.token), screen.console, agent), screen
 
 
 def _run(chat: Chat, screen: Screen, line: str) -> str:

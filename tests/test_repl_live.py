@@ -18,6 +18,7 @@ from helpers.daemon import fake_home, state, submit
 from helpers.turn_cli import cli_env, holon, holon_argv, open_store, wait_for
 
 from holon.api.server import free_port
+from holon.api.token import read_token
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.repl.client import ApiClient
@@ -69,7 +70,7 @@ def test_the_event_stream_resumes_after_the_daemon_is_killed_and_restarted(home:
     port = free_port()
     env = {"HOLON_API_PORT": str(port)}
     assert holon(home, "daemon", "start", env=env).code == 0
-    client = ApiClient(f"http://127.0.0.1:{port}")
+    client = ApiClient(f"http://127.0.0.1:{port}", token=read_token(home))
     seen: list[int] = []
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -85,7 +86,7 @@ def test_the_event_stream_resumes_after_the_daemon_is_killed_and_restarted(home:
             errors.append(e)
 
     target = [0]
-    with httpx_client(port) as http:
+    with httpx_client(port, home) as http:
         assert http.post("/v1/agents/alice/pause").status_code == 200  # inputs queue; a known set of events
     submit(home, "alice", "one", "two")
     reader = threading.Thread(target=follow, daemon=True)
@@ -106,7 +107,7 @@ def test_the_event_stream_resumes_after_the_daemon_is_killed_and_restarted(home:
     assert seen == expected, "every event exactly once, in order"
 
 
-def httpx_client(port: int) -> Any:
+def httpx_client(port: int, home: Path) -> Any:
     import httpx
 
-    return httpx.Client(base_url=f"http://127.0.0.1:{port}")
+    return httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {read_token(home)}"})

@@ -47,7 +47,7 @@ def server(tmp_path: Path, fast_ledger: None) -> Iterator[ApiServer]:
 
 @pytest.fixture
 def client(server: ApiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=10) as c:
+    with server.client() as c:
         yield c
 
 

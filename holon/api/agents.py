@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Header, Query, Response
 
 from holon.api.models import AddTimer, AgentDetail, ConfigureAgent, CreateAgent, HookPath, InputAccepted, InputIn
 from holon.api.port import DaemonPort
@@ -20,10 +20,23 @@ from holon.memory.access import search_memory
 from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, memory_get
 from holon.projections.state import AgentState, TaskProjection, TimerProjection, WaitProjection, WorkItemState
 from holon.runtime.embedders import embedder_from_settings
+from holon.runtime.ingress import check_idempotency_key
 
-__all__ = ["agent_router"]
+__all__ = ["IdempotencyHeader", "agent_router", "one_key"]
 
 StatusQ = Annotated[str | None, Query(max_length=64, description="Only rows with this status.")]
+IdempotencyHeader = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", description="Makes a retry safe: the same key returns the first acknowledgement."),
+]
+
+
+def one_key(header: str | None, field: str | None) -> str | None:
+    """The request's idempotency key, from the header or the body field (both: they must agree)."""
+    if header is not None and field is not None and header != field:
+        raise UsageError("the Idempotency-Key header and the idempotency_key field differ; send one key")
+    key = header if header is not None else field
+    return None if key is None else check_idempotency_key(key)
 
 
 def _when(value: str | None, name: str) -> int | None:
@@ -95,11 +108,15 @@ def agent_router(port: DaemonPort) -> APIRouter:
         return Response(status_code=204)
 
     @r.post("/{agent}/inputs", status_code=202, response_model=InputAccepted)
-    async def send_input(agent: str, body: InputIn) -> InputAccepted:
+    async def send_input(agent: str, body: InputIn, idempotency_key: IdempotencyHeader = None) -> InputAccepted:
+        """Queue an input (durable when answered). With an ``Idempotency-Key`` (header or
+        ``idempotency_key``), a retry gets the first acknowledgement back, and the same key with
+        another text is a 409."""
         a = find(agent)
         event = port.submit(
-            a.agent_id, body.text, origin="operator:api", authority="operator", sender="operator", channel="api"
-        )
+            a.agent_id, body.text, origin="operator:api", authority="operator", sender="operator", channel="api",
+            idempotency_key=one_key(idempotency_key, body.idempotency_key),
+        )  # fmt: skip
         return InputAccepted(agent_id=a.agent_id, seq=event.seq, event_id=event.id)
 
     @r.get("/{agent}/working-memory")

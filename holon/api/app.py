@@ -1,7 +1,8 @@
 """``create_app``: the HTTP control API over a ``DaemonPort`` (RFC 0005, "HTTP API").
 
 Everything is under ``/v1``, with the OpenAPI document at ``/v1/openapi.json``. Requests pass
-``BearerAuth`` (when a token is configured) and then ``BodyLimit`` before any route; errors are
+``BrowserGuard`` (Host, Origin, no "simple" cross-site changes), ``BearerAuth`` (when a token is
+configured) and then ``BodyLimit`` before any route (``holon.api.guard``); errors are
 ``{"error": {"code", "message"}}`` (see ``holon.api.errors``). Routes run on the daemon's event
 loop (``async def``): the store is synchronous SQLite used from that loop only, like the host.
 """
@@ -14,7 +15,7 @@ from holon import __version__
 from holon.api.agents import agent_router
 from holon.api.errors import install_error_handlers
 from holon.api.evolve import evolve_router
-from holon.api.guard import BearerAuth, BodyLimit
+from holon.api.guard import BearerAuth, BodyLimit, BrowserGuard, CatchAll
 from holon.api.ledger import ledger_router
 from holon.api.models import ErrorBody, Health
 from holon.api.port import DaemonPort
@@ -28,16 +29,23 @@ _ERRORS = {
     for status, text in (
         (400, "bad request"),
         (401, "missing or wrong bearer token"),
+        (403, "a Host or Origin that is not this daemon's (DNS rebinding, another web page)"),
         (404, "no such agent, event or path"),
         (409, "conflict"),
         (413, "request body too large"),
+        (415, "a state change that is neither JSON nor carries the token (a form, text/plain)"),
         (422, "invalid request"),
     )
 }
 
 
-def create_app(port: DaemonPort, *, token: str | None = None, max_body_bytes: int = 1_000_000) -> FastAPI:
-    """The API app for ``port``. With ``token``, every route but health and hooks needs ``Bearer <token>``."""
+def create_app(
+    port: DaemonPort, *, token: str | None = None, max_body_bytes: int = 1_000_000, allowed_hosts: tuple[str, ...] = ()
+) -> FastAPI:
+    """The API app for ``port``. With ``token``, every route but health and hooks needs ``Bearer <token>``
+    (the daemon always passes one: RFC 0005, "A token by default"). Requests a web page could send
+    are refused whatever the token (``guard.BrowserGuard``); ``allowed_hosts`` are further names
+    the daemon may be reached by (``[api] allowed_hosts``)."""
     if token is not None and not token.strip():
         raise UsageError("the API token is empty; set a real token or none")
     if max_body_bytes < 1:
@@ -62,9 +70,12 @@ def create_app(port: DaemonPort, *, token: str | None = None, max_body_bytes: in
     app.include_router(events_router(port))
     app.include_router(ledger_router(port))
     app.include_router(evolve_router(port))
-    # Added last = outermost: authenticate first, so an unauthenticated body is never read.
+    # Added last = outermost: refuse browsers, then authenticate, so a refused body is never read;
+    # CatchAll outermost of all, so nothing unexpected resets the connection.
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     if token is not None:
         app.add_middleware(BearerAuth, token=token)
+    app.add_middleware(BrowserGuard, token=token, allowed_hosts=allowed_hosts)
+    app.add_middleware(CatchAll)
     app.state.port = port
     return app

@@ -1,18 +1,41 @@
-"""ASGI middleware in front of every route: the bearer token, then the request body limit.
+"""ASGI middleware in front of every route: who may call at all, the token, the body limit.
 
-Both are plain ASGI (not ``BaseHTTPMiddleware``) so that they never buffer a response, which
-would break server-sent event streams, and so that a refused request never reaches a route.
+Outermost first:
+
+* ``CatchAll``: an exception no route handled becomes a JSON 500 (``internal``) and the connection
+  stays open; the log gets its class and where it happened, never its message (which may hold
+  request values such as a secret a client sent).
+* ``BrowserGuard``: refuses what a web page could send (RFC 0005, "Browsers"): a ``Host`` that is
+  not loopback with the daemon's own port (DNS rebinding) unless ``[api] allowed_hosts`` lists it,
+  a foreign ``Origin``, and a state-changing request (POST, PUT, PATCH, DELETE) that is neither
+  ``application/json`` nor carries the token: a "simple" cross-site request (a form, text/plain,
+  a body-less POST) never changes anything.
+* ``BearerAuth``: every route but health and hooks needs ``Authorization: Bearer <token>``.
+* ``BodyLimit``: request bodies over the limit get 413.
+
+All are plain ASGI (not ``BaseHTTPMiddleware``) so that they never buffer a response, which would
+break server-sent event streams, and so that a refused request never reaches a route.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
+import traceback
+from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from holon.api.errors import error_response
+from holon.logs import get_logger
 
-__all__ = ["BearerAuth", "BodyLimit"]
+__all__ = ["BearerAuth", "BodyLimit", "BrowserGuard", "CatchAll", "split_host"]
+
+log = get_logger("holon.api")
+
+#: Methods that may change state: each needs JSON or the token (a form or text/plain never will do).
+_STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_DEFAULT_PORT = {"http": 80, "https": 443}
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -20,6 +43,60 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
         if key == name:
             return bytes(value)
     return None
+
+
+def _shown(value: bytes | str, limit: int = 100) -> str:
+    """A header value as a short, quoted, escaped string for an error message."""
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    return repr(text[:limit] + ("..." if len(text) > limit else ""))
+
+
+def _redacted(path: str) -> str:
+    """``path`` for a log line: a hook's path token is a secret."""
+    return "/v1/hooks/<token>" if path.startswith("/v1/hooks/") else path[:200]
+
+
+def split_host(value: str, *, default_port: int | None = None) -> tuple[str, int | None] | None:
+    """``(host, port)`` of a ``Host`` header value (``name``, ``name:port``, ``[v6]:port``), lower-cased;
+    ``None`` when it is not one (userinfo, a path, spaces, a bare IPv6 address, a bad port)."""
+    value = value.strip().lower()
+    if not value or len(value) > 300 or any(c in value for c in "/\\@?# \t,") or not value.isprintable():
+        return None
+    port_text: str | None
+    if value.startswith("["):
+        end = value.find("]")
+        host, rest = value[: end + 1], value[end + 1 :]
+        if end < 0 or (rest and not rest.startswith(":")):
+            return None
+        port_text = rest[1:] if rest else None
+    elif ":" in value:
+        host, _, port_text = value.rpartition(":")
+        if ":" in host:
+            return None
+    else:
+        host, port_text = value, None
+    if not host or host == "[]":
+        return None
+    if port_text is None:
+        return host, default_port
+    if not port_text.isdigit() or len(port_text) > 5 or int(port_text) > 65_535:
+        return None
+    return host, int(port_text)
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def _is_loopback_name(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, [::1]); never another name."""
+    if host in ("localhost", "localhost."):
+        return True
+    ip = _ip(host)
+    return ip is not None and ip.is_loopback
 
 
 def _is_public(path: str) -> bool:
@@ -93,3 +170,138 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class BrowserGuard:
+    """Refuse requests a web page could make: foreign ``Host`` or ``Origin``, non-JSON state changes.
+
+    The daemon's own port is the one the connection arrived on (ASGI ``scope["server"]``), so the
+    check is right even when the daemon listened on port 0. A ``Host`` that is an IP literal equal
+    to the address the connection arrived at is the daemon's own too (a non-loopback bind reached
+    by its address: DNS rebinding always uses a name). ``allowed_hosts`` entries (``host`` or
+    ``host:port``) add names, for tunnels and proxies.
+    """
+
+    def __init__(self, app: ASGIApp, *, token: str | None = None, allowed_hosts: tuple[str, ...] = ()) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode() if token else None
+        self._allowed = [parsed for entry in allowed_hosts if (parsed := split_host(entry)) is not None]
+
+    def _own(self, host: str, port: int | None, server: tuple[str, int] | None) -> bool:
+        """Loopback (or the local address itself) with the port the connection arrived on."""
+        if server is None:
+            return _is_loopback_name(host)
+        local_host, local_port = server[0], server[1]
+        if port != local_port:
+            return False
+        return _is_loopback_name(host) or (_ip(host) is not None and _ip(host) == _ip(str(local_host)))
+
+    def _listed(self, host: str, port: int | None) -> bool:
+        return any(host == h and (p is None or p == port) for h, p in self._allowed)
+
+    def _host_ok(self, scope: Scope) -> tuple[bool, str]:
+        raw = _header(scope, b"host")
+        if raw is None:
+            return False, "the request has no Host header"
+        parsed = split_host(raw.decode("latin-1"), default_port=80)
+        if parsed is not None and (self._own(*parsed, scope.get("server")) or self._listed(*parsed)):
+            return True, ""
+        return False, (
+            f"Host {_shown(raw)} is not this daemon's (loopback with its port): a web page may be trying to reach "
+            "it by DNS rebinding. Use http://127.0.0.1:PORT, or add the name to [api] allowed_hosts"
+        )
+
+    def _origin_ok(self, scope: Scope) -> tuple[bool, str]:
+        raw = _header(scope, b"origin")
+        if raw is None:
+            return True, ""
+        text = raw.decode("latin-1").strip()
+        try:
+            url = urlsplit(text)
+            parsed = split_host(url.netloc, default_port=_DEFAULT_PORT.get(url.scheme))
+        except ValueError:
+            parsed = None
+        ok = (
+            parsed is not None
+            and url.scheme in _DEFAULT_PORT
+            and not url.path
+            and not url.query
+            and (self._own(*parsed, scope.get("server")) or self._listed(*parsed))
+        )
+        if ok:
+            return True, ""
+        return False, (
+            f"Origin {_shown(raw)} is not this daemon's: requests from other web pages are refused "
+            "(add the name to [api] allowed_hosts if this is your own front end)"
+        )
+
+    def _plain_change(self, scope: Scope) -> bool:
+        """A state-changing request that is neither JSON nor carries the token (what a form can send)."""
+        if scope.get("method", "GET").upper() not in _STATE_CHANGING:
+            return False
+        media = (_header(scope, b"content-type") or b"").split(b";", 1)[0].strip().lower()
+        if media == b"application/json":
+            return False
+        given = _header(scope, b"authorization")
+        return not (self._expected is not None and given is not None and hmac.compare_digest(given, self._expected))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for check in (self._host_ok, self._origin_ok):
+            ok, why = check(scope)
+            if not ok:
+                await error_response(403, "forbidden", why)(scope, receive, send)
+                return
+        if self._plain_change(scope):
+            why = (
+                f"{scope.get('method')} needs Content-Type: application/json (or the API token): forms, text/plain "
+                "and body-less requests are refused, so that no web page can change anything"
+            )
+            await error_response(415, "unsupported_media_type", why)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _where(exc: BaseException) -> str:
+    """``file:line in function`` of the innermost frames (no message: it may hold request values)."""
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    return " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}" for f in reversed(frames))
+
+
+class CatchAll:
+    """An unexpected exception becomes a JSON 500 and the connection stays usable.
+
+    Starlette's own last-resort handler answers 500 and then re-raises, and uvicorn closes a
+    connection whose application raised: every client with a pooled keep-alive connection then
+    saw a reset after each 500. Here the exception ends with the answer (when nothing was sent
+    yet; a stream that fails half-way can only be cut)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as e:
+            if started:
+                raise
+            log.error(
+                "unhandled error in api request",
+                method=scope.get("method"),
+                path=_redacted(scope.get("path", "")),
+                kind=type(e).__name__,
+                at=_where(e),
+            )
+            await error_response(500, "internal", "internal error (see the daemon log)")(scope, receive, send)

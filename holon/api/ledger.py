@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
+from holon.api.agents import IdempotencyHeader, one_key
 from holon.api.errors import BodyTooLarge
 from holon.api.models import EventOut, InputAccepted, LedgerStats, LedgerVerify
 from holon.api.port import DaemonPort
@@ -15,6 +16,7 @@ from holon.errors import NotFoundError, UsageError
 from holon.ledger import Event
 from holon.ledger.events import PAYLOAD_TYPES
 from holon.ledger.store import EVENT_COLUMNS, canonical_event, row_to_event
+from holon.runtime.ingress import check_text
 
 __all__ = ["HOOK_MAX_BYTES", "event_json", "ledger_router"]
 
@@ -131,12 +133,14 @@ def ledger_router(port: DaemonPort) -> APIRouter:
             }
         },
     )
-    async def hook(token: str, request: Request) -> InputAccepted:
+    async def hook(token: str, request: Request, idempotency_key: IdempotencyHeader = None) -> InputAccepted:
         """External event ingress: the path token is the capability (no Authorization header).
 
         The JSON object becomes an input with ``external`` authority and origin ``external:hook``.
         It resolves the agent's pending ``wait(on="external")``: all of them, or, when the object
-        has a string ``event`` field, those with no target or with that target.
+        has a string ``event`` field, those with no target or with that target. An
+        ``Idempotency-Key`` header (or a string ``idempotency_key`` field) makes a retry return the
+        first acknowledgement instead of a second input.
         """
         agent = port.agent_for_token(token) if len(token) <= 256 else None
         if agent is None:
@@ -144,18 +148,34 @@ def ledger_router(port: DaemonPort) -> APIRouter:
         body = await request.body()
         if len(body) > HOOK_MAX_BYTES:
             raise BodyTooLarge(f"hook body over the limit of {HOOK_MAX_BYTES} bytes")
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError) as e:
-            raise UsageError("the hook body is not JSON") from e
-        if not isinstance(data, dict):
-            raise UsageError("the hook body must be a JSON object")
+        data = _hook_object(body)
+        field = data.get("idempotency_key")
+        if field is not None and not isinstance(field, str):
+            raise UsageError("the hook body's idempotency_key must be a string")
         text = "External event (hook):\n" + json.dumps(data, ensure_ascii=False, sort_keys=True)
+        check_text(text, "the hook body")
         name = data.get("event")
         event = port.submit(
             agent.agent_id, text, origin="external:hook", authority="external", sender="external", channel="hook",
-            event=name if isinstance(name, str) and name else None,
+            event=name if isinstance(name, str) and name else None, idempotency_key=one_key(idempotency_key, field),
         )  # fmt: skip
         return InputAccepted(agent_id=agent.agent_id, seq=event.seq, event_id=event.id)
 
     return r
+
+
+def _hook_object(body: bytes) -> dict[str, Any]:
+    """The hook body as a JSON object, or a ``UsageError`` that says what is wrong with it."""
+    try:
+        decoded = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"the hook body is not UTF-8 text (byte {e.start} is not valid UTF-8)") from e
+    try:
+        data = json.loads(decoded)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"the hook body is not JSON: {e.msg} at character {e.pos}") from e
+    except (ValueError, RecursionError) as e:
+        raise UsageError("the hook body is not JSON (or nested too deeply)") from e
+    if not isinstance(data, dict):
+        raise UsageError("the hook body must be a JSON object")
+    return data

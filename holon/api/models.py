@@ -34,10 +34,12 @@ __all__ = [
 ErrorCode = Literal[
     "bad_request",
     "unauthorized",
+    "forbidden",
     "not_found",
     "method_not_allowed",
     "conflict",
     "too_large",
+    "unsupported_media_type",
     "invalid",
     "ledger",
     "model",
@@ -105,6 +107,11 @@ class AgentDetail(BaseModel):
 
 class InputIn(_Request):
     text: str = Field(min_length=1, max_length=200_000)
+    idempotency_key: str | None = Field(
+        None,
+        description="Makes a retry safe: the same key (also as the Idempotency-Key header) gets the first "
+        "acknowledgement back instead of a second input; 1-200 printable ASCII characters, no spaces.",
+    )
 
 
 class InputAccepted(BaseModel):

@@ -58,11 +58,14 @@ class DaemonPort(Protocol):
         sender: str,
         channel: str,
         event: str | None = None,
+        idempotency_key: str | None = None,
     ) -> Event:
         """Record an input durably (a ``message.received`` event), wake the agent, return the event.
 
         The input resolves the agent's waits it answers: an ``operator`` input its operator waits,
-        an ``external`` one its external waits (on ``event``, the event's name, when given)."""
+        an ``external`` one its external waits (on ``event``, the event's name, when given). With
+        an ``idempotency_key`` already used for this agent, nothing is stored and the first
+        input's event comes back (``IdempotencyConflict`` when that input was different)."""
         ...
 
     def create_agent(

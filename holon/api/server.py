@@ -16,7 +16,16 @@ from fastapi import FastAPI
 
 from holon.errors import UsageError
 
-__all__ = ["build_server", "check_bind", "free_port", "is_loopback", "serve"]
+__all__ = ["BACKLOG", "KEEP_ALIVE_S", "build_server", "check_bind", "free_port", "is_loopback", "serve"]
+
+
+KEEP_ALIVE_S = 65
+"""How long an idle keep-alive connection stays open. Longer than any client pool keeps one
+(httpx: 5 s, which was also uvicorn's default): with equal timeouts the server closes a connection
+just as a client sends on it, and that request fails with a reset it cannot safely retry."""
+
+BACKLOG = 4096
+"""Connections the kernel queues before the daemon accepts them (a burst of hundreds of clients)."""
 
 
 class _Server(uvicorn.Server):
@@ -52,14 +61,15 @@ def build_server(
     """A uvicorn server for ``app`` on ``host:port`` (checked with ``check_bind``); not started.
 
     Signal handlers stay with the daemon (uvicorn's own are disabled), and its access log is off:
-    the daemon logs through structlog.
+    the daemon logs through structlog. Idle connections outlive any client pool's (``KEEP_ALIVE_S``).
     """
     check_bind(host, token)
     if not 0 <= port <= 65_535:
         raise UsageError(f"API port must be 0-65535, got {port}")
     config = uvicorn.Config(
-        app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=2
-    )
+        app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=2,
+        timeout_keep_alive=KEEP_ALIVE_S, backlog=BACKLOG,
+    )  # fmt: skip
     return _Server(config)
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 
 from holon.api.server import free_port
+from holon.api.token import read_token
 from holon.bench import workload
 from holon.clock import SystemClock
 from holon.config import HomePaths, load_settings
@@ -181,13 +182,20 @@ async def _agent_run(client: httpx.AsyncClient, name: str, turns: int) -> None:
         await events.aclose()
 
 
-async def _drive(url: str, names: list[str], turns: int) -> None:
+def _auth(paths: HomePaths) -> dict[str, str]:
+    """The header that lets the bench in: the token the daemon made in the home (RFC 0005)."""
+    token = read_token(paths.root)
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+async def _drive(url: str, names: list[str], turns: int, headers: dict[str, str]) -> None:
     # Idle connections are dropped after 1 s, before uvicorn's 5 s keep-alive timeout: a request
     # sent on a connection the server is closing at that moment fails with a ReadError.
     limits = httpx.Limits(
         max_connections=2 * len(names) + 10, max_keepalive_connections=2 * len(names) + 10, keepalive_expiry=1.0
     )
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(60.0, read=None), limits=limits) as client:
+    timeout = httpx.Timeout(60.0, read=None)
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits, headers=headers) as client:
         await asyncio.gather(*(_agent_run(client, n, turns) for n in names))
 
 
@@ -212,7 +220,7 @@ def _throughput(root: Path, agents: int, turns: int, latency_ms: float) -> dict[
             _settled(daemon.pid)  # start-up work (litellm's import, catch-ups) is not the run's
             cores = len(os.sched_getaffinity(daemon.pid))
             cpu0, t0 = _cpu_s(daemon.pid), time.perf_counter()
-            asyncio.run(_drive(url, names, turns))
+            asyncio.run(_drive(url, names, turns, _auth(paths)))
             wall = time.perf_counter() - t0
             cpu = _cpu_s(daemon.pid) - cpu0
             rss_after = _rss_mb(daemon.pid) + sum(_rss_mb(c) for c in _children(daemon.pid))
@@ -279,14 +287,15 @@ def _settle(paths: HomePaths, url_of_model: str) -> None:
             configure_agent(store, agent.agent_id, {"model": "openai/fake", "api_base": url_of_model}, unset=[])
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with _process(_serve(paths, port), env=_env()) as (daemon, _), httpx.Client(base_url=url, timeout=60) as client:
+    with _process(_serve(paths, port), env=_env()) as (daemon, _):
         _wait_healthy(url, daemon)  # recovery keeps the loop busy: status may answer slowly
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            agents = client.get("/v1/status").json()["agents"]
-            if all(a["state"] in ("idle", "asleep", "waiting") and "queued" not in a["detail"] for a in agents):
-                break
-            time.sleep(0.5)
+        with httpx.Client(base_url=url, timeout=60, headers=_auth(paths)) as client:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                agents = client.get("/v1/status").json()["agents"]
+                if all(a["state"] in ("idle", "asleep", "waiting") and "queued" not in a["detail"] for a in agents):
+                    break
+                time.sleep(0.5)
 
 
 def _restart(root: Path, events: int, name: str, model_url: str, runs: int = 3) -> tuple[float, int]:

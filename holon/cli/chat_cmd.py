@@ -55,7 +55,7 @@ def chat(
     from holon.errors import NotFoundError
     from holon.logs import configure_logging
     from holon.repl.app import Chat
-    from holon.repl.client import ApiClient, token_from_env
+    from holon.repl.client import ApiClient, home_token
 
     c = ctx_of(ctx, home, False)
     settings = load_settings(c.paths) if c.paths.config.exists() else None
@@ -68,7 +68,7 @@ def chat(
         log_file=c.paths.logs / "holon.log" if settings.logging.file else None,
         console="off",
     )
-    with ApiClient(base, token=token_from_env(settings.api.token_env)) as client:
+    with ApiClient(base, token=home_token(c.paths.root, settings.api.token_env)) as client:
         client.health()
         names = [a.name for a in client.agents()]
         if agent is None:

@@ -259,12 +259,13 @@ class Daemon:
 
     def submit(
         self, agent: str, text: str, *, origin: str, authority: Authority, sender: str, channel: str,
-        event: str | None = None,
+        event: str | None = None, idempotency_key: str | None = None,
     ) -> Event:  # fmt: skip
         self._check_open()
         stored = self.host.submit(
-            agent, text, origin=origin, authority=authority, sender=sender, channel=channel, event=event
-        )
+            agent, text, origin=origin, authority=authority, sender=sender, channel=channel, event=event,
+            idempotency_key=idempotency_key,
+        )  # fmt: skip
         self._wake(stored.agent_id)
         return stored
 

@@ -10,8 +10,9 @@ Files under ``<home>/run/``:
 
 ``serve`` mounts the HTTP API (``holon.api.app.create_app``, imported lazily) on uvicorn. It refuses
 to start when ``[api] token_env`` names a variable that is unset or empty (a configured token that
-silently protects nothing is worse than none), and to listen on a non-loopback address without a
-token (``holon.api.server.check_bind``).
+silently protects nothing is worse than none). Without ``token_env`` the token is the home's
+``api.token`` file, made at first start (``holon.api.token``): the API always needs a token, on
+loopback too (RFC 0005, "A token by default").
 SIGTERM/SIGINT stop it gracefully (``Daemon.stop`` with ``[daemon] grace_s``), exit code 0.
 """
 
@@ -127,8 +128,12 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
         from holon.api.server import check_bind
 
         try:
+            from holon.api.token import ensure_token
+
             token = api_token(api)
+            # Beyond this machine only with a token the operator chose (the home's file is for loopback).
             check_bind(listen_host, token)
+            token = token or ensure_token(paths.root)
         except BaseException:
             store.close()
             raise
@@ -148,7 +153,7 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
     pid_file(paths).write_text(str(os.getpid()), encoding="utf-8")
     server, server_task = None, None
     if http:
-        server, server_task = _start_http(daemon, listen_host, listen_port, token)
+        server, server_task = _start_http(daemon, listen_host, listen_port, token, api.allowed_hosts)
     try:
         while not stop.is_set():
             if server_task is not None and server_task.done():
@@ -176,12 +181,25 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
     return 0
 
 
-def _start_http(daemon: Any, host: str, port: int, token: str | None) -> tuple[Any, asyncio.Task[None]]:
+def _start_http(
+    daemon: Any, host: str, port: int, token: str | None, allowed_hosts: tuple[str, ...] = ()
+) -> tuple[Any, asyncio.Task[None]]:
     from holon.api.app import create_app
     from holon.api.server import build_server
 
-    server = build_server(create_app(daemon, token=token), host=host, port=port, token=token)
+    app = create_app(daemon, token=token, allowed_hosts=allowed_hosts + _own_name(host))
+    server = build_server(app, host=host, port=port, token=token)
     return server, asyncio.create_task(server.serve(), name="daemon:http")
+
+
+def _own_name(host: str) -> tuple[str, ...]:
+    """A DNS name the daemon listens on is one it answers to (``Host`` check); addresses need no entry."""
+    from holon.api.guard import split_host
+
+    name = host.strip().lower()
+    if not name or name == "localhost" or ":" in name or name.replace(".", "").isdigit():
+        return ()
+    return (name,) if split_host(name) is not None else ()
 
 
 def _bound_port(server: Any) -> int | None:

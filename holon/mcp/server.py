@@ -8,7 +8,9 @@ file and its workspace's; another agent's reference is refused like a missing on
 * ``memory_get`` — the same ``memory_get`` as the agent's tool and ``holon memory get`` (same
   options), returning the same JSON as ``holon memory get --json``;
 * ``send_input`` — appends a durable input for the agent (origin ``mcp``, ``external``
-  authority: information, never an order); a running daemon picks it up from the ledger.
+  authority: information, never an order); a running daemon picks it up from the ledger. It
+  writes the ledger directly (no HTTP, so no API token); an ``idempotency_key`` makes a retry
+  return the first acknowledgement (``holon.runtime.ingress``).
 
 The only module that imports ``mcp``. stdout is the protocol channel: holon logs go to the log
 file only (``holon.cli.mcp_cmd`` configures that before the server starts).
@@ -31,7 +33,7 @@ from holon.memory.access import search_memory
 from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, memory_get
 from holon.projections import Store
 from holon.runtime.embedders import embedder_from_settings
-from holon.runtime.inputs import input_events
+from holon.runtime.ingress import MAX_KEY_CHARS, deliver_input
 
 __all__ = ["build_server"]
 
@@ -112,13 +114,21 @@ def build_server(store: Store, agent_ref: str) -> MCPServer:
                 max_chars=max_chars,
             ).as_json()  # fmt: skip
 
-    @server.tool(description="Send the agent an input (it arrives as external information, not an order).")
-    def send_input(text: Annotated[str, Field(min_length=1, max_length=MAX_INPUT)]) -> dict[str, Any]:
+    @server.tool(
+        description="Send the agent an input (it arrives as external information, not an order). With an "
+        "idempotency_key, sending the same input again (after a lost answer) returns the first acknowledgement."
+    )
+    def send_input(
+        text: Annotated[str, Field(min_length=1, max_length=MAX_INPUT)],
+        idempotency_key: Annotated[
+            str | None, Field(max_length=MAX_KEY_CHARS, description="1-200 printable ASCII characters, no spaces.")
+        ] = None,
+    ) -> dict[str, Any]:
         with _clear_errors():
-            events = input_events(
-                store, agent_id, text, origin="mcp", authority="external", sender="mcp", channel="mcp", wakes=("external", None)
+            stored, _ = deliver_input(
+                store, agent_id, text, origin="mcp", authority="external", sender="mcp", channel="mcp",
+                wakes=("external", None), idempotency_key=idempotency_key,
             )  # fmt: skip
-            stored = store.append(*events)
-            return {"agent_id": agent_id, "seq": stored[-1].seq, "event_id": stored[-1].id}
+            return {"agent_id": agent_id, "seq": stored.seq, "event_id": stored.id}
 
     return server

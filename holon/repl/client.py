@@ -15,18 +15,20 @@ connection drops, so no event is lost or seen twice.
 from __future__ import annotations
 
 import json
-import os
 import time
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
 
 from holon.api.models import EventOut, InputAccepted
+from holon.api.token import client_token, env_token
 from holon.errors import HolonError, NotFoundError, UsageError
 from holon.projections.state import AgentState
 
-__all__ = ["ApiClient", "DaemonUnreachable", "StreamItem", "token_from_env"]
+__all__ = ["ApiClient", "DaemonUnreachable", "StreamItem", "home_token", "token_from_env"]
 
 StreamItem = tuple[Literal["event"], EventOut] | tuple[Literal["delta", "open"], dict[str, Any]]
 """``open`` comes first on each (re)connection: from then on, live deltas reach this stream."""
@@ -42,9 +44,13 @@ def token_from_env(token_env: str | None) -> str | None:
     (There is no ``HOLON_API_TOKEN``: ``HOLON_API_*`` variables are settings of the ``[api]``
     section, and the token itself is never a setting.)
     """
-    if token_env and os.environ.get(token_env, "").strip():
-        return os.environ[token_env].strip()
-    return None
+    return env_token(token_env)
+
+
+def home_token(root: Path, token_env: str | None) -> str | None:
+    """The token a client of the home at ``root`` sends: ``token_env``'s value, else ``<home>/api.token``
+    (what the daemon made at its first start), else none."""
+    return client_token(root, token_env)
 
 
 def _message(response: httpx.Response) -> str:
@@ -78,11 +84,21 @@ class ApiClient:
 
     # --- plumbing ------------------------------------------------------------------------------
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, f"/v1{path}", **kwargs)
-        except httpx.TransportError as e:
-            raise DaemonUnreachable(f"the daemon at {self.base_url} does not answer ({type(e).__name__})") from e
+    def _request(self, method: str, path: str, *, retries: int = 0, **kwargs: Any) -> httpx.Response:
+        """One call; ``retries`` more attempts after a transport error (only for calls safe to
+        repeat: reads, and inputs sent with an idempotency key)."""
+        if method != "GET" and "json" not in kwargs and "content" not in kwargs:
+            kwargs["json"] = {}  # a body-less change is still JSON: the daemon refuses "simple" requests
+        for attempt in range(retries + 1):
+            try:
+                response = self._http.request(method, f"/v1{path}", **kwargs)
+                break
+            except httpx.TransportError as e:
+                if attempt >= retries:
+                    raise DaemonUnreachable(
+                        f"the daemon at {self.base_url} does not answer ({type(e).__name__})"
+                    ) from e
+                time.sleep(min(0.1 * 2**attempt, 1.0))
         self._check(response)
         return response
 
@@ -91,7 +107,9 @@ class ApiClient:
         if status < 400:
             return
         if status == 401:
-            raise UsageError("the daemon refused the API token (put it in the variable [api] token_env names)")
+            raise UsageError(
+                "the daemon refused the API token (it reads <home>/api.token, or the variable [api] token_env names)"
+            )
         if status == 404:
             raise NotFoundError(_message(response))
         if status < 500:
@@ -100,7 +118,7 @@ class ApiClient:
 
     def _get(self, path: str, **params: Any) -> Any:  # Any: JSON as the API returns it
         clean = {k: v for k, v in params.items() if v is not None}
-        return self._request("GET", path, params=clean).json()
+        return self._request("GET", path, params=clean, retries=2).json()  # a read is safe to repeat
 
     # --- agents --------------------------------------------------------------------------------
 
@@ -123,10 +141,15 @@ class ApiClient:
     def abort(self, agent: str) -> bool:
         return bool(self._request("POST", f"/agents/{agent}/abort").json()["aborted"])
 
-    def send(self, agent: str, text: str) -> InputAccepted:
-        return InputAccepted.model_validate(
-            self._request("POST", f"/agents/{agent}/inputs", json={"text": text}).json()
+    def send(self, agent: str, text: str, *, idempotency_key: str | None = None) -> InputAccepted:
+        """Queue an input. It carries an idempotency key (a fresh one unless given), so a dropped
+        connection is retried without risk of a second input: the daemon answers a retry with the
+        first acknowledgement."""
+        key = idempotency_key or str(uuid.uuid4())
+        response = self._request(
+            "POST", f"/agents/{agent}/inputs", json={"text": text}, headers={"Idempotency-Key": key}, retries=3
         )
+        return InputAccepted.model_validate(response.json())
 
     # --- state and memory ----------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from holon.logs import get_logger
 from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection
 from holon.runtime.agents import create_agent
+from holon.runtime.ingress import deliver_input
 from holon.runtime.inputs import input_events, wakes_of
 from holon.runtime.providers.retry import RetryPolicy
 from holon.runtime.recovery import RecoveryReport, interrupted_task_input, recover
@@ -161,14 +162,16 @@ class AgentHost:
         sender: str = "operator",
         channel: str = "cli",
         event: str | None = None,
+        idempotency_key: str | None = None,
     ) -> Event:
         """Record an input for an agent (durable before this returns). Returns its event.
 
         The input resolves the waits it answers, judged by its authority: an operator's input the
         agent's ``operator`` waits, an external event its ``external`` waits (only those on
-        ``event`` when the event is named; an unnamed event answers any of them)."""
+        ``event`` when the event is named; an unnamed event answers any of them). With an
+        ``idempotency_key`` a retry returns the first call's event (``holon.runtime.ingress``)."""
         agent = self.store.agent(agent_ref)
-        events = input_events(
+        stored, _ = deliver_input(
             self.store,
             agent.agent_id,
             text,
@@ -177,10 +180,10 @@ class AgentHost:
             sender=sender,
             channel=channel,
             wakes=wakes_of(authority, event),
+            idempotency_key=idempotency_key,
         )
-        stored = self.store.append(*events)
         self._stalled.pop(agent.agent_id, None)
-        return stored[-1]
+        return stored
 
     # --- running turns ----------------------------------------------------------------------
 

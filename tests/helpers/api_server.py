@@ -3,7 +3,8 @@
 ``ApiServer`` opens the home's ``Store``, starts a ``holon.daemon.Daemon`` whose agents answer with
 ``echo_provider()`` (a ``ScriptedProvider``: ``echo: <last user text>``), and serves
 ``create_app(daemon)`` with uvicorn on 127.0.0.1, all on one event loop in a background thread,
-as ``holon serve`` does in its process. Tests talk to it with httpx.
+as ``holon serve`` does in its process. Like the daemon, it needs a token by default: the home's
+``api.token`` (made on first use). Tests talk to it with ``server.client()`` (httpx, token sent).
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from helpers.runtime import SCRIPTED, SleepRecorder
 from holon.api.app import create_app
 from holon.api.server import build_server, free_port
+from holon.api.token import ensure_token
 from holon.clock import Clock
 from holon.config import load_settings
 from holon.daemon import Daemon
@@ -27,7 +31,10 @@ from holon.projections import Store
 from holon.runtime.providers.base import ModelReply, ModelRequest, TextSink
 from holon.runtime.providers.scripted import ScriptedProvider, reply
 
-__all__ = ["ApiServer", "api_server", "echo_provider"]
+__all__ = ["HOME_TOKEN", "ApiServer", "api_server", "echo_provider"]
+
+HOME_TOKEN = "<the home's api.token>"
+"""The default ``token``: what the daemon uses without ``[api] token_env`` (``None``: no token at all)."""
 
 
 def echo_provider() -> ScriptedProvider:
@@ -48,9 +55,18 @@ def echo_provider() -> ScriptedProvider:
 class ApiServer:
     """The API of a ``TestPort`` served by uvicorn on 127.0.0.1 from a background thread."""
 
-    def __init__(self, home: Path, *, token: str | None = None, max_body_bytes: int = 1_000_000, clock: Clock) -> None:
+    def __init__(
+        self,
+        home: Path,
+        *,
+        token: str | None = HOME_TOKEN,
+        max_body_bytes: int = 1_000_000,
+        allowed_hosts: tuple[str, ...] = (),
+        clock: Clock,
+    ) -> None:
         self.home = home
         self.token = token
+        self.allowed_hosts = allowed_hosts
         self.max_body_bytes = max_body_bytes
         self.clock = clock
         self.port_number = free_port()
@@ -73,11 +89,15 @@ class ApiServer:
     async def _main(self) -> None:
         paths = resolve_home(str(self.home))
         store = Store.open(paths, load_settings(paths), clock=self.clock)
+        if self.token == HOME_TOKEN:
+            self.token = ensure_token(paths.root)
         provider = echo_provider()
         self.port = Daemon(store, resolver=lambda agent: (provider, SCRIPTED), clock=self.clock,
                            sleep=SleepRecorder(), poll_s=0.02)  # fmt: skip
         await self.port.start()
-        app = create_app(self.port, token=self.token, max_body_bytes=self.max_body_bytes)
+        app = create_app(
+            self.port, token=self.token, max_body_bytes=self.max_body_bytes, allowed_hosts=self.allowed_hosts
+        )
         self._server = build_server(app, host="127.0.0.1", port=self.port_number, token=self.token)
         serving = asyncio.create_task(self._server.serve())
         while not self._server.started and not serving.done():
@@ -94,6 +114,16 @@ class ApiServer:
         if not self._ready.wait(20) or self._error is not None:
             raise RuntimeError(f"API server did not start: {self._error!r}")
         return self
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a client of this daemon sends: its token."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        """An httpx client for this server that sends the token (close it, or use it in ``with``)."""
+        kwargs.setdefault("timeout", 10)
+        return httpx.Client(base_url=self.url, headers=self.headers, **kwargs)
 
     def stop(self) -> None:
         if self._server is not None:
