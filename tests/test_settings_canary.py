@@ -21,6 +21,7 @@ from helpers.daemon import state
 from helpers.turn_cli import cli_env, holon, quick_home, spawn_holon, wait_for
 
 from holon.api.server import free_port
+from holon.api.token import read_token
 from holon.runtime.settings import OPERATOR_KEYS
 from holon.testing.fake_llm import FakeLLM
 
@@ -107,7 +108,10 @@ def test_canaries_appear_only_where_they_are_data(tmp_path: Path) -> None:
 
     with FakeLLM(lambda body: {"content": "noted"}) as fake:
         home = quick_home(tmp_path, "base", model="openai/fake", api_base=fake.url)
-        with _daemon(home, env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        with (
+            _daemon(home, env) as url,
+            httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {read_token(home)}"}) as client,
+        ):
 
             def send(method: str, path: str, body: Any) -> httpx.Response:
                 raw = json.dumps(body)
