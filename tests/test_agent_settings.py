@@ -43,7 +43,7 @@ def server(tmp_path: Path, fast_ledger: None) -> Iterator[ApiServer]:
 
 @pytest.fixture
 def client(server: ApiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=10) as c:
+    with server.client() as c:
         yield c
 
 
@@ -337,7 +337,7 @@ def test_the_operators_allow_lists_widen_what_agents_may_name(tmp_path: Path, fa
         '[model]\napi_key_env = "CORP_KEY"\napi_base = "https://proxy.corp.example/v1"\n'
         'allowed_key_envs = ["MY_LLM_KEY"]\nallowed_api_bases = ["llm.example.com"]\n'
     )
-    with api_server(home, clock=FakeClock()) as server, httpx.Client(base_url=server.url, timeout=10) as client:
+    with api_server(home, clock=FakeClock()) as server, server.client() as client:
         ok = [
             {"api_key_env": "MY_LLM_KEY", "api_base": "https://llm.example.com/v1"},
             {"api_key_env": "CORP_KEY"},  # the operator's own variable
