@@ -106,6 +106,32 @@ def daemon(
     emit(c, result, format_report(result))
 
 
+@app.command("chaos")
+def chaos(
+    ctx: typer.Context,
+    kills: Annotated[int, typer.Option(min=0, help="SIGKILLs of the daemon, at random moments of the load.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the kill moments, input sizes and agents chosen.")] = 1,
+    duration_s: Annotated[float, typer.Option(min=1, help="Seconds of load (longer if the kills need it).")] = 30.0,
+    agents: Annotated[int, typer.Option(min=1, help="Agents on the scripted model.")] = 4,
+    clients: Annotated[int, typer.Option(min=1, help="Concurrent posting clients.")] = 3,
+    latency_ms: Annotated[float, typer.Option(min=0, help="The scripted model's latency per call.")] = 50.0,
+    drain_s: Annotated[float, typer.Option(min=1, help="How long the daemon may take to go idle after the load.")] = 60.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """SIGKILL the daemon under mixed-size HTTP load with idempotent retries; account for every
+    acknowledged input from the ledger. Exit code 1 unless none was lost, unanswered or answered twice."""
+    from holon.bench.chaos import format_report, run_chaos_bench
+
+    c = ctx_of(ctx, None, json_out)
+    result = run_chaos_bench(
+        agents=agents, clients=clients, duration_s=duration_s, kills=kills, seed=seed, latency_ms=latency_ms,
+        drain_s=drain_s,
+    )  # fmt: skip
+    emit(c, result, format_report(result))
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
 @app.command("search")
 def search_bench(
     ctx: typer.Context,
