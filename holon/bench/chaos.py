@@ -33,9 +33,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any
 
 import httpx
@@ -200,18 +203,20 @@ class Load:
                 await asyncio.sleep(rng.uniform(0.02, 0.12))
 
 
-async def _kills(daemon: DaemonProcess, load: Load, moments: list[float], t0: float) -> int:
-    """SIGKILL and restart the daemon at each moment (seconds after ``t0``); how many kills happened."""
-    done = 0
+async def _kills(daemon: DaemonProcess, load: Load, moments: list[float], t0: float) -> list[float]:
+    """SIGKILL and restart the daemon at each moment (seconds after ``t0``); seconds from each kill
+    to the restarted daemon's first healthy answer."""
+    restarts = []
     for moment in moments:
         up_since = time.monotonic()
         await asyncio.sleep(max(0.0, t0 + moment - time.monotonic(), up_since + MIN_UP_S - time.monotonic()))
+        killed_at = time.monotonic()
         await asyncio.to_thread(daemon.kill)
-        done += 1
         daemon.start()
         await daemon.healthy()
+        restarts.append(round(time.monotonic() - killed_at, 3))
         load.token = daemon.token()
-    return done
+    return restarts
 
 
 async def _drain(daemon: DaemonProcess, load: Load, timeout_s: float) -> bool:
@@ -223,7 +228,9 @@ async def _drain(daemon: DaemonProcess, load: Load, timeout_s: float) -> bool:
             headers = {"Authorization": f"Bearer {load.token}"} if load.token else {}
             with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
                 agents = (await client.get(f"{daemon.url}/v1/status", headers=headers)).json()["agents"]
-                busy = [a for a in agents if a["state"] == "running" or (a["state"] == "idle" and "queued" in a["detail"])]
+                busy = [
+                    a for a in agents if a["state"] == "running" or (a["state"] == "idle" and "queued" in a["detail"])
+                ]
                 quiet = quiet + 1 if not busy else 0
                 if quiet >= 2:
                     return True
@@ -234,22 +241,25 @@ async def _drain(daemon: DaemonProcess, load: Load, timeout_s: float) -> bool:
 async def _run(
     daemon: DaemonProcess, load: Load, *, clients: int, duration_s: float, kills: int, drain_s: float
 ) -> dict[str, Any]:
+    t_start = time.monotonic()
     daemon.start()
     await daemon.healthy()
     load.token = daemon.token()
+    start_s = time.monotonic() - t_start
     rng = random.Random(load.seed)
     moments = sorted(rng.uniform(0.05 * duration_s, 0.95 * duration_s) for _ in range(kills))
     t0 = time.monotonic()
     posting = [asyncio.create_task(load.client(n)) for n in range(clients)]
     try:
-        killed = await _kills(daemon, load, moments, t0)
+        restarts = await _kills(daemon, load, moments, t0)
         await asyncio.sleep(max(0.0, t0 + duration_s - time.monotonic()))
     finally:
         load.running = False
         await asyncio.gather(*posting, return_exceptions=True)
     load_s = time.monotonic() - t0
     drained = await _drain(daemon, load, drain_s)
-    return {"kills": killed, "load_s": round(load_s, 3), "drained": drained}
+    return {"kills": len(restarts), "restart_s": restarts, "start_s": round(start_s, 3), "load_s": round(load_s, 3), "drained": drained,
+            "drain_s": round(time.monotonic() - t0 - load_s, 3)}  # fmt: skip
 
 
 def _make_home(root: Path, agents: int, model_url: str) -> tuple[HomePaths, list[str]]:
@@ -267,7 +277,26 @@ def _fake_model(root: Path, latency_ms: float) -> list[str]:
     # shortens the tail of a very long run.
     step = '{"content": "Done: noted.", "delay": %s}' % (latency_ms / 1000)
     script.write_text("[" + ",".join([step] * 20_000) + "]")
-    return [sys.executable, "-m", "holon.testing.fake_llm", "--script", str(script)]
+    code = "import sys; from holon.testing.fake_llm import main; sys.exit(main())"
+    return [sys.executable, "-c", code, "--script", str(script)]
+
+
+@contextlib.contextmanager
+def _term_exits() -> Iterator[None]:
+    """While the bench runs, SIGTERM raises ``SystemExit`` (143), so its ``finally`` blocks stop the
+    daemon and the model instead of leaving them behind (a test timing the bench out sends SIGTERM)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_chaos_bench(
@@ -279,11 +308,18 @@ def run_chaos_bench(
     seed: int = 1,
     latency_ms: float = 50.0,
     drain_s: float = 60.0,
+    directory: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the bench in a temporary home; the report (``ok`` says whether every promise held)."""
+    """Run the bench in a temporary home (or in ``directory``, kept for inspection); the report
+    (``ok`` says whether every promise held)."""
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="holon-bench-chaos-") as tmp:
-        root = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_term_exits())
+        if directory is None:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="holon-bench-chaos-")))
+        else:
+            root = directory
+            root.mkdir(parents=True, exist_ok=True)
         fake = subprocess.Popen(_fake_model(root, latency_ms), env=_env(), stdout=subprocess.PIPE, text=True)
         try:
             model_url = fake.stdout.readline().strip() if fake.stdout else ""
@@ -296,8 +332,10 @@ def run_chaos_bench(
                         _run(daemon, load, clients=clients, duration_s=duration_s, kills=kills, drain_s=drain_s)
                     )
                 finally:
+                    stopping = time.monotonic()
                     exit_code = daemon.stop()
                     daemon.kill()
+                    stop_s = time.monotonic() - stopping
         finally:
             fake.kill()
             fake.wait(10)
@@ -313,6 +351,7 @@ def run_chaos_bench(
         bytes_acknowledged=sum(load.sizes.values()),
         large_acknowledged=sum(1 for s in load.sizes.values() if s >= 65_536),
         final_stop_exit=exit_code,
+        stop_s=round(stop_s, 3),
         agents=agents,
         clients=clients,
         seed=seed,

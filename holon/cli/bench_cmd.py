@@ -115,17 +115,25 @@ def chaos(
     agents: Annotated[int, typer.Option(min=1, help="Agents on the scripted model.")] = 4,
     clients: Annotated[int, typer.Option(min=1, help="Concurrent posting clients.")] = 3,
     latency_ms: Annotated[float, typer.Option(min=0, help="The scripted model's latency per call.")] = 50.0,
-    drain_s: Annotated[float, typer.Option(min=1, help="How long the daemon may take to go idle after the load.")] = 60.0,
+    drain_s: Annotated[
+        float, typer.Option(min=1, help="How long the daemon may take to go idle after the load.")
+    ] = 60.0,
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="Build the home here and keep it (default: a temporary one).")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """SIGKILL the daemon under mixed-size HTTP load with idempotent retries; account for every
     acknowledged input from the ledger. Exit code 1 unless none was lost, unanswered or answered twice."""
     from holon.bench.chaos import format_report, run_chaos_bench
+    from holon.errors import UsageError
 
     c = ctx_of(ctx, None, json_out)
+    if directory is not None and directory.exists() and any(directory.iterdir()):
+        raise UsageError(f"--dir {directory} is not empty; the bench builds a new home there")
     result = run_chaos_bench(
         agents=agents, clients=clients, duration_s=duration_s, kills=kills, seed=seed, latency_ms=latency_ms,
-        drain_s=drain_s,
+        drain_s=drain_s, directory=directory,
     )  # fmt: skip
     emit(c, result, format_report(result))
     if not result["ok"]:

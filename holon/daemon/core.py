@@ -70,7 +70,7 @@ EVOLVE_JOBS_PER_TICK = 8
 def watch_interval(current: float, *, busy: bool, poll_s: float) -> float:
     """The watcher's next wait: ``poll_s`` after a pass that saw news or agents in play, else double
     the last wait, up to ``IDLE_POLL_S`` (never below ``poll_s``)."""
-    return poll_s if busy else min(current * 2, max(IDLE_POLL_S, poll_s))
+    return poll_s if busy else max(poll_s, min(current * 2, IDLE_POLL_S))
 
 
 class _Observer(TurnObserver):
@@ -778,6 +778,7 @@ class Daemon:
             "evolve": self._evolve_status(),
             "timers": self.timers.jobs() if self.timers.scheduler.running else 0,
             "agents": [
-                self._status_entry(a, waits.get(a.agent_id, []), timers.get(a.agent_id, [])) for a in self.store.agents()
+                self._status_entry(a, waits.get(a.agent_id, []), timers.get(a.agent_id, []))
+                for a in self.store.agents()
             ],
         }
