@@ -125,15 +125,27 @@ class DaemonProcess:
         self.proc.wait(30)
 
     def stop(self, timeout_s: float = 60.0) -> int | None:
-        """SIGTERM and wait; SIGKILL (everything) if it does not exit in time. Its exit code."""
+        """SIGTERM and wait; SIGKILL (everything) if it does not exit in time. Its exit code.
+
+        A model process still importing its libraries when the daemon exits outlives it for a few
+        seconds (it exits when it next reads its closed stdin): whatever was below the daemon and
+        is still there once it exited is killed, so that the bench leaves nothing behind."""
         if self.proc is None or self.proc.poll() is not None:
             return None if self.proc is None else self.proc.returncode
+        below = set(_descendants(self.proc.pid))
         self.proc.terminate()
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
+        deadline = time.monotonic() + timeout_s
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            below.update(_descendants(self.proc.pid))
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(0.2)
+        if self.proc.poll() is None:
             self.kill()
             return None
+        for pid in below:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        return self.proc.returncode
 
 
 @dataclass

@@ -90,7 +90,10 @@ def daemon(
     agents: Annotated[int, typer.Option(min=1, help="Agents driven at once.")] = 100,
     turns: Annotated[int, typer.Option(min=1, help="Turns per agent, one after the other.")] = 20,
     latency_ms: Annotated[float, typer.Option(min=0, help="The scripted model's latency per call.")] = 100.0,
-    idle_agents: Annotated[int, typer.Option(min=1, help="Registered agents for the idle RSS.")] = 1_000,
+    idle_agents: Annotated[int, typer.Option(min=1, help="Registered agents for the idle RSS and CPU.")] = 1_000,
+    idle_window_s: Annotated[
+        float, typer.Option(min=0.5, help="Seconds the idle daemon's CPU is measured over.")
+    ] = 10.0,
     events_small: Annotated[int, typer.Option(min=100, help="Ledger size of the small restart.")] = 10_000,
     events_large: Annotated[int, typer.Option(min=100, help="Ledger size of the large restart.")] = 1_000_000,
     json_out: JsonOpt = False,
@@ -101,6 +104,7 @@ def daemon(
     c = ctx_of(ctx, None, json_out)
     result = run_daemon_bench(
         agents=agents, turns=turns, latency_ms=latency_ms, idle_agents=idle_agents,
+        idle_window_s=idle_window_s,
         events_small=events_small, events_large=events_large,
     )  # fmt: skip
     emit(c, result, format_report(result))
