@@ -22,6 +22,7 @@ from helpers.turn_cli import REPO, cli_env, holon_argv
 from hypothesis import given
 from hypothesis import strategies as st
 
+from holon.bench.chaos import format_report
 from holon.bench.chaos_ledger import classify, key_of, marked
 
 # Flip to True once the exactly-once answers (a crash between the final answer and turn.settled)
@@ -110,6 +111,7 @@ def test_bench_chaos_small_run_loses_nothing_acknowledged(tmp_path: Path) -> Non
     assert total == report["acknowledged"], report  # every acknowledged key is in exactly one class
     assert code == (0 if report["ok"] else 1), (code, report)
     assert not (keep / "home" / "run" / "daemon.pid").exists(), "the final daemon was not stopped"
+    assert "lost 0" in format_report(report)
     if EXACTLY_ONCE_MERGED:
         assert report["answered_twice"] == 0 and report["unanswered"] == 0, report
         assert report["duplicate_inputs"] == 0 and report["ok"] is True and code == 0, report
@@ -149,11 +151,11 @@ def test_each_acknowledged_key_lands_in_exactly_one_class() -> None:
         {"turn_id": "t5", "outcome": "rejected", "reason": "too big for any prompt"},
         {"turn_id": "t6", "outcome": "failed"},
     ]
-    got = classify(acks, inputs, started, responded, settled)
+    got = classify(acks, inputs, started, responded, settled, queued={15, 17})
     counts = {k: v for k, v in got.as_dict().items() if k in KEYS}
     assert counts == {"acknowledged": 8, "answered_once": 2, "answered_twice": 2, "rejected": 1, "unanswered": 1,
                       "lost": 2}, got  # fmt: skip
-    assert got.duplicate_inputs == 1 and got.unacknowledged_stored == 1
+    assert got.duplicate_inputs == 1 and got.unacknowledged_stored == 1 and got.unanswered_queued == 1
     assert set(got.examples) == {"answered_twice", "rejected", "unanswered", "lost"}
     assert any("gone" in e for e in got.examples["lost"]) and any("moved" in e for e in got.examples["lost"])
 

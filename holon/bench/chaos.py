@@ -6,7 +6,7 @@ on the scripted fake model (``holon.testing.fake_llm``, in its own process so th
 kills), driven by ``clients`` concurrent posting tasks in this process.
 
 * **Load.** Each client posts inputs to random agents: mostly small, some 4 KB, now and then
-  64 KiB. Every post carries a unique ``Idempotency-Key`` (and ``Authorization: Bearer`` when the
+  64 KiB, and now and then a burst of ten 4 KB inputs to one agent. Every post carries a unique ``Idempotency-Key`` (and ``Authorization: Bearer`` when the
   home holds an ``api.token``); on a connection error, a 5xx, a 409 (not taking input while
   starting or stopping), a 429 or a 401 (token replaced at a restart) it is sent again with the
   same key, with a growing pause, until a 2xx acknowledgement or its retry budget runs out (then it
@@ -58,6 +58,8 @@ RETRY_STATUSES = frozenset({401, 409, 425, 429})
 """4xx answers worth a retry with the same key (5xx always are)."""
 TOKEN_FILE = "api.token"
 _SIZES = ((0.80, 150), (0.17, 4096), (0.03, 65_536))
+BURST, BURST_P = 10, 0.03
+"""A burst: this many 4 KB inputs to one agent back to back, started with this probability per post."""
 _WORDS = "alpha beta gamma delta report deploy budget garden meeting review status backup invoice".split()  # noqa: SIM905
 
 
@@ -160,6 +162,7 @@ class Load:
     acks: dict[str, int] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
     retries: int = 0
+    bursts: int = 0
     gave_up: int = 0
     refused: int = 0
     refusals: dict[int, int] = field(default_factory=dict)
@@ -202,16 +205,23 @@ class Load:
         self.gave_up += 1
 
     async def client(self, n: int) -> None:
+        """Post until told to stop: one input of a random size to a random agent, a short pause; now
+        and then (``BURST_P``) a burst of ``BURST`` 4 KB inputs to one agent with no pause, which
+        queue up behind its running turn and arrive in the next one together."""
         rng = random.Random(f"{self.seed}:{n}")
         limits = httpx.Limits(max_connections=4, max_keepalive_connections=4, keepalive_expiry=1.0)
         async with httpx.AsyncClient(timeout=httpx.Timeout(15.0), limits=limits) as client:
             i = 0
             while self.running:
-                size = rng.choices([s for _, s in _SIZES], weights=[w for w, _ in _SIZES])[0]
-                key = f"s{self.seed}-c{n}-{i}"
-                body = " ".join(rng.choice(_WORDS) for _ in range(size // 6 + 1))[:size]
-                await self.post(client, rng.choice(self.agents), key, marked(key, body))
-                i += 1
+                agent = rng.choice(self.agents)
+                burst = rng.random() < BURST_P
+                sizes = [4096] * BURST if burst else rng.choices([s for _, s in _SIZES], weights=[w for w, _ in _SIZES])
+                for size in sizes:
+                    key = f"s{self.seed}-c{n}-{i}"
+                    body = " ".join(rng.choice(_WORDS) for _ in range(size // 6 + 1))[:size]
+                    await self.post(client, agent, key, marked(key, body))
+                    i += 1
+                self.bursts += burst
                 await asyncio.sleep(rng.uniform(0.02, 0.12))
 
 
@@ -357,6 +367,7 @@ def run_chaos_bench(
     out.update(
         run,
         retries=load.retries,
+        bursts=load.bursts,
         gave_up=load.gave_up,
         refused=load.refused,
         refusals={str(k): v for k, v in sorted(load.refusals.items())},
@@ -381,7 +392,7 @@ def format_report(r: dict[str, Any]) -> str:
         f"  acknowledged {r['acknowledged']} ({r['large_acknowledged']} of 64 KiB), {r['retries']} retries, "
         f"{r['gave_up']} gave up, {r['refused']} refused {r['refusals']}",
         f"  answered once {r['answered_once']}, twice {r['answered_twice']}, rejected {r['rejected']}, "
-        f"unanswered {r['unanswered']}, lost {r['lost']}",
+        f"unanswered {r['unanswered']} ({r['unanswered_queued']} still queued), lost {r['lost']}",
         f"  stored twice for one key {r['duplicate_inputs']}, stored without an acknowledgement "
         f"{r['unacknowledged_stored']}; drained: {r['drained']}",
     ]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,8 @@ class Accounting:
     answered_twice: int = 0
     rejected: int = 0
     unanswered: int = 0
+    unanswered_queued: int = 0
+    """Of ``unanswered``: still queued at the end (a stalled agent), not consumed by a turn."""
     lost: int = 0
     duplicate_inputs: int = 0
     """Inputs stored more than once for one key (a retry the daemon did not recognise)."""
@@ -80,6 +82,7 @@ class Accounting:
             "answered_twice": self.answered_twice,
             "rejected": self.rejected,
             "unanswered": self.unanswered,
+            "unanswered_queued": self.unanswered_queued,
             "lost": self.lost,
             "duplicate_inputs": self.duplicate_inputs,
             "unacknowledged_stored": self.unacknowledged_stored,
@@ -124,10 +127,12 @@ def classify(
     responded: Iterable[Payload],
     settled: Iterable[Payload],
     rejections: Iterable[Payload] = (),
+    queued: Collection[int] = (),
 ) -> Accounting:
     """Classify every acknowledged key (``acks``: key -> the seq its acknowledgement named).
 
-    ``inputs`` maps each ``message.received`` seq to its text (a string or a blob reference)."""
+    ``inputs`` maps each ``message.received`` seq to its text (a string or a blob reference);
+    ``queued``: the seqs still in some agent's queue at the end."""
     settled = list(settled)
     answered = _answered_turns(responded, settled)
     turns_of: dict[int, list[str]] = defaultdict(list)
@@ -149,6 +154,8 @@ def classify(
     for key, seq in acks.items():
         outcome = _outcome(key, seq, stored.get(key, []), turns_of, answered, rejected)
         setattr(out, outcome, getattr(out, outcome) + 1)
+        if outcome == "unanswered" and any(s in queued for s in stored.get(key, [])):
+            out.unanswered_queued += 1
         if outcome != "answered_once":
             examples = out.examples.setdefault(outcome, [])
             if len(examples) < 5:
@@ -190,4 +197,5 @@ def account(store: Store, acks: Mapping[str, int]) -> Accounting:
         rejections=_payloads(
             store, "SELECT payload FROM events WHERE type LIKE '%reject%' AND type <> 'proposal.dismissed'"
         ),
+        queued={seq for agent in store.agents() for seq in agent.pending_inputs},
     )
