@@ -58,12 +58,12 @@ def _alive_as_ours(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def _bench(*args: str) -> Iterator[subprocess.Popen[str]]:
+def _bench(home: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
     """``holon bench chaos ARGS`` in a subprocess; it and everything it started are reaped on exit,
     even on failure: SIGTERM first (the bench then stops its daemon and model), then SIGKILL for
     every process ever seen below it (a thread keeps the list while it runs)."""
     proc = subprocess.Popen(
-        holon_argv("--home", "unused", "bench", "chaos", *args),
+        holon_argv("--home", home, "bench", "chaos", *args),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO,
     )  # fmt: skip
     seen: set[int] = set()
@@ -99,7 +99,7 @@ def test_bench_chaos_small_run_loses_nothing_acknowledged(tmp_path: Path) -> Non
     keep = tmp_path / "chaos"
     args = ("--kills", "2", "--duration-s", "8", "--agents", "2", "--clients", "2", "--seed", "3",
             "--dir", str(keep), "--json")  # fmt: skip
-    with _bench(*args) as proc:
+    with _bench(tmp_path / "unused", *args) as proc:
         out, err = proc.communicate(timeout=300)  # on a timeout, _bench reaps everything
     code = proc.returncode
     assert "Traceback" not in err, err
