@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from holon.bench.chaos import format_report
-from holon.bench.chaos_ledger import classify, key_of, marked
+from holon.bench.chaos_ledger import UNKNOWN_SEQ, classify, key_of, marked
 
 # Flip to True once the exactly-once answers (a crash between the final answer and turn.settled)
 # and the Idempotency-Key on POST .../inputs are merged: until then a kill at the wrong moment, or
@@ -158,6 +158,11 @@ def test_each_acknowledged_key_lands_in_exactly_one_class() -> None:
     assert got.duplicate_inputs == 1 and got.unacknowledged_stored == 1 and got.unanswered_queued == 1
     assert set(got.examples) == {"answered_twice", "rejected", "unanswered", "lost"}
     assert any("gone" in e for e in got.examples["lost"]) and any("moved" in e for e in got.examples["lost"])
+
+
+def test_an_acknowledgement_without_a_seq_is_found_by_its_key() -> None:
+    got = classify({"k": UNKNOWN_SEQ, "j": UNKNOWN_SEQ}, {5: marked("k", "hi")}, [_started("t", 5)], [_final("t")], [])
+    assert (got.answered_once, got.lost) == (1, 1)
 
 
 def test_a_separate_rejection_event_naming_the_input_counts_as_rejected() -> None:

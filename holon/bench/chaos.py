@@ -44,7 +44,7 @@ from typing import IO, Any
 import httpx
 
 from holon.api.server import free_port
-from holon.bench.chaos_ledger import account, marked
+from holon.bench.chaos_ledger import UNKNOWN_SEQ, account, marked
 from holon.clock import SystemClock
 from holon.config import HomePaths, load_settings
 from holon.projections import Store
@@ -191,7 +191,10 @@ class Load:
                     break
                 continue
             if 200 <= r.status_code < 300:
-                self.acks[key] = int(r.json()["seq"])
+                try:
+                    self.acks[key] = int(r.json()["seq"])
+                except (ValueError, KeyError, TypeError):  # acknowledged all the same: found by its key
+                    self.acks[key] = UNKNOWN_SEQ
                 self.sizes[key] = len(text)
                 return
             if r.status_code == 401:
@@ -247,6 +250,8 @@ async def _drain(daemon: DaemonProcess, load: Load, timeout_s: float) -> bool:
     quiet = 0
     async with httpx.AsyncClient(timeout=10.0) as client:
         while time.monotonic() < deadline:
+            if daemon.proc is None or daemon.proc.poll() is not None:
+                return False  # it died on its own: the report's final_stop_exit says how
             headers = {"Authorization": f"Bearer {load.token}"} if load.token else {}
             with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
                 agents = (await client.get(f"{daemon.url}/v1/status", headers=headers)).json()["agents"]
@@ -277,11 +282,14 @@ async def _run(
         await asyncio.sleep(max(0.0, t0 + duration_s - time.monotonic()))
     finally:
         load.running = False
-        await asyncio.gather(*posting, return_exceptions=True)
+        ended = await asyncio.gather(*posting, return_exceptions=True)
+    crashed = [repr(e) for e in ended if isinstance(e, BaseException)]
+    if crashed:  # a client that died took its share of the load with it: the run measured less than it says
+        raise RuntimeError(f"{len(crashed)} posting clients failed: {crashed[0]}")
     load_s = time.monotonic() - t0
     drained = await _drain(daemon, load, drain_s)
-    return {"kills": len(restarts), "restart_s": restarts, "start_s": round(start_s, 3), "load_s": round(load_s, 3), "drained": drained,
-            "drain_s": round(time.monotonic() - t0 - load_s, 3)}  # fmt: skip
+    return {"kills": len(restarts), "restart_s": restarts, "start_s": round(start_s, 3), "load_s": round(load_s, 3),
+            "drained": drained, "drain_s": round(time.monotonic() - t0 - load_s, 3)}  # fmt: skip
 
 
 def _make_home(root: Path, agents: int, model_url: str) -> tuple[HomePaths, list[str]]:

@@ -6,7 +6,8 @@ which request, including copies stored by a retry the daemon did not recognise a
 
 For one acknowledged key (the acknowledgement named the input's ledger ``seq``):
 
-* ``lost``: the acknowledged ``seq`` holds no input carrying the key (never stored, or gone);
+* ``lost``: the acknowledged ``seq`` holds no input carrying the key (never stored, or gone; an
+  acknowledgement without a seq, ``UNKNOWN_SEQ``, is lost when no input carries the key);
 * ``answered_once`` / ``answered_twice``: the inputs stored for the key were taken by turns that
   produced a final answer exactly once / more than once (a turn is *answered* when the model gave
   a final reply in it, a ``model.responded`` with content and no tool call or error, or when it
@@ -32,9 +33,11 @@ from typing import Any
 
 from holon.projections import Store
 
-__all__ = ["MARKER", "Accounting", "account", "classify", "key_of", "marked"]
+__all__ = ["MARKER", "UNKNOWN_SEQ", "Accounting", "account", "classify", "key_of", "marked"]
 
 MARKER = "[chaos:{}] "
+UNKNOWN_SEQ = -1
+"""The seq of an acknowledgement whose body named none: the input is then looked up by its key."""
 _KEY = re.compile(r"^\[chaos:([A-Za-z0-9_.:-]{1,128})\] ")
 
 # Event payloads are free-form JSON objects here (any event type, old or new), hence Any.
@@ -166,7 +169,7 @@ def classify(
 def _outcome(
     key: str, seq: int, seqs: list[int], turns_of: Mapping[int, list[str]], answered: set[str], rejected: set[int]
 ) -> str:
-    if seq not in seqs:
+    if seq not in seqs and not (seq == UNKNOWN_SEQ and seqs):
         return "lost"
     answers = sum(1 for s in seqs for turn in turns_of.get(s, []) if turn in answered)
     if answers == 1:
