@@ -12,11 +12,13 @@ pytestmark = pytest.mark.timeout(300)
 
 def test_bench_daemon_tiny(tmp_path) -> None:  # type: ignore[no-untyped-def]
     r = holon(tmp_path / "unused", "bench", "daemon", "--agents", "3", "--turns", "2", "--latency-ms", "20",
-              "--idle-agents", "5", "--events-small", "300", "--events-large", "900", "--json", timeout=280)  # fmt: skip
+              "--idle-agents", "5", "--idle-window-s", "1", "--events-small", "300", "--events-large", "900",
+              "--json", timeout=280)  # fmt: skip
     assert r.code == 0, r
     out = r.json()
     for key in ("efficiency", "wall_s", "cpu_s", "idle_rss_mb_1000_agents", "restart_s_10k", "restart_s_1m"):
         assert isinstance(out[key], float) and out[key] > 0, key
+    assert isinstance(out["idle_cpu_pct_1000_agents"], float) and out["idle_cpu_pct_1000_agents"] >= 0
     assert out["wall_s"] >= 2 * 0.020  # no agent can beat the model's latency
     assert 0 < out["efficiency"] <= 1.5
     assert out["restart_events_large"] >= 900 and out["restart_events_small"] >= 300

@@ -90,7 +90,10 @@ def daemon(
     agents: Annotated[int, typer.Option(min=1, help="Agents driven at once.")] = 100,
     turns: Annotated[int, typer.Option(min=1, help="Turns per agent, one after the other.")] = 20,
     latency_ms: Annotated[float, typer.Option(min=0, help="The scripted model's latency per call.")] = 100.0,
-    idle_agents: Annotated[int, typer.Option(min=1, help="Registered agents for the idle RSS.")] = 1_000,
+    idle_agents: Annotated[int, typer.Option(min=1, help="Registered agents for the idle RSS and CPU.")] = 1_000,
+    idle_window_s: Annotated[
+        float, typer.Option(min=0.5, help="Seconds the idle daemon's CPU is measured over.")
+    ] = 10.0,
     events_small: Annotated[int, typer.Option(min=100, help="Ledger size of the small restart.")] = 10_000,
     events_large: Annotated[int, typer.Option(min=100, help="Ledger size of the large restart.")] = 1_000_000,
     json_out: JsonOpt = False,
@@ -101,9 +104,44 @@ def daemon(
     c = ctx_of(ctx, None, json_out)
     result = run_daemon_bench(
         agents=agents, turns=turns, latency_ms=latency_ms, idle_agents=idle_agents,
+        idle_window_s=idle_window_s,
         events_small=events_small, events_large=events_large,
     )  # fmt: skip
     emit(c, result, format_report(result))
+
+
+@app.command("chaos")
+def chaos(
+    ctx: typer.Context,
+    kills: Annotated[int, typer.Option(min=0, help="SIGKILLs of the daemon, at random moments of the load.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the kill moments, input sizes and agents chosen.")] = 1,
+    duration_s: Annotated[float, typer.Option(min=1, help="Seconds of load (longer if the kills need it).")] = 30.0,
+    agents: Annotated[int, typer.Option(min=1, help="Agents on the scripted model.")] = 4,
+    clients: Annotated[int, typer.Option(min=1, help="Concurrent posting clients.")] = 3,
+    latency_ms: Annotated[float, typer.Option(min=0, help="The scripted model's latency per call.")] = 50.0,
+    drain_s: Annotated[
+        float, typer.Option(min=1, help="How long the daemon may take to go idle after the load.")
+    ] = 60.0,
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="Build the home here and keep it (default: a temporary one).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """SIGKILL the daemon under mixed-size HTTP load with idempotent retries; account for every
+    acknowledged input from the ledger. Exit code 1 unless none was lost, unanswered or answered twice."""
+    from holon.bench.chaos import format_report, run_chaos_bench
+    from holon.errors import UsageError
+
+    c = ctx_of(ctx, None, json_out)
+    if directory is not None and directory.exists() and any(directory.iterdir()):
+        raise UsageError(f"--dir {directory} is not empty; the bench builds a new home there")
+    result = run_chaos_bench(
+        agents=agents, clients=clients, duration_s=duration_s, kills=kills, seed=seed, latency_ms=latency_ms,
+        drain_s=drain_s, directory=directory,
+    )  # fmt: skip
+    emit(c, result, format_report(result))
+    if not result["ok"]:
+        raise typer.Exit(1)
 
 
 @app.command("search")

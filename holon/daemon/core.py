@@ -48,7 +48,7 @@ from holon.logs import get_logger
 from holon.memory.durable_views import render_all
 from holon.memory.index import SearchIndex
 from holon.projections import Store
-from holon.projections.state import AgentState, TimerProjection
+from holon.projections.state import AgentState, TimerProjection, WaitProjection
 from holon.runtime.agents import configure_agent, create_agent
 from holon.runtime.inputs import input_events
 from holon.runtime.recovery import settle_unfinished_turn
@@ -63,8 +63,16 @@ log = get_logger("holon.daemon")
 
 _WAKING = {"message.received", "agent.configured", "turn.settled"}
 _QUEUE_LIMIT = 10_000
+#: The watcher's slowest poll of the ledger head, reached while nothing happens (``Daemon._watch``).
+IDLE_POLL_S = 0.5
 #: Evolve jobs run per maintenance tick (each is a handful of reads and one small transaction).
 EVOLVE_JOBS_PER_TICK = 8
+
+
+def watch_interval(current: float, *, busy: bool, poll_s: float) -> float:
+    """The watcher's next wait: ``poll_s`` after a pass that saw news or agents in play, else double
+    the last wait, up to ``IDLE_POLL_S`` (never below ``poll_s``)."""
+    return poll_s if busy else max(poll_s, min(current * 2, IDLE_POLL_S))
 
 
 class _Observer(TurnObserver):
@@ -456,18 +464,27 @@ class Daemon:
                 self._dirty.add(agent_id)
 
     async def _watch(self) -> None:
-        """Follow the ledger head: publish notices, wake agents, keep timers in line."""
+        """Follow the ledger head: publish notices, wake agents, keep timers in line.
+
+        Polls every ``poll_s`` while the ledger moves or agents are in play, and backs off (doubling)
+        to ``IDLE_POLL_S`` while nothing happens, so an idle daemon sleeps. This process's own
+        inputs, settles and rechecks kick it at once; only appends by other processes wait longer."""
+        interval = self.poll_s
         while True:
+            seen = self._seen
             try:
                 self._publish_new()
                 self._schedule_dirty()
             except Exception as e:  # the watcher must outlive one bad read; the next pass retries
                 log.error("daemon.watch_failed", error=str(e))
             self._kick.clear()
+            interval = watch_interval(interval, busy=self._seen != seen or bool(self._dirty), poll_s=self.poll_s)
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.poll_s):
+                async with asyncio.timeout(interval):
                     await self._kick.wait()
+            if self._kick.is_set():
+                interval = self.poll_s
 
     def _publish_new(self) -> None:
         head = self.store.ledger.head()
@@ -666,15 +683,21 @@ class Daemon:
 
     # --- status -----------------------------------------------------------------------------
 
-    def agent_status(self, agent: AgentState) -> AgentStatus:
+    def agent_status(
+        self, agent: AgentState, *, waits: list[WaitProjection] | None = None,
+        timers: list[TimerProjection] | None = None,
+    ) -> AgentStatus:  # fmt: skip
         """One agent's state for ``status``: what it does, waits on or failed with, and when it wakes.
 
         A pending wait that is a ``sleep`` (``on="until"``) makes the agent ``asleep`` until its
         recheck time; any other wait makes it ``waiting`` on it, with the earliest recheck time as
-        ``next_wake_us``."""
+        ``next_wake_us``. ``waits``/``timers``: the agent's pending waits and scheduled timers when
+        the caller read them already (``status`` reads them for all agents in two queries)."""
         now = self.clock.now_us()
-        waits = self.store.rows("wait", agent_id=agent.agent_id, status="pending")
-        timers = self.store.rows("timer", agent_id=agent.agent_id, status="scheduled")
+        if waits is None:
+            waits = self.store.rows("wait", agent_id=agent.agent_id, status="pending")
+        if timers is None:
+            timers = self.store.rows("timer", agent_id=agent.agent_id, status="scheduled")
         next_timer = min((t.next_fire_us for t in timers if t.next_fire_us is not None), default=None)
         status = self._agent_status(agent, now, waits, next_timer)
         problem = settings_problem(agent.settings, self.store.settings.model)
@@ -714,16 +737,18 @@ class Daemon:
         detail = f"{len(agent.pending_inputs)} inputs queued" if agent.pending_inputs else ""
         return AgentStatus(agent.agent_id, agent.name, "idle", detail)
 
-    def _status_entry(self, agent: AgentState) -> dict[str, Any]:
+    def _status_entry(
+        self, agent: AgentState, waits: list[WaitProjection], timers: list[TimerProjection]
+    ) -> dict[str, Any]:
         """``agent_status`` as JSON, with ISO times beside the µs ones and, when waiting, each wait."""
-        entry: dict[str, Any] = asdict(self.agent_status(agent))
+        entry: dict[str, Any] = asdict(self.agent_status(agent, waits=waits, timers=timers))
         wake = entry["next_wake_us"]
         entry["next_wake"] = None if wake is None else format_us(wake)
         if entry["state"] in ("waiting", "asleep"):
             entry["waits"] = [
                 {"wait_id": w.wait_id, "on": w.on, "target": w.target, "reason": w.reason,
                  "recheck_at_us": w.recheck_at_us, "recheck_at": format_us(w.recheck_at_us)}
-                for w in self.store.rows("wait", agent_id=agent.agent_id, status="pending")
+                for w in waits
             ]  # fmt: skip
         return entry
 
@@ -737,10 +762,25 @@ class Daemon:
         return {"enabled": True, "jobs": queue.counts(), "dead": dead, "error": self.evolve_error,
                 "pending_proposals": pending}  # fmt: skip
 
+    def status_key(self) -> tuple[Any, ...]:
+        """What ``status`` follows, cheaply (two small queries): it changes whenever the status may
+        have, but for time passing (``uptime_s``) and evolve job counts. ``holon serve`` rebuilds
+        the status file (a few queries per agent) only when this changes, so an idle daemon with
+        many agents sleeps instead of re-reading every agent each second."""
+        cursors = tuple(self.store.ledger.query("SELECT name, seq FROM projection_cursors ORDER BY name", ()))
+        return (self.store.ledger.head(), cursors, self.accepting, len(self.host.active_runs()),
+                self.index_error, self.evolve_error, self.budgets.today())  # fmt: skip
+
     def status(self) -> dict[str, Any]:
         head = self.store.ledger.head()
         cursors = dict(self.store.ledger.query("SELECT name, seq FROM projection_cursors", ()))
         now = self.clock.now_us()
+        waits: dict[str, list[WaitProjection]] = {}
+        for w in self.store.rows("wait", status="pending"):
+            waits.setdefault(w.agent_id, []).append(w)
+        timers: dict[str, list[TimerProjection]] = {}
+        for t in self.store.rows("timer", status="scheduled"):
+            timers.setdefault(t.agent_id, []).append(t)
         return {
             "pid": self.pid,
             "accepting": self.accepting,
@@ -752,5 +792,8 @@ class Daemon:
             "commands": {"sandbox": self.host.tasks.sandbox.mode, "warning": self.host.tasks.sandbox.warning},
             "evolve": self._evolve_status(),
             "timers": self.timers.jobs() if self.timers.scheduler.running else 0,
-            "agents": [self._status_entry(a) for a in self.store.agents()],
+            "agents": [
+                self._status_entry(a, waits.get(a.agent_id, []), timers.get(a.agent_id, []))
+                for a in self.store.agents()
+            ],
         }

@@ -3,7 +3,8 @@
 Files under ``<home>/run/``:
 
 * ``daemon.pid``: the serving process's pid while it runs;
-* ``daemon.json``: its state, rewritten atomically every second: ``state`` (``starting``,
+* ``daemon.json``: its state, rewritten atomically when it changes (checked every second, and at
+  least every ``STATUS_MAX_AGE_S``; rebuilding it reads every agent): ``state`` (``starting``,
   ``running``, ``stopping``, ``stopped``), ``pid``, ``api`` (its URL, or ``null`` without HTTP),
   and the last ``status`` (per-agent status, ledger head, projection lag);
 * ``host.lock``: the host lock (``AgentHost.start``): one process runs a home's agents.
@@ -45,6 +46,10 @@ __all__ = [
 ]
 
 log = get_logger("holon.daemon")
+
+STATUS_MAX_AGE_S = 60.0
+"""``daemon.json`` is rewritten when the daemon's status may have changed (``Daemon.status_key``),
+checked every second, and at least this often (for ``uptime_s`` and evolve job counts)."""
 
 
 def _run_dir(paths: HomePaths) -> Path:
@@ -154,6 +159,8 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
     server, server_task = None, None
     if http:
         server, server_task = _start_http(daemon, listen_host, listen_port, token, api.allowed_hosts)
+    last_key: tuple[Any, ...] | None = None
+    last_written = 0.0
     try:
         while not stop.is_set():
             if server_task is not None and server_task.done():
@@ -161,7 +168,11 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
             ready = server is None or server.started
             if ready and server is not None and listen_port == 0:
                 writer.api_url = api_url(listen_host, _bound_port(server) or 0)
-            writer.write("running" if ready else "starting", daemon.status())
+            state = "running" if ready else "starting"
+            key = (state, writer.api_url, daemon.status_key())
+            if key != last_key or time.monotonic() - last_written >= STATUS_MAX_AGE_S:
+                writer.write(state, daemon.status())
+                last_key, last_written = key, time.monotonic()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
                     await stop.wait()
