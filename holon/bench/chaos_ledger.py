@@ -13,9 +13,8 @@ For one acknowledged key (the acknowledgement named the input's ledger ``seq``):
   a final reply in it, a ``model.responded`` with content and no tool call or error, or when it
   settled ``completed`` with a reply; a turn interrupted after its final reply and run again
   counts twice, which is the double answer a client sees);
-* ``rejected``: no answer, but the input was settled with an explicit, visible rejection (a
-  ``turn.settled`` of outcome ``rejected``, or an event whose type names a rejection and whose
-  payload names the input's seq);
+* ``rejected``: no answer, but the input was settled with an explicit, visible rejection (its
+  seq in the ``rejected`` list of a ``turn.settled``: the turn loop's admission, RFC 0002);
 * ``unanswered``: stored, never answered, never rejected.
 
 The classification is a pure function of the rows (``classify``), so it can be tested on a
@@ -113,14 +112,8 @@ def _ints(value: object) -> list[int]:
     return []
 
 
-def _rejected_seqs(
-    started: Mapping[str, list[int]], settled: Iterable[Payload], rejections: Iterable[Payload]
-) -> set[int]:
-    out = {s for p in settled if p.get("outcome") == "rejected" for s in started.get(p.get("turn_id", ""), [])}
-    for p in rejections:
-        for name in ("seq", "input", "input_seq", "inputs", "input_seqs", "seqs"):
-            out.update(_ints(p.get(name)))
-    return out
+def _rejected_seqs(settled: Iterable[Payload]) -> set[int]:
+    return {seq for p in settled for seq in _ints(p.get("rejected"))}
 
 
 def classify(
@@ -129,7 +122,6 @@ def classify(
     started: Iterable[Payload],
     responded: Iterable[Payload],
     settled: Iterable[Payload],
-    rejections: Iterable[Payload] = (),
     queued: Collection[int] = (),
 ) -> Accounting:
     """Classify every acknowledged key (``acks``: key -> the seq its acknowledgement named).
@@ -145,7 +137,7 @@ def classify(
         inputs_of_turn[p.get("turn_id", "")] = seqs
         for seq in seqs:
             turns_of[seq].append(p.get("turn_id", ""))
-    rejected = _rejected_seqs(inputs_of_turn, settled, rejections)
+    rejected = _rejected_seqs(settled)
     stored: dict[str, list[int]] = defaultdict(list)
     for seq, text in inputs.items():
         key = key_of(text)
@@ -197,8 +189,5 @@ def account(store: Store, acks: Mapping[str, int]) -> Accounting:
         started=_payloads(store, "SELECT payload FROM events WHERE type = 'turn.started'"),
         responded=_payloads(store, "SELECT payload FROM events WHERE type = 'model.responded'"),
         settled=_payloads(store, "SELECT payload FROM events WHERE type = 'turn.settled'"),
-        rejections=_payloads(
-            store, "SELECT payload FROM events WHERE type LIKE '%reject%' AND type <> 'proposal.dismissed'"
-        ),
         queued={seq for agent in store.agents() for seq in agent.pending_inputs},
     )
