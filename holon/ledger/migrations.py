@@ -127,17 +127,26 @@ def _ensure_bookkeeping(conn: sqlite3.Connection) -> None:
     )
 
 
+def _has_bookkeeping(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").fetchone()
+    return row is not None
+
+
 def current_version(conn: sqlite3.Connection) -> int:
     _ensure_bookkeeping(conn)
     row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
     return int(row[0])
 
 
-def migrate(conn: sqlite3.Connection, *, now_us: int, target: int | None = None) -> list[int]:
+def migrate(conn: sqlite3.Connection, *, now_us: int, target: int | None = None, create: bool = True) -> list[int]:
     """Apply pending migrations up to ``target`` (default: all). Returns the versions applied.
 
-    ``conn`` must be in autocommit mode (``isolation_level=None``).
+    ``conn`` must be in autocommit mode (``isolation_level=None``). With ``create=False`` the
+    database must already hold holon's schema (its bookkeeping table): ``migrate`` brings an
+    existing holon database forwards and never turns some other database into one.
     """
+    if not create and not _has_bookkeeping(conn):
+        raise MigrationError("the database holds no holon schema (no schema_migrations table); not creating one")
     _ensure_bookkeeping(conn)
     latest = MIGRATIONS[-1].version
     have = current_version(conn)
