@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from holon.clock import Clock
 from holon.errors import EventValidationError, IdempotencyConflict, IntegrityError, LedgerError, NotFoundError
@@ -39,7 +39,7 @@ from holon.ledger.db import Database
 from holon.ledger.envelope import GENESIS_HASH, Event, NewEvent
 from holon.ledger.events import BlobRef, LargeText, PayloadBase
 from holon.ledger.migrations import migrate
-from holon.ledger.verify import check_anchor, quick_check, tail_check, verify_rows
+from holon.ledger.verify import QUICK_CHECK_SKIPPED, check_anchor, quick_check, tail_check, verify_rows
 from holon.paths import open_private, tighten
 
 __all__ = [
@@ -79,6 +79,12 @@ class TransactionHook(Protocol):
     def reset(self) -> None:
         """Forget in-memory state (after a rollback, or when another process appended)."""
         ...
+
+
+def _log() -> Any:  # structlog's logger is dynamically typed
+    from holon.logs import get_logger
+
+    return get_logger("holon.ledger")
 
 
 def row_to_event(row: tuple) -> Event:  # type: ignore[type-arg]  # a sqlite3 row
@@ -591,17 +597,20 @@ class Ledger:
             anchor_seq=mark.seq if mark is not None else None,
         )
 
-    def start_check(self, *, tail_rows: int = 64) -> str | None:
+    def start_check(self, *, tail_rows: int = 64, quick_check_budget_s: float = 1.0) -> str | None:
         """The bounded check before serving: the file's structure, the anchor, the last rows' chain.
 
-        Returns the first problem, or ``None``. Its cost does not grow with the number of events
-        beyond ``PRAGMA quick_check`` (a pass over the file's pages, without checking indexes
-        against their tables).
+        Returns the first problem, or ``None``. ``PRAGMA quick_check`` (a pass over every page,
+        without matching indexes to tables) runs for at most ``quick_check_budget_s``: enough
+        for a ledger of a few hundred MB; a larger one is left to ``holon ledger verify`` and
+        the skip is logged. The anchor and tail checks cost the same at any size.
         """
         try:
             with self.db.reader() as conn:
-                problem = quick_check(conn, self.db.path)
-                if problem is not None:
+                problem = quick_check(conn, self.db.path, budget_s=quick_check_budget_s)
+                if problem == QUICK_CHECK_SKIPPED:
+                    _log().warning("ledger.start_check.partial", reason=problem, db=str(self.db.path))
+                elif problem is not None:
                     return problem
                 conn.execute("BEGIN")
                 try:
