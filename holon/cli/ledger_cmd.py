@@ -138,7 +138,7 @@ def verify(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) 
         data["bad_row_count"] = r.bad_row_count
     if r.lost:
         data["lost"] = r.lost
-    if r.anchor_seq is not None:
+    if r.anchor_seq is not None and not r.ok:
         data["anchor_seq"] = r.anchor_seq
     if r.ok:
         human = f"ok: {r.events} events, hash chain intact" + (

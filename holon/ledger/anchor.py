@@ -80,7 +80,7 @@ def read_anchor(path: Path) -> AnchorMark | None:
 class Anchor:
     """The writer of one ledger's anchor file (one per open ``Ledger``; thread-safe under its lock)."""
 
-    def __init__(self, path: Path, *, sync_every: int = 64, sync_interval_s: float = 1.0) -> None:
+    def __init__(self, path: Path, *, sync_every: int = 4096, sync_interval_s: float = 1.0) -> None:
         self.path = path
         self.sync_every = sync_every
         self.sync_interval_s = sync_interval_s

@@ -14,7 +14,6 @@ another process moved the ledger head.
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -38,9 +37,9 @@ from holon.ledger.damage import empty_file_error, file_state, inspect_existing, 
 from holon.ledger.db import Database
 from holon.ledger.envelope import GENESIS_HASH, Event, NewEvent
 from holon.ledger.events import BlobRef, LargeText, PayloadBase
-from holon.ledger.migrations import migrate
+from holon.ledger.migrations import create_database, migrate
 from holon.ledger.verify import QUICK_CHECK_SKIPPED, check_anchor, quick_check, tail_check, verify_rows
-from holon.paths import open_private, tighten
+from holon.paths import tighten
 
 __all__ = [
     "BlobText",
@@ -311,18 +310,19 @@ class Ledger:
                     "anchor to start an empty ledger"
                 )
             try:
-                os.close(open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
-            except FileExistsError:
-                state = "present"
+                created = create_database(path, now_us=self.clock.now_us())
             except OSError as e:
                 raise LedgerError(f"cannot create the ledger database {path}: {e.strerror}") from e
+            except sqlite3.Error as e:
+                raise LedgerError(f"cannot create the ledger database {path}: {e}") from e
+            if created and self.anchor is not None:
+                self.anchor.reset(0, GENESIS_HASH)
         for suffix in ("", "-wal", "-shm"):
             tighten(path.with_name(path.name + suffix))
         try:
-            if state == "present":
-                inspect_existing(path)
+            inspect_existing(path)
             conn = self.db.connection()
-            migrate(conn, now_us=self.clock.now_us(), create=state == "absent")
+            migrate(conn, now_us=self.clock.now_us(), create=False)
         except LedgerError:
             self.db.close()
             raise
@@ -332,8 +332,6 @@ class Ledger:
             if err is None:
                 raise
             raise err from e
-        if state == "absent" and self.anchor is not None:
-            self.anchor.reset(0, GENESIS_HASH)
         return conn
 
     def _check_anchor_on_open(self) -> str | None:
