@@ -16,7 +16,15 @@ from typing import Literal
 
 from holon.errors import LedgerError
 
-__all__ = ["FileState", "check_schema", "database_error", "empty_file_error", "file_state", "inspect_existing", "translate"]
+__all__ = [
+    "FileState",
+    "check_schema",
+    "database_error",
+    "empty_file_error",
+    "file_state",
+    "inspect_existing",
+    "translate",
+]
 
 FileState = Literal["absent", "empty", "present"]
 

@@ -26,7 +26,15 @@ from holon.ledger.codec import chain_hash, decode_payload, envelope_header
 from holon.ledger.damage import database_error
 from holon.ledger.envelope import GENESIS_HASH
 
-__all__ = ["MAX_REPORTED", "QUICK_CHECK_SKIPPED", "RowCheck", "check_anchor", "quick_check", "tail_check", "verify_rows"]
+__all__ = [
+    "MAX_REPORTED",
+    "QUICK_CHECK_SKIPPED",
+    "RowCheck",
+    "check_anchor",
+    "quick_check",
+    "tail_check",
+    "verify_rows",
+]
 
 QUICK_CHECK_SKIPPED = "quick_check skipped: over its time budget"
 
