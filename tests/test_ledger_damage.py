@@ -96,7 +96,7 @@ def test_every_ledger_and_trace_command_on_a_damaged_home(copy: Path, tmp_path: 
     DAMAGES[damage](copy / "holon.db")
     for command, argv in COMMANDS.items():
         args = [a.format(tmp=tmp_path) for a in argv]
-        for json_flag in ((), ("--json",)):
+        for json_flag in ((), ("--json",)) if command in ("verify", "replay") else ((),):
             r = holon("--home", copy, *args, *json_flag)
             assert "Traceback" not in r.err and "Traceback" not in r.out, (command, r)
             assert r.code in _expected(damage, command), (command, json_flag, r)
@@ -183,7 +183,7 @@ def test_a_lost_database_with_its_anchor_is_not_replaced_by_init(copy: Path) -> 
 def test_serve_refuses_a_damaged_ledger(copy: Path, damage: str) -> None:
     DAMAGES[damage](copy / "holon.db")
     before = (copy / "holon.db").read_bytes()
-    for argv in (("serve", "--no-http"), ("daemon", "start", "--no-http")):
+    for argv in (("serve", "--no-http"), ("daemon", "start", "--no-http"), ("chat", "alice")):
         r = holon("--home", copy, *argv, timeout=120)
         line = assert_error(r, 5)
         assert "holon ledger verify" in line or "holon init" in line, r
@@ -193,3 +193,16 @@ def test_serve_refuses_a_damaged_ledger(copy: Path, damage: str) -> None:
 def test_verify_result_is_stable(copy: Path) -> None:
     r: Result = holon("--home", copy, "ledger", "verify", "--json")
     assert r.code == 0 and r.json() == {"ok": True, "events": 2, "first_bad_seq": None}, r
+
+
+def test_verify_runs_where_a_catch_up_could_not(copy: Path) -> None:
+    """Projections behind the head (an upgrade, a crash) and a row they cannot fold: verify still reports it."""
+    _flip_json(copy / "holon.db")
+    conn = sqlite3.connect(copy / "holon.db", isolation_level=None)
+    try:
+        conn.execute("UPDATE projection_cursors SET seq = 0")
+    finally:
+        conn.close()
+    assert_error(holon("--home", copy, "agent", "list"), 5, "event 1 cannot be read", "holon ledger verify")
+    r = holon("--home", copy, "ledger", "verify", "--json")
+    assert r.code == 1 and r.json()["bad_rows"][0]["seq"] == 1, r

@@ -38,12 +38,22 @@ class Store:
         self.memo: dict[object, Any] = {}
 
     @classmethod
-    def open(cls, paths: HomePaths, settings: Settings, *, clock: Clock | None = None, create: bool = True) -> Store:
+    def open(
+        cls,
+        paths: HomePaths,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        create: bool = True,
+        catch_up: bool = True,
+    ) -> Store:
         """Open the database of ``paths``; migrate and catch projections up.
 
         ``create``: when there is no database file yet, create one (``holon init``; tests). An
         existing file is never initialised over: an empty or foreign one is refused (see
         ``Ledger``). Commands that open a home (``open_home``) pass ``create=False``.
+        ``catch_up=False`` leaves projections as they are (``holon ledger verify`` must run on a
+        ledger whose damaged rows a catch-up could not fold).
         """
         if create:
             private_dir(paths.root)
@@ -61,7 +71,7 @@ class Store:
         )
         store = cls(paths, settings, ledger, projector)
         try:
-            if ledger.refusal is None:  # a ledger that lost events is opened for reading (verify) only
+            if catch_up and ledger.refusal is None:  # a ledger that lost events is opened for reading only
                 store.catch_up()
         except BaseException:
             ledger.close()

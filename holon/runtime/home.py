@@ -50,7 +50,7 @@ def _configure(paths: HomePaths, settings: Settings) -> None:
     configure_logging(level=cfg.level, log_file=paths.logs / "holon.log" if cfg.file else None, console=cfg.console)
 
 
-def open_home(paths: HomePaths, *, clock: Clock | None = None, log: bool = True) -> Store:
+def open_home(paths: HomePaths, *, clock: Clock | None = None, log: bool = True, catch_up: bool = True) -> Store:
     """Open an existing home (``HomeNotFoundError`` when it was never initialised).
 
     Never creates a database: a missing, empty or foreign ``holon.db`` is an error. A home
@@ -63,7 +63,7 @@ def open_home(paths: HomePaths, *, clock: Clock | None = None, log: bool = True)
     settings: Settings = load_settings(paths)
     if log:
         _configure(paths, settings)
-    return Store.open(paths, settings, clock=clock, create=False)
+    return Store.open(paths, settings, clock=clock, create=False, catch_up=catch_up)
 
 
 def _exists(path: Path) -> bool:
