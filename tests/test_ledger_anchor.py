@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -132,3 +133,38 @@ def test_anchor_slots_survive_a_torn_write(tmp_path: Path) -> None:
     (tmp_path / "ledger.anchor").write_bytes(bytes(raw))
     mark = read_anchor(tmp_path / "ledger.anchor")
     assert mark is not None and mark.seq == 4 and mark.hash == f"{4:064x}"
+
+
+def test_verify_beside_a_busy_writer_never_reports_a_false_loss(tmp_path: Path, fast_ledger: None) -> None:
+    """The anchor is read before verify's snapshot: commits during a verify make the database
+    longer than the anchor it read, never the anchor longer than the database it sees."""
+    import threading
+
+    from holon.config import load_settings, resolve_home
+    from holon.ledger import NewEvent
+    from holon.ledger import events as ev
+    from holon.projections import Store
+
+    paths = resolve_home(tmp_path / "home")
+    writer = Store.open(paths, load_settings(paths))
+    reader = Store.open(paths, load_settings(paths), create=False)
+    stop = threading.Event()
+
+    def write() -> None:
+        while not stop.is_set():
+            writer.append(NewEvent("agt_w", ev.DecisionRecorded(text="busy")))
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    results = []
+    deadline = time.monotonic() + 60
+    try:
+        while (not results or results[-1].events < 300) and time.monotonic() < deadline:
+            results.append(reader.ledger.verify(check_blobs=False))
+    finally:
+        stop.set()
+        thread.join(30)
+        reader.close()
+        writer.close()
+    assert all(r.ok for r in results), [r.problem for r in results if not r.ok]
+    assert results[-1].events >= 300 and len(results) > 5  # the writer really wrote during the checks

@@ -556,10 +556,12 @@ class Ledger:
                 problem = quick_check(conn, self.db.path)
                 if problem is not None:
                     raise LedgerError(problem)
+                # The anchor first, then the snapshot: a commit in between makes the database
+                # longer than the anchor (fine), never the anchor longer than the snapshot.
+                mark = self.anchor.read() if self.anchor is not None else None
                 conn.execute("BEGIN")  # one snapshot for the rows and the anchor comparison
                 try:
                     rows = verify_rows(conn)
-                    mark = self.anchor.read() if self.anchor is not None else None
                     anchor_problem, lost = check_anchor(conn, mark)
                 finally:
                     conn.execute("ROLLBACK")
@@ -610,9 +612,9 @@ class Ledger:
                     _log().warning("ledger.start_check.partial", reason=problem, db=str(self.db.path))
                 elif problem is not None:
                     return problem
+                mark = self.anchor.read() if self.anchor is not None else None  # before the snapshot
                 conn.execute("BEGIN")
                 try:
-                    mark = self.anchor.read() if self.anchor is not None else None
                     anchor_problem, _lost = check_anchor(conn, mark)
                     rows = tail_check(conn, rows=tail_rows)
                 finally:
