@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers.damage import flip_byte, make_foreign, make_garbage, truncate_pages, zero
+from helpers.damage import flip_byte, make_foreign, make_garbage, overwrite_page, truncate_pages, zero
 from test_cli import Result, assert_error, holon
 
 ALICE = b'"name":"alice"'
@@ -55,11 +55,16 @@ def _truncate(db: Path) -> None:
     truncate_pages(db, keep_bytes=4096 * 3 + 100)
 
 
+def _junk_page(db: Path) -> None:
+    overwrite_page(db, 3)
+
+
 DAMAGES: dict[str, Callable[[Path], None]] = {
     "flip-letter": _flip_letter,
     "flip-utf8": _flip_utf8,
     "flip-json": _flip_json,
     "truncated": _truncate,
+    "junk-page": _junk_page,
     "zero-bytes": zero,
     "foreign": make_foreign,
     "garbage": make_garbage,
@@ -85,7 +90,7 @@ def _expected(damage: str, command: str) -> set[int]:
     damaged ledger (5, one line naming the event and ``holon ledger verify``)."""
     if damage in ROW_DAMAGE:
         return {1} if command in ("verify", "replay") else {0, 5}
-    if damage == "truncated":
+    if damage in ("truncated", "junk-page"):
         return {5} if command == "verify" else {0, 5}
     return {5}
 
@@ -103,7 +108,15 @@ def test_every_ledger_and_trace_command_on_a_damaged_home(copy: Path, tmp_path: 
             if r.code not in (0, 1):
                 assert_error(r, r.code)
     if damage not in ROW_DAMAGE:  # never initialised over: the damaged bytes are still there
-        assert (copy / "holon.db").stat().st_size == 0 or not _is_holon(copy / "holon.db") or damage == "truncated"
+        assert (
+            (copy / "holon.db").stat().st_size == 0
+            or not _is_holon(copy / "holon.db")
+            or damage
+            in (
+                "truncated",
+                "junk-page",
+            )
+        )
 
 
 def _is_holon(db: Path) -> bool:
@@ -153,6 +166,7 @@ def test_replay_names_an_unreadable_row(copy: Path) -> None:
         ("foreign", "not a holon ledger"),
         ("garbage", "not a SQLite database"),
         ("truncated", "damaged"),
+        ("junk-page", "damaged"),
     ],
 )
 def test_a_damaged_file_is_exit_5_with_one_line(copy: Path, damage: str, needle: str) -> None:

@@ -90,7 +90,7 @@ def database_error(path: Path | str | None, e: BaseException) -> LedgerError:
     if "file is not a database" in low:
         return LedgerError(f"{where} is not a SQLite database (damaged, or a foreign file)")
     if "malformed" in low or "corrupt" in low:
-        return LedgerError(f"{where} is damaged: {msg}; run 'holon ledger verify'")
+        return LedgerError(f"{where} is damaged ({msg}): restore it from a backup")
     if "could not decode" in low:
         return LedgerError(f"{where} holds a damaged row (text that is not UTF-8); run 'holon ledger verify'")
     return LedgerError(f"{where} cannot be read: {msg}")

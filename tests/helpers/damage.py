@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-__all__ = ["checkpoint", "flip_byte", "make_foreign", "make_garbage", "truncate_pages", "zero"]
+__all__ = ["checkpoint", "flip_byte", "make_foreign", "make_garbage", "overwrite_page", "truncate_pages", "zero"]
 
 
 def checkpoint(db: Path) -> None:
@@ -40,6 +40,15 @@ def truncate_pages(db: Path, *, keep_bytes: int) -> None:
     checkpoint(db)
     with db.open("r+b") as fh:
         fh.truncate(keep_bytes)
+
+
+def overwrite_page(db: Path, page: int) -> None:
+    """Fill one page (numbered from 1) with junk, as a bad sector or a torn write leaves it."""
+    checkpoint(db)
+    data = bytearray(db.read_bytes())
+    size = int.from_bytes(data[16:18], "big") or 65536
+    data[(page - 1) * size : page * size] = b"\xaa" * size
+    db.write_bytes(bytes(data))
 
 
 def zero(db: Path) -> None:
