@@ -168,3 +168,15 @@ def test_verify_beside_a_busy_writer_never_reports_a_false_loss(tmp_path: Path, 
         writer.close()
     assert all(r.ok for r in results), [r.problem for r in results if not r.ok]
     assert results[-1].events >= 300 and len(results) > 5  # the writer really wrote during the checks
+
+
+def test_a_damaged_anchor_is_reported_not_fatal(copy: Path) -> None:
+    (copy / "ledger.anchor").write_bytes(b"\x00garbage" * 30)
+    r = holon("--home", copy, "ledger", "verify")
+    assert r.code == 1 and "anchor" in r.out and "damaged" in r.out, r
+    assert holon("--home", copy, "ledger", "tail").code == 0
+    assert_error(holon("--home", copy, "agent", "create", "bob"), 5, "anchor", "writes are refused")
+    assert_error(holon("--home", copy, "serve", "--no-http"), 5, "anchor")
+    (copy / "ledger.anchor").unlink()  # the operator accepts the ledger as it is: a new anchor at the head
+    assert holon("--home", copy, "ledger", "verify").code == 0
+    assert holon("--home", copy, "agent", "create", "bob").code == 0

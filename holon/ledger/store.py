@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from holon.clock import Clock
 from holon.errors import EventValidationError, IdempotencyConflict, IntegrityError, LedgerError, NotFoundError
 from holon.ids import new_id
-from holon.ledger.anchor import Anchor
+from holon.ledger.anchor import Anchor, AnchorMark
 from holon.ledger.codec import (
     BlobBody,
     canonical_json,
@@ -342,7 +342,10 @@ class Ledger:
         """
         if self.anchor is None:
             return None
-        mark = self.anchor.read()
+        try:
+            mark = self.anchor.read()
+        except LedgerError as e:  # a damaged anchor: what was committed is unknown, so no writes
+            return e.message
         if mark is None:  # a home older than anchors: start one at the current head
             seq, h = self._head(self._conn)
             self.anchor.reset(seq, h)
@@ -558,11 +561,12 @@ class Ledger:
                     raise LedgerError(problem)
                 # The anchor first, then the snapshot: a commit in between makes the database
                 # longer than the anchor (fine), never the anchor longer than the snapshot.
-                mark = self.anchor.read() if self.anchor is not None else None
+                mark, unreadable = self._read_anchor()
                 conn.execute("BEGIN")  # one snapshot for the rows and the anchor comparison
                 try:
                     rows = verify_rows(conn)
                     anchor_problem, lost = check_anchor(conn, mark)
+                    anchor_problem = anchor_problem or unreadable
                 finally:
                     conn.execute("ROLLBACK")
             bad_blob = self._first_bad_blob() if check_blobs else None
@@ -596,6 +600,15 @@ class Ledger:
             lost=lost,
             anchor_seq=mark.seq if mark is not None else None,
         )
+
+    def _read_anchor(self) -> tuple[AnchorMark | None, str | None]:
+        """The anchor's mark, or the reason it cannot be read (a damaged anchor file)."""
+        if self.anchor is None:
+            return None, None
+        try:
+            return self.anchor.read(), None
+        except LedgerError as e:
+            return None, e.message
 
     def start_check(self, *, tail_rows: int = 64, quick_check_budget_s: float = 1.0) -> str | None:
         """The bounded check before serving: the file's structure, the anchor, the last rows' chain.
