@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import re
 import sys
 from collections.abc import MutableMapping
@@ -17,6 +18,8 @@ from typing import Any
 
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
+
+from holon.paths import open_private, private_dir
 
 __all__ = ["configure_logging", "get_logger", "redact"]
 
@@ -93,7 +96,8 @@ def configure_logging(
         logging.getLogger(chatty).setLevel(logging.DEBUG if level.lower() == "debug" else logging.WARNING)
     tracebacks = structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(log_file.parent)
+        os.close(open_private(log_file))  # created 0600 (or tightened) before the handler appends
         fh = logging.FileHandler(log_file, encoding="utf-8")
         fh.setFormatter(
             structlog.stdlib.ProcessorFormatter(

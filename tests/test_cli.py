@@ -302,7 +302,8 @@ def test_verify_detects_a_tampered_event(home_copy: Path) -> None:
     data = r.json()
     assert data["ok"] is False
     assert data["first_bad_seq"] == 2
-    assert data["events"] == 1
+    assert data["events"] == 3  # every row is read; the bad ones are listed
+    assert [row["seq"] for row in data["bad_rows"]] == [2]
     assert {"ok", "events", "first_bad_seq"} <= data.keys()
     human = holon("--home", home_copy, "ledger", "verify")
     assert human.code == 1 and human.out.startswith("NOT OK")

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Query, Request
 
 from holon.api.agents import IdempotencyHeader, one_key
 from holon.api.errors import BodyTooLarge
-from holon.api.models import EventOut, InputAccepted, LedgerStats, LedgerVerify
+from holon.api.models import BadRow, EventOut, InputAccepted, LedgerStats, LedgerVerify
 from holon.api.port import DaemonPort
-from holon.errors import NotFoundError, UsageError
+from holon.errors import LedgerError, NotFoundError, UsageError
 from holon.ledger import Event
 from holon.ledger.events import PAYLOAD_TYPES
 from holon.ledger.store import EVENT_COLUMNS, canonical_event, row_to_event
@@ -100,8 +100,15 @@ def ledger_router(port: DaemonPort) -> APIRouter:
         """Check the sequence is gapless and the hash chain intact (``ok`` false when not; still 200)."""
         # A worker thread: over a large ledger this reads for seconds, and agents keep running. The
         # ledger's connection is shared under its lock, taken per chunk of 5,000 events.
-        v = await asyncio.to_thread(store.ledger.verify)
-        return LedgerVerify(ok=v.ok, events=v.events, first_bad_seq=v.first_bad_seq, problem=v.problem)
+        try:
+            v = await asyncio.to_thread(store.ledger.verify)
+        except LedgerError as e:  # the file itself is damaged: that is verify's answer, not a 500
+            return LedgerVerify(ok=False, events=0, problem=e.message, damaged=True)
+        return LedgerVerify(
+            ok=v.ok, events=v.events, first_bad_seq=v.first_bad_seq, problem=v.problem,
+            bad_rows=[BadRow(seq=seq, reason=reason) for seq, reason in v.bad_rows],
+            bad_row_count=v.bad_row_count, lost=v.lost,
+        )  # fmt: skip
 
     @r.get("/ledger/stats", tags=["ledger"], response_model=LedgerStats)
     async def stats() -> LedgerStats:

@@ -15,6 +15,7 @@ from holon.projections.state import AgentState
 from holon.runtime.settings import OPERATOR_KEYS
 
 __all__ = [
+    "BadRow",
     "AddTimer",
     "AgentDetail",
     "ConfigureAgent",
@@ -150,11 +151,23 @@ class EventsPage(BaseModel):
     """The ledger head when the page was read."""
 
 
+class BadRow(BaseModel):
+    seq: int
+    reason: str
+
+
 class LedgerVerify(BaseModel):
     ok: bool
     events: int
     first_bad_seq: int | None = None
     problem: str | None = None
+    bad_rows: list[BadRow] = []
+    """Up to 100 damaged rows, in order."""
+    bad_row_count: int = 0
+    lost: int = 0
+    """Events the anchor outside the database says were committed but the database lacks."""
+    damaged: bool = False
+    """The database file itself is damaged (``holon ledger verify`` exits 5)."""
 
 
 class LedgerStats(BaseModel):

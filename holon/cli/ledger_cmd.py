@@ -122,14 +122,36 @@ def stats(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) -
 
 @app.command("verify")
 def verify(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
-    """Check the sequence is gapless and the hash chain intact. Exit 1 when not."""
+    """Check the file, the gapless hash chain and the anchor; list bad rows as (seq, reason).
+
+    Exit 0 when sound, 1 for bad rows, a broken chain or events lost (the anchor outside the
+    database says more were committed), 5 when the database file itself is damaged or unreadable.
+    """
+    from holon.runtime.home import open_home
+
     c = ctx_of(ctx, home, json_out)
-    with open_store(c) as store:
+    with open_home(c.paths, catch_up=False) as store:  # a catch-up could trip on the damage verify reports
         r = store.ledger.verify()
-    data = {"ok": r.ok, "events": r.events, "first_bad_seq": r.first_bad_seq}
+    data: dict[str, Any] = {"ok": r.ok, "events": r.events, "first_bad_seq": r.first_bad_seq}
     if r.problem:
         data["problem"] = r.problem
-    human = f"ok: {r.events} events, hash chain intact" if r.ok else f"NOT OK: {r.problem}"
+    if r.bad_rows:
+        data["bad_rows"] = [{"seq": seq, "reason": reason} for seq, reason in r.bad_rows]
+        data["bad_row_count"] = r.bad_row_count
+    if r.lost:
+        data["lost"] = r.lost
+    if r.anchor_seq is not None and not r.ok:
+        data["anchor_seq"] = r.anchor_seq
+    if r.ok:
+        human = f"ok: {r.events} events, hash chain intact" + (
+            f", anchor at seq {r.anchor_seq}" if r.anchor_seq is not None else ""
+        )
+    else:
+        lines = [f"NOT OK: {r.problem}"]
+        lines += [f"  event {seq}: {reason}" for seq, reason in r.bad_rows]
+        if r.bad_row_count > len(r.bad_rows):
+            lines.append(f"  ... {r.bad_row_count - len(r.bad_rows)} more bad rows")
+        human = "\n".join(lines)
     emit(c, data, human)
     if not r.ok:
         raise typer.Exit(1)
@@ -137,7 +159,10 @@ def verify(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) 
 
 @app.command("replay")
 def replay(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
-    """Rebuild all projections from seq 0 into scratch tables and compare with the live ones."""
+    """Rebuild all projections from seq 0 into scratch tables and compare with the live ones.
+
+    Exit 1 when they differ or an event cannot be read (see ``holon ledger verify``), 5 when the
+    database file is damaged."""
     c = ctx_of(ctx, home, json_out)
     with open_store(c) as store:
         if sys.stderr.isatty():
@@ -153,11 +178,15 @@ def replay(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) 
         data["examples"] = r.examples
     if not r.cursor_ok:
         data["cursor_ok"] = False
-    human = (
-        f"ok: {r.events} events replayed into {r.rows} rows, identical ({r.events_per_s:,.0f} events/s)"
-        if r.ok
-        else f"NOT OK: {r.mismatches} rows differ (e.g. {', '.join(r.examples)})"
-    )
+    if r.bad_rows:
+        data["bad_rows"] = [{"seq": seq, "reason": reason} for seq, reason in r.bad_rows]
+    if r.ok:
+        human = f"ok: {r.events} events replayed into {r.rows} rows, identical ({r.events_per_s:,.0f} events/s)"
+    elif r.bad_rows:
+        seq, reason = r.bad_rows[0]
+        human = f"NOT OK: {len(r.bad_rows)} events cannot be read (event {seq}: {reason}); run 'holon ledger verify'"
+    else:
+        human = f"NOT OK: {r.mismatches} rows differ (e.g. {', '.join(r.examples)})"
     emit(c, data, human)
     if not r.ok:
         raise typer.Exit(1)

@@ -28,6 +28,7 @@ from holon.cli import (
 )
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit
 from holon.errors import HolonError
+from holon.paths import private_umask
 
 try:  # typer >= 0.2x vendors click: its usage errors derive from TyperException, not click's.
     from typer import TyperException as _CliError
@@ -103,7 +104,21 @@ def _log_error(e: HolonError) -> None:
         get_logger("holon.cli").warning("command.failed", error=str(e), kind=type(e).__name__)
 
 
+def _foreign(e: Exception) -> HolonError | None:
+    """A foreign exception from the user's files as a one-line error: a damaged database (exit 5),
+    a file or directory that cannot be read or written (exit 1). ``None``: a bug, re-raised."""
+    if isinstance(e, OSError):
+        where = f": {e.filename}" if e.filename else ""
+        return HolonError(f"{e.strerror or e}{where}")
+    if type(e).__module__.split(".")[0] in ("sqlite3", "sqlalchemy"):
+        from holon.ledger.damage import translate
+
+        return translate(e)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    private_umask()  # every file holon creates is the owner's alone (RFC 0001, "Private by default")
     try:
         rv = app(args=argv, standalone_mode=False)
     except HolonError as e:
@@ -124,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as e:
+        err = _foreign(e)
+        if err is None:
+            raise
+        sys.stderr.write(f"holon: error: {err}\n")
+        return err.exit_code
     return rv if isinstance(rv, int) else 0
 
 

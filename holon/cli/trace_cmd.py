@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -53,6 +54,7 @@ def export(
         raise UsageError(f"--format must be halo-jsonl or otlp-json, not {fmt!r}")
     if by not in ("turn", "episode"):
         raise UsageError(f"--by must be turn or episode, not {by!r}")
+    _check_out(out)
     c = ctx_of(ctx, home, json_out)
     with open_store(c) as store:
         counts = export_traces(store, out, fmt=fmt, flt=trace_filter(store, agent, since, until), by=by,  # type: ignore[arg-type]
@@ -62,6 +64,19 @@ def export(
         {**counts, "out": str(out), "format": fmt},
         f"wrote {counts['traces']} traces ({counts['spans']} spans) to {out}",
     )
+
+
+def _check_out(out: Path) -> None:
+    """``--out`` must name a file in an existing, writable directory: one line, exit 2, else."""
+    from holon.errors import UsageError
+
+    parent = out.parent if str(out.parent) else Path(".")
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a directory; name a file in it")
+    if not parent.is_dir():
+        raise UsageError(f"--out {out}: the directory {parent} does not exist (create it first)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: the directory {parent} is not writable")
 
 
 @app.command("stats")

@@ -32,13 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from holon.config import ApiSettings, HomePaths
-from holon.errors import ConfigError, ConflictError, HolonError
+from holon.errors import ConfigError, ConflictError, HolonError, LedgerError
 from holon.logs import get_logger
+from holon.paths import open_private, private_dir, tighten_tree, write_private
 
 __all__ = [
     "DaemonInfo",
     "api_token",
     "api_url",
+    "check_ledger",
     "read_state",
     "serve",
     "start_background",
@@ -65,10 +67,8 @@ def pid_file(paths: HomePaths) -> Path:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
+    private_dir(path.parent)
+    write_private(path, json.dumps(data, sort_keys=True), fsync=False)
 
 
 def api_token(api: ApiSettings) -> str | None:
@@ -124,7 +124,9 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
     from holon.daemon.core import Daemon
     from holon.runtime.home import open_home
 
+    tighten_tree(paths.root)  # a home made before homes were private: 0700 directories, 0600 files
     store = open_home(paths)
+    check_ledger(store)
     api = store.settings.api
     listen_host = host or api.host
     listen_port = api.port if port is None else port
@@ -155,7 +157,7 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
         writer.write("stopped")
         store.close()
         raise
-    pid_file(paths).write_text(str(os.getpid()), encoding="utf-8")
+    write_private(pid_file(paths), str(os.getpid()), fsync=False)
     server, server_task = None, None
     if http:
         server, server_task = _start_http(daemon, listen_host, listen_port, token, api.allowed_hosts)
@@ -190,6 +192,22 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
         writer.write("stopped")
         store.close()
     return 0
+
+
+def check_ledger(store: Any) -> None:
+    """Refuse to serve a ledger that fails its bounded start-up check (``Ledger.start_check``).
+
+    A daemon that appends to a damaged ledger, or to one that lost committed events, buries the
+    damage under new events; the operator gets one line naming the command that shows it all.
+    """
+    problem = store.ledger.start_check()
+    if problem is None:
+        return
+    store.close()
+    raise LedgerError(
+        f"the ledger failed its start-up check: {problem}. Not serving it; run "
+        f"'holon ledger verify --home {store.paths.root}' for the full report"
+    )
 
 
 def _start_http(
@@ -277,7 +295,7 @@ def start_background(
     current = read_state(paths)
     if current["running"]:
         raise ConflictError(f"a daemon is already running for {paths.root} (pid {current['pid']})")
-    paths.logs.mkdir(parents=True, exist_ok=True)
+    private_dir(paths.logs)
     argv = [sys.executable, "-m", "holon.cli.main", "--home", str(paths.root), "serve"]
     if host:
         argv += ["--host", host]
@@ -285,7 +303,7 @@ def start_background(
         argv += ["--port", str(port)]
     if not http:
         argv.append("--no-http")
-    out = (paths.logs / "daemon.out").open("ab")
+    out = os.fdopen(open_private(paths.logs / "daemon.out"), "ab")
     with contextlib.suppress(FileNotFoundError):
         state_file(paths).unlink()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
@@ -293,13 +311,25 @@ def start_background(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise HolonError(f"the daemon exited at start (code {proc.returncode}): {_tail(paths.logs / 'daemon.out')}")
+            raise _exited(proc.returncode, paths.logs / "daemon.out")
         info = read_state(paths)
         if info.get("pid") == proc.pid and _healthy(info):
             return info
         time.sleep(0.1)
     proc.terminate()
     raise HolonError(f"the daemon did not report healthy within {timeout_s} s: {_tail(paths.logs / 'daemon.out')}")
+
+
+def _exited(code: int, out: Path) -> HolonError:
+    """The error of a daemon that exited at start: its own one-line error and exit code when it
+    refused for a reason holon names (a damaged ledger: 5, a config error: 2), else its last words."""
+    prefix = "holon: error: "
+    last = _tail(out, 1)
+    if last.startswith(prefix):
+        for cls in (LedgerError, ConfigError):
+            if code == cls.exit_code:
+                return cls(last[len(prefix) :])
+    return HolonError(f"the daemon exited at start (code {code}): {_tail(out)}")
 
 
 def _tail(path: Path, lines: int = 5) -> str:

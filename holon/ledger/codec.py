@@ -110,7 +110,12 @@ def decode_payload(type_: str, version: int, text: str | bytes) -> PayloadBase:
     model = PAYLOAD_TYPES.get(type_)
     if model is None:
         raise EventValidationError(f"unknown event type {type_!r}")
-    data = orjson.loads(text)
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as e:  # a damaged row (bytes changed on disk), or not UTF-8
+        raise EventValidationError(f"stored {type_} payload is not JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise EventValidationError(f"stored {type_} payload is not a JSON object")
     while version < model.VERSION:
         up = UPCASTERS.get((type_, version))
         if up is None:

@@ -7,12 +7,17 @@ call from several processes at once: each step re-checks its row inside ``BEGIN 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 import sqlite3
 from dataclasses import dataclass
+from pathlib import Path
 
 from holon.errors import MigrationError
+from holon.paths import open_private
 
-__all__ = ["MIGRATIONS", "Migration", "current_version", "migrate"]
+__all__ = ["MIGRATIONS", "Migration", "create_database", "current_version", "migrate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,17 +132,54 @@ def _ensure_bookkeeping(conn: sqlite3.Connection) -> None:
     )
 
 
+def create_database(path: Path, *, now_us: int) -> bool:
+    """Create a fully migrated database at ``path`` if there is none; True when this call made it.
+
+    The database is built under a temporary name, closed (its WAL checkpointed away) and then
+    linked into place, which fails if ``path`` exists: ``path`` is never seen half-made, several
+    processes may race to create it and exactly one wins, and a crash leaves at most a stray
+    temporary file, never an empty ``holon.db`` that a later open would have to guess about.
+    """
+    tmp = path.with_name(f".{path.name}.init-{os.getpid()}-{secrets.token_hex(4)}")
+    os.close(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            migrate(conn, now_us=now_us, create=True)
+        finally:
+            conn.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{tmp}{suffix}")
+
+
+def _has_bookkeeping(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").fetchone()
+    return row is not None
+
+
 def current_version(conn: sqlite3.Connection) -> int:
     _ensure_bookkeeping(conn)
     row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
     return int(row[0])
 
 
-def migrate(conn: sqlite3.Connection, *, now_us: int, target: int | None = None) -> list[int]:
+def migrate(conn: sqlite3.Connection, *, now_us: int, target: int | None = None, create: bool = True) -> list[int]:
     """Apply pending migrations up to ``target`` (default: all). Returns the versions applied.
 
-    ``conn`` must be in autocommit mode (``isolation_level=None``).
+    ``conn`` must be in autocommit mode (``isolation_level=None``). With ``create=False`` the
+    database must already hold holon's schema (its bookkeeping table): ``migrate`` brings an
+    existing holon database forwards and never turns some other database into one.
     """
+    if not create and not _has_bookkeeping(conn):
+        raise MigrationError("the database holds no holon schema (no schema_migrations table); not creating one")
     _ensure_bookkeeping(conn)
     latest = MIGRATIONS[-1].version
     have = current_version(conn)

@@ -19,11 +19,12 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from holon.clock import Clock
-from holon.errors import IdempotencyConflict, LedgerError, NotFoundError
+from holon.errors import EventValidationError, IdempotencyConflict, IntegrityError, LedgerError, NotFoundError
 from holon.ids import new_id
+from holon.ledger.anchor import Anchor, AnchorMark
 from holon.ledger.codec import (
     BlobBody,
     canonical_json,
@@ -32,10 +33,13 @@ from holon.ledger.codec import (
     encode_payload,
     envelope_header,
 )
+from holon.ledger.damage import empty_file_error, file_state, inspect_existing, translate
 from holon.ledger.db import Database
 from holon.ledger.envelope import GENESIS_HASH, Event, NewEvent
-from holon.ledger.events import BlobRef, LargeText
-from holon.ledger.migrations import migrate
+from holon.ledger.events import BlobRef, LargeText, PayloadBase
+from holon.ledger.migrations import create_database, migrate
+from holon.ledger.verify import QUICK_CHECK_SKIPPED, check_anchor, quick_check, tail_check, verify_rows
+from holon.paths import tighten
 
 __all__ = [
     "BlobText",
@@ -76,6 +80,12 @@ class TransactionHook(Protocol):
         ...
 
 
+def _log() -> Any:  # structlog's logger is dynamically typed
+    from holon.logs import get_logger
+
+    return get_logger("holon.ledger")
+
+
 def row_to_event(row: tuple) -> Event:  # type: ignore[type-arg]  # a sqlite3 row
     (seq, eid, agent, type_, version, ts, origin, authority, turn, wi, task, ep, key, payload, h) = row
     return Event(
@@ -92,9 +102,16 @@ def row_to_event(row: tuple) -> Event:  # type: ignore[type-arg]  # a sqlite3 ro
         task_id=task,
         episode_id=ep,
         idempotency_key=key,
-        payload=decode_payload(type_, version, payload),
+        payload=_decode(seq, type_, version, payload),
         hash=h,
     )
+
+
+def _decode(seq: int, type_: str, version: int, payload: str | bytes) -> PayloadBase:
+    try:
+        return decode_payload(type_, version, payload)
+    except EventValidationError as e:
+        raise EventValidationError(f"event {seq} cannot be read: {e}; run 'holon ledger verify'") from e
 
 
 class Transaction:
@@ -211,6 +228,12 @@ class VerifyResult:
     events: int
     first_bad_seq: int | None
     problem: str | None = None
+    bad_rows: tuple[tuple[int, str], ...] = ()
+    """Up to ``MAX_REPORTED`` bad rows as ``(seq, reason)``, in order."""
+    bad_row_count: int = 0
+    lost: int = 0
+    """Events the anchor says were committed that the database no longer holds."""
+    anchor_seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +273,11 @@ class Ledger:
         blob_threshold: int = 16_384,
         preview_chars: int = 400,
         hooks: Sequence[TransactionHook] = (),
+        anchor: Anchor | None = None,
+        create: bool = True,
     ) -> None:
+        """Open the ledger in ``db``. ``create``: a missing database file may be created (never an
+        existing one); ``anchor``: where to record each commit outside the database file."""
         self.db = db
         self.clock = clock
         self.blob_threshold = blob_threshold
@@ -258,14 +285,81 @@ class Ledger:
         self.hooks: list[TransactionHook] = list(hooks)
         self._lock = threading.RLock()
         self._known_head: int | None = None
-        self._conn = db.connection()
-        migrate(self._conn, now_us=clock.now_us())
+        self.anchor = anchor
+        self._conn = self._open(create=create)
+        self._refusal = self._check_anchor_on_open()
+
+    def _open(self, *, create: bool) -> sqlite3.Connection:
+        """Connect, creating the file only when it is absent and ``create`` is set (``holon init``).
+
+        An empty (0-byte) file or a SQLite file without holon's schema is refused, never migrated
+        into: that would hide a truncated or a wrong database behind a fresh, empty ledger.
+        """
+        path = self.db.path
+        state = file_state(path)
+        if state == "empty":
+            raise empty_file_error(path)
+        if state == "absent":
+            if not create:
+                raise LedgerError(f"there is no ledger database at {path} (run 'holon init')")
+            mark = self.anchor.read() if self.anchor is not None else None
+            if mark is not None and mark.seq > 0:
+                raise LedgerError(
+                    f"the ledger database {path} is missing, but its anchor {self.anchor.path} (a file beside it) "  # type: ignore[union-attr]
+                    f"says {mark.seq} events were committed: restore the database from a backup, or remove the "
+                    "anchor to start an empty ledger"
+                )
+            try:
+                created = create_database(path, now_us=self.clock.now_us())
+            except OSError as e:
+                raise LedgerError(f"cannot create the ledger database {path}: {e.strerror}") from e
+            except sqlite3.Error as e:
+                raise LedgerError(f"cannot create the ledger database {path}: {e}") from e
+            if created and self.anchor is not None:
+                self.anchor.reset(0, GENESIS_HASH)
+        for suffix in ("", "-wal", "-shm"):
+            tighten(path.with_name(path.name + suffix))
+        try:
+            inspect_existing(path)
+            conn = self.db.connection()
+            migrate(conn, now_us=self.clock.now_us(), create=False)
+        except LedgerError:
+            self.db.close()
+            raise
+        except Exception as e:
+            err = translate(e, path)
+            self.db.close()
+            if err is None:
+                raise
+            raise err from e
+        return conn
+
+    def _check_anchor_on_open(self) -> str | None:
+        """Compare the anchor with the database (two lookups); a problem refuses every write.
+
+        Appending to a ledger that lost committed events would overwrite the anchor's evidence of
+        the loss; reads (verify, tail, export) still work.
+        """
+        if self.anchor is None:
+            return None
+        try:
+            mark = self.anchor.read()
+        except LedgerError as e:  # a damaged anchor: what was committed is unknown, so no writes
+            return e.message
+        if mark is None:  # a home older than anchors: start one at the current head
+            seq, h = self._head(self._conn)
+            self.anchor.reset(seq, h)
+            return None
+        problem, _lost = check_anchor(self._conn, mark)
+        return problem
 
     # --- writing ----------------------------------------------------------------------------
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         with self._lock:
+            if self._refusal is not None:
+                raise IntegrityError(f"{self._refusal}; writes are refused: run 'holon ledger verify'")
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -286,6 +380,13 @@ class Ledger:
                     hook.reset()
                 raise
             self._known_head = tx.head_seq
+            if self.anchor is not None and tx.appended:
+                self.anchor.record(tx.head_seq, tx.head_hash)
+
+    @property
+    def refusal(self) -> str | None:
+        """Why writes are refused (the anchor says committed events are missing), or ``None``."""
+        return self._refusal
 
     def append(self, *events: NewEvent) -> list[Event]:
         """Append ``events`` atomically; returns them as stored, in order."""
@@ -429,6 +530,8 @@ class Ledger:
         """Drop bodies of blobs last referenced before ``older_than_us``; events stay intact."""
         now = self.clock.now_us()
         with self._lock:
+            if self._refusal is not None:
+                raise IntegrityError(f"{self._refusal}; writes are refused: run 'holon ledger verify'")
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -445,22 +548,103 @@ class Ledger:
     # --- integrity and size -----------------------------------------------------------------
 
     def verify(self, *, check_blobs: bool = True) -> VerifyResult:
-        """Check the sequence is gapless from 1 and every hash matches its content and predecessor."""
-        prev_seq, prev_hash, count = 0, GENESIS_HASH, 0
-        for row in self.read_rows(0, chunk=5_000):
-            seq = row[0]
-            if seq != prev_seq + 1:
-                return VerifyResult(False, count, prev_seq + 1, f"sequence gap: expected {prev_seq + 1}, found {seq}")
-            header = envelope_header(*row[:13])
-            if chain_hash(prev_hash, header, row[13]) != row[14]:
-                return VerifyResult(False, count, seq, f"event {seq}: hash does not match its content")
-            prev_seq, prev_hash = seq, row[14]
-            count += 1
-        if check_blobs:
-            bad = self._first_bad_blob()
-            if bad is not None:
-                return VerifyResult(False, count, None, f"blob {bad}: body does not match its hash")
-        return VerifyResult(True, count, None)
+        """Check the file (``PRAGMA quick_check``), every row's place in the gapless hash chain,
+        the anchor outside the file, and blob bodies. Bad rows are listed as ``(seq, reason)``.
+
+        Raises ``LedgerError`` (exit 5) when the file itself is damaged (the rows cannot be trusted
+        or read); returns ``ok=False`` (exit 1) for bad rows, a broken chain or lost events.
+        """
+        try:
+            with self.db.reader() as conn:
+                problem = quick_check(conn, self.db.path)
+                if problem is not None:
+                    raise LedgerError(problem)
+                # The anchor first, then the snapshot: a commit in between makes the database
+                # longer than the anchor (fine), never the anchor longer than the snapshot.
+                mark, unreadable = self._read_anchor()
+                conn.execute("BEGIN")  # one snapshot for the rows and the anchor comparison
+                try:
+                    rows = verify_rows(conn)
+                    anchor_problem, lost = check_anchor(conn, mark)
+                    anchor_problem = anchor_problem or unreadable
+                finally:
+                    conn.execute("ROLLBACK")
+            bad_blob = self._first_bad_blob() if check_blobs else None
+        except LedgerError:
+            raise
+        except Exception as e:
+            err = translate(e, self.db.path)
+            if err is None:
+                raise
+            raise err from e
+        first_bad = rows.bad[0][0] if rows.bad else None
+        if rows.bad:
+            seq, reason = rows.bad[0]
+            more = f" (and {rows.bad_count - 1} more bad rows)" if rows.bad_count > 1 else ""
+            problem = f"event {seq}: {reason}{more}"
+        elif anchor_problem is not None:
+            problem = anchor_problem
+        elif bad_blob is not None:
+            problem = f"blob {bad_blob}: body does not match its hash"
+        else:
+            problem = None
+        if problem is not None and anchor_problem is not None and anchor_problem not in problem:
+            problem = f"{problem}; {anchor_problem}"
+        return VerifyResult(
+            ok=problem is None,
+            events=rows.events,
+            first_bad_seq=first_bad,
+            problem=problem,
+            bad_rows=tuple(rows.bad),
+            bad_row_count=rows.bad_count,
+            lost=lost,
+            anchor_seq=mark.seq if mark is not None else None,
+        )
+
+    def _read_anchor(self) -> tuple[AnchorMark | None, str | None]:
+        """The anchor's mark, or the reason it cannot be read (a damaged anchor file)."""
+        if self.anchor is None:
+            return None, None
+        try:
+            return self.anchor.read(), None
+        except LedgerError as e:
+            return None, e.message
+
+    def start_check(self, *, tail_rows: int = 64, quick_check_budget_s: float = 1.0) -> str | None:
+        """The bounded check before serving: the file's structure, the anchor, the last rows' chain.
+
+        Returns the first problem, or ``None``. ``PRAGMA quick_check`` (a pass over every page,
+        without matching indexes to tables) runs for at most ``quick_check_budget_s``: enough
+        for a ledger of a few hundred MB; a larger one is left to ``holon ledger verify`` and
+        the skip is logged. The anchor and tail checks cost the same at any size.
+        """
+        try:
+            with self.db.reader() as conn:
+                problem = quick_check(conn, self.db.path, budget_s=quick_check_budget_s)
+                if problem == QUICK_CHECK_SKIPPED:
+                    _log().warning("ledger.start_check.partial", reason=problem, db=str(self.db.path))
+                elif problem is not None:
+                    return problem
+                mark = self.anchor.read() if self.anchor is not None else None  # before the snapshot
+                conn.execute("BEGIN")
+                try:
+                    anchor_problem, _lost = check_anchor(conn, mark)
+                    rows = tail_check(conn, rows=tail_rows)
+                finally:
+                    conn.execute("ROLLBACK")
+        except LedgerError as e:
+            return e.message
+        except Exception as e:
+            err = translate(e, self.db.path)
+            if err is None:
+                raise
+            return err.message
+        if anchor_problem is not None:
+            return anchor_problem
+        if rows.bad:
+            seq, reason = rows.bad[0]
+            return f"event {seq}: {reason}"
+        return None
 
     def _first_bad_blob(self) -> str | None:
         with self.db.reader() as conn:
@@ -491,6 +675,8 @@ class Ledger:
 
     def close(self) -> None:
         with self._lock:
+            if self.anchor is not None:
+                self.anchor.close()
             self.db.close()
 
 

@@ -300,7 +300,8 @@ def atomic_write(target: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o644
+        # Memory is private: 0600 unless the file exists with a stricter mode (mkstemp made it 0600).
+        mode = stat.S_IMODE(target.stat().st_mode) & 0o600 if target.exists() else 0o600
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from holon.errors import EventValidationError
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
 from holon.projections.fold import Key, fold_event, folds, row_columns, state_json
 from holon.projections.projector import CURSOR_NAME
@@ -20,6 +21,11 @@ from holon.projections.state import State
 __all__ = ["ReplayResult", "replay"]
 
 _COLS = "kind, key, agent_id, status, label, seq, state"
+# The payload as bytes: one that is no longer UTF-8 fails its own row's decoding, not the whole query.
+_SELECT = (
+    f"SELECT {EVENT_COLUMNS.replace(', payload,', ', CAST(payload AS BLOB),')} FROM events "
+    "WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +38,8 @@ class ReplayResult:
     cursor_ok: bool
     examples: list[str] = field(default_factory=list)
     """Up to five ``kind/key`` labels of mismatching rows."""
+    bad_rows: list[tuple[int, str]] = field(default_factory=list)
+    """Events that could not be decoded (a damaged payload): ``(seq, reason)``, at most 100."""
 
 
 def replay(conn: sqlite3.Connection, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
@@ -42,18 +50,21 @@ def replay(conn: sqlite3.Connection, *, progress: Callable[[int, int], None] | N
         states: dict[Key, State | None] = {}
         seqs: dict[Key, int] = {}
         count, after = 0, 0
+        bad: list[tuple[int, str]] = []
         started = time.perf_counter()
         while True:
-            rows = conn.execute(
-                f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000",
-                (after, head),
-            ).fetchall()
+            rows = conn.execute(_SELECT, (after, head)).fetchall()
             if not rows:
                 break
             for raw in rows:
                 if not folds(raw[3]):
                     continue  # no projection reads it: not even decoded
-                event = row_to_event(raw)
+                try:
+                    event = row_to_event(raw)
+                except EventValidationError as e:  # a damaged payload: named, never a traceback
+                    if len(bad) < 100:
+                        bad.append((raw[0], str(e)))
+                    continue
                 for key in fold_event(states, event):
                     seqs[key] = event.seq
             count += len(rows)
@@ -81,11 +92,12 @@ def replay(conn: sqlite3.Connection, *, progress: Callable[[int, int], None] | N
     finally:
         conn.execute("ROLLBACK")
     return ReplayResult(
-        ok=not diffs and cursor_ok,
+        ok=not diffs and cursor_ok and not bad,
         events=count,
         mismatches=len(diffs),
         events_per_s=count / elapsed if elapsed > 0 else float(count),
         rows=len(scratch),
         cursor_ok=cursor_ok,
         examples=[f"{k}/{v}" for k, v in diffs[:5]],
+        bad_rows=bad,
     )

@@ -15,7 +15,10 @@ from holon.clock import Clock, SystemClock
 from holon.config import HomePaths, Settings
 from holon.errors import NotFoundError
 from holon.ledger import Database, Event, Ledger, NewEvent
+from holon.ledger.anchor import Anchor
+from holon.ledger.damage import translate
 from holon.ledger.schema import ProjectionCursorRow, ProjectionRow
+from holon.paths import private_dir
 from holon.projections.fold import KINDS, working_memory_view
 from holon.projections.projector import CURSOR_NAME, PROJECTOR_VERSION, Projector
 from holon.projections.replay import ReplayResult, replay
@@ -35,9 +38,25 @@ class Store:
         self.memo: dict[object, Any] = {}
 
     @classmethod
-    def open(cls, paths: HomePaths, settings: Settings, *, clock: Clock | None = None) -> Store:
-        """Open (creating if needed) the database of ``paths``; migrate and catch projections up."""
-        paths.root.mkdir(parents=True, exist_ok=True)
+    def open(
+        cls,
+        paths: HomePaths,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        create: bool = True,
+        catch_up: bool = True,
+    ) -> Store:
+        """Open the database of ``paths``; migrate and catch projections up.
+
+        ``create``: when there is no database file yet, create one (``holon init``; tests). An
+        existing file is never initialised over: an empty or foreign one is refused (see
+        ``Ledger``). Commands that open a home (``open_home``) pass ``create=False``.
+        ``catch_up=False`` leaves projections as they are (``holon ledger verify`` must run on a
+        ledger whose damaged rows a catch-up could not fold).
+        """
+        if create:
+            private_dir(paths.root)
         cfg = settings.ledger
         db = Database(paths.db, synchronous=cfg.synchronous, busy_timeout_ms=cfg.busy_timeout_ms)
         projector = Projector()
@@ -47,9 +66,16 @@ class Store:
             blob_threshold=cfg.blob_threshold_bytes,
             preview_chars=cfg.blob_preview_chars,
             hooks=[projector],
+            anchor=Anchor(paths.anchor),
+            create=create,
         )
         store = cls(paths, settings, ledger, projector)
-        store.catch_up()
+        try:
+            if catch_up and ledger.refusal is None:  # a ledger that lost events is opened for reading only
+                store.catch_up()
+        except BaseException:
+            ledger.close()
+            raise
         return store
 
     def catch_up(self) -> None:
@@ -116,11 +142,17 @@ class Store:
     # --- maintenance ------------------------------------------------------------------------
 
     def replay(self, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
-        raw = self.ledger.db.engine.raw_connection()
         try:
-            return replay(raw.driver_connection, progress=progress)
-        finally:
-            raw.close()
+            raw = self.ledger.db.engine.raw_connection()
+            try:
+                return replay(raw.driver_connection, progress=progress)
+            finally:
+                raw.close()
+        except Exception as e:  # a damaged file: one line naming it (exit 5), never a traceback
+            err = translate(e, self.ledger.db.path)
+            if err is None:
+                raise
+            raise err from e
 
     def close(self) -> None:
         self.ledger.close()

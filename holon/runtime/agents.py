@@ -16,6 +16,7 @@ from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.logs import get_logger
 from holon.memory.durable_views import render_agent
+from holon.paths import tighten_tree
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.resources import agent_home_template
@@ -60,6 +61,7 @@ def _install_home(target: Path, template: Template) -> bool:
         shutil.copytree(agent_home_template(), staging, dirs_exist_ok=True, ignore=_not_per_agent)
         if template.agents_md:
             shutil.copyfile(_TEMPLATE_DIR / template.agents_md, staging / "AGENTS.md")
+        tighten_tree(staging)  # copytree copies the package's modes (0644): an agent's home is private
         staging.replace(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

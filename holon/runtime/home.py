@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from holon.clock import Clock
 from holon.config import HomePaths, Settings, load_settings
-from holon.errors import HomeNotFoundError
+from holon.errors import HolonError, HomeNotFoundError
 from holon.logs import configure_logging, get_logger
 from holon.memory.files import ensure_operator_file
+from holon.paths import private_dir, tighten, write_private
 from holon.projections import Store
 from holon.resources import default_config_text
 
@@ -27,17 +29,17 @@ class InitResult:
 def init_home(paths: HomePaths, *, clock: Clock | None = None) -> InitResult:
     """Create ``paths`` with a config file, a migrated database, the log and agent folders and the
     operator's memory file (``memory/operator.md``, shared by every agent of the home)."""
-    created = not paths.db.exists()
-    paths.root.mkdir(parents=True, exist_ok=True)
-    paths.logs.mkdir(exist_ok=True)
-    paths.agents.mkdir(exist_ok=True)
-    if not paths.config.exists():
-        tmp = paths.config.with_suffix(".toml.tmp")
-        tmp.write_text(default_config_text(), encoding="utf-8")
-        tmp.replace(paths.config)
+    created = not _exists(paths.db)
+    try:
+        for directory in (paths.root, paths.logs, paths.agents):
+            private_dir(directory)
+        if not paths.config.exists():
+            write_private(paths.config, default_config_text())
+    except OSError as e:
+        raise HolonError(f"cannot create a holon home at {paths.root}: {e.strerror} ({e.filename})") from e
     settings = load_settings(paths)
     _configure(paths, settings)
-    Store.open(paths, settings, clock=clock).close()
+    Store.open(paths, settings, clock=clock, create=created).close()
     ensure_operator_file(paths)
     get_logger("holon.home").info("home.initialised", home=str(paths.root), created=created)
     return InitResult(str(paths.root), str(paths.db), str(paths.config), created)
@@ -48,11 +50,25 @@ def _configure(paths: HomePaths, settings: Settings) -> None:
     configure_logging(level=cfg.level, log_file=paths.logs / "holon.log" if cfg.file else None, console=cfg.console)
 
 
-def open_home(paths: HomePaths, *, clock: Clock | None = None, log: bool = True) -> Store:
-    """Open an existing home (``HomeNotFoundError`` when it was never initialised)."""
-    if not paths.db.exists():
+def open_home(paths: HomePaths, *, clock: Clock | None = None, log: bool = True, catch_up: bool = True) -> Store:
+    """Open an existing home (``HomeNotFoundError`` when it was never initialised).
+
+    Never creates a database: a missing, empty or foreign ``holon.db`` is an error. A home
+    made before homes were private is tightened (directories 0700, files 0600) on the way in.
+    """
+    if not _exists(paths.db):
         raise HomeNotFoundError(f"no holon home at {paths.root} (run 'holon init' or pass --home)")
+    for path in (paths.root, paths.logs, paths.agents, paths.config, paths.anchor, paths.logs / "holon.log"):
+        tighten(path)
     settings: Settings = load_settings(paths)
     if log:
         _configure(paths, settings)
-    return Store.open(paths, settings, clock=clock)
+    return Store.open(paths, settings, clock=clock, create=False, catch_up=catch_up)
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, with an unreadable home named in one line instead of a traceback."""
+    try:
+        return path.exists()
+    except OSError as e:
+        raise HolonError(f"cannot read the holon home {path.parent}: {e.strerror}") from e
