@@ -168,3 +168,20 @@ def test_daemon_status_names_the_sandbox_and_warns_when_unconfined(
     assert commands["sandbox"] == "none" and "unconfined" in commands["warning"]
     text = _describe({"running": True, "state": "running", "pid": 1, "status": daemon.status()})
     assert "WARNING: run_command runs unconfined" in text
+
+
+def test_a_command_keeps_the_operators_umask_not_holons_private_one(store: Store) -> None:
+    """holon makes its own files private (``private_umask`` at CLI start, issue 14 finding 8), but
+    files an agent's command makes in the operator's workspace keep the umask holon started with."""
+    from holon import paths
+
+    home = Path(create_agent(store, "ada").home)
+    before = os.umask(0o022)
+    try:
+        paths._STARTED_WITH.pop("umask", None)
+        paths.private_umask()  # what holon.cli.main does; started with 022
+        _run(_manager(store, isolation="none"), home, "echo hi > made-by-agent.txt")
+    finally:
+        os.umask(before)
+        paths._STARTED_WITH.pop("umask", None)
+    assert (home / "made-by-agent.txt").stat().st_mode & 0o777 == 0o644

@@ -36,6 +36,7 @@ from holon.clock import Clock
 from holon.ids import new_id
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
+from holon.paths import inherited_umask
 from holon.projections import Store
 from holon.runtime.sandbox import Sandbox, command_env
 
@@ -222,6 +223,9 @@ class TaskManager:
             stderr=asyncio.subprocess.DEVNULL,
             start_new_session=True,
             env=command_env(home, self._pass_env),
+            # Files the command makes in the operator's workspace keep the operator's umask, not
+            # holon's private one; the runner's own files sit in a 0700 directory.
+            umask=inherited_umask(),
         )
         task = RunningTask(task_id, agent_id, command, proc, self._clock.now_us(), directory)
         assert proc.stdin is not None
