@@ -399,17 +399,16 @@ def test_a_turn_past_the_grace_period_is_interrupted_requeued_and_answered_after
             wait_for("the daemon to run", lambda: state(home).get("state") == "running", proc=proc)
             seq = submit(home, "alice", "Take your time")[0]
             wait_for("the model call", lambda: len(fake.requests) == 1, proc=proc, timeout=30)
-            t0 = time.monotonic()
             os.kill(proc.pid, sig)
             _out, err = proc.communicate(timeout=30)
-            took = time.monotonic() - t0
         finally:
             if proc.poll() is None:
                 proc.kill()
         assert proc.returncode == 0, err
-        assert took < 6, f"exit took {took:.1f} s with a 1 s grace period (the model answers after 8 s)"
         assert "Traceback" not in err, err
         [(_, _, _, settled)] = payloads(home, "turn.settled")
+        # The model answers only after 8 s: a daemon that waited for it past its 1 s grace period
+        # would have settled the turn completed (no wall-clock assertion: the outcome says it).
         assert settled["outcome"] == "interrupted" and settled["requeue"] is True, settled
         assert agents(home)["alice"]["pending_inputs"], "the interrupted turn's input is queued again"
         assert state(home)["state"] == "stopped"
