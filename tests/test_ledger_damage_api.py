@@ -5,7 +5,6 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import httpx
 from helpers.api_server import api_server
 
 from holon.clock import FakeClock
@@ -13,7 +12,7 @@ from holon.clock import FakeClock
 
 def test_http_verify_names_a_row_that_is_no_longer_utf8(tmp_path: Path, fast_ledger: None) -> None:
     home = tmp_path / "home"
-    with api_server(home, clock=FakeClock()) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+    with api_server(home, clock=FakeClock()) as server, server.client(timeout=30) as client:
         r = client.post("/v1/agents", json={"name": "ada"}, headers={"Content-Type": "application/json"})
         assert r.status_code == 201, r.text
         conn = sqlite3.connect(home / "holon.db", isolation_level=None)
