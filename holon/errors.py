@@ -17,7 +17,8 @@ into one line on stderr and the exit code below, never a traceback.
     │   ├── IntegrityError                   hash chain or sequence broken
     │   └── MigrationError                   schema cannot be brought forward
     └── ModelError                  exit 6   a model call failed (``kind`` says how)
-        └── ModelNotConfigured               no model configured and no local model installed
+        ├── ModelNotConfigured               no model configured and no local model installed
+        └── ModelKeyMissing                  the agent's API key variable is not set
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "MigrationError",
     "ModelError",
     "ModelErrorKind",
+    "ModelKeyMissing",
     "ModelNotConfigured",
     "NotFoundError",
     "UsageError",
@@ -129,3 +131,11 @@ class ModelError(HolonError):
 class ModelNotConfigured(ModelError):
     def __init__(self, message: str) -> None:
         super().__init__(message, kind="bad_request")
+
+
+class ModelKeyMissing(ModelError):
+    """The API key variable an agent names is not set where the model is called. Like
+    ``ModelNotConfigured`` the operator fixes it by configuring: a turn keeps its inputs queued."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="auth")

@@ -6,9 +6,11 @@
 * Background tasks and child agents report back as inputs that also resolve the waits on them;
   ``tick`` wakes agents whose waits reached their recheck time.
 * No agent stalls while inputs are queued and nothing is wrong: after a turn that completed, or
-  failed and rejected its inputs, the next turn runs at once. Only a transient model failure (its
-  inputs re-queued) holds the agent back, until ``tick`` finds its retry time (a backoff that
-  doubles per failure in a row, ``RETRY_BASE_S`` up to ``RETRY_MAX_S``) or a new input arrives.
+  failed and rejected its inputs, the next turn runs at once. Only a failure that re-queues its
+  inputs (a transient model failure, or no usable model: none configured, key variable unset)
+  holds the agent back, until ``tick`` finds its retry time (a backoff that doubles per failure in
+  a row, ``RETRY_BASE_S`` up to ``RETRY_MAX_S``, with jitter) or a new input arrives. The log
+  notes the first failure and each change of cause, not every retry.
 * One host per home: ``start`` takes an exclusive lock on ``<home>/run/host.lock`` and runs
   recovery, which is only safe when no other process is running turns.
 """
@@ -19,6 +21,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import random
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +47,7 @@ from holon.runtime.tasks import TaskManager
 from holon.runtime.tools import ToolRegistry, builtin_registry
 from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnRunner
 
-__all__ = ["RETRY_BASE_S", "RETRY_MAX_S", "AgentHost"]
+__all__ = ["RETRY_BASE_S", "RETRY_MAX_S", "AgentHost", "retry_delay"]
 
 log = get_logger("holon.host")
 
@@ -52,6 +55,14 @@ log = get_logger("holon.host")
 RETRY_BASE_S = 5.0
 #: Longest such delay.
 RETRY_MAX_S = 300.0
+
+
+def retry_delay(failures: int, jitter: float) -> float:
+    """Seconds before retry number ``failures`` (1, 2, ...): doubling from ``RETRY_BASE_S``, capped
+    at ``RETRY_MAX_S``, then spread over its upper half by ``jitter`` in [0, 1) so agents that failed
+    together (one provider down) do not retry in lockstep."""
+    cap = min(RETRY_BASE_S * 2 ** min(failures - 1, 32), RETRY_MAX_S)
+    return cap * (0.5 + 0.5 * min(max(jitter, 0.0), 1.0))
 
 
 class AgentHost:
@@ -69,8 +80,11 @@ class AgentHost:
         window_of: Callable[[str], int | None] | None = None,
         gate: Callable[[str], bool] | None = None,
         wake: Callable[[str], None] | None = None,
+        jitter: Callable[[], float] = random.random,
     ) -> None:
         self.store = store
+        self.jitter = jitter
+        """A number in [0, 1) that spreads retry delays (tests pass a constant)."""
         self.gate = gate
         """May this agent run a turn now? (The daemon's pause and daily budgets.) ``None``: always."""
         self.wake = wake
@@ -96,6 +110,8 @@ class AgentHost:
         """Agents held back after a transient failure: the clock time (µs) they may run again."""
         self._failures: dict[str, int] = {}
         """Transient failures in a row, per agent (the backoff's exponent)."""
+        self._fail_reason: dict[str, str | None] = {}
+        """The reason of each held-back agent's last failure: logged when it first comes or changes."""
         self._lock_file: TextIO | None = None
         self.finished: list[TurnResult] = []
         """Every turn this host ran, in the order they settled."""
@@ -209,11 +225,16 @@ class AgentHost:
         requeued = result.outcome == "failed" and result.requeued
         if not requeued:
             self._failures.pop(agent_id, None)
+            if self._fail_reason.pop(agent_id, None) is not None:
+                log.info("agent recovered", agent_id=agent_id)
             return False
         n = self._failures[agent_id] = self._failures.get(agent_id, 0) + 1
-        delay = min(RETRY_BASE_S * 2 ** (n - 1), RETRY_MAX_S)
+        delay = retry_delay(n, self.jitter())
         self._stalled[agent_id] = self.clock.now_us() + int(delay * 1_000_000)
-        log.info("agent held back after a transient failure", agent_id=agent_id, retry_in_s=delay)
+        if self._fail_reason.get(agent_id) != result.reason:
+            # The first failure and each change of cause; retries for the same cause stay quiet.
+            self._fail_reason[agent_id] = result.reason
+            log.warning("agent held back after a failure", agent_id=agent_id, reason=result.reason, retry_in_s=round(delay, 1))
         return True
 
     def may_run(self, agent_id: str) -> bool:

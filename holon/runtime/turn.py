@@ -40,7 +40,7 @@ from holon.context.render import with_cache_markers
 from holon.context.sections import build_sections, input_tokens, pinned_minimum
 from holon.context.tokens import MESSAGE_OVERHEAD, TokenCounter
 from holon.context.view import RoundView, ToolEvidence, gather, refresh
-from holon.errors import ModelError
+from holon.errors import ConfigError, ModelError, ModelKeyMissing, ModelNotConfigured, UsageError
 from holon.ids import new_id
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
@@ -53,7 +53,7 @@ from holon.runtime.settings import read_settings
 from holon.runtime.tools.base import ToolContext, ToolRegistry, ToolResult
 from holon.runtime.views import AgentMemory, StoreViews
 
-__all__ = ["INPUT_SHARE", "TurnLimits", "TurnObserver", "TurnResult", "TurnRunner", "rejection_brief"]
+__all__ = ["INPUT_SHARE", "TurnLimits", "TurnObserver", "TurnResult", "TurnRunner", "rejection_brief", "waiting_brief"]
 
 MAX_OUTPUT_RESERVE = 4_096
 INPUT_SHARE = 0.5
@@ -149,7 +149,10 @@ class TurnRunner:
         agent = self.store.agent(agent_id)
         if not agent.pending_inputs:
             return None
-        provider, settings = self.resolve_provider(agent)  # raises before anything is spent
+        try:
+            provider, settings = self.resolve_provider(agent)  # fails before anything is spent
+        except (ModelError, ConfigError, UsageError) as e:
+            return self._unavailable(agent, e)
         limits = self._limits(agent)
         turn_id = new_id("turn")
         settings, budget = self._budget(settings)
@@ -271,9 +274,22 @@ class TurnRunner:
         )
         self._append(agent_id, result.turn_id, responded)
         reason = f"model error ({e.kind}): {e}"
-        if e.retryable:
-            return self._settle(agent_id, result, "failed", reason=reason, requeue=True)
+        if e.retryable or isinstance(e, (ModelNotConfigured, ModelKeyMissing)):
+            # Transient, or fixed by configuring the agent: the inputs wait (re-queued).
+            return self._settle(agent_id, result, "failed", reason=reason, requeue=True, notify=True)
         return self._settle(agent_id, result, "failed", reason=reason, rejected=inputs)
+
+    def _unavailable(self, agent: AgentState, e: ModelError | ConfigError | UsageError) -> TurnResult:
+        """The agent's model cannot be set up (none configured, unknown provider, key variable
+        unset): settle a turn that re-queues the inputs (the operator may fix the configuration,
+        and the host retries with backoff) so the failure is visible instead of escaping the turn
+        and spinning the scheduler. RFC 0002, "Failures that wait for the operator"."""
+        turn_id = new_id("turn")
+        inputs = list(agent.pending_inputs)[: self.store.settings.runtime.max_inputs_per_turn]
+        self._start(agent.agent_id, turn_id, inputs)
+        reason = f"model unavailable: {e}"
+        result = TurnResult(turn_id, "failed")
+        return self._settle(agent.agent_id, result, "failed", reason=reason, requeue=True, notify=True)
 
     # --- admission --------------------------------------------------------------------------
 
@@ -374,9 +390,13 @@ class TurnRunner:
         requeue: bool = False,
         rejected: list[int] | None = None,
         answer: ev.ModelResponded | None = None,
+        notify: bool = False,
     ) -> TurnResult:
         """Append ``turn.settled`` (after ``answer``, the final reply, in the same transaction);
-        ``rejected`` inputs are settled unanswered, with a brief telling the operator why."""
+        ``rejected`` inputs are settled unanswered, with a brief telling the operator why. With
+        ``notify`` (re-queued inputs) a brief says why they wait, once per distinct reason: not
+        when the agent's last turn already failed for the same one (a retry)."""
+        repeated = notify and self.store.agent(agent_id).last_error == reason
         result.outcome = outcome
         result.reason = reason
         result.requeued = requeue
@@ -398,6 +418,8 @@ class TurnRunner:
         )
         if rejected:
             payloads.append(rejection_brief(rejected, reason or outcome))
+        elif notify and not repeated:
+            payloads.append(waiting_brief(reason or outcome))
         self._append(agent_id, result.turn_id, *payloads)
         self.observer.on_settled(agent_id, result)
         return result
@@ -480,6 +502,17 @@ def rejection_brief(inputs: list[int], reason: str) -> ev.BriefDelivered:
     noun = "input" if len(inputs) == 1 else "inputs"
     return ev.BriefDelivered(
         kind="error", text=f"Not answered: {noun} {refs} rejected by a failed turn: {reason}. Send it again to retry."
+    )
+
+
+def waiting_brief(reason: str) -> ev.BriefDelivered:
+    """The operator's notice that a turn failed and its inputs wait to be retried, and why."""
+    return ev.BriefDelivered(
+        kind="error",
+        text=(
+            f"Not answered yet: {reason}. The input stays queued and is retried with backoff; "
+            "fix the agent's model (holon agent configure, or /model in the REPL) and it runs."
+        ),
     )
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from holon.errors import ModelError, ModelErrorKind
+from holon.errors import ModelError, ModelErrorKind, ModelKeyMissing
 from holon.ledger.events import ToolCallSpec, Usage
 from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, TextSink
 
@@ -113,9 +113,8 @@ def api_key_for(settings: ModelSettings, env: Mapping[str, str] | None = None) -
     if settings.api_key_env:
         value = (os.environ if env is None else env).get(settings.api_key_env)
         if not value:
-            raise ModelError(
-                f"{settings.model}: the API key variable {settings.api_key_env} is not set in the environment",
-                kind="auth",
+            raise ModelKeyMissing(
+                f"{settings.model}: the API key variable {settings.api_key_env} is not set in the environment"
             )
         return value
     return PLACEHOLDER_API_KEY if settings.api_base else None
