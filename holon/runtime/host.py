@@ -234,7 +234,9 @@ class AgentHost:
         if self._fail_reason.get(agent_id) != result.reason:
             # The first failure and each change of cause; retries for the same cause stay quiet.
             self._fail_reason[agent_id] = result.reason
-            log.warning("agent held back after a failure", agent_id=agent_id, reason=result.reason, retry_in_s=round(delay, 1))
+            log.warning(
+                "agent held back after a failure", agent_id=agent_id, reason=result.reason, retry_in_s=round(delay, 1)
+            )
         return True
 
     def may_run(self, agent_id: str) -> bool:

@@ -153,6 +153,11 @@ class TurnRunner:
             provider, settings = self.resolve_provider(agent)  # fails before anything is spent
         except (ModelError, ConfigError, UsageError) as e:
             return self._unavailable(agent, e)
+        return await self._run(agent, provider, settings)
+
+    async def _run(self, agent: AgentState, provider: Provider, settings: ModelSettings) -> TurnResult:
+        """The turn proper, once the agent's model is resolved."""
+        agent_id = agent.agent_id
         limits = self._limits(agent)
         turn_id = new_id("turn")
         settings, budget = self._budget(settings)
