@@ -66,3 +66,30 @@ def test_a_busy_port_is_named_before_the_start_up(tmp_path: Path, busy_port: int
     assert not state_file(HomePaths(home)).exists(), "the daemon began its start-up before checking the port"
     wait_for("no daemon process of the home", lambda: not _home_processes(home), timeout=30)
     assert not read_state(HomePaths(home))["running"]
+
+
+def test_serve_exits_early_but_cleanly_after_sigterm(tmp_path: Path) -> None:
+    """``holon serve`` skips the interpreter's teardown after a clean stop (issue 15, item 10): the
+    exit code, the final state, the last log line and its output are all still there."""
+    import json
+    import signal
+
+    from helpers.daemon import state
+    from helpers.turn_cli import spawn_holon
+
+    with FakeLLM() as fake:
+        home = fake_home(tmp_path, fake, "alice")
+    proc = spawn_holon(home, "serve", "--port", "0")
+    try:
+        wait_for("the daemon to run", lambda: state(home).get("state") == "running", proc=proc)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err
+        assert state(home)["state"] == "stopped"
+        last = (home / "logs" / "holon.log").read_text(encoding="utf-8").strip().splitlines()[-1]
+        assert json.loads(last)["event"] == "daemon.stopped"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
