@@ -20,7 +20,7 @@ from typing import Any
 import jsonschema
 import pytest
 from helpers.runtime import make_host, running
-from helpers.turn_cli import holon, quick_home
+from helpers.turn_cli import REPO, holon, quick_home
 
 from holon.clock import FakeClock
 from holon.config import load_settings, resolve_home
@@ -222,6 +222,20 @@ def test_halo_jsonl_lines_are_valid_structured_and_deterministic(home: Path, tmp
     again = tmp_path / "again.jsonl"
     assert holon(home, "trace", "export", "--out", str(again)).code == 0
     assert again.read_bytes() == out.read_bytes()  # byte-identical: ids derive from ledger ids
+
+
+def test_out_dash_writes_the_traces_to_stdout_and_the_summary_to_stderr(home: Path, tmp_path: Path) -> None:
+    """``--out -`` (issue 15, item 10) is stdout, as for other tools, not a file named ``-``."""
+    out = tmp_path / "traces.jsonl"
+    assert holon(home, "trace", "export", "--out", str(out)).code == 0
+    r = holon(home, "trace", "export", "--out", "-")
+    assert r.code == 0, r
+    assert r.out == out.read_text(encoding="utf-8")  # the same bytes, and nothing else on stdout
+    assert "wrote 3 traces" in r.err and "Traceback" not in r.err, r
+    assert not (REPO / "-").exists()  # the CLI runs in the repository: no file named '-' appeared there
+    r = holon(home, "trace", "export", "--format", "otlp-json", "--out", "-", "--json")
+    assert r.code == 0 and json.loads(r.err)["traces"] == 3, r
+    assert len(r.out.splitlines()) == 3 and all("resourceSpans" in json.loads(line) for line in r.out.splitlines())
 
 
 def test_otlp_json_and_filters(home: Path, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
+from holon.cli.common import Ctx, HomeOpt, JsonOpt, ctx_of, emit, open_store
 
 app = typer.Typer(help="Export the ledger as traces (HALO JSONL, OTLP JSON) and summarize it.", no_args_is_help=True)
 
@@ -36,7 +36,9 @@ def trace_filter(store: Any, agent: str | None, since: str | None, until: str | 
 @app.command("export")
 def export(
     ctx: typer.Context,
-    out: Annotated[Path, typer.Option("--out", help="The file to write (replaced atomically).")],
+    out: Annotated[
+        Path, typer.Option("--out", help="The file to write (replaced atomically), or - for standard output.")
+    ],
     fmt: Annotated[str, typer.Option("--format", help="halo-jsonl or otlp-json.")] = "halo-jsonl",
     agent: AgentOpt = None,
     since: SinceOpt = None,
@@ -54,8 +56,11 @@ def export(
         raise UsageError(f"--format must be halo-jsonl or otlp-json, not {fmt!r}")
     if by not in ("turn", "episode"):
         raise UsageError(f"--by must be turn or episode, not {by!r}")
-    _check_out(out)
     c = ctx_of(ctx, home, json_out)
+    if str(out) == "-":
+        _export_to_stdout(c, fmt, agent, since, until, by, project)
+        return
+    _check_out(out)
     with open_store(c) as store:
         counts = export_traces(store, out, fmt=fmt, flt=trace_filter(store, agent, since, until), by=by,  # type: ignore[arg-type]
                                project=project)  # fmt: skip
@@ -64,6 +69,35 @@ def export(
         {**counts, "out": str(out), "format": fmt},
         f"wrote {counts['traces']} traces ({counts['spans']} spans) to {out}",
     )
+
+
+def _export_to_stdout(
+    c: Ctx, fmt: str, agent: str | None, since: str | None, until: str | None, by: str, project: str
+) -> None:
+    """``--out -``: the traces on stdout (nothing else there, so it pipes), the summary on stderr.
+
+    A reader that stops early (``| head``) ends the export quietly with exit code 1, no traceback."""
+    import json
+    import sys
+
+    from holon.trace.export import write_traces
+
+    with open_store(c) as store:
+        try:
+            counts = write_traces(store, sys.stdout, fmt=fmt, flt=trace_filter(store, agent, since, until), by=by,  # type: ignore[arg-type]
+                                  project=project)  # fmt: skip
+            sys.stdout.flush()
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail again
+            raise typer.Exit(1) from None
+    summary = {**counts, "out": "-", "format": fmt}
+    line = (
+        json.dumps(summary, sort_keys=True)
+        if c.json
+        else f"wrote {counts['traces']} traces ({counts['spans']} spans) to stdout"
+    )
+    sys.stderr.write(line + "\n")
 
 
 def _check_out(out: Path) -> None:

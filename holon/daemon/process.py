@@ -132,7 +132,7 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
     listen_port = api.port if port is None else port
     token = None
     if http:
-        from holon.api.server import check_bind
+        from holon.api.server import check_bind, check_port
 
         try:
             from holon.api.token import ensure_token
@@ -140,6 +140,7 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
             token = api_token(api)
             # Beyond this machine only with a token the operator chose (the home's file is for loopback).
             check_bind(listen_host, token)
+            check_port(listen_host, listen_port)  # a busy port, named now, not after the slow start-up
             token = token or ensure_token(paths.root)
         except BaseException:
             store.close()

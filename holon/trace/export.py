@@ -9,13 +9,13 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from holon.projections import Store
 from holon.trace.formats import halo_jsonl, otlp_request
 from holon.trace.spans import Span, TraceFilter, TraceReader, spans_of
 
-__all__ = ["Format", "error_key", "export_traces", "trace_stats"]
+__all__ = ["Format", "error_key", "export_traces", "trace_stats", "write_traces"]
 
 Format = Literal["halo-jsonl", "otlp-json"]
 
@@ -29,26 +29,34 @@ def export_traces(
     On any failure (a span that would break HALO's index, a full disk) the temporary file is
     removed and ``out`` is left as it was.
     """
-    reader = TraceReader(store, flt)
     tmp = out.with_name(out.name + ".tmp")
-    traces = spans_n = 0
     try:
         with tmp.open("w", encoding="utf-8") as fh:
-            for spans in spans_of(reader, project=project, by=by):
-                traces += 1
-                spans_n += len(spans)
-                if fmt == "halo-jsonl":
-                    fh.writelines(line + "\n" for line in halo_jsonl(spans, service=service))
-                else:
-                    fh.write(
-                        json.dumps(otlp_request(spans, service=service), sort_keys=True, separators=(",", ":")) + "\n"
-                    )
+            counts = write_traces(store, fh, fmt=fmt, flt=flt, by=by, project=project, service=service)
             fh.flush()
             os.fsync(fh.fileno())
         tmp.replace(out)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    return counts
+
+
+def write_traces(
+    store: Store, fh: TextIO, *, fmt: Format, flt: TraceFilter | None = None, by: str = "turn",
+    project: str = "holon", service: str = "holon",
+) -> dict[str, int]:  # fmt: skip
+    """Write every trace of ``flt`` to the open text stream ``fh`` (``--out -``: stdout), one line at a
+    time as it is read; returns counts of traces and spans. Not atomic: a failure leaves what was written."""
+    reader = TraceReader(store, flt)
+    traces = spans_n = 0
+    for spans in spans_of(reader, project=project, by=by):
+        traces += 1
+        spans_n += len(spans)
+        if fmt == "halo-jsonl":
+            fh.writelines(line + "\n" for line in halo_jsonl(spans, service=service))
+        else:
+            fh.write(json.dumps(otlp_request(spans, service=service), sort_keys=True, separators=(",", ":")) + "\n")
     return {"traces": traces, "spans": spans_n}
 
 
