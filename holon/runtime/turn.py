@@ -506,7 +506,8 @@ def rejection_brief(inputs: list[int], reason: str) -> ev.BriefDelivered:
     refs = ", ".join(f"event:{s}" for s in inputs)
     noun = "input" if len(inputs) == 1 else "inputs"
     return ev.BriefDelivered(
-        kind="error", text=f"Not answered: {noun} {refs} rejected by a failed turn: {reason}. Send it again to retry."
+        kind="error",
+        text=f"Not answered: {noun} {refs} rejected by a failed turn: {reason.rstrip('.')}. Send it again to retry.",
     )
 
 
@@ -515,7 +516,7 @@ def waiting_brief(reason: str) -> ev.BriefDelivered:
     return ev.BriefDelivered(
         kind="error",
         text=(
-            f"Not answered yet: {reason}. The input stays queued and is retried with backoff; "
+            f"Not answered yet: {reason.rstrip('.')}. The input stays queued and is retried with backoff; "
             "fix the agent's model (holon agent configure, or /model in the REPL) and it runs."
         ),
     )
