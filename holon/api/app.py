@@ -1,9 +1,11 @@
 """``create_app``: the HTTP control API over a ``DaemonPort`` (RFC 0005, "HTTP API").
 
-Everything is under ``/v1``, with the OpenAPI document at ``/v1/openapi.json``. Requests pass
+Everything is under ``/v1``, with the OpenAPI document at ``/v1/openapi.json`` and Swagger UI at
+``/docs`` (served offline, ``holon.api.docs``); ``/v1/chat/completions`` and ``/v1/models`` speak
+OpenAI's protocol (``holon.api.openai_compat``). Requests pass
 ``BrowserGuard`` (Host, Origin, no "simple" cross-site changes), ``BearerAuth`` (when a token is
 configured) and then ``BodyLimit`` before any route (``holon.api.guard``); errors are
-``{"error": {"code", "message"}}`` (see ``holon.api.errors``). Routes run on the daemon's event
+``{"error": {"code", "message"}}`` (see ``holon.api.errors``; the OpenAI routes use OpenAI's shape). Routes run on the daemon's event
 loop (``async def``): the store is synchronous SQLite used from that loop only, like the host.
 """
 
@@ -13,11 +15,15 @@ from fastapi import FastAPI
 
 from holon import __version__
 from holon.api.agents import agent_router
+from holon.api.docs import install_docs
 from holon.api.errors import install_error_handlers
+from holon.api.events import home_events_router
 from holon.api.evolve import evolve_router
 from holon.api.guard import BearerAuth, BodyLimit, BrowserGuard, CatchAll
 from holon.api.ledger import ledger_router
+from holon.api.messages import messages_router
 from holon.api.models import ErrorBody, Health
+from holon.api.openai_compat import openai_router
 from holon.api.port import DaemonPort
 from holon.api.stream import events_router
 from holon.errors import UsageError
@@ -70,6 +76,10 @@ def create_app(
     app.include_router(events_router(port))
     app.include_router(ledger_router(port))
     app.include_router(evolve_router(port))
+    app.include_router(messages_router(port))
+    app.include_router(openai_router(port))
+    app.include_router(home_events_router(port))
+    install_docs(app)
     # Added last = outermost: refuse browsers, then authenticate, so a refused body is never read;
     # CatchAll outermost of all, so nothing unexpected resets the connection.
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)

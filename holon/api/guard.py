@@ -10,7 +10,8 @@ Outermost first:
   a foreign ``Origin``, and a state-changing request (POST, PUT, PATCH, DELETE) that is neither
   ``application/json`` nor carries the token: a "simple" cross-site request (a form, text/plain,
   a body-less POST) never changes anything.
-* ``BearerAuth``: every route but health and hooks needs ``Authorization: Bearer <token>``.
+* ``BearerAuth``: every route but health, hooks and the docs pages (``GET /docs``, its static
+  files, ``GET /v1/openapi.json``) needs ``Authorization: Bearer <token>``.
 * ``BodyLimit``: request bodies over the limit get 413.
 
 All are plain ASGI (not ``BaseHTTPMiddleware``) so that they never buffer a response, which would
@@ -99,9 +100,16 @@ def _is_loopback_name(host: str) -> bool:
     return ip is not None and ip.is_loopback
 
 
-def _is_public(path: str) -> bool:
-    """Health reveals nothing; a hook's path token is its own capability."""
-    return path == "/v1/health" or path.startswith("/v1/hooks/")
+#: Read-only pages a browser opens without a bearer header: the docs page, its static files and the
+#: OpenAPI document. They say nothing about agents; every call made from them needs the token.
+_PUBLIC_PAGES = ("/docs", "/v1/openapi.json")
+
+
+def _is_public(path: str, method: str = "GET") -> bool:
+    """Health reveals nothing; a hook's path token is its own capability; the docs are read-only pages."""
+    if path == "/v1/health" or path.startswith("/v1/hooks/"):
+        return True
+    return method in ("GET", "HEAD") and (path in _PUBLIC_PAGES or path.startswith("/docs/static/"))
 
 
 class BearerAuth:
@@ -112,7 +120,7 @@ class BearerAuth:
         self._expected = f"Bearer {token}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or _is_public(scope.get("path", "")):
+        if scope["type"] != "http" or _is_public(scope.get("path", ""), scope.get("method", "GET").upper()):
             await self.app(scope, receive, send)
             return
         given = _header(scope, b"authorization") or b""

@@ -28,7 +28,7 @@ from holon.api.port import DaemonPort, Notice
 from holon.errors import UsageError
 from holon.ledger import Event
 
-__all__ = ["POLL_S", "events_router"]
+__all__ = ["POLL_S", "agent_events", "events_router", "last_event_cursor"]
 
 POLL_S = 1.0
 """Longest wait for a notice before the ledger is read again anyway."""
@@ -47,7 +47,11 @@ def _cursor(after: int | None, last_event_id: str | None) -> int:
     return after or 0
 
 
-async def _pump(port: DaemonPort, agent_id: str, queue: asyncio.Queue[Notice]) -> None:
+last_event_cursor = _cursor
+"""The stream's cursor: ``Last-Event-ID`` when sent (it wins), else ``?after=``."""
+
+
+async def _pump(port: DaemonPort, agent_id: str | None, queue: asyncio.Queue[Notice]) -> None:
     async for notice in port.subscribe(agent_id):
         with contextlib.suppress(asyncio.QueueFull):
             queue.put_nowait(notice)
@@ -58,11 +62,12 @@ def _message(event: Event) -> dict[str, str]:
 
 
 async def agent_events(
-    port: DaemonPort, agent_id: str, after: int, *, poll_s: float = POLL_S
+    port: DaemonPort, agent_id: str | None, after: int, *, poll_s: float = POLL_S
 ) -> AsyncIterator[dict[str, Any]]:
-    """SSE messages for ``agent_id``: every ledger event after ``after``, then live, until cancelled."""
+    """SSE messages for ``agent_id`` (every agent's when ``None``): every ledger event after
+    ``after``, then live, until cancelled."""
     queue: asyncio.Queue[Notice] = asyncio.Queue(maxsize=QUEUE)
-    pump = asyncio.create_task(_pump(port, agent_id, queue), name=f"sse:{agent_id}")
+    pump = asyncio.create_task(_pump(port, agent_id, queue), name=f"sse:{agent_id or '*'}")
     await asyncio.sleep(0)  # let the subscription start before the catch-up read
     cursor = after
     notices: list[Notice] = []

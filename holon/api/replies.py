@@ -1,0 +1,173 @@
+"""What became of an input: the turn that took it, how it settled, and its reply (RFC 0005, "Replies").
+
+The ledger answers this on its own: a ``turn.started`` lists the input seqs it took, and the
+``turn.settled`` of that turn carries the outcome, the reason and the reply. ``input_outcome`` reads
+the latest turn that took an input (after a failed turn re-queues it, a later one may take it
+again), with two queries down the ``events_agent_type`` index. ``follow`` waits for that turn to
+settle, yielding the reply text as the model generates it (``delta`` notices of that turn), then
+the outcome. Notices only wake the reader: the outcome is always read from the ledger, so a notice
+that is lost or comes before the subscription costs at most one poll.
+
+Used by the synchronous ``/messages`` routes and the OpenAI-compatible ``/chat/completions``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from holon.api.port import DaemonPort, Notice
+from holon.errors import NotFoundError
+from holon.ledger.events import TurnSettled
+from holon.projections import Store
+
+__all__ = [
+    "POLL_S",
+    "InputOutcome",
+    "Status",
+    "check_input",
+    "await_outcome",
+    "follow",
+    "input_outcome",
+    "overlap",
+    "subscription",
+]
+
+POLL_S = 1.0
+"""Longest wait for a notice before the ledger is read again anyway."""
+QUEUE = 10_000
+"""Notices buffered per follower; past that they are dropped (the ledger is re-read anyway)."""
+
+Status = Literal["queued", "running", "completed", "waiting", "failed", "interrupted"]
+
+
+@dataclass(frozen=True, slots=True)
+class InputOutcome:
+    """Where an input stands: ``queued`` (no turn took it yet), ``running``, or how its turn settled."""
+
+    status: Status
+    turn_id: str | None = None
+    reply: str | None = None
+    reason: str | None = None
+    requeued: bool = False
+    """The turn failed or was interrupted and the input went back to the queue: a later turn retries it."""
+    usage: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def settled(self) -> bool:
+        return self.status not in ("queued", "running")
+
+
+def check_input(store: Store, agent_id: str, input_seq: int) -> None:
+    """``NotFoundError`` unless ``input_seq`` is an input (``message.received``) of the agent."""
+    rows = store.ledger.query(
+        "SELECT 1 FROM events WHERE seq = ? AND agent_id = ? AND type = 'message.received'", (input_seq, agent_id)
+    )
+    if not rows:
+        raise NotFoundError(f"agent {agent_id} has no input with seq {input_seq}")
+
+
+def input_outcome(store: Store, agent_id: str, input_seq: int) -> InputOutcome:
+    """The state of the latest turn that took input ``input_seq`` (``queued`` when none has)."""
+    started = store.ledger.query(
+        "SELECT seq, json_extract(payload, '$.turn_id') FROM events INDEXED BY events_agent_type "
+        "WHERE agent_id = ? AND type = 'turn.started' AND seq > ? "
+        "AND EXISTS (SELECT 1 FROM json_each(events.payload, '$.inputs') WHERE value = ?) "
+        "ORDER BY seq DESC LIMIT 1",
+        (agent_id, input_seq, input_seq),
+    )
+    if not started:
+        return InputOutcome("queued")
+    started_seq, turn_id = started[0]
+    settled = store.ledger.query(
+        "SELECT seq FROM events INDEXED BY events_agent_type WHERE agent_id = ? AND type = 'turn.settled' "
+        "AND seq > ? AND json_extract(payload, '$.turn_id') = ? LIMIT 1",
+        (agent_id, started_seq, turn_id),
+    )
+    if not settled:
+        return InputOutcome("running", turn_id=turn_id)
+    [event] = store.ledger.get_many([settled[0][0]])
+    p = event.payload
+    assert isinstance(p, TurnSettled)
+    reply = store.ledger.resolve(p.reply)
+    text = (
+        reply if reply is None or isinstance(reply, str) else (reply.text if reply.text is not None else reply.preview)
+    )
+    usage = {k: int(v) for k, v in p.usage.model_dump().items() if isinstance(v, int)}
+    return InputOutcome(p.outcome, turn_id=turn_id, reply=text, reason=p.reason, requeued=p.requeue, usage=usage)
+
+
+async def _pump(port: DaemonPort, agent_id: str, queue: asyncio.Queue[Notice]) -> None:
+    async for notice in port.subscribe(agent_id):
+        with contextlib.suppress(asyncio.QueueFull):
+            queue.put_nowait(notice)
+
+
+@contextlib.asynccontextmanager
+async def subscription(port: DaemonPort, agent_id: str) -> AsyncIterator[asyncio.Queue[Notice]]:
+    """The agent's live notices in a queue, from now until the block ends. Enter it before the
+    input is submitted, so that the first deltas of its turn are not missed."""
+    queue: asyncio.Queue[Notice] = asyncio.Queue(maxsize=QUEUE)
+    pump = asyncio.create_task(_pump(port, agent_id, queue), name=f"follow:{agent_id}")
+    await asyncio.sleep(0)  # let the subscription start
+    try:
+        yield queue
+    finally:
+        pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await pump
+
+
+async def follow(
+    port: DaemonPort, agent_id: str, input_seq: int, queue: asyncio.Queue[Notice], *, poll_s: float = POLL_S
+) -> AsyncIterator[str | InputOutcome]:
+    """Text fragments of the turn that takes ``input_seq`` as they are generated, then its settled
+    ``InputOutcome`` (the last item). Runs until then; bound it with a timeout."""
+    outcome = input_outcome(port.store, agent_id, input_seq)
+    while not outcome.settled:
+        try:
+            notice: Notice | None = await asyncio.wait_for(queue.get(), timeout=poll_s)
+        except TimeoutError:
+            notice = None
+        if notice is not None and notice.kind == "delta":
+            if outcome.turn_id is None or notice.turn_id != outcome.turn_id:
+                outcome = input_outcome(port.store, agent_id, input_seq)  # the turn may have just started
+            if notice.turn_id is not None and notice.turn_id == outcome.turn_id and notice.text:
+                yield notice.text
+            continue
+        outcome = input_outcome(port.store, agent_id, input_seq)
+    yield outcome
+
+
+async def await_outcome(port: DaemonPort, agent_id: str, input_seq: int, wait_s: float) -> InputOutcome:
+    """The input's outcome once its turn settles, or where it stands after ``wait_s`` seconds."""
+    outcome = input_outcome(port.store, agent_id, input_seq)
+    if outcome.settled or wait_s <= 0:
+        return outcome
+    async with subscription(port, agent_id) as queue:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait_s):
+                async for item in follow(port, agent_id, input_seq, queue):
+                    if isinstance(item, InputOutcome):
+                        return item
+    return input_outcome(port.store, agent_id, input_seq)
+
+
+def overlap(streamed: str, reply: str) -> int:
+    """The longest ``k`` such that ``streamed`` ends with ``reply[:k]``: how much of the reply a
+    stream has already shown (the rest is sent when the turn settles). Linear (a prefix function)."""
+    if not reply or not streamed:
+        return 0
+    text = reply + "\0" + streamed[-len(reply) :]
+    pi = [0] * len(text)
+    for i in range(1, len(text)):
+        k = pi[i - 1]
+        while k and text[i] != text[k]:
+            k = pi[k - 1]
+        if text[i] == text[k]:
+            k += 1
+        pi[i] = k
+    return min(pi[-1], len(reply))
