@@ -58,7 +58,8 @@ def test_health_and_openapi(client: httpx.Client) -> None:
 
 def test_unknown_paths_and_methods_are_json_errors(client: httpx.Client) -> None:
     assert _error(client.get("/v1/nope"), 404, "not_found")
-    _error(client.get("/docs"), 404, "not_found")
+    _error(client.get("/redoc"), 404, "not_found")
+    _error(client.get("/docs/static/nope.js"), 404, "not_found")
     _error(client.put("/v1/health"), 405, "method_not_allowed")
 
 
@@ -245,11 +246,11 @@ def _routes(doc: dict) -> list[tuple[str, str]]:
     return out
 
 
-def test_token_protects_every_endpoint_but_health(tmp_path, fast_ledger) -> None:
+def test_token_protects_every_endpoint_but_health_and_the_docs(tmp_path, fast_ledger) -> None:
     with api_server(tmp_path / "home", clock=FakeClock(), token=TOKEN) as s, httpx.Client(base_url=s.url) as c:
         good = {"Authorization": f"Bearer {TOKEN}"}
         doc = c.get("/v1/openapi.json", headers=good).json()
-        routes = [*_routes(doc), ("GET", "/v1/openapi.json"), ("GET", "/v1/nope")]
+        routes = [*_routes(doc), ("POST", "/v1/openapi.json"), ("POST", "/docs"), ("GET", "/v1/nope")]
         for method, path in routes:
             if path == "/v1/health" or path.startswith("/v1/hooks/"):
                 continue
@@ -264,6 +265,8 @@ def test_token_protects_every_endpoint_but_health(tmp_path, fast_ledger) -> None
                 assert r.json()["error"]["code"] == "unauthorized"
                 assert set(r.headers) <= {"content-length", "content-type", "www-authenticate", "date", "server"}
         assert c.get("/v1/health").status_code == 200
+        # The docs are read-only pages a browser opens without a header (issue 15).
+        assert c.get("/v1/openapi.json").status_code == c.get("/docs").status_code == 200
         assert c.post("/v1/agents", headers=good, json={"name": "ada"}).status_code == 201
         assert c.get("/v1/agents", headers=good).json()[0]["name"] == "ada"
         # The hook path is its own capability: no header needed, and an unknown token is a plain 404.
