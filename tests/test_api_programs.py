@@ -311,9 +311,10 @@ def test_one_stream_carries_every_agents_events_and_resumes(served: Served, http
     texts = {"ada": "hello from the events test", "bob": "and hello to bob"}
 
     def send() -> None:
+        # One after the other: two turns at once would start a second model child (slow, not tested here).
         with served.client() as c:
             for name, text in texts.items():
-                c.post(f"/v1/agents/{name}/messages", params={"wait": 0}, json={"text": text})
+                c.post(f"/v1/agents/{name}/messages", params={"wait": 30}, json={"text": text})
 
     def both_settled(seen: list[dict[str, str]]) -> bool:
         settled = {e["agent_id"] for e in _events(seen) if e["type"] == "turn.settled"}

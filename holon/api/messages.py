@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel
 
 from holon.api.agents import IdempotencyHeader, one_key
@@ -70,7 +70,12 @@ def messages_router(port: DaemonPort) -> APIRouter:
 
     @r.post("/{agent}/messages", response_model=MessageReply, responses={202: {"model": MessageReply}})
     async def send_message(
-        agent: str, body: InputIn, response: Response, wait: WaitQ = 30.0, idempotency_key: IdempotencyHeader = None
+        agent: str,
+        body: InputIn,
+        request: Request,
+        response: Response,
+        wait: WaitQ = 30.0,
+        idempotency_key: IdempotencyHeader = None,
     ) -> MessageReply:
         """Send an input and wait for its reply: 200 with the settled turn (``status`` completed,
         waiting, failed or interrupted; ``reply``; ``reason``), or 202 with ``poll`` when it has not
@@ -80,17 +85,19 @@ def messages_router(port: DaemonPort) -> APIRouter:
             a.agent_id, body.text, origin="operator:api", authority="operator", sender="operator", channel="api",
             idempotency_key=one_key(idempotency_key, body.idempotency_key),
         )  # fmt: skip
-        outcome = await await_outcome(port, a.agent_id, event.seq, wait)
+        outcome = await await_outcome(port, a.agent_id, event.seq, wait, gone=request.is_disconnected)
         return _answer(response, a.name, a.agent_id, event.seq, event.id, outcome)
 
     @r.get("/{agent}/messages/{seq}", response_model=MessageReply, responses={202: {"model": MessageReply}})
-    async def message_status(agent: str, seq: SeqPath, response: Response, wait: WaitQ = 0.0) -> MessageReply:
+    async def message_status(
+        agent: str, seq: SeqPath, request: Request, response: Response, wait: WaitQ = 0.0
+    ) -> MessageReply:
         """Where input ``seq`` stands (queued, running, or its settled turn and reply), waiting up
         to ``wait`` seconds for it to settle; 404 when the agent has no such input."""
         a = store.agent(agent)
         check_input(store, a.agent_id, seq)
         [event] = store.ledger.get_many([seq])
-        outcome = await await_outcome(port, a.agent_id, seq, wait)
+        outcome = await await_outcome(port, a.agent_id, seq, wait, gone=request.is_disconnected)
         return _answer(response, a.name, a.agent_id, seq, event.id, outcome)
 
     return r

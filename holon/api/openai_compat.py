@@ -300,7 +300,7 @@ def openai_router(port: DaemonPort) -> APIRouter:
                 agent.agent_id, text, origin="operator:api", authority="operator", sender="operator", channel="api",
                 idempotency_key=key,
             )  # fmt: skip
-            outcome = await await_outcome(port, agent.agent_id, event.seq, MAX_WAIT_S)
+            outcome = await await_outcome(port, agent.agent_id, event.seq, MAX_WAIT_S, gone=request.is_disconnected)
             if not outcome.settled or outcome.status in ("failed", "interrupted"):
                 raise _failure(agent, event, outcome)
             return JSONResponse(_completion(agent, event, outcome))

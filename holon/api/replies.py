@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -142,18 +142,32 @@ async def follow(
     yield outcome
 
 
-async def await_outcome(port: DaemonPort, agent_id: str, input_seq: int, wait_s: float) -> InputOutcome:
-    """The input's outcome once its turn settles, or where it stands after ``wait_s`` seconds."""
+async def await_outcome(
+    port: DaemonPort,
+    agent_id: str,
+    input_seq: int,
+    wait_s: float,
+    *,
+    gone: Callable[[], Awaitable[bool]] | None = None,
+    poll_s: float = POLL_S,
+) -> InputOutcome:
+    """The input's outcome once its turn settles, or where it stands after ``wait_s`` seconds, or
+    as soon as ``gone()`` says the client went away (checked at least every ``poll_s``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
     outcome = input_outcome(port.store, agent_id, input_seq)
     if outcome.settled or wait_s <= 0:
         return outcome
     async with subscription(port, agent_id) as queue:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(wait_s):
-                async for item in follow(port, agent_id, input_seq, queue):
-                    if isinstance(item, InputOutcome):
-                        return item
-    return input_outcome(port.store, agent_id, input_seq)
+        while True:
+            outcome = input_outcome(port.store, agent_id, input_seq)
+            left = deadline - loop.time()
+            if outcome.settled or left <= 0 or (gone is not None and await gone()):
+                return outcome
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(queue.get(), timeout=min(left, poll_s))
+            while not queue.empty():
+                queue.get_nowait()  # deltas and other notices: one ledger read covers them all
 
 
 def overlap(streamed: str, reply: str) -> int:
