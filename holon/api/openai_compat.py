@@ -13,8 +13,9 @@ request whose last message is not from the user is a 400. An ``Idempotency-Key``
 
 Not streaming, the answer is a ``chat.completion`` once the turn settles (at most ``MAX_WAIT_S``,
 else 504 with the URL to poll). Streaming (``stream: true``) answers ``chat.completion.chunk``
-server-sent events as the model generates text, then ``data: [DONE]``; text the stream missed is
-sent when the turn settles, so the chunks always add up to the reply. A failed turn is an error
+server-sent events as the model generates text, then ``data: [DONE]``; the part of the reply the
+stream missed is sent when the turn settles, so the chunks end with the whole reply (before it, any
+text of rounds that went on to call tools). A failed turn is an error
 (502 ``turn_failed``, or an ``error`` event in a stream) carrying its reason; such answers and the
 504 carry ``x-should-retry: false`` so that the OpenAI SDK does not resend the input by itself.
 Errors are OpenAI's shape: ``{"error": {"message", "type", "code", "param"}}``.

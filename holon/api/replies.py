@@ -172,16 +172,22 @@ async def await_outcome(
 
 def overlap(streamed: str, reply: str) -> int:
     """The longest ``k`` such that ``streamed`` ends with ``reply[:k]``: how much of the reply a
-    stream has already shown (the rest is sent when the turn settles). Linear (a prefix function)."""
-    if not reply or not streamed:
+    stream has already shown (the rest is sent when the turn settles). Linear: the reply's prefix
+    function, then one pass over the end of the stream (Knuth-Morris-Pratt)."""
+    n = len(reply)
+    if not n or not streamed:
         return 0
-    text = reply + "\0" + streamed[-len(reply) :]
-    pi = [0] * len(text)
-    for i in range(1, len(text)):
+    pi = [0] * n
+    for i in range(1, n):
         k = pi[i - 1]
-        while k and text[i] != text[k]:
+        while k and reply[i] != reply[k]:
             k = pi[k - 1]
-        if text[i] == text[k]:
-            k += 1
-        pi[i] = k
-    return min(pi[-1], len(reply))
+        pi[i] = k + (reply[i] == reply[k])
+    k = 0
+    for ch in streamed[-n:]:
+        if k == n:
+            k = pi[k - 1]
+        while k and ch != reply[k]:
+            k = pi[k - 1]
+        k += ch == reply[k]
+    return k

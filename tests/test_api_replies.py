@@ -1,0 +1,97 @@
+"""The pure parts of the API for programs, without a daemon: what became of an input (read from a
+real ledger), the chat-completion input rule, and how much of a reply a stream has already shown."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from holon.api.openai_compat import ChatError, ChatMessage, new_input
+from holon.api.replies import check_input, input_outcome, overlap
+from holon.errors import NotFoundError
+from holon.ledger import NewEvent
+from holon.ledger import events as ev
+from holon.projections import Store
+from holon.runtime.agents import create_agent
+from holon.runtime.inputs import input_events
+
+
+def _input(store: Store, agent_id: str, text: str) -> int:
+    events = input_events(store, agent_id, text, origin="operator:test", authority="operator", sender="operator",
+                          channel="test")  # fmt: skip
+    return store.append(*events)[-1].seq
+
+
+def _turn(store: Store, agent_id: str, turn: str, inputs: list[int]) -> None:
+    store.append(NewEvent(agent_id, ev.TurnStarted(turn_id=turn, inputs=inputs), origin="runtime", turn_id=turn))
+
+
+def _settle(store: Store, agent_id: str, turn: str, outcome: str, **fields: object) -> None:
+    settled = ev.TurnSettled(turn_id=turn, outcome=outcome, **fields)  # type: ignore[arg-type]
+    store.append(NewEvent(agent_id, settled, origin="runtime", turn_id=turn))
+
+
+def test_an_inputs_outcome_follows_its_latest_turn(store: Store) -> None:
+    ada = create_agent(store, "ada").agent_id
+    bob = create_agent(store, "bob").agent_id
+    first = _input(store, ada, "first")
+    other = _input(store, bob, "for bob")
+    assert input_outcome(store, ada, first).status == "queued"
+    _turn(store, bob, "t-bob", [other])  # another agent's turn never counts
+    _turn(store, ada, "t1", [first])
+    running = input_outcome(store, ada, first)
+    assert (running.status, running.turn_id, running.settled) == ("running", "t1", False)
+    _settle(store, ada, "t1", "failed", reason="provider unreachable", requeue=True)
+    failed = input_outcome(store, ada, first)
+    assert (failed.status, failed.reason, failed.requeued, failed.settled) == (
+        "failed", "provider unreachable", True, True,
+    )  # fmt: skip
+    # The re-queued input is taken again, with a newer one: the latest turn decides.
+    second = _input(store, ada, "second")
+    _turn(store, ada, "t2", [first, second])
+    assert input_outcome(store, ada, first).status == "running"
+    reply = "a long reply " * 2_000  # over the blob threshold: read back from the blob store
+    _settle(store, ada, "t2", "completed", reply=reply)
+    done = input_outcome(store, ada, first)
+    assert (done.status, done.turn_id, done.reply) == ("completed", "t2", reply)
+    assert input_outcome(store, ada, second).reply == reply
+    check_input(store, ada, first)
+    with pytest.raises(NotFoundError):
+        check_input(store, ada, other)  # bob's input, not ada's
+    with pytest.raises(NotFoundError):
+        check_input(store, ada, 10**9)
+
+
+def _messages(*pairs: tuple[str, object]) -> list[ChatMessage]:
+    return [ChatMessage.model_validate({"role": role, "content": content}) for role, content in pairs]
+
+
+def test_only_the_trailing_user_messages_are_the_new_input() -> None:
+    history = _messages(("system", "be brief"), ("user", "old"), ("assistant", "answer"), ("user", "new"))
+    assert new_input(history) == "new"
+    parts = [{"type": "text", "text": "look at"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    assert new_input(_messages(("assistant", "a"), ("user", "one"), ("user", parts))) == "one\n\nlook at"
+    for bad in (
+        _messages(("user", "q"), ("assistant", "a")),
+        _messages(("user", "  ")),
+        _messages(("user", [{"type": "image_url"}])),
+        _messages(("user", "x" * 200_001)),
+    ):
+        with pytest.raises(ChatError) as e:
+            new_input(bad)
+        assert e.value.status == 400 and e.value.body()["error"]["type"] == "invalid_request_error"
+
+
+_texts = st.text(alphabet="ab\0", max_size=12) | st.text(max_size=40)
+
+
+@given(_texts, _texts, st.integers(0, 40))
+def test_overlap_finds_what_a_stream_already_showed(before: str, reply: str, cut: int) -> None:
+    """Whatever part of the reply was streamed last, the rest completes it exactly."""
+    cut = min(cut, len(reply))
+    streamed = before + reply[:cut]
+    k = overlap(streamed, reply)
+    assert k >= cut and streamed.endswith(reply[:k])
+    assert (streamed + reply[k:]).endswith(reply)
+    assert not any(streamed.endswith(reply[:longer]) for longer in range(k + 1, len(reply) + 1))  # the longest
