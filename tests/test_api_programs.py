@@ -34,9 +34,15 @@ REFUSED = "the model refuses this request"
 
 
 def _script(body: dict[str, Any]) -> dict[str, Any]:
-    """Echo, except: "slow" answers after 2 s, "refuse" gets a 400 from the model (agent cy only:
-    a failing agent backs off, which would slow the others' tests)."""
+    """Echo, except: "slow" answers after 2 s, "use a tool" calls memory_search and then answers,
+    "refuse" gets a 400 from the model (agent cy only: a failing agent backs off, which would slow
+    the others' tests)."""
+    messages = body.get("messages") or [{}]
+    if messages[-1].get("role") == "tool":
+        return {"content": "Nothing about the deploy in memory."}
     step = echo_script(body)
+    if "use a tool" in step["content"]:
+        return {"content": "Let me look.", "tool_calls": [{"name": "memory_search", "arguments": {"query": "deploy"}}]}
     if "slow" in step["content"]:
         step["delay"] = 2.0
     if "refuse" in step["content"]:
@@ -164,6 +170,16 @@ def test_the_openai_client_streams_a_reply(served: Served, client: openai.OpenAI
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
     assert all(c.object == "chat.completion.chunk" and c.model == "bob" for c in chunks)
+
+
+def test_a_streamed_turn_with_a_tool_call_ends_with_the_reply(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "please use a tool"}]
+    stream = client.chat.completions.create(model="ada", messages=messages, stream=True)  # type: ignore[arg-type]
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    # What the agent said in each round, set apart; the reply last.
+    assert text == "Let me look.\n\nNothing about the deploy in memory.", text
+    plain = client.chat.completions.create(model="ada", messages=messages)  # type: ignore[arg-type]
+    assert plain.choices[0].message.content == "Nothing about the deploy in memory."
 
 
 def test_an_idempotency_key_makes_a_chat_retry_safe(served: Served, client: openai.OpenAI) -> None:

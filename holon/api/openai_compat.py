@@ -38,7 +38,7 @@ from sse_starlette import EventSourceResponse
 
 from holon.api.messages import MAX_WAIT_S
 from holon.api.port import DaemonPort
-from holon.api.replies import InputOutcome, await_outcome, follow, input_outcome, overlap, subscription
+from holon.api.replies import InputOutcome, RoundEnd, await_outcome, follow, input_outcome, overlap, subscription
 from holon.errors import ConflictError, HolonError, NotFoundError
 from holon.ledger import Event
 from holon.projections.state import AgentState
@@ -245,6 +245,7 @@ async def _stream(
             return
         yield _chunk(agent, event, {"role": "assistant", "content": ""})
         streamed = ""
+        apart = False  # a round ended: set the next round's text apart from the previous one's
         outcome = input_outcome(port.store, agent.agent_id, event.seq)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(MAX_WAIT_S):
@@ -252,8 +253,13 @@ async def _stream(
                     if isinstance(item, InputOutcome):
                         outcome = item
                         break
-                    streamed += item
-                    yield _chunk(agent, event, {"content": item})
+                    if isinstance(item, RoundEnd):
+                        apart = bool(streamed.strip())
+                        continue
+                    text = "\n\n" + item if apart else item
+                    apart = False
+                    streamed += text
+                    yield _chunk(agent, event, {"content": text})
         if not outcome.settled or outcome.status in ("failed", "interrupted"):
             yield {"data": json.dumps(_failure(agent, event, outcome).body(), ensure_ascii=False)}
             return

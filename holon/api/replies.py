@@ -26,7 +26,9 @@ from holon.projections import Store
 
 __all__ = [
     "POLL_S",
+    "ROUND_END",
     "InputOutcome",
+    "RoundEnd",
     "Status",
     "check_input",
     "await_outcome",
@@ -121,11 +123,28 @@ async def subscription(port: DaemonPort, agent_id: str) -> AsyncIterator[asyncio
             await pump
 
 
+class RoundEnd:
+    """Yielded by ``follow`` when a model round of the turn ended (its ``model.responded``): text
+    after it belongs to the next round (the first one called tools)."""
+
+
+ROUND_END = RoundEnd()
+
+
+def _ends_round(store: Store, seq: int, turn_id: str) -> bool:
+    rows = store.ledger.query(
+        "SELECT 1 FROM events WHERE seq = ? AND type = 'model.responded' AND json_extract(payload, '$.turn_id') = ?",
+        (seq, turn_id),
+    )
+    return bool(rows)
+
+
 async def follow(
     port: DaemonPort, agent_id: str, input_seq: int, queue: asyncio.Queue[Notice], *, poll_s: float = POLL_S
-) -> AsyncIterator[str | InputOutcome]:
-    """Text fragments of the turn that takes ``input_seq`` as they are generated, then its settled
-    ``InputOutcome`` (the last item). Runs until then; bound it with a timeout."""
+) -> AsyncIterator[str | RoundEnd | InputOutcome]:
+    """Text fragments of the turn that takes ``input_seq`` as they are generated (``ROUND_END``
+    after each model round), then its settled ``InputOutcome`` (the last item). Runs until then;
+    bound it with a timeout."""
     outcome = input_outcome(port.store, agent_id, input_seq)
     while not outcome.settled:
         try:
@@ -138,6 +157,9 @@ async def follow(
             if notice.turn_id is not None and notice.turn_id == outcome.turn_id and notice.text:
                 yield notice.text
             continue
+        ended = notice is not None and notice.seq is not None and outcome.turn_id is not None
+        if ended and _ends_round(port.store, notice.seq, outcome.turn_id):  # type: ignore[union-attr,arg-type]
+            yield ROUND_END
         outcome = input_outcome(port.store, agent_id, input_seq)
     yield outcome
 
