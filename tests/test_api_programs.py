@@ -389,6 +389,7 @@ def test_docs_are_served_offline_and_public_while_changes_need_the_token(served:
     assert schema.status_code == 200
     doc = schema.json()
     assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert doc["security"] == [{"bearer": []}] and doc["paths"]["/v1/health"]["get"]["security"] == []
     assert {"/v1/chat/completions", "/v1/models", "/v1/events", "/v1/agents/{agent}/messages"} <= set(doc["paths"])
     # Public pages are GET only; everything else still needs the token.
     assert httpx.post(f"{served.url}/v1/openapi.json", json={}, timeout=10).status_code == 401

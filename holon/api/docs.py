@@ -57,6 +57,10 @@ def _with_bearer(app: FastAPI) -> Any:
                 "description": "The daemon's token: <home>/api.token, or the [api] token_env variable.",
             }
             schema["security"] = [{"bearer": []}]
+            for path, operations in schema.get("paths", {}).items():
+                if path == "/v1/health" or path.startswith("/v1/hooks/"):
+                    for operation in operations.values():
+                        operation["security"] = []  # public: health says nothing, a hook's path is its capability
             app.openapi_schema = schema
         return app.openapi_schema
 
