@@ -3,12 +3,19 @@ real ledger), the chat-completion input rule, and how much of a reply a stream h
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
 import pytest
+from helpers.api_server import ApiServer, api_server
 from hypothesis import given
 from hypothesis import strategies as st
 
 from holon.api.openai_compat import ChatError, ChatMessage, new_input
 from holon.api.replies import check_input, input_outcome, overlap
+from holon.clock import FakeClock
 from holon.errors import NotFoundError
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
@@ -95,3 +102,37 @@ def test_overlap_finds_what_a_stream_already_showed(before: str, reply: str, cut
     assert k >= cut and streamed.endswith(reply[:k])
     assert (streamed + reply[k:]).endswith(reply)
     assert not any(streamed.endswith(reply[:longer]) for longer in range(k + 1, len(reply) + 1))  # the longest
+
+
+# --- a client that goes away stops the wait ---------------------------------------------------------
+
+
+def _subscribers(server: ApiServer) -> int:
+    return int(server.call(lambda: len(server.port._subscribers)))  # type: ignore[union-attr]
+
+
+def _until(what: str, cond: Callable[[], bool], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_waits_end_when_the_client_goes_away(tmp_path: Path, fast_ledger: None) -> None:
+    """A request waiting for a turn (here: of a paused agent, which never comes) holds a
+    subscription; when the client disconnects, the wait ends and the subscription is dropped."""
+    with api_server(tmp_path / "home", clock=FakeClock()) as server, server.client() as c:
+        c.post("/v1/agents", json={"name": "ada"})
+        c.post("/v1/agents/ada/pause", json={})
+        base = _subscribers(server)
+        requests = [
+            ("POST", "/v1/agents/ada/messages?wait=300", {"text": "never answered"}),
+            ("POST", "/v1/chat/completions", {"model": "ada", "messages": [{"role": "user", "content": "hi"}]}),
+            ("POST", "/v1/chat/completions", {"model": "ada", "stream": True, "messages": [{"role": "user", "content": "hi"}]}),
+        ]  # fmt: skip
+        for method, path, body in requests:
+            short = server.client(timeout=httpx.Timeout(10, read=1.0))
+            with pytest.raises(httpx.ReadTimeout), short, short.stream(method, path, json=body) as r:
+                for _ in r.iter_lines():
+                    pass
+            _until(f"the wait of {path} to end", lambda: _subscribers(server) == base)
