@@ -203,6 +203,11 @@ def test_models_and_openai_errors(served: Served, client: openai.OpenAI) -> None
     with pytest.raises(openai.BadRequestError) as bad:
         client.chat.completions.create(model="ada", messages=[{"role": "assistant", "content": "hi"}])
     assert bad.value.type == "invalid_request_error" and "last message must be from the user" in bad.value.message
+    with pytest.raises(openai.BadRequestError) as badkey:
+        client.chat.completions.create(
+            model="ada", messages=[{"role": "user", "content": "hi"}], extra_headers={"Idempotency-Key": "a b"}
+        )
+    assert "idempotency key" in badkey.value.message
     wrong = openai.OpenAI(base_url=f"{served.url}/v1", api_key="not-the-token", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         wrong.models.list()

@@ -136,3 +136,25 @@ def test_waits_end_when_the_client_goes_away(tmp_path: Path, fast_ledger: None) 
                 for _ in r.iter_lines():
                     pass
             _until(f"the wait of {path} to end", lambda: _subscribers(server) == base)
+
+
+def test_the_public_docs_paths_lead_nowhere_else(tmp_path: Path, fast_ledger: None) -> None:
+    """``/docs/static/`` needs no token, so no path under it may reach a route or a file outside it
+    (raw paths: http.client sends them as written, unlike httpx)."""
+    import http.client
+
+    with api_server(tmp_path / "home", clock=FakeClock()) as server:
+        with server.client() as c:
+            c.post("/v1/agents", json={"name": "ada"})
+        for path in (
+            "/docs/static/../../v1/agents", "/docs/static/%2e%2e/%2e%2e/v1/agents", "/docs/static/..%2f..%2fv1/agents",
+            "/docs/static/../../../../etc/passwd", "/docs/static/../../api.token",
+        ):  # fmt: skip
+            conn = http.client.HTTPConnection("127.0.0.1", server.port_number, timeout=10)
+            try:
+                conn.request("GET", path, headers={"Host": f"127.0.0.1:{server.port_number}"})
+                response = conn.getresponse()
+                body = response.read()
+            finally:
+                conn.close()
+            assert response.status == 404 and b"ada" not in body and b"root:" not in body, (path, body)
