@@ -158,3 +158,18 @@ def test_the_public_docs_paths_lead_nowhere_else(tmp_path: Path, fast_ledger: No
             finally:
                 conn.close()
             assert response.status == 404 and b"ada" not in body and b"root:" not in body, (path, body)
+
+
+def test_without_the_swagger_files_the_api_runs_and_docs_says_why(
+    tmp_path: Path, fast_ledger: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "fastapi_offline" else real(name, *a)
+    )
+    with api_server(tmp_path / "home", clock=FakeClock()) as server, server.client() as c:
+        r = c.get("/docs")
+        assert r.status_code == 503 and "fastapi-offline" in r.json()["error"]["message"]
+        assert c.get("/v1/agents").status_code == 200

@@ -21,9 +21,10 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.staticfiles import StaticFiles
 
+from holon.api.errors import error_response
 from holon.errors import ConfigError
 
 __all__ = ["DOCS_PATH", "STATIC_PATH", "install_docs", "swagger_static_dir"]
@@ -68,9 +69,20 @@ def _with_bearer(app: FastAPI) -> Any:
 
 
 def install_docs(app: FastAPI) -> None:
-    """Serve ``/docs`` and its static files from this machine."""
-    app.mount(STATIC_PATH, StaticFiles(directory=swagger_static_dir()), name="docs-static")
+    """Serve ``/docs`` and its static files from this machine. Without the files (a broken
+    install) the daemon still runs and ``/docs`` answers 503 saying what is missing."""
     app.openapi = _with_bearer(app)  # type: ignore[method-assign]
+    try:
+        static = swagger_static_dir()
+    except ConfigError as e:
+        missing = e.message
+
+        @app.get(DOCS_PATH, include_in_schema=False)
+        async def no_docs() -> JSONResponse:
+            return error_response(503, "internal", f"{missing}; the API itself works (/v1/openapi.json)")
+
+        return
+    app.mount(STATIC_PATH, StaticFiles(directory=static), name="docs-static")
 
     @app.get(DOCS_PATH, include_in_schema=False)
     async def docs() -> HTMLResponse:
