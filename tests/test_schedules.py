@@ -88,7 +88,7 @@ def test_a_schedule_added_over_http_fires_and_stops_when_cancelled(client: httpx
     home = _home(server)
     assert client.post("/v1/agents", json={"name": "ada"}).status_code == 201
     assert client.post("/v1/agents", json={"name": "bob"}).status_code == 201
-    r = client.post("/v1/agents/ada/timers", json={"schedule": "every 1s", "prompt": "Check the queue."})
+    r = client.post("/v1/agents/ada/timers", json={"schedule": "every 1 second", "prompt": "Check the queue."})
     assert r.status_code == 201, r.text
     timer = r.json()
     assert (timer["kind"], timer["spec"], timer["status"], timer["prompt"]) == (

@@ -477,20 +477,22 @@ async def _until(check: Callable[[], Any], timeout_s: float = 15.0) -> None:
         await asyncio.sleep(0.02)
 
 
-def test_a_cron_timer_fires_and_its_next_due_time_comes_from_the_cron(store: Store) -> None:
+@pytest.mark.parametrize("spec", ["* * * * *", "CRON_TZ=Europe/Paris * * * * *"])
+def test_a_cron_timer_fires_and_its_next_due_time_comes_from_the_cron(store: Store, spec: str) -> None:
+    """In UTC and in a zone: the zoned trigger is pickled into the job table and fires the same way."""
     provider = ScriptedProvider([reply("Checked the build: green.")])
 
     async def scenario() -> None:
         async with _daemon(store, provider).running(grace_s=1) as daemon:
             daemon.create_agent("watcher", settings={"background": True})
             due = SystemClock().now_us() + 1_200_000
-            timer_id = _schedule(store, "watcher", "cron", "* * * * *", due, "Check the build.")
+            timer_id = _schedule(store, "watcher", "cron", spec, due, "Check the build.")
             await _until(lambda: timer_id in _jobs(store))  # the job is in the home database's table
             await _until(lambda: _fired(store, timer_id))
             await daemon.until_idle()
             [fired] = _fired(store, timer_id)
             assert fired.scheduled_for_us == due and fired.missed == 0
-            assert fired.next_fire_us == next_after("cron", "* * * * *", due)
+            assert fired.next_fire_us == next_after("cron", spec, due)
             assert fired.next_fire_us is not None and fired.next_fire_us % MIN == 0 and fired.next_fire_us > due
             timer = store.state("timer", timer_id)
             assert isinstance(timer, TimerProjection)
