@@ -33,7 +33,7 @@ ScheduleOpt = Annotated[
     typer.Option(
         "--schedule",
         help="Run in the background on a schedule: 'every 30s|5 minutes|2h|1 day', '@hourly|@daily|@weekly|@monthly', "
-        "a crontab line ('0 9 * * *') or an ISO time; read in [runtime] timezone (default: the system's).",
+        "a crontab line ('0 9 * * *') or an ISO time; read in the runtime.timezone setting (default: the system's zone).",
     ),
 ]
 PromptOpt = Annotated[str | None, typer.Option("--prompt", help="What the agent is told each time its schedule fires.")]
@@ -253,7 +253,7 @@ def schedule(
         typer.Option(
             "--add",
             help="A new schedule: 'every 30s|5 minutes|2h|1 day', '@hourly|@daily|@weekly|@monthly', a crontab "
-            "line ('0 9 * * *') or an ISO time; read in [runtime] timezone (default: the system's).",
+            "line ('0 9 * * *') or an ISO time; read in the runtime.timezone setting (default: the system's zone).",
         ),
     ] = None,
     prompt: Annotated[str | None, typer.Option("--prompt", help="What the agent is told when --add fires.")] = None,
