@@ -194,6 +194,13 @@ def test_schedules_are_read_in_the_configured_zone_and_warn_without_a_daemon(tmp
     assert "no daemon is running" in made.err and "'holon daemon start'" in made.err, made.err
     assert made.err.count("\n") == 1 and "Traceback" not in made.err
 
+    text = holon(home, "agent", "create", "eve", "--schedule", "30 2 * * *")
+    assert text.code == 0 and "no daemon is running" in text.err, text
+    assert re.search(
+        r"schedule: cron '30 2 \* \* \*' \(Europe/Paris\), next \d{4}-\d\d-\d\d 0[23]:30:00 CES?T \(Europe/Paris\)",
+        text.out,
+    ), text.out
+
     added = holon(home, "agent", "schedule", "ada", "--add", "@daily", "--json")
     assert added.code == 0 and "no daemon is running" in added.err, added
     daily = added.json()

@@ -101,9 +101,21 @@ def create(
             emit(c, existing.model_dump(mode="json"), f"agent {existing.name} already exists ({existing.agent_id})")
             return
         agent = create_agent(store, name, template=template, settings=settings, workspace=workspace, timers=timers)  # type: ignore[arg-type]
-    emit(c, agent.model_dump(mode="json"), f"created agent {agent.name} ({agent.agent_id})\n  home: {agent.home}")
+    human = f"created agent {agent.name} ({agent.agent_id})\n  home: {agent.home}"
+    if timers:
+        human += "\n" + _schedule_line(timers[0], zone)
+    emit(c, agent.model_dump(mode="json"), human)
     if timers:
         warn_unless_daemon(c)
+
+
+def _schedule_line(made: object, zone: str) -> str:
+    """``  schedule: cron '0 9 * * *' (Europe/Paris), next 2026-03-30 09:00:00 CEST (Europe/Paris)``."""
+    from holon.daemon.timers import describe, format_local, split_cron
+
+    kind, spec, due = made.kind, made.spec, made.next_fire_us  # type: ignore[attr-defined]
+    where = split_cron(spec)[0] if kind == "cron" else zone
+    return f"  schedule: {describe(kind, spec)}, next {format_local(due, where) if due is not None else '-'}"
 
 
 @app.command("configure")
