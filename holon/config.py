@@ -11,6 +11,7 @@ key, a bad value, unreadable TOML, or a ``$HOLON_CONFIG`` that does not exist.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tomllib
@@ -39,7 +40,9 @@ __all__ = [
     "Settings",
     "ToolsSettings",
     "load_settings",
+    "local_zone_name",
     "resolve_home",
+    "zone_problem",
 ]
 
 ENV_PREFIX = "HOLON_"
@@ -124,6 +127,21 @@ class RuntimeSettings(_Section):
     """Attempts per model call for rate limits, timeouts, server and connection errors."""
     max_inputs_per_turn: int = Field(10, ge=1, le=1000)
     """Pending inputs one turn takes, oldest first; the rest stay queued for the next turn."""
+    timezone: str = ""
+    """IANA zone (``Europe/Paris``) that schedules are read in: crontab lines fire at that zone's
+    local time (DST included) and times without an offset are that zone's. Empty: the system's."""
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone_exists(cls, value: str) -> str:
+        value = value.strip()
+        if value and zone_problem(value):
+            raise ValueError(zone_problem(value))
+        return value
+
+    def zone(self) -> str:
+        """The zone name schedules use: ``timezone``, else the system's (``local_zone_name``)."""
+        return self.timezone or local_zone_name()
 
 
 class ContextSettings(_Section):
@@ -322,6 +340,36 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The TOML file's contents arrive as init kwargs; the environment overrides them.
         return (env_settings, init_settings)
+
+
+def zone_problem(name: str) -> str | None:
+    """Why ``name`` is not a usable IANA zone, or ``None`` when it is."""
+    from zoneinfo import ZoneInfo
+
+    try:
+        ZoneInfo(name)
+    except (ValueError, OSError) as e:  # ZoneInfoNotFoundError is a KeyError: caught below
+        return f"{name!r} is not an IANA time zone like 'Europe/Paris' or 'UTC' ({e})"
+    except KeyError:
+        return f"{name!r} is not an IANA time zone like 'Europe/Paris' or 'UTC' (unknown zone)"
+    return None
+
+
+def local_zone_name() -> str:
+    """The system's IANA zone: ``$TZ`` when it names one, else ``/etc/localtime``'s target, else
+    ``/etc/timezone``, else ``UTC``. Schedules need a name (stored in the ledger with each cron
+    timer), not an offset, so that they follow the zone's daylight-saving changes."""
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    with contextlib.suppress(OSError):
+        target = os.path.realpath("/etc/localtime")
+        if "/zoneinfo/" in target:
+            candidates.append(target.split("/zoneinfo/", 1)[1])
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        candidates.append(Path("/etc/timezone").read_text(encoding="utf-8").strip())
+    for name in candidates:
+        if name and not name.startswith("/") and zone_problem(name) is None:
+            return "UTC" if name in ("Etc/UTC", "Etc/Universal", "UCT", "Universal", "Zulu", "Etc/Zulu") else name
+    return "UTC"
 
 
 def _read_toml(path: Path) -> dict[str, object]:

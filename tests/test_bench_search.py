@@ -59,6 +59,27 @@ def test_bench_search_json(tmp_path: Path) -> None:
     assert data["targets"] == {"p95_ms_1m": 20.0, "ratio_to_raw_1m": 2.0}
     assert data["targets_met"] == {}, "targets are judged at 1m only"
     assert not list(tmp_path.glob("holon-bench-*")), "the bench leaves no scratch files behind"
+    progress = r.stderr.strip().splitlines()  # stderr is a pipe: a few plain lines, no bar
+    assert progress[0].startswith("bench search: indexing 1,500 documents and measuring: 0/2"), r.stderr
+    assert progress[-1].startswith("bench search: ") and ", done, " in progress[-1], r.stderr
+    assert len(progress) <= 6 and "\x1b[" not in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_bench_on_a_terminal_shows_a_progress_bar(tmp_path: Path) -> None:
+    import pexpect
+
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path), "HOME": str(tmp_path), "TERM": "xterm"}
+    argv = [sys.executable, "-m", "holon.cli.main", "bench", "search", "--docs", "1500,3000", "--queries", "2"]
+    child = pexpect.spawn(argv[0], argv[1:], env=env, cwd=str(REPO), encoding="utf-8", timeout=60, dimensions=(30, 120))
+    child.logfile_read = sys.stdout
+    try:
+        child.expect("search benchmark|MemorySearch|p50")
+        seen = child.before or ""
+    finally:
+        child.close(force=True)
+    assert "bench search: indexing" in seen and "━" in seen, "rich's bar on the terminal"
+    assert ", done, " not in seen, "no plain lines on a terminal"
 
 
 def test_bench_search_rejects_bad_sizes(tmp_path: Path) -> None:

@@ -280,6 +280,11 @@ def test_ledger_verify_and_replay_ok(populated: Path) -> None:
     assert data["events"] == 3
     assert data["mismatches"] == 0
     assert data["events_per_s"] > 0
+    assert r.err == "", "--json: no progress lines"
+    human = holon("--home", populated, "ledger", "replay")
+    assert human.code == 0 and human.out.startswith("ok: 3 events replayed"), human
+    progress = human.err.strip().splitlines()  # a pipe: plain lines, the last one saying done
+    assert 1 <= len(progress) <= 3 and progress[-1].startswith("replaying the ledger: 3/3, done"), human.err
 
 
 # --- tampering ------------------------------------------------------------------------------

@@ -511,6 +511,54 @@ def test_child_agents_spend_their_background_roots_budget(store: Any) -> None:
 # --- holon daemon logs ---------------------------------------------------------------------------
 
 
+def test_logs_are_readable_lines_by_default_and_raw_with_json(tmp_path: Path) -> None:
+    """Pretty: time, level, event, key=value, logger; no JSON, no colour in a pipe; lines that are
+    not JSON (a traceback in daemon.out) as they are. ``--json``: the file's lines. ``-f`` follows
+    in both modes, a line written in two pieces printed once, whole."""
+    import select
+
+    from helpers.turn_cli import quick_home
+
+    home = quick_home(tmp_path, "alice")
+    logs = home / "logs"
+    record = {"pid": 30191, "head": 1, "note": "two words", "event": "daemon.started", "level": "info",
+              "logger": "holon.daemon", "timestamp": "2026-11-25T20:14:12.315457Z"}  # fmt: skip
+    failed = {"event": "agent run failed", "level": "error", "logger": "holon.daemon", "agent": "alice",
+              "timestamp": "2026-11-25T20:14:13.000001Z",
+              "exception": [{"exc_type": "RuntimeError", "exc_value": "no model", "frames": []}]}  # fmt: skip
+    (logs / "holon.log").write_text(json.dumps(record) + "\n" + json.dumps(failed) + "\nnot json at all\n")
+    (logs / "daemon.out").unlink(missing_ok=True)
+    r = holon(home, "daemon", "logs")
+    assert r.code == 0, r
+    assert r.out.splitlines() == [
+        '2026-11-25 20:14:12Z  info      daemon.started  pid=30191 head=1 note="two words" [holon.daemon]',
+        "2026-11-25 20:14:13Z  error     agent run failed  agent=alice [holon.daemon]",
+        "    RuntimeError: no model",
+        "not json at all",
+    ], r.out
+    assert "\x1b[" not in r.out, "no colour in a pipe"
+    raw = holon(home, "daemon", "logs", "--json")
+    assert raw.out.splitlines()[:2] == [json.dumps(record), json.dumps(failed)]
+
+    (logs / "daemon.out").write_text("")
+    proc = spawn_holon(home, "daemon", "logs", "-n", "0", "-f")
+    try:
+        assert proc.stdout is not None
+        wait_for("the headers", lambda: select.select([proc.stdout], [], [], 0.1)[0], proc=proc)
+        assert [proc.stdout.readline().strip(), proc.stdout.readline().strip()] == [
+            f"==> {logs / 'holon.log'} <==", f"==> {logs / 'daemon.out'} <=="]  # fmt: skip
+        with (logs / "holon.log").open("a") as fh:
+            fh.write('{"event": "half", "level": "warn')
+            fh.flush()
+            assert not select.select([proc.stdout], [], [], 0.5)[0], "nothing printed for half a line"
+            fh.write('ing", "timestamp": "2026-11-25T21:00:00Z", "n": 1}\n')
+        wait_for("the followed line", lambda: select.select([proc.stdout], [], [], 0.1)[0], proc=proc)
+        assert proc.stdout.readline().rstrip("\n") == "2026-11-25 21:00:00Z  warning   half  n=1"
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+
+
 def test_logs_show_and_follow_the_log_and_the_process_output(tmp_path: Path) -> None:
     import select
 
@@ -520,13 +568,13 @@ def test_logs_show_and_follow_the_log_and_the_process_output(tmp_path: Path) -> 
     logs = home / "logs"
     (logs / "holon.log").write_text("".join(f'{{"event": "log {i}"}}\n' for i in range(5)))
     (logs / "daemon.out").write_text("Traceback (most recent call last):\nRuntimeError: boom\n")
-    r = holon(home, "daemon", "logs", "-n", "2")
+    r = holon(home, "daemon", "logs", "-n", "2", "--json")
     assert r.code == 0, r
     assert r.out.splitlines() == [
         f"==> {logs / 'holon.log'} <==", '{"event": "log 3"}', '{"event": "log 4"}',
         f"==> {logs / 'daemon.out'} <==", "Traceback (most recent call last):", "RuntimeError: boom",
     ]  # fmt: skip
-    proc = spawn_holon(home, "daemon", "logs", "-n", "0", "--follow")
+    proc = spawn_holon(home, "daemon", "logs", "-n", "0", "--follow", "--json")
     try:
         assert proc.stdout is not None
         wait_for("the headers", lambda: select.select([proc.stdout], [], [], 0.1)[0], proc=proc)

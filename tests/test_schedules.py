@@ -88,7 +88,7 @@ def test_a_schedule_added_over_http_fires_and_stops_when_cancelled(client: httpx
     home = _home(server)
     assert client.post("/v1/agents", json={"name": "ada"}).status_code == 201
     assert client.post("/v1/agents", json={"name": "bob"}).status_code == 201
-    r = client.post("/v1/agents/ada/timers", json={"schedule": "every 1s", "prompt": "Check the queue."})
+    r = client.post("/v1/agents/ada/timers", json={"schedule": "every 1 second", "prompt": "Check the queue."})
     assert r.status_code == 201, r.text
     timer = r.json()
     assert (timer["kind"], timer["spec"], timer["status"], timer["prompt"]) == (
@@ -149,8 +149,8 @@ def test_a_schedule_added_by_the_cli_fires_in_the_running_daemon(client: httpx.C
     assert listing.code == 0, listing
     lines = {line.split()[0]: line for line in listing.out.splitlines() if line.startswith("tmr_")}
     assert set(lines) == {timer_id, cron["timer_id"]}
-    assert "every 1s" in lines[timer_id] and re.search(r"next: \d{4}-\d\d-\d\dT", lines[timer_id])
-    assert f"next: {cron['next_fire']}" in lines[cron["timer_id"]] and "T09:00:00" in cron["next_fire"]
+    assert "every 1s" in lines[timer_id] and re.search(r"next: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", lines[timer_id])
+    assert f"next: {cron['next_fire_local']}" in lines[cron["timer_id"]] and "09:00:00" in cron["next_fire_local"]
     assert "prompt: Tick from the CLI." in listing.out
 
     done = holon(home, "agent", "schedule", "ada", "--cancel", timer_id)
@@ -173,6 +173,78 @@ def test_a_schedule_added_by_the_cli_fires_in_the_running_daemon(client: httpx.C
         assert (r.code, "Traceback" in r.err) == (code, False), r
         assert problem in r.err, r
     assert holon(home, "agent", "schedule", "nobody").code == 3
+
+
+# --- zones, friendly forms and the no-daemon warning, through the CLI ------------------------------
+
+
+@pytest.mark.slow
+def test_schedules_are_read_in_the_configured_zone_and_warn_without_a_daemon(tmp_path: Path) -> None:
+    """A fresh home with ``[runtime] timezone = "Europe/Paris"`` and no daemon: a scheduled agent
+    is made (exit 0) with a warning on stderr that nothing fires until ``holon daemon start``;
+    crontab lines and @daily fire at Paris time and are listed with their zone; junk is refused
+    with the accepted forms; a bad zone in the config is one line naming the key."""
+    home = tmp_path / "home"
+    assert holon(home, "init").code == 0
+    (home / "holon.toml").write_text('[runtime]\ntimezone = "Europe/Paris"\n')
+
+    made = holon(home, "agent", "create", "ada", "--schedule", "0 9 * * *", "--prompt", "Morning.", "--json")
+    assert made.code == 0, made
+    json.loads(made.out)  # stdout stays the command's JSON
+    assert "no daemon is running" in made.err and "'holon daemon start'" in made.err, made.err
+    assert made.err.count("\n") == 1 and "Traceback" not in made.err
+
+    text = holon(home, "agent", "create", "eve", "--schedule", "30 2 * * *")
+    assert text.code == 0 and "no daemon is running" in text.err, text
+    assert re.search(
+        r"schedule: cron '30 2 \* \* \*' \(Europe/Paris\), next \d{4}-\d\d-\d\d 0[23]:30:00 CES?T \(Europe/Paris\)",
+        text.out,
+    ), text.out
+
+    added = holon(home, "agent", "schedule", "ada", "--add", "@daily", "--json")
+    assert added.code == 0 and "no daemon is running" in added.err, added
+    daily = added.json()
+    assert daily["spec"] == "CRON_TZ=Europe/Paris 0 0 * * *" and daily["zone"] == "Europe/Paris"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d 00:00:00 CES?T \(Europe/Paris\)", daily["next_fire_local"]), daily
+    every = holon(home, "agent", "schedule", "ada", "--add", "every 5 minutes", "--json").json()
+    assert (every["kind"], every["spec"]) == ("interval", "300")
+
+    listing = holon(home, "agent", "schedule", "ada")
+    assert listing.code == 0, listing
+    assert "cron '0 9 * * *' (Europe/Paris)" in listing.out and "cron '0 0 * * *' (Europe/Paris)" in listing.out
+    assert re.search(r"next: \d{4}-\d\d-\d\d 09:00:00 CES?T \(Europe/Paris\)", listing.out), listing.out
+    assert "every 300s" in listing.out
+    assert "no daemon" not in listing.err, "listing is not scheduling: no warning"
+
+    bad = holon(home, "agent", "create", "bob", "--schedule", "every fortnight")
+    assert (bad.code, "Traceback" in bad.err) == (2, False), bad
+    assert "@hourly|@daily|@weekly|@monthly" in bad.err and "every 30s|5 minutes|2h|1 day" in bad.err, bad.err
+
+    (home / "holon.toml").write_text('[runtime]\ntimezone = "Paris"\n')
+    refused = holon(home, "agent", "schedule", "ada", "--add", "@hourly")
+    assert refused.code != 0 and "Traceback" not in refused.err, refused
+    assert "runtime.timezone" in refused.err and "IANA time zone" in refused.err, refused.err
+
+
+@pytest.mark.slow
+def test_no_warning_while_a_daemon_runs(tmp_path: Path) -> None:
+    """The same commands against a home whose daemon runs print no warning."""
+    from holon.cli.common import Ctx
+    from holon.cli.schedules import no_daemon_warning
+    from holon.config import resolve_home
+
+    home = tmp_path / "home"
+    assert holon(home, "init").code == 0
+    paths = resolve_home(home)
+    assert no_daemon_warning(Ctx(paths, json=False)) is not None
+    started = holon(home, "daemon", "start", "--no-http")
+    try:
+        assert started.code == 0, started
+        assert no_daemon_warning(Ctx(paths, json=False)) is None
+        made = holon(home, "agent", "create", "ada", "--schedule", "every 1 hour")
+        assert made.code == 0 and "no daemon" not in made.err, made
+    finally:
+        holon(home, "daemon", "stop")
 
 
 # --- delete stops what the agent started -----------------------------------------------------------

@@ -10,10 +10,13 @@ runs on wall time, so their timers are due a second or so ahead.
 from __future__ import annotations
 
 import asyncio
+import pickle
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from helpers.runtime import SCRIPTED
@@ -22,17 +25,21 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from holon.clock import SystemClock
+from holon.config import load_settings, local_zone_name, resolve_home, zone_problem
 from holon.daemon import Daemon
 from holon.daemon.timers import (
     JOB_TABLE,
     MAX_CRON_WALK,
     MAX_INTERVAL_S,
+    ZonedCron,
+    describe,
     due_firings,
+    format_local,
     next_after,
     parse_schedule,
     timer_event,
 )
-from holon.errors import UsageError
+from holon.errors import ConfigError, UsageError
 from holon.ids import new_id
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
@@ -257,6 +264,180 @@ def test_cron_due_firings_bracket_now(spec: str, late_min: int) -> None:
     assert 1 <= count <= MAX_CRON_WALK
 
 
+# --- zones, DST and the friendlier forms ------------------------------------------------------------
+
+PARIS = "Europe/Paris"
+
+
+def _paris(*args: int) -> int:
+    return int(datetime(*args, tzinfo=ZoneInfo(PARIS)).timestamp()) * S
+
+
+def _walk(spec: str, start: int, n: int) -> list[str]:
+    """The next ``n`` due times of a cron spec after ``start``, as Paris local time with offset."""
+    out, t = [], start
+    for _ in range(n):
+        t = next_after("cron", spec, t)  # type: ignore[assignment]
+        out.append(datetime.fromtimestamp(t / S, ZoneInfo(PARIS)).strftime("%m-%d %H:%M%z"))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("every 5 minutes", ("interval", "300")),
+        ("every 2h", ("interval", "7200")),
+        ("every 1 day", ("interval", "86400")),
+        ("every 90 seconds", ("interval", "90")),
+        ("every minute", ("interval", "60")),
+        ("Every Hour", ("interval", "3600")),
+        ("every 2 weeks", ("interval", str(14 * 86400))),
+        ("@hourly", ("cron", "CRON_TZ=Europe/Paris 0 * * * *")),
+        ("@daily", ("cron", "CRON_TZ=Europe/Paris 0 0 * * *")),
+        ("@WEEKLY", ("cron", "CRON_TZ=Europe/Paris 0 0 * * 0")),
+        ("@monthly", ("cron", "CRON_TZ=Europe/Paris 0 0 1 * *")),
+        ("0 9 * * *", ("cron", "CRON_TZ=Europe/Paris 0 9 * * *")),
+        ("CRON_TZ=Asia/Tokyo 0 9 * * *", ("cron", "CRON_TZ=Asia/Tokyo 0 9 * * *")),
+        ("CRON_TZ=UTC @daily", ("cron", "0 0 * * *")),
+        ("2030-03-04T09:30:00", ("once", "2030-03-04T08:30:00+00:00")),  # read in Paris (CET, +01:00)
+        ("2030-07-04 09:30", ("once", "2030-07-04T07:30:00+00:00")),  # summer time (CEST, +02:00)
+        ("2030-03-04T09:30:00+00:00", ("once", "2030-03-04T09:30:00+00:00")),  # an offset wins
+    ],
+)
+def test_parse_schedule_friendly_forms_in_a_zone(text: str, expected: tuple[str, str]) -> None:
+    assert parse_schedule(text, zone=PARIS) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("@fortnightly", "'@hourly|@daily|@weekly|@monthly'"),
+        ("every", "'every 30s|5 minutes|2h|1 day'"),
+        ("every 5 fortnights", "a crontab line like '0 9 * * *'"),
+        ("daily", "or a time like"),
+        ("every 0 minutes", "from 1 second"),
+        ("every 53 weeks", "366 days"),
+        ("CRON_TZ=Mars/Olympus 0 9 * * *", "not an IANA time zone"),
+        ("CRON_TZ=Europe/Paris every 5m", "followed by a crontab line"),
+    ],
+)
+def test_junk_schedules_get_an_error_listing_the_accepted_forms(text: str, problem: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        parse_schedule(text, zone=PARIS)
+    assert problem in str(raised.value) and str(raised.value).startswith(f"schedule {text!r}")
+
+
+def test_an_unknown_form_error_names_every_form_and_the_zone() -> None:
+    with pytest.raises(UsageError) as raised:
+        parse_schedule("tomorrow at nine", zone=PARIS)
+    message = str(raised.value)
+    for form in ("every 30s", "5 minutes", "1 day", "@hourly", "@daily", "@weekly", "@monthly", "0 9 * * *"):
+        assert form in message, form
+    assert "read in Europe/Paris" in message
+
+
+def test_cron_in_a_zone_is_dst_correct_on_spring_forward() -> None:
+    """29 March 2026, Paris: 02:00 CET becomes 03:00 CEST. 02:30 does not exist that day: it fires
+    once, an hour late (03:30 CEST); 09:00 stays 09:00 local (08:00 UTC before, 07:00 UTC after)."""
+    _, half_past_two = parse_schedule("30 2 * * *", zone=PARIS)
+    assert _walk(half_past_two, _paris(2026, 3, 27), 4) == [
+        "03-27 02:30+0100", "03-28 02:30+0100", "03-29 03:30+0200", "03-30 02:30+0200",
+    ]  # fmt: skip
+    _, nine = parse_schedule("0 9 * * *", zone=PARIS)
+    assert _walk(nine, _paris(2026, 3, 27), 4) == [
+        "03-27 09:00+0100", "03-28 09:00+0100", "03-29 09:00+0200", "03-30 09:00+0200",
+    ]  # fmt: skip
+    _, half_hourly = parse_schedule("*/30 * * * *", zone=PARIS)  # no instant twice, none lost
+    assert _walk(half_hourly, _paris(2026, 3, 29, 1, 0), 4) == [
+        "03-29 01:30+0100", "03-29 03:00+0200", "03-29 03:30+0200", "03-29 04:00+0200",
+    ]  # fmt: skip
+    _, three = parse_schedule("0 3 * * *", zone=PARIS)
+    assert _walk(three, _paris(2026, 3, 29, 1, 0), 1) == ["03-29 03:00+0200"]
+
+
+def test_cron_in_a_zone_is_dst_correct_on_fall_back() -> None:
+    """25 October 2026, Paris: 03:00 CEST becomes 02:00 CET, so 02:30 happens twice: it fires
+    once (the first time) -- APScheduler's own CronTrigger fires twice and then repeats forever."""
+    _, half_past_two = parse_schedule("30 2 * * *", zone=PARIS)
+    assert _walk(half_past_two, _paris(2026, 10, 23), 4) == [
+        "10-23 02:30+0200", "10-24 02:30+0200", "10-25 02:30+0200", "10-26 02:30+0100",
+    ]  # fmt: skip
+    _, nine = parse_schedule("0 9 * * *", zone=PARIS)
+    assert _walk(nine, _paris(2026, 10, 23), 4) == [
+        "10-23 09:00+0200", "10-24 09:00+0200", "10-25 09:00+0100", "10-26 09:00+0100",
+    ]  # fmt: skip
+    # From inside the repeated hour (02:10 CET, the second time round) the next is 03:00 CET.
+    second_pass = _paris(2026, 10, 25, 1, 10) + 2 * 3600 * S  # 01:10 CEST + 2 h = 02:10 CET
+    _, half_hourly = parse_schedule("*/30 * * * *", zone=PARIS)
+    assert _walk(half_hourly, second_pass, 2) == ["10-25 03:00+0100", "10-25 03:30+0100"]
+
+
+def test_due_firings_across_a_dst_change_count_each_local_time_once() -> None:
+    _, spec = parse_schedule("30 2 * * *", zone=PARIS)
+    first = next_after("cron", spec, _paris(2026, 10, 20))
+    last, count = due_firings(_timer("cron", spec, first), _paris(2026, 10, 27, 12, 0))
+    assert count == 8 and last == _paris(2026, 10, 27, 2, 30)  # 20th to 27th, the 25th once
+
+
+def test_a_zoned_cron_trigger_survives_the_job_store_pickle() -> None:
+    trigger = ZonedCron("CRON_TZ=Europe/Paris 30 2 * * *")
+    copy = pickle.loads(pickle.dumps(trigger))
+    after = datetime(2026, 3, 28, 12, tzinfo=UTC)
+    assert copy.get_next_fire_time(None, after) == trigger.get_next_fire_time(None, after)
+    assert copy.get_next_fire_time(None, after) == datetime(2026, 3, 29, 1, 30, tzinfo=UTC)
+
+
+def test_timer_event_records_the_zone_and_a_utc_instant() -> None:
+    made = timer_event("@daily", now_us=_paris(2030, 3, 4, 12, 0), zone=PARIS)
+    assert (made.kind, made.spec) == ("cron", "CRON_TZ=Europe/Paris 0 0 * * *")
+    assert made.next_fire_us == _paris(2030, 3, 5, 0, 0)
+    assert format_local(made.next_fire_us, PARIS) == "2030-03-05 00:00:00 CET (Europe/Paris)"
+    assert describe("cron", made.spec) == "cron '0 0 * * *' (Europe/Paris)"
+
+
+@pytest.mark.parametrize("zone", ["Europe/Paris", "not/a zone", "", "../../etc/passwd", "UTC"])
+def test_runtime_timezone_is_checked_at_config_load(tmp_path: Path, zone: str) -> None:
+    home = resolve_home(tmp_path / "home")
+    home.root.mkdir()
+    home.config.write_text(f'[runtime]\ntimezone = "{zone}"\n')
+    if zone_problem(zone) is None or zone == "":
+        assert load_settings(home).runtime.zone() == (zone or local_zone_name())
+        return
+    with pytest.raises(ConfigError) as raised:
+        load_settings(home)
+    assert "runtime.timezone" in str(raised.value) and "IANA time zone" in str(raised.value)
+
+
+_ZONES = st.sampled_from(["UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"])
+
+
+@given(text=st.text(max_size=60) | st.builds(" ".join, st.lists(_FIELD, min_size=5, max_size=5))
+       | st.sampled_from(["@daily", "@hourly ", "every 5 minutes", "every  h", "CRON_TZ=", "@"]), zone=_ZONES)  # fmt: skip
+@example(text="CRON_TZ=Europe/Paris 30 2 * * *", zone="UTC")
+@example(text="every 12 hrs", zone="UTC")
+def test_junk_schedules_in_any_zone_never_crash(text: str, zone: str) -> None:
+    try:
+        kind, spec = parse_schedule(text, zone=zone)
+    except UsageError as e:
+        assert str(e).startswith("schedule ")
+        return
+    if kind != "once":
+        due = next_after(kind, spec, T0)
+        assert due is not None and due > T0
+
+
+@given(zone=_ZONES, spec=st.sampled_from(["30 2 * * *", "*/20 * * * *", "0 9 * * 1-5", "15 1,2,3 * * *"]),
+       start=st.integers(0, 3 * 365 * 86_400))  # fmt: skip
+def test_zoned_due_times_strictly_increase(zone: str, spec: str, start: int) -> None:
+    """Wherever it starts, even next to a DST change, the sequence of due times rises."""
+    _, stored = parse_schedule(spec, zone=zone)
+    t = T0 + start * S
+    for _ in range(12):
+        nxt = next_after("cron", stored, t)
+        assert nxt is not None and nxt > t
+        t = nxt
+
+
 # --- the daemon firing timers -----------------------------------------------------------------------
 
 
@@ -296,20 +477,22 @@ async def _until(check: Callable[[], Any], timeout_s: float = 15.0) -> None:
         await asyncio.sleep(0.02)
 
 
-def test_a_cron_timer_fires_and_its_next_due_time_comes_from_the_cron(store: Store) -> None:
+@pytest.mark.parametrize("spec", ["* * * * *", "CRON_TZ=Europe/Paris * * * * *"])
+def test_a_cron_timer_fires_and_its_next_due_time_comes_from_the_cron(store: Store, spec: str) -> None:
+    """In UTC and in a zone: the zoned trigger is pickled into the job table and fires the same way."""
     provider = ScriptedProvider([reply("Checked the build: green.")])
 
     async def scenario() -> None:
         async with _daemon(store, provider).running(grace_s=1) as daemon:
             daemon.create_agent("watcher", settings={"background": True})
             due = SystemClock().now_us() + 1_200_000
-            timer_id = _schedule(store, "watcher", "cron", "* * * * *", due, "Check the build.")
+            timer_id = _schedule(store, "watcher", "cron", spec, due, "Check the build.")
             await _until(lambda: timer_id in _jobs(store))  # the job is in the home database's table
             await _until(lambda: _fired(store, timer_id))
             await daemon.until_idle()
             [fired] = _fired(store, timer_id)
             assert fired.scheduled_for_us == due and fired.missed == 0
-            assert fired.next_fire_us == next_after("cron", "* * * * *", due)
+            assert fired.next_fire_us == next_after("cron", spec, due)
             assert fired.next_fire_us is not None and fired.next_fire_us % MIN == 0 and fired.next_fire_us > due
             timer = store.state("timer", timer_id)
             assert isinstance(timer, TimerProjection)

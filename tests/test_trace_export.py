@@ -232,6 +232,8 @@ def test_out_dash_writes_the_traces_to_stdout_and_the_summary_to_stderr(home: Pa
     assert r.code == 0, r
     assert r.out == out.read_text(encoding="utf-8")  # the same bytes, and nothing else on stdout
     assert "wrote 3 traces" in r.err and "Traceback" not in r.err, r
+    progress = [ln for ln in r.err.splitlines() if ln.startswith("exporting traces: ")]
+    assert 2 <= len(progress) <= 4 and "3/3, done" in progress[-1], r.err
     assert not (REPO / "-").exists()  # the CLI runs in the repository: no file named '-' appeared there
     r = holon(home, "trace", "export", "--format", "otlp-json", "--out", "-", "--json")
     assert r.code == 0 and json.loads(r.err)["traces"] == 3, r

@@ -79,7 +79,7 @@ class CreateAgent(_Request):
     name: str = Field(min_length=1, max_length=63)
     template: str = Field("assistant", max_length=64)
     workspace: str | None = Field(None, max_length=4096)
-    schedule: str | None = Field(None, max_length=256, description="Cron expression of a background agent.")
+    schedule: str | None = Field(None, max_length=256, description="Schedule of a background agent (as for timers).")
     prompt: str | None = Field(None, max_length=100_000, description="What a background agent does on its schedule.")
     settings: dict[str, JsonValue] | None = Field(None, description=_SETTINGS_DOC)
 
@@ -93,7 +93,8 @@ class AddTimer(_Request):
     schedule: str = Field(
         min_length=1,
         max_length=256,
-        description="A crontab line ('0 9 * * *', UTC), 'every 30s|5m|2h|1d', or an ISO time.",
+        description="'every 30s|5 minutes|2h|1 day', '@hourly|@daily|@weekly|@monthly', a crontab line "
+        "('0 9 * * *') or an ISO time; crontab lines and times without an offset are read in [runtime] timezone.",
     )
     prompt: str | None = Field(None, max_length=100_000, description="What the agent is told each time it fires.")
 

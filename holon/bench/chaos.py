@@ -45,6 +45,7 @@ import httpx
 
 from holon.api.server import free_port
 from holon.bench.chaos_ledger import UNKNOWN_SEQ, account, marked
+from holon.bench.progress import step
 from holon.clock import SystemClock
 from holon.config import HomePaths, load_settings
 from holon.projections import Store
@@ -232,7 +233,8 @@ async def _kills(daemon: DaemonProcess, load: Load, moments: list[float], t0: fl
     """SIGKILL and restart the daemon at each moment (seconds after ``t0``); seconds from each kill
     to the restarted daemon's first healthy answer."""
     restarts = []
-    for moment in moments:
+    for n, moment in enumerate(moments):
+        step("load with SIGKILLs", n, len(moments))
         up_since = time.monotonic()
         await asyncio.sleep(max(0.0, t0 + moment - time.monotonic(), up_since + MIN_UP_S - time.monotonic()))
         killed_at = time.monotonic()
@@ -287,6 +289,7 @@ async def _run(
     if crashed:  # a client that died took its share of the load with it: the run measured less than it says
         raise RuntimeError(f"{len(crashed)} posting clients failed: {crashed[0]}")
     load_s = time.monotonic() - t0
+    step("draining", len(moments), len(moments))
     drained = await _drain(daemon, load, drain_s)
     return {"kills": len(restarts), "restart_s": restarts, "start_s": round(start_s, 3), "load_s": round(load_s, 3),
             "drained": drained, "drain_s": round(time.monotonic() - t0 - load_s, 3)}  # fmt: skip
@@ -369,6 +372,7 @@ def run_chaos_bench(
         finally:
             fake.kill()
             fake.wait(10)
+        step("accounting for every acknowledged input")
         with Store.open(paths, load_settings(paths), clock=SystemClock()) as store:
             counts = account(store, load.acks)
     out: dict[str, Any] = counts.as_dict()

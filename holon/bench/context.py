@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from holon.bench import workload
+from holon.bench.progress import step
 from holon.clock import SystemClock
 from holon.config import HomePaths, LedgerSettings, Settings
 from holon.context.assembler import Budget, assemble
@@ -142,15 +143,18 @@ def run_context_bench(*, events: int = 1_000_000, samples: int = 100, own_turns:
     with tempfile.TemporaryDirectory(prefix="holon-bench-context-") as tmp:
         store = Store.open(HomePaths(Path(tmp)), settings, clock=SystemClock())
         agent = create_agent(store, "measured", origin="operator:bench")
+        step(f"filling a ledger of {events:,} events", 0, events)
         t0 = time.perf_counter()
         _fill(store, agent.agent_id, events, own_turns)
         fill_s = time.perf_counter() - t0
         counter = TokenCounter("gpt-4o")
         result: dict[str, Any] = {"ledger_events": store.ledger.head(), "fill_s": round(fill_s, 1), "samples": samples}
         for name, window in BUDGETS.items():
+            step(f"assembling {name} contexts", list(BUDGETS).index(name), len(BUDGETS))
             lat = _latency(store, agent.agent_id, window, samples, counter)
             result[f"p50_ms_{name}"] = round(statistics.median(lat), 3)
             result[f"p95_ms_{name}"] = round(statistics.quantiles(lat, n=20)[18], 3)
+        step("prefix stability", len(BUDGETS), len(BUDGETS))
         stability = {name: round(_stability(store, window), 4) for name, window in BUDGETS.items()}
         store.close()
     result["prefix_stability"] = min(stability.values())

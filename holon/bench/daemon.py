@@ -45,6 +45,7 @@ import httpx
 from holon.api.server import free_port
 from holon.api.token import read_token
 from holon.bench import workload
+from holon.bench.progress import step
 from holon.clock import SystemClock
 from holon.config import HomePaths, load_settings
 from holon.projections import Store
@@ -339,7 +340,9 @@ def run_daemon_bench(
     with tempfile.TemporaryDirectory(prefix="holon-bench-daemon-") as tmp:
         root = Path(tmp)
         out: dict[str, Any] = {"agents": agents, "turns": turns, "latency_ms": latency_ms}
+        step(f"{agents} agents x {turns} turns through the daemon", 0, 4)
         out.update(_throughput(root, agents, turns, latency_ms))
+        step(f"idle daemon with {idle_agents} agents", 1, 4)
         out["idle_agents"] = idle_agents
         rss, cpu_pct = _idle(root, idle_agents, idle_window_s)
         out["idle_rss_mb_1000_agents"] = round(rss, 1)
@@ -349,7 +352,9 @@ def run_daemon_bench(
         script.write_text("[]")  # an exhausted script answers every call at once
         fake_argv = [sys.executable, "-m", "holon.testing.fake_llm", "--script", str(script)]
         with _process(fake_argv, env=_env(), first_line=True) as (_fake, model_url):
+            step(f"restart on {events_small:,} events", 2, 4)
             small, small_n = _restart(root, events_small, "small", model_url)
+            step(f"restart on {events_large:,} events", 3, 4)
             large, large_n = _restart(root, events_large, "large", model_url)
     out.update(
         restart_s_10k=round(small, 3),

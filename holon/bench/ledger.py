@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from holon.bench import workload
+from holon.bench.progress import step
 from holon.clock import SystemClock
 from holon.config import HomePaths, LedgerSettings, Settings
 from holon.ledger import NewEvent
@@ -95,7 +96,8 @@ def run_ledger_bench(*, replay_events: int = 100_000, rounds: int = 3, synchrono
         store.append(*workload.creation_events(N_AGENTS))
         raw = _Raw(Path(tmp) / "raw.db", store.ledger.db.pragmas)
         results: dict[str, list[float]] = {"raw_single": [], "holon_single": [], "raw_batch": [], "holon_batch": []}
-        for _ in range(rounds):
+        for r in range(rounds):
+            step("append rounds", r, rounds)
             single = list(itertools.islice(stream, SINGLE_N))
             batched = list(itertools.islice(stream, BATCH_N))
             results["raw_single"].append(raw.run(single, 1))
@@ -105,10 +107,12 @@ def run_ledger_bench(*, replay_events: int = 100_000, rounds: int = 3, synchrono
         # Grow the ledger to the replay size, then rebuild every projection from seq 0.
         missing = replay_events - store.ledger.head()
         while missing > 0:
+            step("filling the ledger for replay", store.ledger.head(), replay_events)
             chunk = list(itertools.islice(stream, min(missing, 50_000)))
             for i in range(0, len(chunk), 100):
                 store.append(*chunk[i : i + 100])
             missing -= len(chunk)
+        step("replaying", store.ledger.head(), store.ledger.head())
         replayed = store.replay()
         verified = store.ledger.verify()
         store.close()

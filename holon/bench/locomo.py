@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from holon.bench.progress import step
 from holon.config import HomePaths, LedgerSettings, Settings
 from holon.errors import UsageError
 from holon.memory.index import SearchIndex
@@ -181,7 +182,9 @@ def run_locomo_bench(
     by_cat: dict[str, list[float]] = defaultdict(list)
     by_conv: dict[str, list[float]] = defaultdict(list)
     times: list[float] = []
-    for path in _files(data_dir):
+    files = list(_files(data_dir))
+    for n, path in enumerate(files):
+        step(f"conversation {path.name}", n, len(files))
         conv = load_conversation(path)
         with tempfile.TemporaryDirectory(prefix="holon-locomo-") as tmp:
             store, agent_id = _replay(conv, Path(tmp))

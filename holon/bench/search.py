@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from holon.bench.chatter import SENTENCES, Chatter
+from holon.bench.progress import step
 from holon.clock import SystemClock
 from holon.config import HomePaths, LedgerSettings, Settings
 from holon.memory.index import SearchIndex
@@ -221,7 +222,8 @@ def run_search_bench(
             docs = chatter.docs()
             rng = random.Random(seed)
             built, build_s = 0, 0.0
-            for size in sorted(set(sizes)):
+            for n, size in enumerate(sorted(set(sizes))):
+                step(f"indexing {size:,} documents and measuring", n, len(set(sizes)))
                 t0 = time.perf_counter()
                 built += index.add_documents(itertools.islice(docs, size - built))
                 build_s += time.perf_counter() - t0

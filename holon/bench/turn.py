@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from holon.bench import workload
+from holon.bench.progress import step
 from holon.clock import SystemClock
 from holon.config import HomePaths, LedgerSettings, Settings
 from holon.ledger import NewEvent
@@ -69,6 +70,7 @@ def _fill(store: Store, agent_id: str, events: int) -> None:
     rng = random.Random(3)
     own = itertools.count()
     while store.ledger.head() < events:
+        step(f"filling a ledger of {events:,} events", store.ledger.head(), events)
         batch = list(itertools.islice(others, 500))
         for j in range(0, len(batch), 250):
             store.append(*batch[j : j + 250])
@@ -97,6 +99,7 @@ async def _measure(store: Store, agent_id: str, turns: int) -> list[float]:
         wall = time.perf_counter() - t0
         assert result is not None and result.outcome == "completed", result
         samples.append((wall - (model.spent_s - spent_before)) * 1000)
+        step(f"measuring turns after {store.ledger.head():,} events", i + 1, turns)
     return samples
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
+from holon.cli.schedules import warn_unless_daemon
 
 app = typer.Typer(help="Create, list and inspect agents.", no_args_is_help=True)
 
@@ -31,7 +32,8 @@ ScheduleOpt = Annotated[
     str | None,
     typer.Option(
         "--schedule",
-        help="Run in the background on a schedule: a crontab line ('0 9 * * *', UTC), 'every 30s|5m|2h|1d', or an ISO time.",
+        help="Run in the background on a schedule: 'every 30s|5 minutes|2h|1 day', '@hourly|@daily|@weekly|@monthly', "
+        "a crontab line ('0 9 * * *') or an ISO time; read in the runtime.timezone setting (default: the system's zone).",
     ),
 ]
 PromptOpt = Annotated[str | None, typer.Option("--prompt", help="What the agent is told each time its schedule fires.")]
@@ -82,9 +84,11 @@ def create(
         raise UsageError("--prompt goes with --schedule (what the agent is told when the schedule fires)")
     if schedule is not None:
         from holon.clock import SystemClock
+        from holon.config import load_settings
         from holon.daemon.timers import timer_event
 
-        timers.append(timer_event(schedule, now_us=SystemClock().now_us(), prompt=prompt))
+        zone = load_settings(c.paths).runtime.zone()
+        timers.append(timer_event(schedule, now_us=SystemClock().now_us(), prompt=prompt, zone=zone))
         settings["background"] = True
     with open_store(c) as store:
         existing = None
@@ -97,7 +101,21 @@ def create(
             emit(c, existing.model_dump(mode="json"), f"agent {existing.name} already exists ({existing.agent_id})")
             return
         agent = create_agent(store, name, template=template, settings=settings, workspace=workspace, timers=timers)  # type: ignore[arg-type]
-    emit(c, agent.model_dump(mode="json"), f"created agent {agent.name} ({agent.agent_id})\n  home: {agent.home}")
+    human = f"created agent {agent.name} ({agent.agent_id})\n  home: {agent.home}"
+    if timers:
+        human += "\n" + _schedule_line(timers[0], zone)
+    emit(c, agent.model_dump(mode="json"), human)
+    if timers:
+        warn_unless_daemon(c)
+
+
+def _schedule_line(made: object, zone: str) -> str:
+    """``  schedule: cron '0 9 * * *' (Europe/Paris), next 2026-03-30 09:00:00 CEST (Europe/Paris)``."""
+    from holon.daemon.timers import describe, format_local, split_cron
+
+    kind, spec, due = made.kind, made.spec, made.next_fire_us  # type: ignore[attr-defined]
+    where = split_cron(spec)[0] if kind == "cron" else zone
+    return f"  schedule: {describe(kind, spec)}, next {format_local(due, where) if due is not None else '-'}"
 
 
 @app.command("configure")
@@ -227,10 +245,11 @@ def hook(
 
 
 def _timer_line(timer: dict[str, object]) -> str:
-    """One timer for ``holon agent schedule``: id, schedule, next fire time, firings, prompt."""
-    kind, spec = timer["kind"], str(timer["spec"])
-    what = f"every {spec}s" if kind == "interval" else (f"cron '{spec}' (UTC)" if kind == "cron" else f"once at {spec}")
-    nxt = timer.get("next_fire") or "-"
+    """One timer for ``holon agent schedule``: id, schedule, next fire time (in its zone), firings, prompt."""
+    from holon.daemon.timers import describe
+
+    what = describe(timer["kind"], str(timer["spec"]))  # type: ignore[arg-type]
+    nxt = timer.get("next_fire_local") or "-"
     prompt = timer.get("prompt")
     line = f"{timer['timer_id']}  {what}  next: {nxt}  fired: {timer['fired']}"
     line += f"  missed: {timer['missed']}" if timer.get("missed") else ""
@@ -245,7 +264,8 @@ def schedule(
         str | None,
         typer.Option(
             "--add",
-            help="A new schedule: a crontab line ('0 9 * * *', UTC), 'every 30s|5m|2h|1d', or an ISO time.",
+            help="A new schedule: 'every 30s|5 minutes|2h|1 day', '@hourly|@daily|@weekly|@monthly', a crontab "
+            "line ('0 9 * * *') or an ISO time; read in the runtime.timezone setting (default: the system's zone).",
         ),
     ] = None,
     prompt: Annotated[str | None, typer.Option("--prompt", help="What the agent is told when --add fires.")] = None,
@@ -258,7 +278,7 @@ def schedule(
     Each change is a ledger event: a running daemon picks it up at once, no restart needed. An
     agent given a schedule becomes a background agent (per-day budgets apply)."""
     from holon.clock import SystemClock, format_us
-    from holon.daemon.timers import add_timer, cancel_timer
+    from holon.daemon.timers import add_timer, cancel_timer, format_local, timer_zone
     from holon.errors import UsageError
     from holon.projections.state import TimerProjection
 
@@ -272,14 +292,18 @@ def schedule(
         data: dict[str, object] = timer.model_dump(mode="json")
         due = data.get("next_fire_us")
         data["next_fire"] = format_us(due) if isinstance(due, int) else None
+        data["zone"] = timer_zone(timer, zone)
+        data["next_fire_local"] = format_local(due, data["zone"]) if isinstance(due, int) else None  # type: ignore[arg-type]
         return data
 
     with open_store(c) as store:
+        zone = store.settings.runtime.zone()
         agent = store.agent(name)
         if add is not None:
             now = SystemClock().now_us()
             timer = add_timer(store, agent.agent_id, add, now_us=now, prompt=prompt, origin="operator:cli")
             emit(c, shown(timer), f"scheduled for {agent.name}:\n  {_timer_line(shown(timer))}")
+            warn_unless_daemon(c)
             return
         if cancel is not None:
             timer = cancel_timer(store, agent.agent_id, cancel, origin="operator:cli")

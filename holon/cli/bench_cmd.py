@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,6 +25,21 @@ def _quiet() -> None:
     configure_logging(console="off")
 
 
+@contextmanager
+def _progress(name: str) -> Iterator[None]:
+    """Show the bench's ``step`` calls on stderr: a bar on a terminal, a few plain lines otherwise."""
+    from holon.bench.progress import reporting
+    from holon.cli.progress import progress
+
+    with progress(f"bench {name}") as bar:
+
+        def sink(label: str, done: int, total: int | None) -> None:
+            bar.update(done, total, label=f"bench {name}: {label}")
+
+        with reporting(sink):
+            yield
+
+
 @app.command("ledger")
 def ledger(
     ctx: typer.Context,
@@ -37,7 +54,8 @@ def ledger(
     from holon.bench.ledger import format_report, run_ledger_bench
 
     c = ctx_of(ctx, None, json_out)
-    result = run_ledger_bench(replay_events=events, rounds=rounds, synchronous=synchronous.upper())
+    with _progress("ledger"):
+        result = run_ledger_bench(replay_events=events, rounds=rounds, synchronous=synchronous.upper())
     emit(c, result, format_report(result))
 
 
@@ -53,7 +71,8 @@ def turn(
     from holon.bench.turn import format_report, run_turn_bench
 
     c = ctx_of(ctx, None, json_out)
-    result = run_turn_bench(large_events=events, turns=turns, synchronous=synchronous.upper())
+    with _progress("turn"):
+        result = run_turn_bench(large_events=events, turns=turns, synchronous=synchronous.upper())
     emit(c, result, format_report(result))
 
 
@@ -68,7 +87,8 @@ def context(
     from holon.bench.context import format_report, run_context_bench
 
     c = ctx_of(ctx, None, json_out)
-    result = run_context_bench(events=events, samples=samples)
+    with _progress("context"):
+        result = run_context_bench(events=events, samples=samples)
     emit(c, result, format_report(result))
 
 
@@ -102,11 +122,12 @@ def daemon(
     from holon.bench.daemon import format_report, run_daemon_bench
 
     c = ctx_of(ctx, None, json_out)
-    result = run_daemon_bench(
-        agents=agents, turns=turns, latency_ms=latency_ms, idle_agents=idle_agents,
-        idle_window_s=idle_window_s,
-        events_small=events_small, events_large=events_large,
-    )  # fmt: skip
+    with _progress("daemon"):
+        result = run_daemon_bench(
+            agents=agents, turns=turns, latency_ms=latency_ms, idle_agents=idle_agents,
+            idle_window_s=idle_window_s,
+            events_small=events_small, events_large=events_large,
+        )  # fmt: skip
     emit(c, result, format_report(result))
 
 
@@ -135,10 +156,11 @@ def chaos(
     c = ctx_of(ctx, None, json_out)
     if directory is not None and directory.exists() and any(directory.iterdir()):
         raise UsageError(f"--dir {directory} is not empty; the bench builds a new home there")
-    result = run_chaos_bench(
-        agents=agents, clients=clients, duration_s=duration_s, kills=kills, seed=seed, latency_ms=latency_ms,
-        drain_s=drain_s, directory=directory,
-    )  # fmt: skip
+    with _progress("chaos"):
+        result = run_chaos_bench(
+            agents=agents, clients=clients, duration_s=duration_s, kills=kills, seed=seed, latency_ms=latency_ms,
+            drain_s=drain_s, directory=directory,
+        )  # fmt: skip
     emit(c, result, format_report(result))
     if not result["ok"]:
         raise typer.Exit(1)
@@ -164,7 +186,8 @@ def search_bench(
     c = ctx_of(ctx, None, json_out)
     if directory is not None and directory.exists() and any(directory.iterdir()):
         raise UsageError(f"--dir {directory} is not empty; the bench builds a new home there")
-    result = run_search_bench(sizes=_sizes(docs), queries=queries, seed=seed, directory=directory)
+    with _progress("search"):
+        result = run_search_bench(sizes=_sizes(docs), queries=queries, seed=seed, directory=directory)
     emit(c, result, format_report(result))
 
 
@@ -199,7 +222,8 @@ def locomo(
     c = ctx_of(ctx, None, json_out)
     name = "" if embeddings == "none" else embeddings
     embedder = embedder_from_settings(Settings(memory=MemorySettings(embeddings=name)))
-    result = run_locomo_bench(data, k=k, embedder=embedder, params=_rank_params(weights or []))
+    with _progress("locomo"):
+        result = run_locomo_bench(data, k=k, embedder=embedder, params=_rank_params(weights or []))
     emit(c, result, format_report(result))
 
 

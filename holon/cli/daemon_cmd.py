@@ -180,12 +180,19 @@ def logs(
     lines: Annotated[int, typer.Option("-n", "--lines", min=0, help="How many of the last lines to show.")] = 50,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
     home: HomeOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="The raw JSON lines, as in the file.")] = False,
 ) -> None:
     """Print the end of ``<home>/logs/holon.log`` and of ``daemon.out`` (the process's own output,
-    where a crash's traceback goes), and follow both."""
+    where a crash's traceback goes), and follow both. One readable line per record (time, level,
+    event, key=value; colour on a terminal); --json for the raw lines."""
     import sys
 
+    from holon.cli.logview import pretty_line
+
     c = ctx_of(ctx, home, False)
+    raw = json_out or bool((ctx.find_root().obj or {}).get("json"))
+    colour = not raw and sys.stdout.isatty()
+    show = (lambda line: line) if raw else (lambda line: pretty_line(line, colour=colour))
     paths = [p for p in (c.paths.logs / "holon.log", c.paths.logs / "daemon.out") if p.exists()]
     if not paths:
         sys.stdout.write(f"no log yet in {c.paths.logs}\n")
@@ -193,16 +200,16 @@ def logs(
     files = [p.open(encoding="utf-8", errors="replace") for p in paths]
     try:
         for path, fh in zip(paths, files, strict=True):
-            _print_tail(fh, lines, f"==> {path} <==\n" if len(paths) > 1 else None)
+            _print_tail(fh, lines, f"==> {path} <==\n" if len(paths) > 1 else None, show)
         while follow:
-            if not _print_new(files):
+            if not _print_new(files, show):
                 time.sleep(0.2)
     finally:
         for fh in files:
             fh.close()
 
 
-def _print_tail(fh: Any, lines: int, header: str | None) -> None:
+def _print_tail(fh: Any, lines: int, header: str | None, show: Any) -> None:
     """The last ``lines`` lines of an open file (leaving it at its end), under ``header``."""
     import collections
     import sys
@@ -210,18 +217,25 @@ def _print_tail(fh: Any, lines: int, header: str | None) -> None:
     tail = collections.deque(fh, maxlen=lines)
     if header is not None:
         sys.stdout.write(header)
-    sys.stdout.writelines(tail)
+    sys.stdout.writelines(show(line) for line in tail)
     sys.stdout.flush()
 
 
-def _print_new(files: list[Any]) -> bool:
+#: The start of a line ``--follow`` read before its writer finished it, per open file.
+_PARTIAL: dict[int, str] = {}
+
+
+def _print_new(files: list[Any], show: Any) -> bool:
     """Print whatever was appended to any of ``files``; False when nothing was."""
     import sys
 
     printed = False
     for fh in files:
         while line := fh.readline():
-            sys.stdout.write(line)
+            if not line.endswith("\n"):  # a line still being written: wait for its end
+                _PARTIAL[id(fh)] = _PARTIAL.get(id(fh), "") + line
+                break
+            sys.stdout.write(show(_PARTIAL.pop(id(fh), "") + line))
             printed = True
     sys.stdout.flush()
     return printed

@@ -164,15 +164,10 @@ def replay(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) 
     Exit 1 when they differ or an event cannot be read (see ``holon ledger verify``), 5 when the
     database file is damaged."""
     c = ctx_of(ctx, home, json_out)
-    with open_store(c) as store:
-        if sys.stderr.isatty():
-            from rich.progress import Progress
+    from holon.cli.progress import progress
 
-            with Progress(transient=True) as bar:
-                task = bar.add_task("replaying", total=store.ledger.head() or 1)
-                r = store.replay(progress=lambda done, total: bar.update(task, completed=done, total=total))
-        else:
-            r = store.replay()
+    with open_store(c) as store, progress("replaying the ledger", store.ledger.head() or None, quiet=c.json) as bar:
+        r = store.replay(progress=bar.update)
     data = {"ok": r.ok, "events": r.events, "mismatches": r.mismatches, "events_per_s": round(r.events_per_s, 1)}
     if r.examples:
         data["examples"] = r.examples

@@ -120,6 +120,30 @@ def search(
     emit(c, result.as_dict(), render_search(result))
 
 
+@app.command("reindex")
+def reindex(
+    ctx: typer.Context,
+    agent: Annotated[
+        str | None, typer.Option("--agent", help="Only this agent's documents (name or id); default: all.")
+    ] = None,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Rebuild the memory search index from the ledger and the curated files (same results as before
+    if it was sound; the remedy when it was not). Shows progress on stderr."""
+    from holon.cli.progress import progress
+    from holon.memory.reindex import reindex as reindex_
+
+    c = ctx_of(ctx, home, json_out)
+    with open_store(c) as store:
+        target = store.agent(agent) if agent else None
+        with progress(f"reindexing {target.name if target else 'memory'}", quiet=c.json) as bar:
+            done = reindex_(store, agent=target, progress=bar.update)
+    what = f"agent {done['agent']}" if done["agent"] else "all agents"
+    emit(c, done, f"reindexed {what}: {done['events']} events, {done['files']} files, "
+                  f"{done['documents']} documents ({done['seconds']} s)")  # fmt: skip
+
+
 # --- durable memory (RFC 0006) ------------------------------------------------------------------
 
 
@@ -187,9 +211,7 @@ def inspect_(
     now = SystemClock().now_us()
     with open_store(c) as store:
         owners = owners_for(store.agent(agent)) if agent else None
-        found = list_entries(
-            store, scope=scope, status=None if status == "all" else status, owners=owners, now_us=now
-        )
+        found = list_entries(store, scope=scope, status=None if status == "all" else status, owners=owners, now_us=now)
     if c.json or not found:
         emit(c, [_entry_json(s, now) for s in found], "no durable memory entries")
         return

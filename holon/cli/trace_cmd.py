@@ -61,9 +61,11 @@ def export(
         _export_to_stdout(c, fmt, agent, since, until, by, project)
         return
     _check_out(out)
-    with open_store(c) as store:
+    from holon.cli.progress import progress
+
+    with open_store(c) as store, progress("exporting traces", quiet=c.json) as bar:
         counts = export_traces(store, out, fmt=fmt, flt=trace_filter(store, agent, since, until), by=by,  # type: ignore[arg-type]
-                               project=project)  # fmt: skip
+                               project=project, progress=bar.update)  # fmt: skip
     emit(
         c,
         {**counts, "out": str(out), "format": fmt},
@@ -80,12 +82,13 @@ def _export_to_stdout(
     import json
     import sys
 
+    from holon.cli.progress import progress
     from holon.trace.export import write_traces
 
-    with open_store(c) as store:
+    with open_store(c) as store, progress("exporting traces", quiet=c.json) as bar:
         try:
             counts = write_traces(store, sys.stdout, fmt=fmt, flt=trace_filter(store, agent, since, until), by=by,  # type: ignore[arg-type]
-                                  project=project)  # fmt: skip
+                                  project=project, progress=bar.update)  # fmt: skip
             sys.stdout.flush()
         except BrokenPipeError:
             devnull = os.open(os.devnull, os.O_WRONLY)

@@ -290,7 +290,8 @@ class Daemon:
         merged = dict(settings or {})
         timers = []
         if schedule is not None:
-            timers.append(timer_event(schedule, now_us=self.clock.now_us(), prompt=prompt))
+            zone = self.store.settings.runtime.zone()
+            timers.append(timer_event(schedule, now_us=self.clock.now_us(), prompt=prompt, zone=zone))
             merged["background"] = True
         agent = create_agent(self.store, name, template=template, settings=merged, workspace=workspace, timers=timers)
         self._publish_new()

@@ -22,7 +22,7 @@ from holon.paths import HomePaths
 from holon.projections import Store
 from holon.projections.state import AgentState
 
-__all__ = ["file_sources", "owner_of", "owners_for", "search_memory"]
+__all__ = ["file_sources", "owner_of", "owners_for", "search_memory", "sync_agent_files"]
 
 #: Most curated files one agent's search looks at (notes and archives included).
 MAX_FILES = 200
@@ -65,6 +65,12 @@ def file_sources(paths: HomePaths, agent: AgentState) -> list[FileSource]:
     return out
 
 
+def sync_agent_files(store: Store, index: SearchIndex, agent: AgentState) -> int:
+    """Bring the index in line with the curated files ``agent`` sees; returns how many changed."""
+    files = file_sources(store.paths, agent)
+    return index.sync_files(files, complete=_listed_in_full(agent, files))
+
+
 def search_memory(
     store: Store,
     agent: AgentState,
@@ -91,8 +97,7 @@ def search_memory(
         raise UsageError("'since' is after 'until'")
     owners = [owner_of(agent, s) for s in (scopes or readable)]
     index = index or SearchIndex(store)
-    files = file_sources(store.paths, agent)
-    index.sync_files(files, complete=_listed_in_full(agent, files))
+    sync_agent_files(store, index, agent)
     return search(
         index,
         owners,

@@ -33,10 +33,11 @@ import datetime as dt
 import hashlib
 import itertools
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from holon.ledger import Event
 from holon.ledger import events as ev
@@ -73,6 +74,9 @@ CONTEXT_CAP = 600
 BATCH = 2_000
 #: Tools whose results are not indexed: they are views of memory itself.
 UNINDEXED_TOOLS = frozenset({"memory_search", "memory_get", "read_output"})
+
+Progress = Callable[[int, int], None]
+"""``(done, total)`` after each batch of a long indexing run (``holon memory reindex``)."""
 
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
 _SCHEMA = (
@@ -411,13 +415,44 @@ class SearchIndex:
         for table in _TABLES:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
 
-    def rebuild(self) -> Freshness:
-        """Drop everything and index the whole ledger again."""
+    def rebuild(self, *, progress: Progress | None = None) -> Freshness:
+        """Drop everything and index the whole ledger again (``holon memory reindex``)."""
         with self._tx() as conn:
             self._drop(conn)
             conn.execute("DELETE FROM projection_cursors WHERE name = ?", (CURSOR_NAME,))
         self._ready = False
-        return self.catch_up()
+        return self.catch_up(progress=progress)
+
+    def rebuild_owner(self, agent_id: str, *, progress: Progress | None = None) -> int:
+        """Drop one agent's documents (events, work items, tasks, its curated files) and index its
+        events again up to the cursor; returns how many of its events were read. Other owners'
+        documents and durable entries (which follow their own projection) are not touched."""
+        self.catch_up()
+        owner = f"agent:{agent_id}"
+        with self._tx() as conn:
+            writer = _Writer(conn)
+            for (doc_id,) in conn.execute("SELECT id FROM search_docs WHERE owner = ?", (owner,)).fetchall():
+                writer.delete(doc_id)
+            for (seg_id,) in conn.execute("SELECT id FROM search_segment_info WHERE owner = ?", (owner,)).fetchall():
+                conn.execute("DELETE FROM search_segments WHERE rowid = ?", (seg_id,))
+            conn.execute("DELETE FROM search_segment_info WHERE owner = ?", (owner,))
+            conn.execute("DELETE FROM search_files WHERE owner = ?", (owner,))
+            writer.finish()
+            (upto,) = conn.execute("SELECT seq FROM projection_cursors WHERE name = ?", (CURSOR_NAME,)).fetchone()
+        total = self.store.ledger.query("SELECT count(*) FROM events WHERE agent_id = ? AND seq <= ?", (agent_id, upto))
+        after = done = 0
+        while True:
+            with self._tx() as conn:
+                rows = conn.execute(
+                    f"SELECT {EVENT_COLUMNS} FROM events WHERE agent_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+                    (agent_id, after, upto, BATCH),
+                ).fetchall()
+                if not rows:
+                    return done
+                self._index_rows(conn, rows, durable=False)
+            after, done = rows[-1][0], done + len(rows)
+            if progress is not None:
+                progress(done, int(total[0][0]))
 
     # --- catching up ------------------------------------------------------------------------
 
@@ -429,8 +464,9 @@ class SearchIndex:
     def freshness(self) -> Freshness:
         return Freshness(self.cursor(), self.store.ledger.head())
 
-    def catch_up(self, *, max_events: int | None = None) -> Freshness:
-        """Index events after the cursor, ``BATCH`` per transaction. Safe to run from any process."""
+    def catch_up(self, *, max_events: int | None = None, progress: Progress | None = None) -> Freshness:
+        """Index events after the cursor, ``BATCH`` per transaction. Safe to run from any process.
+        ``progress(indexed_seq, head_seq)`` after each batch."""
         self.ensure()
         fresh = self.freshness()
         if fresh.lag == 0:
@@ -441,6 +477,8 @@ class SearchIndex:
             if not moved:
                 break
             done += moved
+            if progress is not None:
+                progress(self.cursor(), fresh.head_seq)
         return self.freshness()
 
     def _batch(self, limit: int) -> int:
@@ -451,34 +489,39 @@ class SearchIndex:
             ).fetchall()
             if not rows:
                 return 0
-            writer = _Writer(conn)
-            changed_items: dict[str, Event] = {}
-            changed_tasks: dict[str, Event] = {}
-            for raw in rows:
-                if raw[3] not in _INDEXED_TYPES:
-                    continue
-                event = row_to_event(raw)
-                p = event.payload
-                if isinstance(p, ev.WorkItemOpened | ev.WorkItemUpdated | ev.WorkItemCompleted | ev.TodoChanged):
-                    changed_items[p.work_item_id] = event
-                    continue
-                if isinstance(p, ev.TaskCreated | ev.TaskResulted):
-                    changed_tasks[p.task_id] = event
-                    continue
-                if isinstance(p, ev.DurableRecorded | ev.DurableForgotten):
-                    _index_durable(conn, p)
-                    continue
-                for doc in self._docs_for(event):
-                    writer.upsert(doc)
-            for event in changed_items.values():
-                for doc in self._work_item_doc(event):
-                    writer.upsert(doc)
-            for event in changed_tasks.values():
-                for doc in self._task_doc(event):
-                    writer.upsert(doc)
-            writer.finish()
+            self._index_rows(conn, rows, durable=True)
             conn.execute("UPDATE projection_cursors SET seq = ? WHERE name = ?", (rows[-1][0], CURSOR_NAME))
             return len(rows)
+
+    def _index_rows(self, conn: sqlite3.Connection, rows: list[Any], *, durable: bool) -> None:
+        """Index a batch of event rows in seq order (``durable``: follow durable entries too)."""
+        writer = _Writer(conn)
+        changed_items: dict[str, Event] = {}
+        changed_tasks: dict[str, Event] = {}
+        for raw in rows:
+            if raw[3] not in _INDEXED_TYPES:
+                continue
+            event = row_to_event(raw)
+            p = event.payload
+            if isinstance(p, ev.WorkItemOpened | ev.WorkItemUpdated | ev.WorkItemCompleted | ev.TodoChanged):
+                changed_items[p.work_item_id] = event
+                continue
+            if isinstance(p, ev.TaskCreated | ev.TaskResulted):
+                changed_tasks[p.task_id] = event
+                continue
+            if isinstance(p, ev.DurableRecorded | ev.DurableForgotten):
+                if durable:
+                    _index_durable(conn, p)
+                continue
+            for doc in self._docs_for(event):
+                writer.upsert(doc)
+        for event in changed_items.values():
+            for doc in self._work_item_doc(event):
+                writer.upsert(doc)
+        for event in changed_tasks.values():
+            for doc in self._task_doc(event):
+                writer.upsert(doc)
+        writer.finish()
 
     # --- bulk loading -------------------------------------------------------------------------
 

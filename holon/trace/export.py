@@ -7,7 +7,7 @@ import os
 import re
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -18,11 +18,13 @@ from holon.trace.spans import Span, TraceFilter, TraceReader, spans_of
 __all__ = ["Format", "error_key", "export_traces", "trace_stats", "write_traces"]
 
 Format = Literal["halo-jsonl", "otlp-json"]
+Progress = Callable[[int, "int | None"], None]
+"""``(done, total)`` after each unit of work; ``total`` is ``None`` when not known ahead."""
 
 
 def export_traces(
     store: Store, out: Path, *, fmt: Format, flt: TraceFilter | None = None, by: str = "turn",
-    project: str = "holon", service: str = "holon",
+    project: str = "holon", service: str = "holon", progress: Progress | None = None,
 ) -> dict[str, int]:  # fmt: skip
     """Write every trace of ``flt`` to ``out`` (atomically); returns counts of traces and spans.
 
@@ -32,7 +34,8 @@ def export_traces(
     tmp = out.with_name(out.name + ".tmp")
     try:
         with tmp.open("w", encoding="utf-8") as fh:
-            counts = write_traces(store, fh, fmt=fmt, flt=flt, by=by, project=project, service=service)
+            counts = write_traces(store, fh, fmt=fmt, flt=flt, by=by, project=project, service=service,
+                                  progress=progress)  # fmt: skip
             fh.flush()
             os.fsync(fh.fileno())
         tmp.replace(out)
@@ -44,15 +47,21 @@ def export_traces(
 
 def write_traces(
     store: Store, fh: TextIO, *, fmt: Format, flt: TraceFilter | None = None, by: str = "turn",
-    project: str = "holon", service: str = "holon",
+    project: str = "holon", service: str = "holon", progress: Progress | None = None,
 ) -> dict[str, int]:  # fmt: skip
     """Write every trace of ``flt`` to the open text stream ``fh`` (``--out -``: stdout), one line at a
-    time as it is read; returns counts of traces and spans. Not atomic: a failure leaves what was written."""
+    time as it is read; returns counts of traces and spans. Not atomic: a failure leaves what was written.
+
+    ``progress(done, total)`` is called after each trace (``total``: the turns selected, or
+    ``None`` per episode, where the count is not known ahead)."""
     reader = TraceReader(store, flt)
+    total = len(reader.turn_starts()) if progress is not None and by == "turn" else None
     traces = spans_n = 0
     for spans in spans_of(reader, project=project, by=by):
         traces += 1
         spans_n += len(spans)
+        if progress is not None:
+            progress(traces, total)
         if fmt == "halo-jsonl":
             fh.writelines(line + "\n" for line in halo_jsonl(spans, service=service))
         else:
