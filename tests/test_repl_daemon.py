@@ -346,3 +346,36 @@ def test_the_tail_pages_from_a_cursor_and_filters_by_type(server: ApiServer, htt
         r = http.get("/v1/ledger/tail", params=params)
         assert r.status_code == status and r.json()["error"]["code"] == code, (params, r.text)
     assert "brief.delivred" in http.get("/v1/ledger/tail", params={"type": "brief.delivred"}).json()["error"]["message"]
+
+
+def test_model_sets_the_model_api_base_and_key_variable_together(server: ApiServer, http: httpx.Client) -> None:
+    """``/model NAME --api-base URL --api-key-env VAR`` records all three (through the daemon's
+    validation); a later ``/model NAME`` resets the two left out; ``/model default`` resets all."""
+    _make(http, "ada")
+    chat, screen = _chat(server, "ada")
+
+    def settings() -> dict[str, Any]:
+        return dict(http.get("/v1/agents/ada").json()["agent"]["settings"])
+
+    shown = _run(chat, screen, "/model ollama_chat/llama3.2 --api-base http://127.0.0.1:11434 --api-key-env GROQ_API_KEY")
+    assert "ada uses ollama_chat/llama3.2  at http://127.0.0.1:11434  key GROQ_API_KEY" in shown, shown
+    assert "holon secrets set GROQ_API_KEY" in shown, shown
+    assert settings() == {
+        "model": "ollama_chat/llama3.2",
+        "api_base": "http://127.0.0.1:11434",
+        "api_key_env": "GROQ_API_KEY",
+    }
+    assert "ada uses ollama_chat/llama3.2  at http://127.0.0.1:11434" in _run(chat, screen, "/model")
+
+    assert "ada uses openai/gpt-4o-mini" in _run(chat, screen, "/model openai/gpt-4o-mini --api-key-env=OPENAI_API_KEY")
+    assert settings() == {"model": "openai/gpt-4o-mini", "api_key_env": "OPENAI_API_KEY"}
+
+    # The daemon's allow-list and validation answer, as for `holon agent configure`.
+    refused = _run(chat, screen, "/model openai/x --api-key-env PGPASSWORD")
+    assert "error: " in refused and "allowed_key_envs" in refused, refused
+    assert "error: " in _run(chat, screen, "/model openai/x --api-base")
+    assert "error: " in _run(chat, screen, "/model --api-base http://127.0.0.1:1")
+    assert settings() == {"model": "openai/gpt-4o-mini", "api_key_env": "OPENAI_API_KEY"}
+
+    assert "ada uses (default from config)" in _run(chat, screen, "/model default")
+    assert settings() == {}

@@ -366,7 +366,7 @@ class Chat:
         else:
             state = next(a for a in self.client.agents() if a.name == self.agent)
         s = state.settings
-        model = s.get("model") or "the config's default model"
+        model = s.get("model") or "(default from config)"
         where = "".join(
             f"  {label} {s[key]}" for key, label in (("api_base", "at"), ("api_key_env", "key")) if s.get(key)
         )
