@@ -357,7 +357,9 @@ def test_model_sets_the_model_api_base_and_key_variable_together(server: ApiServ
     def settings() -> dict[str, Any]:
         return dict(http.get("/v1/agents/ada").json()["agent"]["settings"])
 
-    shown = _run(chat, screen, "/model ollama_chat/llama3.2 --api-base http://127.0.0.1:11434 --api-key-env GROQ_API_KEY")
+    shown = _run(
+        chat, screen, "/model ollama_chat/llama3.2 --api-base http://127.0.0.1:11434 --api-key-env GROQ_API_KEY"
+    )
     assert "ada uses ollama_chat/llama3.2  at http://127.0.0.1:11434  key GROQ_API_KEY" in shown, shown
     assert "holon secrets set GROQ_API_KEY" in shown, shown
     assert settings() == {
