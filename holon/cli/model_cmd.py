@@ -49,7 +49,7 @@ def _where(api_base: str | None, key_env: str | None, key: str) -> str:
 
 @app.command("list")
 def list_(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
-    """The default model ([model] in holon.toml), each agent's model, the local model and examples.
+    """The default model (the model section of holon.toml), each agent's model, the local model and examples.
 
     Key sources are as this command sees them: the daemon looks in its own environment, then in
     holon secrets."""
@@ -112,7 +112,10 @@ def test(
     api_base: ApiBaseOpt = None,
     api_key_env: KeyEnvOpt = None,
     timeout: Annotated[
-        float | None, typer.Option("--timeout", min=0.1, max=3600, help="Seconds to wait (default: [model] timeout_s).")
+        float | None,
+        typer.Option(
+            "--timeout", min=0.1, max=3600, help="Seconds to wait (default: timeout_s of the config's model section)."
+        ),
     ] = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
@@ -191,7 +194,7 @@ def set_(
     """Switch an agent (default: assistant, created if missing) to MODEL.
 
     The three model settings are set together: --api-base or --api-key-env left out fall back to
-    the config's [model] values. Recorded in the ledger like `holon agent configure` (a running
+    the values of the config's model section. Recorded in the ledger like `holon agent configure` (a running
     daemon uses it from the next turn); the key itself stays in the environment or holon secrets."""
     from holon.runtime.agents import DEFAULT_AGENT, configure_or_create_default
     from holon.runtime.model_check import key_source
