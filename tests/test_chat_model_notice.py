@@ -47,11 +47,14 @@ def test_chat_on_the_local_model_says_what_it_cannot_do_and_how_to_switch(tmp_pa
     try:
         child.expect("starting a daemon")
         if local_model_available():
-            child.expect(spaced("SmolLM2-135M: an offline smoke-test model, not an agent brain"))
+            child.expect(
+                spaced("alice: The embedded local model (SmolLM2-135M) is an offline smoke test, not an agent brain")
+            )
             child.expect(spaced("it cannot reliably call tools"))
             child.expect(spaced("`holon model set openai/gpt-4o-mini --api-key-env OPENAI_API_KEY`"))
+            child.expect(spaced("in this chat: `/model openai/gpt-4o-mini --api-key-env OPENAI_API_KEY`"))
         else:
-            child.expect(spaced("no model is configured and the local model is not installed"))
+            child.expect(spaced("alice: no model is configured and the local model is not installed"))
         child.expect("alice>")
         child.sendline("/quit")
         child.expect(pexpect.EOF)

@@ -52,7 +52,9 @@ def model_notice(raw: Mapping[str, Any], defaults: ModelDefaults) -> str | None:
 
     if model_settings_of(raw, defaults) is not None:
         return None
-    return LOCAL_MODEL_NOTICE if local_model_available() else MODEL_NOT_CONFIGURED_MESSAGE
+    if not local_model_available():
+        return MODEL_NOT_CONFIGURED_MESSAGE
+    return f"{LOCAL_MODEL_NOTICE}; in this chat: `/model openai/gpt-4o-mini --api-key-env OPENAI_API_KEY`"
 
 
 def chat(
@@ -95,6 +97,6 @@ def chat(
         console = Console(force_terminal=sys.stdout.isatty() or None, highlight=False)
         notice = model_notice(found[agent].settings, settings.model)
         if notice:
-            console.print(Text(notice, "yellow"))
+            console.print(Text(f"{agent}: {notice}", "yellow"))
         code = Chat(client, console, agent, history=c.paths.root / "run" / "chat_history").run()
     raise typer.Exit(code)

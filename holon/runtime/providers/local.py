@@ -54,8 +54,8 @@ MODEL_NOT_CONFIGURED_MESSAGE = (
 
 #: What the local model is for, where the operator meets it (``holon chat``, ``holon model list``).
 LOCAL_MODEL_NOTICE = (
-    "this agent runs on the embedded local model, SmolLM2-135M: an offline smoke-test model, not an "
-    "agent brain. Replies are slow (tens of seconds on a laptop CPU) and it cannot reliably call tools, "
+    "The embedded local model (SmolLM2-135M) is an offline smoke test, not an agent brain: "
+    "replies are slow (tens of seconds on a laptop CPU) and it cannot reliably call tools, "
     "so plans, commands and memory will not work. Switch to a capable model with one command: "
     "`holon model set openai/gpt-4o-mini --api-key-env OPENAI_API_KEY` (key: `holon secrets set "
     "OPENAI_API_KEY`), or Ollama: `holon model set ollama_chat/llama3.2 --api-base http://127.0.0.1:11434`"
