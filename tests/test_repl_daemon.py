@@ -381,3 +381,16 @@ def test_model_sets_the_model_api_base_and_key_variable_together(server: ApiServ
 
     assert "ada uses (default from config)" in _run(chat, screen, "/model default")
     assert settings() == {}
+
+
+def test_configuring_the_default_agent_over_http_creates_it(server: ApiServer, http: httpx.Client) -> None:
+    """What ``holon agent configure assistant`` / ``holon model set`` do in-process, the API does
+    too (a CLI routed through a running daemon must not get a 404 before ``holon chat``)."""
+    r = http.patch("/v1/agents/assistant", json={"settings": {"model": "openai/gpt-4o-mini", "max_rounds": 20}})
+    assert r.status_code == 200, r.text
+    assert r.json()["name"] == "assistant" and r.json()["settings"] == {"model": "openai/gpt-4o-mini", "max_rounds": 20}
+    r = http.patch("/v1/agents/assistant", json={"unset": ["max_rounds"]})
+    assert r.status_code == 200 and r.json()["settings"] == {"model": "openai/gpt-4o-mini"}, r.text
+    assert [a["name"] for a in http.get("/v1/agents").json()].count("assistant") == 1
+    assert http.patch("/v1/agents/nobody", json={"settings": {"max_rounds": 2}}).status_code == 404
+    assert http.patch("/v1/agents/nobody", json={"settings": {}}).status_code == 404

@@ -49,7 +49,7 @@ from holon.memory.durable_views import render_all
 from holon.memory.index import SearchIndex
 from holon.projections import Store
 from holon.projections.state import AgentState, TimerProjection, WaitProjection
-from holon.runtime.agents import configure_agent, create_agent
+from holon.runtime.agents import configure_or_create_default, create_agent
 from holon.runtime.inputs import input_events
 from holon.runtime.recovery import settle_unfinished_turn
 from holon.runtime.run import limits_from
@@ -304,7 +304,8 @@ class Daemon:
         return agent
 
     def configure_agent(self, agent: str, changes: dict[str, Any], *, unset: list[str] | None = None) -> AgentState:
-        state = configure_agent(self.store, agent, changes, unset=unset or [])
+        # The default agent is created by its first configure (before `holon chat` made it).
+        state, _created = configure_or_create_default(self.store, agent, changes, unset=unset or [])
         self._wake(state.agent_id)
         return state
 
