@@ -346,3 +346,51 @@ def test_the_tail_pages_from_a_cursor_and_filters_by_type(server: ApiServer, htt
         r = http.get("/v1/ledger/tail", params=params)
         assert r.status_code == status and r.json()["error"]["code"] == code, (params, r.text)
     assert "brief.delivred" in http.get("/v1/ledger/tail", params={"type": "brief.delivred"}).json()["error"]["message"]
+
+
+def test_model_sets_the_model_api_base_and_key_variable_together(server: ApiServer, http: httpx.Client) -> None:
+    """``/model NAME --api-base URL --api-key-env VAR`` records all three (through the daemon's
+    validation); a later ``/model NAME`` resets the two left out; ``/model default`` resets all."""
+    _make(http, "ada")
+    chat, screen = _chat(server, "ada")
+
+    def settings() -> dict[str, Any]:
+        return dict(http.get("/v1/agents/ada").json()["agent"]["settings"])
+
+    shown = _run(
+        chat, screen, "/model ollama_chat/llama3.2 --api-base http://127.0.0.1:11434 --api-key-env GROQ_API_KEY"
+    )
+    assert "ada uses ollama_chat/llama3.2  at http://127.0.0.1:11434  key GROQ_API_KEY" in shown, shown
+    assert "holon secrets set GROQ_API_KEY" in shown, shown
+    assert settings() == {
+        "model": "ollama_chat/llama3.2",
+        "api_base": "http://127.0.0.1:11434",
+        "api_key_env": "GROQ_API_KEY",
+    }
+    assert "ada uses ollama_chat/llama3.2  at http://127.0.0.1:11434" in _run(chat, screen, "/model")
+
+    assert "ada uses openai/gpt-4o-mini" in _run(chat, screen, "/model openai/gpt-4o-mini --api-key-env=OPENAI_API_KEY")
+    assert settings() == {"model": "openai/gpt-4o-mini", "api_key_env": "OPENAI_API_KEY"}
+
+    # The daemon's allow-list and validation answer, as for `holon agent configure`.
+    refused = _run(chat, screen, "/model openai/x --api-key-env PGPASSWORD")
+    assert "error: " in refused and "allowed_key_envs" in refused, refused
+    assert "error: " in _run(chat, screen, "/model openai/x --api-base")
+    assert "error: " in _run(chat, screen, "/model --api-base http://127.0.0.1:1")
+    assert settings() == {"model": "openai/gpt-4o-mini", "api_key_env": "OPENAI_API_KEY"}
+
+    assert "ada uses (default from config)" in _run(chat, screen, "/model default")
+    assert settings() == {}
+
+
+def test_configuring_the_default_agent_over_http_creates_it(server: ApiServer, http: httpx.Client) -> None:
+    """What ``holon agent configure assistant`` / ``holon model set`` do in-process, the API does
+    too (a CLI routed through a running daemon must not get a 404 before ``holon chat``)."""
+    r = http.patch("/v1/agents/assistant", json={"settings": {"model": "openai/gpt-4o-mini", "max_rounds": 20}})
+    assert r.status_code == 200, r.text
+    assert r.json()["name"] == "assistant" and r.json()["settings"] == {"model": "openai/gpt-4o-mini", "max_rounds": 20}
+    r = http.patch("/v1/agents/assistant", json={"unset": ["max_rounds"]})
+    assert r.status_code == 200 and r.json()["settings"] == {"model": "openai/gpt-4o-mini"}, r.text
+    assert [a["name"] for a in http.get("/v1/agents").json()].count("assistant") == 1
+    assert http.patch("/v1/agents/nobody", json={"settings": {"max_rounds": 2}}).status_code == 404
+    assert http.patch("/v1/agents/nobody", json={"settings": {}}).status_code == 404

@@ -15,10 +15,12 @@ from holon.api.models import AddTimer, AgentDetail, ConfigureAgent, CreateAgent,
 from holon.api.port import DaemonPort
 from holon.clock import format_us, parse_us
 from holon.context.manifests import turn_contexts
-from holon.errors import UsageError
+from holon.errors import NotFoundError, UsageError
 from holon.memory.access import search_memory
 from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, memory_get
+from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection, TimerProjection, WaitProjection, WorkItemState
+from holon.runtime.agents import DEFAULT_AGENT
 from holon.runtime.embedders import embedder_from_settings
 from holon.runtime.ingress import check_idempotency_key
 
@@ -46,6 +48,17 @@ def _when(value: str | None, name: str) -> int | None:
         return parse_us(value)
     except (ValueError, OverflowError) as e:
         raise UsageError(f"{name} is not an ISO 8601 time: {value!r}") from e
+
+
+def _configure_ref(store: Store, agent: str) -> str:
+    """The agent a configure applies to: its id, or the name of the default agent that the
+    configure creates (``configure_or_create_default``). Any other unknown name is a 404."""
+    try:
+        return store.agent(agent).agent_id
+    except NotFoundError:
+        if agent != DEFAULT_AGENT:
+            raise
+        return agent
 
 
 def agent_router(port: DaemonPort) -> APIRouter:
@@ -88,7 +101,8 @@ def agent_router(port: DaemonPort) -> APIRouter:
 
     @r.patch("/{agent}", response_model=AgentState)
     async def configure(agent: str, body: ConfigureAgent) -> AgentState:
-        return port.configure_agent(find(agent).agent_id, dict(body.settings), unset=list(body.unset))
+        """Change an agent's settings; the default agent ``assistant`` is created by its first."""
+        return port.configure_agent(_configure_ref(store, agent), dict(body.settings), unset=list(body.unset))
 
     @r.post("/{agent}/pause", response_model=AgentState)
     async def pause(agent: str) -> AgentState:

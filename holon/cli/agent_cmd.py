@@ -138,8 +138,10 @@ def configure(
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Change an agent's model and limits (recorded in the ledger; keys never are, only env var names)."""
-    from holon.runtime.agents import configure_agent
+    """Change an agent's model and limits (recorded in the ledger; keys never are, only env var names).
+
+    Configuring the default agent 'assistant' before `holon chat` made it creates it."""
+    from holon.runtime.agents import configure_or_create_default
 
     c = ctx_of(ctx, home, json_out)
     changes = _settings(
@@ -157,8 +159,9 @@ def configure(
         budget_cost_per_day_usd=budget_cost_per_day_usd,
     )
     with open_store(c) as store:
-        agent = configure_agent(store, name, changes, unset=unset or [])  # type: ignore[arg-type]
-    emit(c, agent.model_dump(mode="json"), f"configured {agent.name}: {agent.settings or '{}'}")
+        agent, created = configure_or_create_default(store, name, changes, unset=unset or [])  # type: ignore[arg-type]
+    verb = f"created {agent.name} ({agent.agent_id}) with" if created else f"configured {agent.name}:"
+    emit(c, agent.model_dump(mode="json"), f"{verb} {agent.settings or '{}'}")
 
 
 @app.command("list")

@@ -8,14 +8,18 @@ waits until it is healthy, so one command gives a working chat on a fresh machin
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from holon.cli.common import HomeOpt, ctx_of
 from holon.paths import HomePaths
 
-__all__ = ["chat"]
+if TYPE_CHECKING:
+    from holon.config import ModelDefaults
+
+__all__ = ["chat", "model_notice"]
 
 UrlOpt = Annotated[
     str | None, typer.Option("--url", help="Daemon URL (default: the home's running daemon, started if needed).")
@@ -40,6 +44,19 @@ def _daemon_url(paths: HomePaths, timeout_s: float) -> str:
     return str(url)
 
 
+def model_notice(raw: Mapping[str, Any], defaults: ModelDefaults) -> str | None:
+    """What the operator must know before talking to an agent on the embedded local model (what
+    it cannot do, and how to switch), or with no model at all; ``None`` for any other model."""
+    from holon.runtime.models import model_settings_of
+    from holon.runtime.providers.local import LOCAL_MODEL_NOTICE, MODEL_NOT_CONFIGURED_MESSAGE, local_model_available
+
+    if model_settings_of(raw, defaults) is not None:
+        return None
+    if not local_model_available():
+        return MODEL_NOT_CONFIGURED_MESSAGE
+    return f"{LOCAL_MODEL_NOTICE}; in this chat: `/model openai/gpt-4o-mini --api-key-env OPENAI_API_KEY`"
+
+
 def chat(
     ctx: typer.Context,
     agent: Annotated[
@@ -50,6 +67,7 @@ def chat(
 ) -> None:
     """Talk to your agents: stream replies, watch tools run, inspect state with slash commands."""
     from rich.console import Console
+    from rich.text import Text
 
     from holon.config import load_settings
     from holon.errors import NotFoundError
@@ -70,11 +88,15 @@ def chat(
     )
     with ApiClient(base, token=home_token(c.paths.root, settings.api.token_env)) as client:
         client.health()
-        names = [a.name for a in client.agents()]
+        found = {a.name: a for a in client.agents()}
         if agent is None:
-            agent = names[0] if names else client.create_agent("assistant").name
-        elif agent not in names:
+            agent = next(iter(found)) if found else client.create_agent("assistant").name
+            found = found or {a.name: a for a in client.agents()}
+        elif agent not in found:
             raise NotFoundError(f"no agent named {agent!r} (create it with 'holon agent create {agent}' or /new)")
         console = Console(force_terminal=sys.stdout.isatty() or None, highlight=False)
+        notice = model_notice(found[agent].settings, settings.model)
+        if notice:
+            console.print(Text(f"{agent}: {notice}", "yellow"))
         code = Chat(client, console, agent, history=c.paths.root / "run" / "chat_history").run()
     raise typer.Exit(code)

@@ -29,7 +29,7 @@ def diagnose(
     c = ctx_of(ctx, home, json_out)
     settings = {k: v for k, v in (("model", model), ("api_base", api_base)) if v}
     with open_store(c) as store:
-        resolver = ModelResolver(store.settings.model, store.paths.logs)
+        resolver = ModelResolver(store.settings.model, store.paths.logs, home=store.paths.root)
         try:
             result, path = run(store, question, flt=trace_filter(store, agent, since, until), resolver=resolver,
                                model=settings)  # fmt: skip

@@ -22,8 +22,10 @@ from holon.cli import (
     ledger_cmd,
     mcp_cmd,
     memory_cmd,
+    model_cmd,
     proposals_cmd,
     run_cmd,
+    secrets_cmd,
     trace_cmd,
 )
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit
@@ -53,6 +55,8 @@ app.add_typer(memory_cmd.app, name="memory")
 app.add_typer(daemon_cmd.app, name="daemon")
 app.add_typer(proposals_cmd.app, name="proposals")
 app.add_typer(trace_cmd.app, name="trace")
+app.add_typer(model_cmd.app, name="model")
+app.add_typer(secrets_cmd.app, name="secrets")
 app.command("mcp")(mcp_cmd.mcp)
 app.command("diagnose")(diagnose_cmd.diagnose)
 app.command("serve")(daemon_cmd.serve)

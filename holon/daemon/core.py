@@ -49,10 +49,11 @@ from holon.memory.durable_views import render_all
 from holon.memory.index import SearchIndex
 from holon.projections import Store
 from holon.projections.state import AgentState, TimerProjection, WaitProjection
-from holon.runtime.agents import configure_agent, create_agent
+from holon.runtime.agents import configure_or_create_default, create_agent
 from holon.runtime.inputs import input_events
 from holon.runtime.recovery import settle_unfinished_turn
 from holon.runtime.run import limits_from
+from holon.runtime.secrets import KeyLookup
 from holon.runtime.settings import read_settings, settings_problem
 from holon.runtime.tools import ToolRegistry
 from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult
@@ -114,8 +115,14 @@ class Daemon:
                 from holon.runtime.providers.model_process import ProcessProvider
 
                 d = store.settings.daemon
-                provider = ProcessProvider(processes=d.model_processes, idle_s=d.model_process_idle_s)
-            resolver = self._owned_resolver = ModelResolver(store.settings.model, store.paths.logs, provider=provider)
+                provider = ProcessProvider(
+                    env=KeyLookup(store.paths.root, who="the daemon"),  # keys read at each call (RFC 0002)
+                    processes=d.model_processes,
+                    idle_s=d.model_process_idle_s,
+                )
+            resolver = self._owned_resolver = ModelResolver(
+                store.settings.model, store.paths.logs, provider=provider, home=store.paths.root, who="the daemon"
+            )
         default_limits, retry = limits_from(store)
         window_of = None
         if self._owned_resolver is not None:
@@ -298,7 +305,8 @@ class Daemon:
         return agent
 
     def configure_agent(self, agent: str, changes: dict[str, Any], *, unset: list[str] | None = None) -> AgentState:
-        state = configure_agent(self.store, agent, changes, unset=unset or [])
+        # The default agent is created by its first configure (before `holon chat` made it).
+        state, _created = configure_or_create_default(self.store, agent, changes, unset=unset or [])
         self._wake(state.agent_id)
         return state
 

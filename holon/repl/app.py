@@ -28,7 +28,7 @@ from holon.api.models import EventOut
 from holon.errors import HolonError
 from holon.repl import render
 from holon.repl.client import ApiClient, StreamItem
-from holon.repl.commands import Say, Slash, SlashCompleter, help_rows, parse_line, parse_proposals
+from holon.repl.commands import Say, Slash, SlashCompleter, help_rows, parse_line, parse_model, parse_proposals
 
 __all__ = ["Chat", "TurnWatch"]
 
@@ -357,13 +357,26 @@ class Chat:
         self.console.print(table)
         self.console.print(Text("Anything else is sent to the agent; Ctrl-C aborts a reply, Ctrl-D quits.", "dim"))
 
-    def _model(self, name: str) -> None:
-        if name:
-            state = self.client.configure(self.agent, {"model": name})
+    def _model(self, arg: str) -> None:
+        """``/model``: show the agent's model, API base and key variable; with an argument set them
+        (``parse_model``). The daemon validates like ``holon agent configure``; keys stay out."""
+        if arg:
+            change = parse_model(arg)
+            state = self.client.configure(self.agent, change.settings, unset=change.unset)
         else:
             state = next(a for a in self.client.agents() if a.name == self.agent)
-        model = state.settings.get("model") or "(default from config)"
-        self.console.print(f"{self.agent} uses {model}")
+        s = state.settings
+        model = s.get("model") or "(default from config)"
+        where = "".join(
+            f"  {label} {s[key]}" for key, label in (("api_base", "at"), ("api_key_env", "key")) if s.get(key)
+        )
+        self.console.print(f"{self.agent} uses {model}{where}")
+        if arg and s.get("api_key_env"):
+            self.console.print(
+                Text(
+                    f"the key is read from the daemon's environment, else `holon secrets set {s['api_key_env']}`", "dim"
+                )
+            )
 
 
 def _stops_waiting(event: EventOut) -> str | None:

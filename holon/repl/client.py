@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -134,8 +134,8 @@ class ApiClient:
     def agent(self, agent: str) -> dict[str, Any]:
         return dict(self._get(f"/agents/{agent}"))
 
-    def configure(self, agent: str, settings: dict[str, Any]) -> AgentState:
-        body = {"settings": settings}
+    def configure(self, agent: str, settings: dict[str, Any], *, unset: Sequence[str] = ()) -> AgentState:
+        body = {"settings": settings, "unset": list(unset)}
         return AgentState.model_validate(self._request("PATCH", f"/agents/{agent}", json=body).json())
 
     def abort(self, agent: str) -> bool:

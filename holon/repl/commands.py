@@ -18,6 +18,7 @@ from holon.errors import UsageError
 __all__ = [
     "COMMANDS",
     "PROPOSAL_VERBS",
+    "ModelChange",
     "ProposalAction",
     "Say",
     "Slash",
@@ -25,6 +26,7 @@ __all__ = [
     "completions",
     "help_rows",
     "parse_line",
+    "parse_model",
 ]
 
 
@@ -52,7 +54,10 @@ COMMANDS: dict[str, Spec] = {
     "context": Spec("[TURN]", "what the model saw last turn, and why"),
     "events": Spec("[N]", "the agent's last N ledger events (20)"),
     "transcript": Spec("[N]", "messages and replies (from the last N events, 200)"),
-    "model": Spec("[NAME]", "show or set the agent's model"),
+    "model": Spec(
+        "[NAME [--api-base URL] [--api-key-env VAR] | default]",
+        "show or set the agent's model, API base and key variable (default: the config's)",
+    ),
     "abort": Spec("", "stop the agent's running turn"),
     "proposals": Spec("[show|accept|dismiss ID]", "what evolve proposes: accept ID [--edit], dismiss ID [reason]"),
     "help": Spec("", "this list"),
@@ -124,6 +129,42 @@ def parse_proposals(arg: str) -> ProposalAction:
     if verb == "show" and extra:
         raise UsageError("/proposals show ID")
     return ProposalAction(verb, ref, reason=" ".join(extra))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChange:
+    """``/model NAME [--api-base URL] [--api-key-env VAR]``: the three settings together (those not
+    given are reset to the config's), or ``/model default`` (all three reset)."""
+
+    settings: dict[str, str]
+    unset: tuple[str, ...]
+
+
+_MODEL_FLAGS = {"--api-base": "api_base", "--api-key-env": "api_key_env"}
+
+
+def parse_model(arg: str) -> ModelChange:
+    """The change ``/model ARG`` asks for (``arg`` not empty). Raises ``UsageError``."""
+    words = arg.split()
+    usage = "/model NAME [--api-base URL] [--api-key-env VAR], or /model default"
+    if words == ["default"]:
+        return ModelChange({}, ("model", "api_base", "api_key_env"))
+    if words[0].startswith("-"):
+        raise UsageError(f"the model name comes first: {usage}")
+    settings = {"model": words[0]}
+    rest = words[1:]
+    while rest:
+        flag, *rest = rest
+        key = _MODEL_FLAGS.get(flag.split("=", 1)[0])
+        if key is None or key in settings:
+            raise UsageError(f"unexpected {flag!r}: {usage}")
+        if "=" in flag:
+            settings[key] = flag.split("=", 1)[1]
+        elif rest:
+            settings[key], *rest = rest
+        if not settings.get(key):
+            raise UsageError(f"{flag} needs a value: {usage}")
+    return ModelChange(settings, tuple(k for k in ("api_base", "api_key_env") if k not in settings))
 
 
 def completions(text: str, agents: Iterable[str], proposals: Iterable[str] = ()) -> list[str]:

@@ -22,7 +22,16 @@ from holon.projections.state import AgentState
 from holon.resources import agent_home_template
 from holon.runtime.settings import OPERATOR_KEYS, checked_for_write, key_label
 
-__all__ = ["BUDGET_KEYS", "SETTING_KEYS", "TEMPLATES", "Template", "configure_agent", "create_agent"]
+__all__ = [
+    "BUDGET_KEYS",
+    "DEFAULT_AGENT",
+    "SETTING_KEYS",
+    "TEMPLATES",
+    "Template",
+    "configure_agent",
+    "configure_or_create_default",
+    "create_agent",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,3 +180,35 @@ def configure_agent(
         raise UsageError("these settings cannot be recorded") from None  # the error would carry the values
     store.append(NewEvent(agent.agent_id, payload, origin=origin, authority="operator"))
     return store.agent(agent.agent_id)
+
+
+#: The agent ``holon chat`` creates on a fresh home (and ``configure_or_create_default`` creates).
+DEFAULT_AGENT = "assistant"
+
+
+def configure_or_create_default(
+    store: Store,
+    ref: str,
+    changes: dict[str, JsonValue],
+    *,
+    unset: list[str] | tuple[str, ...] = (),
+    origin: str = "operator:cli",
+) -> tuple[AgentState, bool]:
+    """``configure_agent``, except that configuring the default agent before ``holon chat`` made
+    it creates it with those settings (the README's first step is to configure ``assistant``).
+    Returns the agent and whether it was created. Any other missing agent is ``NotFoundError``."""
+    try:
+        store.agent(ref)
+    except NotFoundError:
+        if ref != DEFAULT_AGENT:
+            raise NotFoundError(f"no agent named {ref!r} (create it with 'holon agent create {ref}')") from None
+        unknown = [k for k in unset if k not in SETTING_KEYS]
+        if unknown:
+            raise UsageError(
+                f"unknown setting {key_label(unknown[0])}; known: {', '.join(sorted(SETTING_KEYS))}"
+            ) from None
+        if not changes and not unset:
+            raise UsageError("nothing to configure: give at least one option") from None
+        settings = {k: v for k, v in changes.items() if v is not None}
+        return create_agent(store, ref, settings=settings, origin=origin), True
+    return configure_agent(store, ref, changes, unset=unset, origin=origin), False

@@ -8,17 +8,33 @@ exactly what to do. Nothing is spent before this resolves.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from holon.config import ModelDefaults
 from holon.errors import ModelNotConfigured
 from holon.projections.state import AgentState
 from holon.runtime.providers.base import ModelSettings, Provider
 from holon.runtime.providers.litellm_provider import LiteLLMProvider
-from holon.runtime.providers.local import MODEL_NOT_CONFIGURED_MESSAGE, LocalModelServer, local_model_available
+from holon.runtime.providers.local import (
+    MODEL_NOT_CONFIGURED_MESSAGE,
+    LocalModelServer,
+    LocalProvider,
+    local_model_available,
+)
+from holon.runtime.secrets import KeyLookup
 from holon.runtime.settings import AgentSettings, check_model_policy, read_settings
 
-__all__ = ["LOCAL_TURN_CONTEXT_WINDOW", "MODEL_SETTING_KEYS", "ModelResolver", "model_settings"]
+__all__ = [
+    "LOCAL_TURN_CONTEXT_WINDOW",
+    "MODEL_SETTING_KEYS",
+    "ModelResolver",
+    "local_settings",
+    "model_settings",
+    "model_settings_of",
+]
 
 LOCAL_TURN_CONTEXT_WINDOW = 8192
 """Context window the local model is served with for turns: SmolLM2's trained length. A turn's
@@ -44,7 +60,12 @@ def model_settings(agent: AgentState, defaults: ModelDefaults) -> ModelSettings 
     agent's own model settings break the operator's allow-lists (a ledger written before them), none
     of them is used: the config's ``[model]`` section alone decides, and ``settings_problem`` (the
     daemon's status) says why."""
-    own = read_settings(agent.settings).settings
+    return model_settings_of(agent.settings, defaults)
+
+
+def model_settings_of(raw: Mapping[str, Any], defaults: ModelDefaults) -> ModelSettings | None:
+    """``model_settings`` for stored settings ``raw`` (``{}``: the config's model alone)."""
+    own = read_settings(raw).settings
     if check_model_policy(own, defaults) is not None:
         own = AgentSettings()
     merged = {k: v if (v := getattr(own, k)) is not None else getattr(defaults, k) for k in MODEL_SETTING_KEYS}
@@ -61,13 +82,37 @@ def model_settings(agent: AgentState, defaults: ModelDefaults) -> ModelSettings 
     )
 
 
+def local_settings(served: ModelSettings, raw: Mapping[str, Any], defaults: ModelDefaults) -> ModelSettings:
+    """The local server's settings with the operator's limits applied: its timeout (the agent's
+    ``timeout_s``, else ``[model] timeout_s``), temperature and output cap. Without this a stalled
+    local model held a turn for the dataclass default instead of the configured timeout."""
+    own = read_settings(raw).settings
+    pick = {k: v if (v := getattr(own, k)) is not None else getattr(defaults, k) for k in MODEL_SETTING_KEYS}
+    return replace(
+        served,
+        timeout_s=float(pick["timeout_s"]),
+        temperature=pick["temperature"],
+        max_output_tokens=pick["max_output_tokens"],
+    )
+
+
 class ModelResolver:
     """Resolves an agent to (provider, settings); owns the local model server when one is needed."""
 
-    def __init__(self, defaults: ModelDefaults, log_dir: Path, *, provider: Provider | None = None) -> None:
+    def __init__(
+        self,
+        defaults: ModelDefaults,
+        log_dir: Path,
+        *,
+        provider: Provider | None = None,
+        home: Path | None = None,
+        who: str = "this command",
+    ) -> None:
+        """``home``: whose secrets file completes the environment when a key is looked up (the
+        default provider's ``KeyLookup``); ``who`` names this process in a missing key's message."""
         self.defaults = defaults
         self.log_dir = log_dir
-        self.provider: Provider = provider or LiteLLMProvider()
+        self.provider: Provider = provider or LiteLLMProvider(env=KeyLookup(home, who=who))
         self._local: LocalModelServer | None = None
 
     def __call__(self, agent: AgentState) -> tuple[Provider, ModelSettings]:
@@ -78,7 +123,7 @@ class ModelResolver:
             raise ModelNotConfigured(MODEL_NOT_CONFIGURED_MESSAGE)
         if self._local is None or not self._local.running:
             self._local = LocalModelServer(self.log_dir, n_ctx=LOCAL_TURN_CONTEXT_WINDOW).start()
-        return self.provider, self._local.settings
+        return LocalProvider(self.provider), local_settings(self._local.settings, agent.settings, self.defaults)
 
     async def aclose(self) -> None:
         """Stop what the provider runs (the model process), then the local model server."""

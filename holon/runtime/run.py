@@ -36,7 +36,7 @@ async def run_input(
 ) -> list[TurnResult]:
     """Submit ``text`` to an agent as the operator and run its turns; returns them in order."""
     agent = store.agent(agent_ref)
-    resolver = resolver or ModelResolver(store.settings.model, store.paths.logs)
+    resolver = resolver or ModelResolver(store.settings.model, store.paths.logs, home=store.paths.root)
     resolver(agent)  # fail before recording anything when no model can be reached
     limits, retry = limits_from(store)
     host = AgentHost(

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from holon.errors import ModelError, ModelErrorKind, ModelKeyMissing
+from holon.errors import HolonError, ModelError, ModelErrorKind, ModelKeyMissing
 from holon.ledger.events import ToolCallSpec, Usage
 from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, TextSink
 
@@ -109,13 +109,20 @@ class LiteLLMProvider:
 
 
 def api_key_for(settings: ModelSettings, env: Mapping[str, str] | None = None) -> str | None:
-    """The key for ``settings`` from the variable it names (``env``, else ``os.environ``)."""
+    """The key for ``settings`` from the variable it names (``env``, else ``os.environ``), looked
+    up now, at call time. ``env`` is usually a ``KeyLookup``: the environment, then the home's
+    secrets file; its message for a missing key says whose environment and how to fix it."""
     if settings.api_key_env:
-        value = (os.environ if env is None else env).get(settings.api_key_env)
+        name = settings.api_key_env
+        source = os.environ if env is None else env
+        try:
+            value = source.get(name)
+        except HolonError as e:  # a damaged secrets file: the turn waits for the operator's fix
+            raise ModelKeyMissing(f"{settings.model}: the API key {name} cannot be read: {e}") from None
         if not value:
-            raise ModelKeyMissing(
-                f"{settings.model}: the API key variable {settings.api_key_env} is not set in the environment"
-            )
+            missing = getattr(source, "missing", None)
+            why = missing(name) if callable(missing) else f"the API key variable {name} is not set in the environment"
+            raise ModelKeyMissing(f"{settings.model}: {why}")
         return value
     return PLACEHOLDER_API_KEY if settings.api_base else None
 

