@@ -43,7 +43,7 @@ def timer(at: int = NOW + 3_600_000_000) -> TimerProjection:
 
 def state(a: AgentState, *, waits: list[WaitProjection] | None = None, timers: list[TimerProjection] | None = None,
           live: Live | None = None, budget: str | None = None) -> tuple[str, str, int | None]:  # fmt: skip
-    s = decide(a, now_us=NOW, waits=waits or [], timers=timers or [], live=live, budget=budget)
+    s = decide(a, now_us=NOW, waits=waits or [], timers=timers or [], live=live, budget=lambda: budget)
     return s.state, s.detail, s.next_wake_us
 
 
@@ -95,7 +95,7 @@ def test_entries_and_their_words() -> None:
     s = decide(agent(status="waiting"), now_us=NOW, waits=[wait()], timers=[], live=None)
     entry = status_entry(s, [wait()], model="openai/x")
     assert entry["next_wake"].endswith("Z") and entry["waits"][0]["wait_id"] == "w1" and entry["model"] == "openai/x"
-    assert describe(entry) == f"on operator; recheck at {entry['next_wake'][:19].replace('T', ' ')}Z"
+    assert describe(entry) == f"on operator; recheck at {entry['next_wake'][:19]}Z"
     assert describe({"state": "failed", "detail": "boom", "next_wake_us": NOW}).startswith(
         "last error: boom; retry at "
     )

@@ -4,7 +4,7 @@ A real ``holon serve`` (HTTP on 127.0.0.1) with a FakeLLM on loopback hosts agen
 idle, asleep until its next timer, waiting on the operator, paused, aborted by the operator, and
 failed with the model's refusal, plus holon's internal diagnostic agent. ``holon agent list
 --json``, ``holon agent show --json``, ``holon daemon status --json``, ``GET /v1/status`` and
-``GET /v1/agents/{a}/status`` (real CLI subprocesses and real HTTP) must give each agent the
+``GET /v1/agents/{a}[/status]`` (real CLI subprocesses and real HTTP) must give each agent the
 same state, detail and wake time; the internal agent shows only with ``--all``/``?all=true``.
 With the daemon stopped, ``agent list`` decides the same states from the ledger alone (before,
 it said ``idle`` for an agent the daemon called ``asleep``, and ``failed`` for a paused or
@@ -119,6 +119,7 @@ def test_every_view_agrees_on_each_agents_state(tmp_path: Path) -> None:
             api_status = api.get("/v1/status").json()
             api_all = api.get("/v1/status", params={"all": "true"}).json()
             api_one = {n: api.get(f"/v1/agents/{n}/status").json() for n in EXPECTED}
+            api_detail = {n: api.get(f"/v1/agents/{n}").json()["status"] for n in EXPECTED}
             api_list = [a["name"] for a in api.get("/v1/agents").json()]
             api_list_all = [a["name"] for a in api.get("/v1/agents", params={"all": "true"}).json()]
             text = holon(home, "agent", "list").out
@@ -135,6 +136,7 @@ def test_every_view_agrees_on_each_agents_state(tmp_path: Path) -> None:
             "agent show": _pick(shown[name]["status"]),
             "GET /v1/status": _pick(api_rows[name]),
             "GET /v1/agents/{a}/status": _pick(api_one[name]),
+            "GET /v1/agents/{a}": _pick(api_detail[name]),
         }
         assert all(v == want for v in views.values()), (name, want, views)
         assert listed[name]["model"] == "openai/fake" == api_one[name]["model"], listed[name]

@@ -76,7 +76,8 @@ def agent_router(port: DaemonPort) -> APIRouter:
     async def show(agent: str) -> AgentDetail:
         a = find(agent)
         counts = {kind: len(store.rows(kind, agent_id=a.agent_id)) for kind in ("work_item", "task", "wait", "timer")}
-        return AgentDetail(agent=a, working_memory=store.working_memory(a.agent_id), counts=counts)
+        status = status_entry(port.agent_status(a), model=model_label(a, store.settings.model.model))
+        return AgentDetail(agent=a, status=status, working_memory=store.working_memory(a.agent_id), counts=counts)
 
     @r.get("/{agent}/status")
     async def status(agent: str) -> dict[str, Any]:

@@ -47,6 +47,8 @@ def live_entries(c: Ctx, store: Store, agents: Sequence[AgentState]) -> dict[str
 def _decided_here(store: Store, agents: Sequence[AgentState], *, daemon: bool) -> dict[str, dict[str, Any]]:
     if not agents:
         return {}
+    import functools
+
     from holon.clock import SystemClock
     from holon.daemon.budget import Budgets
     from holon.runtime.settings import settings_problem
@@ -62,7 +64,7 @@ def _decided_here(store: Store, agents: Sequence[AgentState], *, daemon: bool) -
         # A daemon runs but has not published this agent yet: it is not running a turn of it.
         live = Live() if daemon else None
         status = decide(
-            a, now_us=now, waits=waits, timers=timers, live=live, budget=budgets.exhausted(a),
+            a, now_us=now, waits=waits, timers=timers, live=live, budget=functools.partial(budgets.exhausted, a),
             problem=settings_problem(a.settings, store.settings.model),
         )  # fmt: skip
         entry = status_entry(status, waits, model=model_label(a, store.settings.model.model))

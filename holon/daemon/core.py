@@ -698,7 +698,7 @@ class Daemon:
         live = Live(running=self.host.is_running(agent.agent_id), retry_at_us=self.host.retry_at(agent.agent_id))
         return decide(
             agent, now_us=self.clock.now_us(), waits=waits, timers=timers, live=live,
-            budget=self.budgets.exhausted(agent), problem=settings_problem(agent.settings, self.store.settings.model),
+            budget=lambda: self.budgets.exhausted(agent), problem=settings_problem(agent.settings, self.store.settings.model),
         )  # fmt: skip
 
     def _status_entry(

@@ -15,7 +15,7 @@ projection's own record of a running turn stands in. Rendering (``status_entry``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -92,13 +92,14 @@ def decide(
     waits: Sequence[WaitProjection],
     timers: Sequence[TimerProjection],
     live: Live | None,
-    budget: str | None = None,
+    budget: Callable[[], str | None] | None = None,
     problem: str | None = None,
 ) -> AgentStatus:
     """The agent's one state. ``waits``: its pending waits; ``timers``: its scheduled timers;
-    ``live``: the hosting daemon's view (``None``: no daemon runs); ``budget``: why its per-day
-    budget is used up, if it is; ``problem``: a stored setting that is bad (it runs on defaults
-    and the detail says so)."""
+    ``live``: the hosting daemon's view (``None``: no daemon runs); ``budget``: asked only for an
+    agent neither paused nor running, why its per-day budget is used up (``None``: it is not; a
+    read of the day's spending, so not done for agents whose state does not depend on it);
+    ``problem``: a stored setting that is bad (it runs on defaults and the detail says so)."""
     status = _decide(agent, now_us, waits, timers, live, budget)
     if problem:
         detail = "; ".join(filter(None, (status.detail, problem)))
@@ -112,7 +113,7 @@ def _decide(
     waits: Sequence[WaitProjection],
     timers: Sequence[TimerProjection],
     live: Live | None,
-    budget: str | None,
+    budget_of: Callable[[], str | None] | None,
 ) -> AgentStatus:
     def out(state: StateName, detail: str = "", wake: int | None = None) -> AgentStatus:
         return AgentStatus(agent.agent_id, agent.name, state, detail, wake)
@@ -124,6 +125,7 @@ def _decide(
     running = live.running if live is not None else agent.status == "running"
     if running:
         return out("running", agent.current_turn_id or "")
+    budget = budget_of() if budget_of is not None else None
     if budget is not None:
         return out("asleep", f"daily budget used: {budget}", (now // DAY_US + 1) * DAY_US)
     if live is not None and live.retry_at_us is not None:
@@ -179,7 +181,7 @@ def describe(entry: Mapping[str, Any]) -> str:
     if wake is None and isinstance(entry.get("next_wake_us"), int):
         wake = format_us(entry["next_wake_us"])
     if wake and state in _WAKE_WORDS:
-        when = f"{_WAKE_WORDS[state]} {str(wake)[:19].replace('T', ' ')}Z"
+        when = f"{_WAKE_WORDS[state]} {str(wake)[:19]}Z"
         detail = f"{detail}; {when}" if detail else when
     return detail
 
