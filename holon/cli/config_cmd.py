@@ -78,4 +78,4 @@ def show(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) ->
         "# Values without a note are defaults; environment variables HOLON_<SECTION>_<KEY> win over the file.",
         "",
     ]
-    emit(c, data, "\n".join(head) + to_toml(table, notes))
+    emit(c, data, "\n".join(head) + "\n" + to_toml(table, notes))
