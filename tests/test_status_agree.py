@@ -1,8 +1,9 @@
 """One status (issue 15 item 7): every view of an agent says the same thing.
 
 A real ``holon serve`` (HTTP on 127.0.0.1) with a FakeLLM on loopback hosts agents in each state:
-idle, asleep until its next timer, waiting on the operator, paused, aborted by the operator, and
-failed with the model's refusal, plus holon's internal diagnostic agent. ``holon agent list
+idle, asleep until its next timer, waiting on the operator, paused, aborted by the operator,
+failed with the model's refusal, and failed but retried with backoff (its key variable is unset:
+the retry time is its wake time), plus holon's internal diagnostic agent. ``holon agent list
 --json``, ``holon agent show --json``, ``holon daemon status --json``, ``GET /v1/status`` and
 ``GET /v1/agents/{a}[/status]`` (real CLI subprocesses and real HTTP) must give each agent the
 same state, detail and wake time; the internal agent shows only with ``--all``/``?all=true``.
@@ -24,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers.daemon import payloads, state, submit
-from helpers.turn_cli import holon, open_store, quick_home, spawn_holon, wait_for
+from helpers.turn_cli import cli_env, holon, open_store, quick_home, spawn_holon, wait_for
 
 from holon.api.server import free_port
 from holon.api.token import read_token
@@ -40,7 +41,11 @@ EXPECTED = {
     "held": "paused",
     "stopper": "aborted",
     "broken": "failed",
+    "keyless": "failed",
 }
+KEY_VAR = "GROQ_API_KEY"  # allowed by default; never set for these processes
+#: Retried with backoff: its retry time moves with each retry, so its views are compared apart.
+RETRYING = "keyless"
 KEYS = ("state", "detail", "next_wake_us")
 
 
@@ -59,7 +64,7 @@ def _by_keyword(body: dict[str, Any]) -> dict[str, Any]:
 @contextlib.contextmanager
 def _daemon(home: Path) -> Iterator[httpx.Client]:
     port = free_port()
-    proc = spawn_holon(home, "serve", "--port", str(port))
+    proc = spawn_holon(home, "serve", "--port", str(port), env=_env())
     try:
         wait_for("the daemon to run", lambda: state(home).get("state") == "running", proc=proc, timeout=90)
         token = read_token(home)
@@ -77,14 +82,33 @@ def _daemon(home: Path) -> Iterator[httpx.Client]:
         proc.communicate()
 
 
+def _env() -> dict[str, str]:
+    return {k: v for k, v in cli_env().items() if k != KEY_VAR}
+
+
 def _pick(entry: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(entry.get(k) for k in KEYS)
 
 
 def _listed(home: Path, *extra: str) -> dict[str, dict[str, Any]]:
-    r = holon(home, "agent", "list", "--json", *extra)
+    r = holon(home, "agent", "list", "--json", *extra, env=_env())
     assert r.code == 0, r
     return {row["name"]: row for row in r.json()}
+
+
+def _retry_agreed(home: Path, api: httpx.Client) -> dict[str, Any] | None:
+    """The retrying agent's entry when the CLI, daemon status and the API give the same one."""
+    listed = _listed(home).get(RETRYING, {})
+    r = holon(home, "daemon", "status", "--json", env=_env())
+    daemon = next((a for a in r.json()["status"]["agents"] if a["name"] == RETRYING), {})
+    one = api.get(f"/v1/agents/{RETRYING}/status").json()
+    views = [_pick(listed), _pick(daemon), _pick(one)]
+    ok = one["state"] == "failed" and one["next_wake_us"] and views.count(views[0]) == 3
+    return daemon if ok else None
+
+
+def listed_text_of(text: str, name: str) -> str:
+    return next((line for line in text.splitlines() if line.split()[0] == name), "")
 
 
 def test_every_view_agrees_on_each_agents_state(tmp_path: Path) -> None:
@@ -94,12 +118,14 @@ def test_every_view_agrees_on_each_agents_state(tmp_path: Path) -> None:
         with open_store(home) as store:
             for name in ("waiter", "held", "stopper", "broken"):
                 create_agent(store, name, settings=model)
+            create_agent(store, RETRYING, settings={**model, "api_key_env": KEY_VAR})
             create_agent(store, "diagnose", settings={**model, "diagnostic": True}, internal=True)
         r = holon(home, "agent", "create", "timed", "--model", "openai/fake", "--api-base", fake.url,
                   "--schedule", "0 9 * * *", "--prompt", "morning report")  # fmt: skip
         assert r.code == 0, r
         submit(home, "waiter", "Hold on for my approval")
         submit(home, "broken", "Break please")
+        submit(home, RETRYING, "Hello")
         with _daemon(home) as api:
             assert api.post("/v1/agents/held/pause").status_code == 200
             assert api.post("/v1/agents/stopper/inputs", json={"text": "Think for a long time"}).status_code == 202
@@ -111,6 +137,7 @@ def test_every_view_agrees_on_each_agents_state(tmp_path: Path) -> None:
                 lambda: {n: r["state"] for n, r in _listed(home).items()} == EXPECTED,
                 timeout=60,
             )
+            retrying = wait_for("every view to agree on the retry time", lambda: _retry_agreed(home, api), timeout=90)
             listed = _listed(home)
             listed_all = _listed(home, "--all")
             status = holon(home, "daemon", "status", "--json").json()["status"]
@@ -129,7 +156,7 @@ def test_every_view_agrees_on_each_agents_state(tmp_path: Path) -> None:
 
     daemon_rows = {a["name"]: a for a in status["agents"]}
     api_rows = {a["name"]: a for a in api_status["agents"]}
-    for name in EXPECTED:
+    for name in set(EXPECTED) - {RETRYING}:
         want = _pick(daemon_rows[name])
         views = {
             "agent list": _pick(listed[name]),
@@ -143,6 +170,9 @@ def test_every_view_agrees_on_each_agents_state(tmp_path: Path) -> None:
     assert {n: r["state"] for n, r in offline.items()} == EXPECTED, offline
 
     # what each state says
+    assert retrying["state"] == "failed" and KEY_VAR in retrying["detail"] and retrying["next_wake_us"], retrying
+    line = listed_text_of(text, RETRYING)
+    assert "; retry at " in line or line.split()[1] == "running", text  # a retry takes a moment
     assert daemon_rows["held"]["detail"] == "paused by the operator"
     assert daemon_rows["stopper"]["detail"] == "aborted by the operator"
     assert "the schema is broken" in daemon_rows["broken"]["detail"]
