@@ -39,9 +39,11 @@ __all__ = [
     "RuntimeSettings",
     "Settings",
     "ToolsSettings",
+    "config_path",
     "load_settings",
     "local_zone_name",
     "resolve_home",
+    "setting_sources",
     "zone_problem",
 ]
 
@@ -414,6 +416,12 @@ def _describe(err: ValidationError, file: Path | None, env: Mapping[str, str]) -
     return f"config: bad value for '{loc}' in {source}: {first['msg']}"
 
 
+def config_path(home: HomePaths, config_file: str | Path | None = None) -> Path:
+    """The config file ``load_settings`` reads: ``config_file``, else ``$HOLON_CONFIG``, else the home's."""
+    named = config_file or os.environ.get("HOLON_CONFIG")
+    return Path(named).expanduser().absolute() if named else home.config
+
+
 def load_settings(
     home: HomePaths,
     *,
@@ -422,7 +430,7 @@ def load_settings(
     """Load settings for ``home``. Raises ``ConfigError`` with one line on any problem."""
     env = os.environ
     named = config_file or env.get("HOLON_CONFIG")
-    path = Path(named).expanduser().absolute() if named else home.config
+    path = config_path(home, config_file)
     if named and not path.is_file():
         raise ConfigError(f"config: {path} does not exist (named by HOLON_CONFIG or --config)")
     data = _read_toml(path) if path.is_file() else {}
@@ -438,3 +446,21 @@ def load_settings(
         return Settings(**data)
     except ValidationError as e:
         raise ConfigError(_describe(e, path if data else None, env)) from e
+
+
+def setting_sources(home: HomePaths, *, config_file: str | Path | None = None) -> list[tuple[str, str, object, str]]:
+    """Every setting as ``(section, key, value, source)``, where ``source`` is ``default``, the
+    config file's path, or the ``HOLON_<SECTION>_<KEY>`` variable that set it (``holon config
+    show``). Loads the settings first, so a bad configuration is the same ``ConfigError``."""
+    settings = load_settings(home, config_file=config_file)
+    path = config_path(home, config_file)
+    data = _read_toml(path) if path.is_file() else {}
+    out: list[tuple[str, str, object, str]] = []
+    for section in Settings.model_fields:
+        values = getattr(settings, section)
+        in_file = data.get(section) if isinstance(data.get(section), dict) else {}
+        for key in type(values).model_fields:
+            env = _env_name(section, key)
+            source = env if env in os.environ else (str(path) if key in in_file else "default")  # type: ignore[operator]
+            out.append((section, key, getattr(values, key), source))
+    return out

@@ -184,10 +184,13 @@ def test_agent_create_list_show(tmp_path: Path) -> None:
 
     listed = holon("agent", "list", "--home", home, "--json").json()
     assert [a["name"] for a in listed] == ["alice", "bob"]
-    assert listed[0] == alice
+    status = {"state": "idle", "detail": "", "next_wake_us": None, "next_wake": None, "model": "local",
+              "internal": False}  # fmt: skip
+    assert listed[0] == {**alice, **status}  # the agent's row with its one status (holon.runtime.status)
 
     shown = holon("--home", home, "--json", "agent", "show", "alice").json()
-    assert set(shown) == {"agent", "working_memory", "counts"}
+    assert set(shown) == {"agent", "status", "working_memory", "counts"}
+    assert {k: shown["status"][k] for k in status} == status
     assert shown["agent"] == alice
     assert shown["counts"] == {"work_item": 0, "task": 0, "wait": 0, "timer": 0}
     assert isinstance(shown["working_memory"], dict)

@@ -238,8 +238,8 @@ def test_agents_table_shows_the_daemons_live_status() -> None:
     assert [r[:3] for r in rows] == [["", "a", "paused"], ["*", "b", "waiting"], ["", "c", "asleep"],
                                      ["", "d", "failed"], ["", "e", "idle"]]  # fmt: skip
     assert rows[0][-1] == "paused by the operator"
-    assert rows[1][-1] == "external deploy (recheck 2023-11-14 22:13:20)"
-    assert rows[2][-1] == "daily budget used: 2 of 2 turns per day used (until 2023-11-15 00:00:00)"
+    assert rows[1][-1] == "on external deploy; recheck at 2023-11-14T22:13:20Z"  # daemon status's words
+    assert rows[2][-1] == "daily budget used: 2 of 2 turns per day used; until 2023-11-15T00:00:00Z"
     assert rows[3][-1].startswith("error: asleep with no wake source")
     assert rows[4][-1] == ""  # no live entry: the projection's status
 

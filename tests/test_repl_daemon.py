@@ -120,7 +120,7 @@ def test_every_slash_command_against_a_real_daemon(server: ApiServer, http: http
     rows = _rows(_run(chat, screen, "/agents"))
     [ada] = [r for r in rows if r[1] == "ada"]
     assert ada[0] == "*" and ada[2] == "waiting", rows  # live from the daemon, not the projection
-    assert ada[-1].startswith("external deploy (recheck "), ada
+    assert ada[-1].startswith("on external deploy; recheck at "), ada
 
     assert '"active_work_item"' in _run(chat, screen, "/state")
     [work] = [r for r in _rows(_run(chat, screen, "/work")) if r[1] == "Ship the REPL"]
@@ -238,7 +238,7 @@ def test_an_agent_over_its_daily_budget_gets_a_notice_not_a_hang(server: ApiServ
     assert "nightly is over its daily budget (1 of 1 turns per day used) and sleeps until " in shown, shown
     assert "your message is queued" in shown
     [row] = [r for r in _rows(_run(chat, screen, "/agents")) if r[1] == "nightly"]
-    assert row[2] == "asleep" and row[-1].startswith("daily budget used: 1 of 1 turns per day used (until "), row
+    assert row[2] == "asleep" and row[-1].startswith("daily budget used: 1 of 1 turns per day used; until "), row
 
 
 def test_pausing_while_the_message_waits_in_the_queue_ends_the_wait(

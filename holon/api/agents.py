@@ -6,14 +6,13 @@ of projections go through ``port.store`` with the same functions the CLI calls.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Response
 
 from holon.api.models import AddTimer, AgentDetail, ConfigureAgent, CreateAgent, HookPath, InputAccepted, InputIn
 from holon.api.port import DaemonPort
-from holon.clock import format_us, parse_us
+from holon.clock import parse_us
 from holon.context.manifests import turn_contexts
 from holon.errors import NotFoundError, UsageError
 from holon.memory.access import search_memory
@@ -23,9 +22,11 @@ from holon.projections.state import AgentState, TaskProjection, TimerProjection,
 from holon.runtime.agents import DEFAULT_AGENT
 from holon.runtime.embedders import embedder_from_settings
 from holon.runtime.ingress import check_idempotency_key
+from holon.runtime.status import is_internal, model_label, status_entry
 
-__all__ = ["IdempotencyHeader", "agent_router", "one_key"]
+__all__ = ["AllQ", "IdempotencyHeader", "agent_router", "one_key"]
 
+AllQ = Annotated[bool, Query(description="Include holon's internal agents (holon diagnose's).")]
 StatusQ = Annotated[str | None, Query(max_length=64, description="Only rows with this status.")]
 IdempotencyHeader = Annotated[
     str | None,
@@ -69,8 +70,9 @@ def agent_router(port: DaemonPort) -> APIRouter:
         return store.agent(agent)
 
     @r.get("", response_model=list[AgentState])
-    async def list_agents() -> list[AgentState]:
-        return store.agents()
+    async def list_agents(all: AllQ = False) -> list[AgentState]:
+        """Every agent, but holon's own (``holon diagnose``'s) unless ``all=true``."""
+        return [a for a in store.agents() if all or not is_internal(a)]
 
     @r.post("", status_code=201, response_model=AgentState)
     async def create(body: CreateAgent) -> AgentState:
@@ -87,17 +89,18 @@ def agent_router(port: DaemonPort) -> APIRouter:
     async def show(agent: str) -> AgentDetail:
         a = find(agent)
         counts = {kind: len(store.rows(kind, agent_id=a.agent_id)) for kind in ("work_item", "task", "wait", "timer")}
-        return AgentDetail(agent=a, working_memory=store.working_memory(a.agent_id), counts=counts)
+        status = status_entry(port.agent_status(a), model=model_label(a, store.settings.model.model))
+        return AgentDetail(agent=a, status=status, working_memory=store.working_memory(a.agent_id), counts=counts)
 
     @r.get("/{agent}/status")
     async def status(agent: str) -> dict[str, Any]:
         """What the agent is doing now, as the daemon sees it (one entry of ``GET /v1/status``):
         idle, running, waiting (on what), asleep (until when: its sleep, timer or budget), paused,
-        or failed (its last error); ``next_wake`` is ``next_wake_us`` as an ISO time."""
-        entry: dict[str, Any] = asdict(port.agent_status(find(agent)))
-        wake = entry["next_wake_us"]
-        entry["next_wake"] = None if wake is None else format_us(wake)
-        return entry
+        aborted, or failed (its last error; with ``next_wake`` its retry time); ``next_wake`` is
+        ``next_wake_us`` as an ISO time. The same decision as every other view
+        (``holon.runtime.status``)."""
+        a = find(agent)
+        return status_entry(port.agent_status(a), model=model_label(a, store.settings.model.model))
 
     @r.patch("/{agent}", response_model=AgentState)
     async def configure(agent: str, body: ConfigureAgent) -> AgentState:

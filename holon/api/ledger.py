@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from holon.api.agents import IdempotencyHeader, one_key
+from holon.api.agents import AllQ, IdempotencyHeader, one_key
 from holon.api.errors import BodyTooLarge
 from holon.api.models import BadRow, EventOut, InputAccepted, LedgerStats, LedgerVerify
 from holon.api.port import DaemonPort
@@ -17,6 +17,7 @@ from holon.ledger import Event
 from holon.ledger.events import PAYLOAD_TYPES
 from holon.ledger.store import EVENT_COLUMNS, canonical_event, row_to_event
 from holon.runtime.ingress import check_text
+from holon.runtime.status import without_internal
 
 __all__ = ["HOOK_MAX_BYTES", "event_json", "ledger_router"]
 
@@ -124,9 +125,10 @@ def ledger_router(port: DaemonPort) -> APIRouter:
         )
 
     @r.get("/status", tags=["daemon"])
-    async def status() -> dict[str, Any]:
-        """Daemon status: pid, uptime, ledger head, projection lag, and each agent's state."""
-        return port.status()
+    async def status(all: AllQ = False) -> dict[str, Any]:
+        """Daemon status: pid, uptime, ledger head, projection lag, and each agent's state (holon's
+        internal agents only with ``all=true``)."""
+        return without_internal(port.status(), everything=all)
 
     @r.post(
         "/hooks/{token}",

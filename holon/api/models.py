@@ -103,6 +103,8 @@ class AgentDetail(BaseModel):
     """What ``holon agent show --json`` prints."""
 
     agent: AgentState
+    status: dict[str, Any] = {}
+    """Its state as ``GET /v1/agents/{a}/status`` gives it (``holon.runtime.status``)."""
     working_memory: dict[str, Any]
     counts: dict[str, int]
 

@@ -18,18 +18,9 @@ from holon.ledger import Event
 from holon.ledger.events import Authority
 from holon.projections import Store
 from holon.projections.state import AgentState, TimerProjection
+from holon.runtime.status import AgentStatus
 
 __all__ = ["AgentStatus", "DaemonPort", "Notice"]
-
-
-@dataclass(frozen=True, slots=True)
-class AgentStatus:
-    agent_id: str
-    name: str
-    state: Literal["idle", "running", "waiting", "asleep", "paused", "failed"]
-    detail: str = ""
-    """What it waits on, until when it sleeps, or its last error."""
-    next_wake_us: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

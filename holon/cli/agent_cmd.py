@@ -160,25 +160,26 @@ def configure(
     )
     with open_store(c) as store:
         agent, created = configure_or_create_default(store, name, changes, unset=unset or [])  # type: ignore[arg-type]
-    verb = f"created {agent.name} ({agent.agent_id}) with" if created else f"configured {agent.name}:"
-    emit(c, agent.model_dump(mode="json"), f"{verb} {agent.settings or '{}'}")
+    from holon.cli.agent_view import settings_block
+
+    verb = f"created {agent.name} ({agent.agent_id}); its settings:" if created else f"configured {agent.name}:"
+    emit(c, agent.model_dump(mode="json"), f"{verb}\n{settings_block(agent.settings)}")
+
+
+AllOpt = Annotated[bool, typer.Option("--all", help="Also list holon's internal agents (holon diagnose's).")]
 
 
 @app.command("list")
-def list_(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
-    """List agents with their status."""
+def list_(ctx: typer.Context, all_: AllOpt = False, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
+    """List agents: state (as daemon status shows it), model, turns, and what the state is about."""
+    from holon.cli.agent_view import agent_rows, live_entries, render_agent_rows
+    from holon.runtime.status import is_internal
+
     c = ctx_of(ctx, home, json_out)
     with open_store(c) as store:
-        agents = store.agents()
-    if c.json:
-        emit(c, [a.model_dump(mode="json") for a in agents])
-        return
-    if not agents:
-        emit(c, None, "no agents yet (create one with 'holon agent create NAME')")
-        return
-    width = max(len(a.name) for a in agents)
-    lines = [f"{a.name:<{width}}  {a.status:<11}  turns={a.turns:<5}  {a.agent_id}" for a in agents]
-    emit(c, None, "\n".join(lines))
+        agents = [a for a in store.agents() if all_ or not is_internal(a)]
+        rows = agent_rows(agents, live_entries(c, store, agents))
+    emit(c, rows, render_agent_rows(rows))
 
 
 @app.command("show")
@@ -188,35 +189,21 @@ def show(
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Show an agent: settings, status, working memory and open work."""
+    """Show an agent: state, model, settings, working memory and open work."""
+    from holon.cli.agent_view import live_entries, render_agent_show
     from holon.runtime.settings import settings_problem
 
     c = ctx_of(ctx, home, json_out)
     with open_store(c) as store:
         agent = store.agent(name)
         problem = settings_problem(agent.settings, store.settings.model)
+        entry = live_entries(c, store, [agent]).get(agent.agent_id, {})
         wm = store.working_memory(agent.agent_id)
         counts = {
             kind: len(store.rows(kind, agent_id=agent.agent_id)) for kind in ("work_item", "task", "wait", "timer")
         }
-    data = {"agent": agent.model_dump(mode="json"), "working_memory": wm, "counts": counts}
-    lines = [
-        f"{agent.name} ({agent.agent_id})",
-        f"  status:    {agent.status}" + (f" (last error: {agent.last_error})" if agent.last_error else ""),
-        f"  template:  {agent.template}",
-        f"  home:      {agent.home}",
-        f"  turns:     {agent.turns}",
-        f"  settings:  {agent.settings or '{}'}",
-        *([f"  problem:   {problem}"] if problem else []),
-        f"  work:      {wm.get('work_item_title') or '(no active work item)'}",
-    ]
-    if wm.get("objective"):
-        lines.append(f"  objective: {wm['objective']}")
-    lines += [f"  plan:      {step}" for step in wm.get("plan", [])]
-    lines += [f"  todo:      [{t['status']}] {t['text']}" for t in wm.get("todos", [])]
-    lines += [f"  waiting:   {w['on']} {w.get('target') or ''}".rstrip() for w in wm.get("waiting_on", [])]
-    lines.append("  " + ", ".join(f"{k}s: {v}" for k, v in counts.items()))
-    emit(c, data, "\n".join(lines))
+    data = {"agent": agent.model_dump(mode="json"), "status": entry, "working_memory": wm, "counts": counts}
+    emit(c, data, render_agent_show(data["agent"], entry, wm, counts, problem))
 
 
 @app.command("hook")

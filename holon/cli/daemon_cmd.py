@@ -14,7 +14,9 @@ app = typer.Typer(help="Run the daemon in the background and manage it.", no_arg
 
 HostOpt = Annotated[str | None, typer.Option("--host", help="Address to listen on (default: [api] host).")]
 PortOpt = Annotated[int | None, typer.Option("--port", min=0, max=65535, help="Port (default: [api] port).")]
-HttpOpt = Annotated[bool, typer.Option("--http/--no-http", help="Serve the HTTP API (default: yes).")]
+HttpOpt = Annotated[
+    bool, typer.Option("--http/--no-http", help="Serve the HTTP API (default: yes).", show_default=False)
+]
 
 
 def _settings(c: Ctx) -> Any:
@@ -79,25 +81,10 @@ def _describe(info: dict[str, Any]) -> str:
             f"  evolve: {jobs.get('queued', 0)} queued, {jobs.get('running', 0)} running, {jobs.get('done', 0)} done{dead}; "
             f"{evolve.get('pending_proposals', 0)} proposals wait for review"
         )
-    lines += [_describe_agent(a) for a in status.get("agents", [])]
+    from holon.cli.agent_view import daemon_agent_lines
+
+    lines += daemon_agent_lines(status.get("agents", []))
     return "\n".join(lines)
-
-
-#: How the text status names an agent's ``next_wake`` in each state.
-_WAKE_WORDS = {"asleep": "until", "waiting": "recheck at", "paused": "next timer"}
-
-
-def _describe_agent(a: dict[str, Any]) -> str:
-    """One line per agent: its state, what it waits on or failed with, and when it wakes (UTC)."""
-    state, detail = a.get("state", "?"), a.get("detail") or ""
-    if state == "waiting":
-        detail = f"on {detail}"
-    elif state == "failed":
-        detail = f"last error: {detail}" if detail and not detail.startswith("error:") else (detail or "failed")
-    wake = a.get("next_wake")
-    if wake and state in _WAKE_WORDS:
-        detail = f"{detail}; {_WAKE_WORDS[state]} {wake[:19]}Z" if detail else f"{_WAKE_WORDS[state]} {wake[:19]}Z"
-    return f"  {a.get('name', '?'):<20} {state:<8}  {detail}".rstrip()
 
 
 @app.command("start")
@@ -163,12 +150,20 @@ def restart(
 
 
 @app.command("status")
-def status(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
+def status(
+    ctx: typer.Context,
+    all_: Annotated[bool, typer.Option("--all", help="Also show holon's internal agents (holon diagnose's).")] = False,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
     """Show whether the daemon runs, and each agent's state. Exit code 3 when it is not running."""
     from holon.daemon.process import read_state
+    from holon.runtime.status import without_internal
 
     c = ctx_of(ctx, home, json_out)
     info = read_state(c.paths)
+    if isinstance(info.get("status"), dict):
+        info["status"] = without_internal(info["status"], everything=all_)
     emit(c, dict(info), _describe(info))
     if not info["running"]:
         raise typer.Exit(3)

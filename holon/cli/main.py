@@ -16,6 +16,7 @@ from holon.cli import (
     agent_cmd,
     bench_cmd,
     chat_cmd,
+    config_cmd,
     context_cmd,
     daemon_cmd,
     diagnose_cmd,
@@ -43,7 +44,8 @@ app = typer.Typer(
     name="holon",
     help="holon: a long-lived agent runtime on an append-only ledger.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
 app.add_typer(agent_cmd.app, name="agent")
@@ -57,6 +59,7 @@ app.add_typer(proposals_cmd.app, name="proposals")
 app.add_typer(trace_cmd.app, name="trace")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(secrets_cmd.app, name="secrets")
+app.add_typer(config_cmd.app, name="config")
 app.command("mcp")(mcp_cmd.mcp)
 app.command("diagnose")(diagnose_cmd.diagnose)
 app.command("serve")(daemon_cmd.serve)
@@ -124,7 +127,7 @@ def _foreign(e: Exception) -> HolonError | None:
 def main(argv: list[str] | None = None) -> int:
     private_umask()  # every file holon creates is the owner's alone (RFC 0001, "Private by default")
     try:
-        rv = app(args=argv, standalone_mode=False)
+        rv = app(args=argv, standalone_mode=False, prog_name="holon")
     except HolonError as e:
         sys.stderr.write(f"holon: error: {e}\n")
         _log_error(e)

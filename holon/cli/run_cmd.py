@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
@@ -58,6 +57,8 @@ def run(
     json_out: JsonOpt = False,
 ) -> None:
     """Send a message to an agent and run it to settlement in this process (no daemon needed)."""
+    import asyncio
+
     from holon.runtime.run import run_input
 
     c = ctx_of(ctx, home, json_out)

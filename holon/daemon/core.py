@@ -24,18 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from holon.api.port import AgentStatus, Notice
-from holon.clock import Clock, SystemClock, format_us
-from holon.daemon.budget import DAY_US, Budgets
+from holon.api.port import Notice
+from holon.clock import Clock, SystemClock
+from holon.daemon.budget import Budgets
 from holon.daemon.hooks import HookTokens
 from holon.daemon.timers import Timers, add_timer, cancel_timer, due_firings, next_after, timer_event
 from holon.errors import ConflictError, NotFoundError
@@ -55,6 +53,7 @@ from holon.runtime.recovery import settle_unfinished_turn
 from holon.runtime.run import limits_from
 from holon.runtime.secrets import KeyLookup
 from holon.runtime.settings import read_settings, settings_problem
+from holon.runtime.status import ABORTED_REASON, AgentStatus, Live, decide, is_internal, model_label, status_entry
 from holon.runtime.tools import ToolRegistry
 from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult
 
@@ -399,7 +398,7 @@ class Daemon:
             agent = self.store.agent(agent_id)
             if agent.current_turn_id is not None:
                 settle_unfinished_turn(
-                    self.store, agent, outcome="failed", reason="aborted by the operator", requeue=False,
+                    self.store, agent, outcome="failed", reason=ABORTED_REASON, requeue=False,
                     origin="operator:daemon",
                 )  # fmt: skip
         except NotFoundError:
@@ -696,69 +695,28 @@ class Daemon:
         self, agent: AgentState, *, waits: list[WaitProjection] | None = None,
         timers: list[TimerProjection] | None = None,
     ) -> AgentStatus:  # fmt: skip
-        """One agent's state for ``status``: what it does, waits on or failed with, and when it wakes.
-
-        A pending wait that is a ``sleep`` (``on="until"``) makes the agent ``asleep`` until its
-        recheck time; any other wait makes it ``waiting`` on it, with the earliest recheck time as
-        ``next_wake_us``. ``waits``/``timers``: the agent's pending waits and scheduled timers when
-        the caller read them already (``status`` reads them for all agents in two queries)."""
-        now = self.clock.now_us()
+        """One agent's state for ``status``, decided by ``holon.runtime.status.decide`` (the one
+        function every view uses) from its projection and what this daemon knows live: whether a
+        turn runs, whether it is held back until a retry time, whether its budget is used up.
+        ``waits``/``timers``: the agent's pending waits and scheduled timers when the caller read
+        them already (``status`` reads them for all agents in two queries)."""
         if waits is None:
             waits = self.store.rows("wait", agent_id=agent.agent_id, status="pending")
         if timers is None:
             timers = self.store.rows("timer", agent_id=agent.agent_id, status="scheduled")
-        next_timer = min((t.next_fire_us for t in timers if t.next_fire_us is not None), default=None)
-        status = self._agent_status(agent, now, waits, next_timer)
-        problem = settings_problem(agent.settings, self.store.settings.model)
-        if problem is None:
-            return status
-        # A stored setting that is bad (a ledger older than the checks) or no longer allowed: the
-        # agent runs on defaults, and its status says so until the operator reconfigures it.
-        return dataclasses.replace(status, detail="; ".join(filter(None, (status.detail, problem))))
-
-    def _agent_status(self, agent: AgentState, now: int, waits: list[Any], next_timer: int | None) -> AgentStatus:
-        if read_settings(agent.settings).settings.paused:
-            return AgentStatus(agent.agent_id, agent.name, "paused", "paused by the operator", next_timer)
-        if self.host.is_running(agent.agent_id):
-            return AgentStatus(agent.agent_id, agent.name, "running", agent.current_turn_id or "")
-        budget = self.budgets.exhausted(agent)
-        if budget is not None:
-            tomorrow = (now // DAY_US + 1) * DAY_US
-            return AgentStatus(agent.agent_id, agent.name, "asleep", f"daily budget used: {budget}", tomorrow)
-        if agent.status == "failed" or self.host.is_stalled(agent.agent_id):
-            return AgentStatus(agent.agent_id, agent.name, "failed", agent.last_error or "")
-        if waits:
-            first = min(waits, key=lambda w: w.recheck_at_us)
-            other = [w for w in waits if w.on != "until"]
-            if not other:
-                reason = f": {first.reason}" if first.reason else ""
-                return AgentStatus(agent.agent_id, agent.name, "asleep", f"sleeping{reason}", first.recheck_at_us)
-            what = ", ".join(f"{w.on} {w.target}" if w.target else w.on for w in other)
-            return AgentStatus(agent.agent_id, agent.name, "waiting", what, first.recheck_at_us)
-        if agent.status == "waiting" and not agent.pending_inputs:
-            if next_timer is None:
-                return AgentStatus(
-                    agent.agent_id, agent.name, "failed", "error: asleep with no wake source (no wait, no timer)"
-                )
-            return AgentStatus(agent.agent_id, agent.name, "asleep", "for its next timer", next_timer)
-        if next_timer is not None and not agent.pending_inputs:
-            return AgentStatus(agent.agent_id, agent.name, "asleep", "for its next timer", next_timer)
-        detail = f"{len(agent.pending_inputs)} inputs queued" if agent.pending_inputs else ""
-        return AgentStatus(agent.agent_id, agent.name, "idle", detail)
+        live = Live(running=self.host.is_running(agent.agent_id), retry_at_us=self.host.retry_at(agent.agent_id))
+        return decide(
+            agent, now_us=self.clock.now_us(), waits=waits, timers=timers, live=live,
+            budget=lambda: self.budgets.exhausted(agent), problem=settings_problem(agent.settings, self.store.settings.model),
+        )  # fmt: skip
 
     def _status_entry(
         self, agent: AgentState, waits: list[WaitProjection], timers: list[TimerProjection]
     ) -> dict[str, Any]:
-        """``agent_status`` as JSON, with ISO times beside the µs ones and, when waiting, each wait."""
-        entry: dict[str, Any] = asdict(self.agent_status(agent, waits=waits, timers=timers))
-        wake = entry["next_wake_us"]
-        entry["next_wake"] = None if wake is None else format_us(wake)
-        if entry["state"] in ("waiting", "asleep"):
-            entry["waits"] = [
-                {"wait_id": w.wait_id, "on": w.on, "target": w.target, "reason": w.reason,
-                 "recheck_at_us": w.recheck_at_us, "recheck_at": format_us(w.recheck_at_us)}
-                for w in waits
-            ]  # fmt: skip
+        """``agent_status`` as JSON (``holon.runtime.status.status_entry``), with its model."""
+        model = model_label(agent, self.store.settings.model.model)
+        entry = status_entry(self.agent_status(agent, waits=waits, timers=timers), waits, model=model)
+        entry["internal"] = is_internal(agent)  # views hide these unless asked for all
         return entry
 
     def _evolve_status(self) -> dict[str, Any]:

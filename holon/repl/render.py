@@ -20,6 +20,7 @@ from rich.text import Text
 
 from holon.api.models import EventOut
 from holon.projections.state import AgentState
+from holon.runtime.status import describe
 
 __all__ = [
     "ReplyView",
@@ -165,8 +166,9 @@ def agents_table(
     table = _table("agents", "", "name", "status", "model", "turns", "queued", "detail")
     for a in agents:
         mark = "*" if a.name == current else ""
-        model = str(a.settings.get("model", ""))
-        status, detail = _agent_state(a, (live or {}).get(a.agent_id))
+        one = (live or {}).get(a.agent_id)
+        model = str((one or {}).get("model") or a.settings.get("model", ""))
+        status, detail = _agent_state(a, one)
         table.add_row(mark, a.name, status, model, str(a.turns), str(len(a.pending_inputs)), detail)
     console.print(table if agents else "no agents")
 
@@ -178,12 +180,7 @@ def _agent_state(agent: AgentState, live: Mapping[str, Any] | None) -> tuple[str
         if agent.last_error:
             last += f" ({short(agent.last_error, 40)})"
         return agent.status, last
-    detail = short(str(live.get("detail") or ""), 50)
-    wake = _when(live.get("next_wake_us"))
-    if wake and live.get("state") in ("asleep", "waiting", "paused"):
-        word = {"asleep": "until", "waiting": "recheck", "paused": "next timer"}[live["state"]]
-        detail = f"{detail} ({word} {wake})" if detail else f"{word} {wake}"
-    return str(live.get("state", agent.status)), detail
+    return str(live.get("state", agent.status)), short(describe(live), 80)
 
 
 def work_table(console: Console, items: Sequence[Mapping[str, Any]]) -> None:

@@ -251,6 +251,10 @@ class AgentHost:
         its next input or on a wait recheck."""
         return agent_id in self._stalled
 
+    def retry_at(self, agent_id: str) -> int | None:
+        """When an agent held back after a transient failure runs again (clock µs), else None."""
+        return self._stalled.get(agent_id)
+
     def active_runs(self) -> list[asyncio.Task[list[TurnResult]]]:
         return [run for run in self._runs.values() if not run.done()]
 
