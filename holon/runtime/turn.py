@@ -209,6 +209,11 @@ class TurnRunner:
             except ModelError as e:
                 result.rounds = round_no + 1
                 return self._model_failed(agent_id, result, settings.model, e, inputs)
+            if reply.start_ms is not None:  # a cold start: its own event, never model latency
+                started_ev = ev.ModelStarted(
+                    turn_id=turn_id, round=round_no, what=reply.start_what or "model", duration_ms=reply.start_ms
+                )
+                self._append(agent_id, turn_id, started_ev)
             result.rounds = round_no + 1
             result.usage = _add(result.usage, reply.usage)
             if reply.cost_usd is not None:
