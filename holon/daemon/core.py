@@ -107,20 +107,7 @@ class Daemon:
         self.settings = store.settings.daemon
         self._owned_resolver: Any = None
         if resolver is None:
-            from holon.runtime.models import ModelResolver
-
-            provider = None
-            if store.settings.daemon.model_process:
-                from holon.runtime.providers.model_process import ProcessProvider
-
-                d = store.settings.daemon
-                provider = ProcessProvider(
-                    processes=d.model_processes, idle_s=d.model_process_idle_s, on_state=self._model_state
-                )
-            resolver = self._owned_resolver = ModelResolver(
-                store.settings.model, store.paths.logs, provider=provider,
-                local_idle_s=store.settings.local.idle_stop_s, on_state=self._model_state,
-            )  # fmt: skip
+            resolver = self._owned_resolver = self._make_resolver()
         default_limits, retry = limits_from(store)
         window_of = None
         if self._owned_resolver is not None:
@@ -175,6 +162,25 @@ class Daemon:
         self._kick = asyncio.Event()
         self._embedder: Any = None
         self.index_error: str | None = None
+
+    def _make_resolver(self) -> Any:
+        """The daemon's own ``ModelResolver``: model calls in child processes (``[daemon]
+        model_process``), whose starts, like the local model server's, are told to ``_model_state``."""
+        from holon.runtime.models import ModelResolver
+
+        settings = self.store.settings
+        provider = None
+        if settings.daemon.model_process:
+            from holon.runtime.providers.model_process import ProcessProvider
+
+            d = settings.daemon
+            provider = ProcessProvider(
+                processes=d.model_processes, idle_s=d.model_process_idle_s, on_state=self._model_state
+            )
+        return ModelResolver(
+            settings.model, self.store.paths.logs, provider=provider, local_idle_s=settings.local.idle_stop_s,
+            on_state=self._model_state,
+        )  # fmt: skip
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -139,7 +139,9 @@ class _Worker:
             self._send(proc, message)
             reply = await future
             # Only a wait for a start counts (a ready child answers in well under a millisecond).
-            return dataclasses.replace(reply, start_ms=round(waited_ms, 3), start_what=WHAT) if waited_ms >= 1 else reply
+            return (
+                dataclasses.replace(reply, start_ms=round(waited_ms, 3), start_what=WHAT) if waited_ms >= 1 else reply
+            )
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 self._send(proc, {"op": "cancel", "id": call_id})
@@ -189,7 +191,7 @@ class _Worker:
         )  # fmt: skip
         self.proc = proc
         self.ready = asyncio.get_running_loop().create_future()
-        self.ready.add_done_callback(lambda f: f.exception())  # retrieved: no "never retrieved" warning
+        self.ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # no "never retrieved" warning
         self.reader = asyncio.create_task(self._read(proc, self.ready, began), name="model-process:read")
         log.info("model_process.started", pid=proc.pid)
         self._state("starting")
@@ -245,10 +247,12 @@ class _Worker:
         if self.idle is not None:
             self.idle.cancel()
             self.idle = None
-        proc, reader = self.proc, self.reader
+        proc, reader, ready = self.proc, self.reader, self.ready
         self.proc = self.reader = None
         if proc is None:
             return
+        if ready is not None and not ready.done() and proc.returncode is None:
+            proc.kill()  # still importing its libraries, no call in it: nothing to wait for
         if proc.stdin is not None and not proc.stdin.is_closing():
             proc.stdin.close()
         try:
