@@ -310,3 +310,41 @@ def test_the_turn_records_a_cold_start_before_its_answer(tmp_path: Path) -> None
     assert types[i + 1] == "model.responded" and types.count("model.started") == 1
     started = events[i].payload
     assert isinstance(started, ev.ModelStarted) and (started.what, started.duration_ms) == ("local model", 1234.5)
+
+
+@pytest.mark.slow
+def test_the_daemon_warms_the_local_server_for_an_agent_that_uses_it_and_tells_streams(fake_llama: Path) -> None:
+    from holon.daemon import Daemon
+
+    paths = resolve_home(str(fake_llama / "dhome"))
+    paths.root.mkdir(parents=True)
+    paths.config.write_text("[daemon]\nmodel_process = false\n")  # only the local server is the subject here
+    with Store.open(paths, load_settings(paths)) as store:
+        create_agent(store, "smol")
+
+        async def go() -> tuple[int | None, list[tuple[str, str]]]:
+            daemon = Daemon(store, poll_s=0.01)
+            heard: list[tuple[str, str]] = []
+
+            async def listen() -> None:
+                async for notice in daemon.subscribe("smol"):
+                    if notice.kind == "model":
+                        heard.append((notice.text, notice.state))
+
+            async with daemon.running(grace_s=1):
+                listener = asyncio.create_task(listen())
+                resolver = daemon._owned_resolver
+                deadline = time.monotonic() + 30
+                while not (resolver._local is not None and resolver._local.ready):  # no message was sent
+                    assert time.monotonic() < deadline, "the local server did not start with the daemon"
+                    await asyncio.sleep(0.02)
+                pid = resolver._local.pid
+                while ("local model", "ready") not in heard and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)
+                listener.cancel()
+            return pid, heard
+
+        pid, heard = asyncio.run(go())
+    assert pid is not None and not _alive(pid), "the local server outlived the daemon"
+    # A stream that subscribed while the server was starting heard that it was, then that it is ready.
+    assert heard == [("local model", "starting"), ("local model", "ready")]
