@@ -673,6 +673,10 @@ class Daemon:
             return
         if self._warm_models is not None and not self._warm_models.done():
             return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # called off the loop (a thread): the next pass on the loop warms
+            return
         agents = [a for a in self.store.agents() if not read_settings(a.settings).settings.diagnostic]
         if agents:
             self._warm_models = asyncio.create_task(self._owned_resolver.warm(agents), name="daemon:warm-model")
