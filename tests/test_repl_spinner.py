@@ -7,8 +7,10 @@ hook), after which ``holon trace stats`` shows that start as a cold start, not m
 
 from __future__ import annotations
 
+import io
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,11 @@ import pexpect
 import pytest
 from helpers.daemon import fake_home, payloads
 from helpers.turn_cli import cli_env, holon, holon_argv
+from rich.console import Console
 
+from holon.api.models import EventOut
 from holon.api.server import free_port
+from holon.repl.render import ReplyView
 from holon.runtime.providers.model_process import START_DELAY_ENV
 from holon.testing.fake_llm import FakeLLM
 
@@ -107,3 +112,44 @@ def test_the_repl_says_the_model_is_starting_and_stats_count_it_as_a_cold_start(
     # Model latency is the call without its wait for the start.
     latency = stats["agents"]["alice"]["model_latency_ms"]["p50"]
     assert latency == pytest.approx((answered_us - asked_us) / 1000 - started["duration_ms"], abs=0.01)
+
+
+def _event(seq: int, type_: str, **payload: Any) -> EventOut:
+    return EventOut.model_validate(
+        {"seq": seq, "id": f"evt_{seq}", "agent_id": "agt_a", "type": type_, "version": 1, "ts_us": 1, "origin": "o", "hash": "h",
+         "authority": "runtime", "payload": payload}
+    )  # fmt: skip
+
+
+def test_the_spinner_stops_before_any_output_and_stays_off_after_the_final_answer() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=80)
+    view = ReplyView(console, "alice")
+    view.spinner.interval_s = 0.01
+    view.begin()
+    deadline = time.monotonic() + 10
+    while "thinking" not in out.getvalue():
+        assert time.monotonic() < deadline, "no spinner on a terminal"
+        time.sleep(0.01)
+    view.model({"what": "local model", "state": "starting"})
+    assert "starting the local model…" in out.getvalue()
+    view.delta({"text": "Hel"})
+    assert not view.spinner.running
+    after = out.getvalue()
+    assert after.endswith("Hel") and after.rindex("\r\x1b[K") < after.rindex("Hel")  # erased, then the text
+    view.delta({"text": "lo"})
+    view.event(_event(2, "model.responded", turn_id="t", round=0, model="m", content="Hello"))
+    assert not view.spinner.running  # the final answer: the settle comes next, no spinner in between
+    view.event(_event(3, "turn.settled", turn_id="t", outcome="completed"))
+    view.close()
+    assert not view.spinner.running and out.getvalue().count("Hello") == 1  # streamed, not shown again
+
+
+def test_no_spinner_when_not_a_terminal() -> None:
+    out = io.StringIO()
+    view = ReplyView(Console(file=out, force_terminal=False), "alice")
+    view.begin()
+    assert not view.spinner.running
+    view.model({"what": "model process", "state": "starting"})
+    view.close()
+    assert out.getvalue() == "starting the model process… (a cold start; it stays warm after)\n"

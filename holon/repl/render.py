@@ -138,6 +138,8 @@ class ReplyView:
         self._open_line = False
         self.spinner = Spinner(console)
         self._settled_seen = False
+        self._final = False
+        """The last round answered without tool calls (or failed): the settle comes next, no spinner."""
         self._starting: set[str] = set()
 
     def _width(self) -> int:
@@ -160,7 +162,7 @@ class ReplyView:
 
     def _resume(self) -> None:
         """Between pieces of output (a tool running, the next model round): the spinner again."""
-        if not self._open_line and not self._settled_seen:
+        if not self._open_line and not self._settled_seen and not self._final:
             self.spinner.start()
 
     def model(self, data: Mapping[str, Any]) -> None:
@@ -218,6 +220,7 @@ class ReplyView:
                 pass
 
     def _responded(self, p: Mapping[str, Any]) -> None:
+        self._final = not p.get("tool_calls")
         if p.get("error"):
             self._break()
             self.console.print(Text(f"  model error ({p.get('error_kind') or 'error'}): {p['error']}", "red"))
