@@ -116,8 +116,8 @@ def test_the_repl_says_the_model_is_starting_and_stats_count_it_as_a_cold_start(
 
 def _event(seq: int, type_: str, **payload: Any) -> EventOut:
     return EventOut.model_validate(
-        {"seq": seq, "id": f"evt_{seq}", "agent_id": "agt_a", "type": type_, "version": 1, "ts_us": 1, "origin": "o", "hash": "h",
-         "authority": "runtime", "payload": payload}
+        {"seq": seq, "id": f"evt_{seq}", "agent_id": "agt_a", "type": type_, "version": 1, "ts_us": 1,
+         "origin": "o", "hash": "h", "authority": "runtime", "payload": payload}
     )  # fmt: skip
 
 
