@@ -342,7 +342,10 @@ async def _serve() -> None:
     await asyncio.to_thread(_litellm)  # the cost of a cold start, paid before the parent calls it ready
     if delay := float(os.environ.get(START_DELAY_ENV) or 0):
         await asyncio.sleep(delay)
-    send({"ready": True})
+    try:
+        send({"ready": True})
+    except BrokenPipeError:  # the parent died while we were starting: nobody to serve
+        return
 
     async def run(call_id: int, body: dict[str, Any], api_key: str | None, stream: bool) -> None:
         try:
