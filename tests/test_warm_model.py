@@ -213,23 +213,35 @@ def test_idle_stop_zero_keeps_the_local_server_and_warm_starts_it_for_a_local_ag
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # four daemon starts and stops and two litellm imports, on a loaded machine
 def test_the_daemon_starts_the_model_process_without_a_message_and_honours_its_idle_time(tmp_path: Path) -> None:
     with FakeLLM(lambda body: {"content": "ok"}) as fake:
         home = fake_home(tmp_path, fake, "alice")
-        config = home / "holon.toml"
-        config.write_text(config.read_text().replace("model_process_idle_s = 0.0", "model_process_idle_s = 2.0"))
-        # A start slower than the daemon's: its API must answer while the model process starts.
-        env = cli_env(**{START_DELAY_ENV: "3"})
+        # 1. A model process that takes a minute to be ready: the daemon's API answers meanwhile,
+        #    and a stop does not wait for it.
+        slow = cli_env(**{START_DELAY_ENV: "60"})
         try:
-            r = holon(home, "daemon", "start", env=env)
+            r = holon(home, "daemon", "start", env=slow)
             assert r.code == 0, r
             pid = int(state(home)["pid"])
             child = wait_for("the model process to start", lambda: _model_children(pid), timeout=30)[0]
-            r = holon(home, "daemon", "status", "--json", env=env)
-            assert r.code == 0, r
+            r = holon(home, "daemon", "status", "--json", env=slow)
+            assert r.code == 0 and r.json()["running"] is True, r
             with open_store(home) as store:  # no message was sent: no turn ran
                 assert not [e for e in store.ledger.read(0) if e.type in ("message.received", "turn.started")]
-            wait_for("the idle model process to stop", lambda: not _alive(child), timeout=60)
+        finally:
+            assert holon(home, "daemon", "stop", env=slow).code == 0
+        assert not _alive(child), "a model process that was still starting outlived the daemon"
+
+        # 2. [daemon] model_process_idle_s: the warm process stops after that long without a call.
+        config = home / "holon.toml"
+        config.write_text(config.read_text().replace("model_process_idle_s = 0.0", "model_process_idle_s = 2.0"))
+        env = cli_env()
+        try:
+            assert holon(home, "daemon", "start", env=env).code == 0
+            pid = int(state(home)["pid"])
+            child = wait_for("the model process to start", lambda: _model_children(pid), timeout=30)[0]
+            wait_for("the idle model process to stop", lambda: not _alive(child), timeout=90)
             assert _alive(pid), "the daemon itself must keep running"
         finally:
             assert holon(home, "daemon", "stop", env=env).code == 0
