@@ -283,8 +283,20 @@ class DaemonSettings(_Section):
     """Run model calls (litellm) in child processes, so that their CPU is not the turn loop's."""
     model_processes: int = Field(2, ge=1, le=16)
     """At most this many model processes; a second starts only while calls overlap."""
-    model_process_idle_s: float = Field(300.0, gt=0, le=86_400)
-    """The model process exits after this long without a call (the next call starts it again)."""
+    model_process_idle_s: float = Field(0.0, ge=0, le=86_400)
+    """A model process exits after this long without a call (the next call starts it again);
+    ``0``: never, so the first reply after a quiet hour does not pay for a cold start."""
+    warm_model: bool = True
+    """Start the model process (and the local model server, when an agent uses it) with the
+    daemon, in the background, rather than on the first call (RFC 0005, "Warm model path")."""
+
+
+class LocalSettings(_Section):
+    """The embedded local model server (``holon[local]``), used by agents with no model configured."""
+
+    idle_stop_s: float = Field(0.0, ge=0, le=86_400 * 30)
+    """Stop the local model server after this long without a call (the next call starts it
+    again, taking seconds); ``0``: never (it stays warm while the daemon runs)."""
 
 
 class ToolsSettings(_Section):
@@ -330,6 +342,7 @@ class Settings(BaseSettings):
     api: ApiSettings = ApiSettings()
     daemon: DaemonSettings = DaemonSettings()
     tools: ToolsSettings = ToolsSettings()
+    local: LocalSettings = LocalSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -106,6 +106,7 @@ def test_a_cancelled_call_is_cancelled_in_the_child_and_the_next_call_works() ->
         async def go() -> tuple[float, str | None]:
             provider = ProcessProvider(processes=1)
             try:
+                await provider.warm()  # started (litellm imported) first: the call itself is the subject
                 call = asyncio.create_task(provider.complete(request, on_text=lambda t: None))
                 for _ in range(400):  # until the child has sent the request
                     if fake.requests:
@@ -132,6 +133,7 @@ def test_a_child_killed_mid_call_fails_the_call_retryably_and_the_next_call_star
         async def go() -> tuple[ModelError, int, int, str | None]:
             provider = ProcessProvider(processes=1)
             try:
+                await provider.warm()  # started first: the kill is to hit a call, not a start
                 call = asyncio.create_task(provider.complete(request))
                 for _ in range(400):
                     if fake.requests:

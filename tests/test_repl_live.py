@@ -68,7 +68,7 @@ def test_a_background_brief_appears_while_the_operator_waits_at_the_prompt(home:
 
 def test_the_event_stream_resumes_after_the_daemon_is_killed_and_restarted(home: Path) -> None:
     port = free_port()
-    env = {"HOLON_API_PORT": str(port)}
+    env = cli_env(HOLON_API_PORT=str(port))  # the test's environment (PYTHONPATH: this checkout)
     assert holon(home, "daemon", "start", env=env).code == 0
     client = ApiClient(f"http://127.0.0.1:{port}", token=read_token(home))
     seen: list[int] = []

@@ -25,15 +25,19 @@ __all__ = ["AgentStatus", "DaemonPort", "Notice"]
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """A live notification for streams: a new ledger event, or text a model is generating."""
+    """A live notification for streams: a new ledger event, text a model is generating, or a model
+    child starting (``model``: sent to every stream, whatever agent it follows)."""
 
-    kind: Literal["event", "delta"]
+    kind: Literal["event", "delta", "model"]
     agent_id: str
     seq: int | None = None
     """For ``event``: the ledger seq (read the event from the store)."""
     text: str = ""
-    """For ``delta``: the next piece of the reply being generated."""
+    """For ``delta``: the next piece of the reply being generated; for ``model``: what is starting
+    (``model process``, ``local model``)."""
     turn_id: str | None = None
+    state: str = ""
+    """For ``model``: ``starting``, ``ready`` or ``failed``."""
 
 
 class DaemonPort(Protocol):

@@ -4,7 +4,9 @@ Exactly once, in order, across reconnects: the ledger is the source of truth and
 only ever a read of it from a cursor. Each ``event`` SSE message carries ``id: <seq>``; a client
 reconnects with ``Last-Event-ID`` (or ``?after=SEQ``) and gets every event after it. Live notices
 from ``port.subscribe`` only *wake* the reader (and carry ``delta`` text, sent as ``delta``
-messages without ids, since a half-generated reply is not history); the events themselves are
+messages without ids, since a half-generated reply is not history; likewise ``model`` messages,
+``{"what": "local model", "state": "starting"}``, while a model child starts: a client shows
+"starting the local model…" instead of nothing); the events themselves are
 always read from the ledger after the cursor, so an event appended while the client was away, or
 between the catch-up read and the subscription, is neither lost nor sent twice. A wake-up poll
 covers a notice that never comes.
@@ -79,6 +81,8 @@ async def agent_events(
                 if notice.kind == "delta":
                     data = {"agent_id": notice.agent_id, "turn_id": notice.turn_id, "text": notice.text}
                     yield {"event": "delta", "data": json.dumps(data, ensure_ascii=False)}
+                elif notice.kind == "model":
+                    yield {"event": "model", "data": json.dumps({"what": notice.text, "state": notice.state})}
                 elif notice.seq is not None and notice.seq > cursor:
                     for event in port.store.ledger.read(cursor, agent_id=agent_id, limit=notice.seq - cursor):
                         if event.seq > notice.seq:

@@ -125,7 +125,7 @@ def stats(
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Per agent: turns, outcomes, model latency and token percentiles, cost; slowest tools; errors."""
+    """Per agent: turns, outcomes, model latency and token percentiles, cost; model cold starts; slowest tools; errors."""
     from holon.trace.export import trace_stats
 
     c = ctx_of(ctx, home, json_out)
@@ -142,6 +142,11 @@ def _human(r: dict[str, Any]) -> str:
             f"  {name}: {a['turns']} turns ({outcomes}); model p50 {a['model_latency_ms']['p50']} ms, "
             f"p95 {a['model_latency_ms']['p95']} ms; tokens/turn p50 {a['tokens_per_turn']['p50']}, "
             f"p95 {a['tokens_per_turn']['p95']}; cost ${a['cost_usd']:.4f}; tool errors {a['tool_errors']}/{a['tool_calls']}"
+        )
+    if (start := r.get("model_start")) and start["n"]:
+        lines.append(
+            f"model start: {start['n']} (cold starts, not in model latency); "
+            f"p50 {start['p50_ms']} ms, p95 {start['p95_ms']} ms"
         )
     if r["slowest_tools"]:
         lines.append("slowest tools:")

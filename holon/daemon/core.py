@@ -107,21 +107,7 @@ class Daemon:
         self.settings = store.settings.daemon
         self._owned_resolver: Any = None
         if resolver is None:
-            from holon.runtime.models import ModelResolver
-
-            provider = None
-            if store.settings.daemon.model_process:
-                from holon.runtime.providers.model_process import ProcessProvider
-
-                d = store.settings.daemon
-                provider = ProcessProvider(
-                    env=KeyLookup(store.paths.root, who="the daemon"),  # keys read at each call (RFC 0002)
-                    processes=d.model_processes,
-                    idle_s=d.model_process_idle_s,
-                )
-            resolver = self._owned_resolver = ModelResolver(
-                store.settings.model, store.paths.logs, provider=provider, home=store.paths.root, who="the daemon"
-            )
+            resolver = self._owned_resolver = self._make_resolver()
         default_limits, retry = limits_from(store)
         window_of = None
         if self._owned_resolver is not None:
@@ -152,6 +138,9 @@ class Daemon:
             self.evolver = Evolver(store, clock=self.clock, model_extractor=extractor)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._warm: asyncio.Task[Any] | None = None
+        self._warm_models: asyncio.Task[None] | None = None
+        self.models_starting: set[str] = set()
+        """Model children starting now (``model process``, ``local model``): told to new subscribers."""
         self.tracer: Any = None
         if store.settings.trace.otlp_endpoint:
             from holon.trace.live import start_live_export
@@ -174,6 +163,28 @@ class Daemon:
         self._embedder: Any = None
         self.index_error: str | None = None
 
+    def _make_resolver(self) -> Any:
+        """The daemon's own ``ModelResolver``: model calls in child processes (``[daemon]
+        model_process``), whose starts, like the local model server's, are told to ``_model_state``."""
+        from holon.runtime.models import ModelResolver
+
+        settings = self.store.settings
+        provider = None
+        if settings.daemon.model_process:
+            from holon.runtime.providers.model_process import ProcessProvider
+
+            d = settings.daemon
+            provider = ProcessProvider(
+                env=KeyLookup(self.store.paths.root, who="the daemon"),  # keys read at each call (RFC 0002)
+                processes=d.model_processes,
+                idle_s=d.model_process_idle_s,
+                on_state=self._model_state,
+            )
+        return ModelResolver(
+            settings.model, self.store.paths.logs, provider=provider, local_idle_s=settings.local.idle_stop_s,
+            on_state=self._model_state, home=self.store.paths.root, who="the daemon",
+        )  # fmt: skip
+
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -193,6 +204,7 @@ class Daemon:
             from holon.runtime.providers.litellm_provider import known_context_window
 
             self._warm = asyncio.create_task(asyncio.to_thread(known_context_window, "gpt-4o-mini"))
+            self._warm_model()
         self.started_us = self.clock.now_us()
         self._seen = self.store.ledger.head()
         self._dirty.update(a.agent_id for a in self.store.agents() if a.pending_inputs)
@@ -231,6 +243,10 @@ class Daemon:
         if self._warm is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._warm
+        if self._warm_models is not None:  # a start still under way is not waited for
+            self._warm_models.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._warm_models
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -508,6 +524,8 @@ class Daemon:
             if type_.startswith("timer.") and not self._draining:
                 timer_id = json.loads(payload)["timer_id"]
                 self.timers.sync(self.store.state("timer", timer_id), timer_id)  # type: ignore[arg-type]
+            if type_ in ("agent.created", "agent.configured"):
+                self._warm_model()  # a new agent, or one given the local model: its model warms now
             if type_ == "turn.started":
                 self._turn_of[agent_id] = json.loads(payload)["turn_id"]
             if type_ == "evolve.model_used":
@@ -527,6 +545,8 @@ class Daemon:
                     day = self.budgets.today()
                     self._dirty.update(a.agent_id for a in self.store.agents() if a.pending_inputs)
                     self._kick.set()
+                if self._owned_resolver is not None:
+                    await asyncio.to_thread(self._owned_resolver.maintain)  # the local model's idle stop
                 await asyncio.to_thread(self.index.catch_up, max_events=500)
                 if self._embedder is not None:
                     from holon.memory.vectors import embed_pending
@@ -649,11 +669,36 @@ class Daemon:
         )
         return any(seq in pending for (seq,) in rows)
 
+    # --- warm model path (RFC 0005) ---------------------------------------------------------
+
+    def _warm_model(self) -> None:
+        """Start the model children the home's agents will call, in the background (the API is up
+        meanwhile): never for a home without agents, the local server only for agents that use it."""
+        if self._owned_resolver is None or not self.settings.warm_model or self._draining:
+            return
+        if self._warm_models is not None and not self._warm_models.done():
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # called off the loop (a thread): the next pass on the loop warms
+            return
+        agents = [a for a in self.store.agents() if not read_settings(a.settings).settings.diagnostic]
+        if agents:
+            self._warm_models = asyncio.create_task(self._owned_resolver.warm(agents), name="daemon:warm-model")
+
+    def _model_state(self, what: str, state: str) -> None:
+        """A model child is ``starting``, ``ready`` or ``failed``: a live notice to every stream."""
+        if state == "starting":
+            self.models_starting.add(what)
+        else:
+            self.models_starting.discard(what)
+        self._notify(Notice(kind="model", agent_id="", text=what, state=state))
+
     # --- notices ----------------------------------------------------------------------------
 
     def _notify(self, notice: Notice) -> None:
         for wanted, queue in self._subscribers:
-            if wanted is None or wanted == notice.agent_id:
+            if wanted is None or wanted == notice.agent_id or notice.kind == "model":
                 with contextlib.suppress(asyncio.QueueFull):  # a stalled reader catches up from the ledger
                     queue.put_nowait(notice)
 
@@ -683,6 +728,8 @@ class Daemon:
                 agent_id = self.store.agent(agent_id).agent_id
         entry = (agent_id, queue)
         self._subscribers.append(entry)
+        for what in sorted(self.models_starting):  # a start under way: the newcomer hears of it too
+            queue.put_nowait(Notice(kind="model", agent_id="", text=what, state="starting"))
         try:
             while True:
                 yield await queue.get()

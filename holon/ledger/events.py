@@ -166,6 +166,20 @@ class ModelRequested(PayloadBase):
     prompt_tokens_est: int = Field(0, ge=0)
 
 
+class ModelStarted(PayloadBase):
+    """A model call waited for its model to start (the model process importing litellm, the local
+    model server loading): a cold start, recorded apart so model latency never includes it. Appended
+    just before the call's ``model.responded``; traces draw it as its own span (RFC 0007)."""
+
+    type: Literal["model.started"] = "model.started"
+    turn_id: str
+    round: int = Field(ge=0)
+    what: str
+    """What started: ``model process`` or ``local model``."""
+    duration_ms: float = Field(ge=0)
+    """How long the call waited for it (from the call to the model being ready)."""
+
+
 class ToolCallSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     call_id: str
@@ -608,6 +622,7 @@ Payload = Annotated[
     | TurnStarted
     | TurnSettled
     | ModelRequested
+    | ModelStarted
     | ModelResponded
     | ToolCalled
     | ToolResulted

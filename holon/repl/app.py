@@ -1,7 +1,9 @@
 """``Chat``: the operator REPL loop over an ``ApiClient`` (``holon chat`` wires it up).
 
 A plain line is sent to the current agent and its turn is drawn live until it settles (the
-``turn.settled`` of the turn that took the input). Ctrl-C during a reply aborts the turn; Ctrl-C
+``turn.settled`` of the turn that took the input): a spinner with the elapsed time while nothing
+else shows (on a terminal), the reply text as the model generates it, "starting the local
+model…" while a model child starts. Ctrl-C during a reply aborts the turn; Ctrl-C
 at the prompt clears the line; Ctrl-D or ``/quit`` leaves (the daemon keeps running). Briefs that
 agents send the operator are polled from the ledger tail in a thread and printed above the prompt
 as they arrive (``patch_stdout``); while a reply streams they wait, unless they are the current
@@ -158,10 +160,14 @@ class Chat:
             with contextlib.closing(self.client.stream_events(self.agent, after=head)) as stream:
                 next(stream)  # "open": subscribed, so no delta of the reply is missed
                 watch.input_seq = self.client.send(self.agent, text).seq
+                view.begin()  # a spinner with the elapsed time until text comes or the turn settles
                 self._follow(stream, view, watch)
         except KeyboardInterrupt:
+            view.close()
             # The interrupted generator is finished; follow the settle on a new stream.
             self._abort_during(view, watch)
+        finally:
+            view.close()
 
     def _blocked(self) -> str | None:
         """Why the current agent takes no turn now (a notice for the operator), else ``None``."""
@@ -180,11 +186,14 @@ class Chat:
         for kind, data in stream:
             if kind == "delta":
                 view.delta(data)  # type: ignore[arg-type]
+            elif kind == "model":
+                view.model(data)  # type: ignore[arg-type]
             elif kind == "event":
                 assert isinstance(data, EventOut)
                 watch.see(data)
                 if watch.turn_id is None and (why := _stops_waiting(data)):
                     # Paused, or out of budget, before the turn with this input started.
+                    view.close()
                     self.console.print(Text(f"{self.agent} {why}: your message stays queued", "yellow"))
                     return
                 if data.type == "brief.delivered":

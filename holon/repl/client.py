@@ -7,8 +7,8 @@ Errors, all ``holon.errors`` so the CLI prints one line::
     ├── UsageError            400 / 401 (with what to do about the token) / 409 / 422
     └── NotFoundError         404 (no such agent, event, ref)
 
-The event stream is read as server-sent events: ``stream_events`` yields ``("event", EventOut)``
-and ``("delta", {...})`` items from a cursor and reconnects with ``Last-Event-ID`` when the
+The event stream is read as server-sent events: ``stream_events`` yields ``("event", EventOut)``,
+``("delta", {...})`` and ``("model", {...})`` items from a cursor and reconnects with ``Last-Event-ID`` when the
 connection drops, so no event is lost or seen twice.
 """
 
@@ -30,8 +30,9 @@ from holon.projections.state import AgentState
 
 __all__ = ["ApiClient", "DaemonUnreachable", "StreamItem", "home_token", "token_from_env"]
 
-StreamItem = tuple[Literal["event"], EventOut] | tuple[Literal["delta", "open"], dict[str, Any]]
-"""``open`` comes first on each (re)connection: from then on, live deltas reach this stream."""
+StreamItem = tuple[Literal["event"], EventOut] | tuple[Literal["delta", "open", "model"], dict[str, Any]]
+"""``open`` comes first on each (re)connection: from then on, live deltas reach this stream.
+``model``: ``{"what", "state"}`` while a model child starts (``starting``, then ``ready`` or ``failed``)."""
 
 
 class DaemonUnreachable(HolonError):
@@ -233,8 +234,8 @@ class ApiClient:
                             event = EventOut.model_validate_json(data)
                             cursor = event.seq
                             yield "event", event
-                        elif kind == "delta":
-                            yield "delta", json.loads(data)
+                        elif kind in ("delta", "model"):
+                            yield kind, json.loads(data)  # type: ignore[misc]
             except httpx.TransportError as e:
                 failures += 1
                 if failures > retries:

@@ -2,14 +2,18 @@
 ``Console(record=True)``).
 
 ``ReplyView`` draws one agent's turn as it happens: reply text as it is generated (``delta``
-items), each tool call and result on one truncated line, model errors, and how the turn settled.
+items), each tool call and result on one truncated line, model errors, and how the turn settled;
+while nothing is drawn, a ``Spinner`` with the elapsed time (on a terminal only).
 The rest are tables and summaries for the slash commands.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +28,7 @@ from holon.runtime.status import describe
 
 __all__ = [
     "ReplyView",
+    "Spinner",
     "brief_line",
     "agents_table",
     "context_summary",
@@ -71,8 +76,60 @@ def brief_line(console: Console, agent: str, payload: Mapping[str, Any]) -> None
     console.print(line, soft_wrap=True)
 
 
+class Spinner:
+    """A sign of life on a terminal while a turn runs: ``⠋ thinking 3.2 s`` on one line, redrawn in
+    place by a thread, erased by ``stop()`` (which returns only once the thread has stopped, so it
+    never writes into text printed after it). Nothing at all when the console is not a terminal."""
+
+    FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+    def __init__(self, console: Console, *, interval_s: float = 0.1) -> None:
+        self.console = console
+        self.interval_s = interval_s
+        self.enabled = console.is_terminal
+        self.label = "thinking"
+        self.started = time.monotonic()
+        """Elapsed time counts from here (the message being sent), across the turn's rounds."""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> None:
+        if not self.enabled or self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._spin, name="chat:spinner", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stop.set()
+        thread.join()
+        self._write("\r\x1b[K")
+
+    def _write(self, text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.console.file.write(text)
+            self.console.file.flush()
+
+    def _spin(self) -> None:
+        frame = 0
+        while True:
+            elapsed = time.monotonic() - self.started
+            self._write(f"\r\x1b[K{self.FRAMES[frame % len(self.FRAMES)]} {self.label} {elapsed:.1f} s")
+            frame += 1
+            if self._stop.wait(self.interval_s):
+                return
+
+
 class ReplyView:
-    """Draws one turn: streamed text, compact tool lines, errors, the outcome."""
+    """Draws one turn: streamed text, compact tool lines, errors, the outcome; and while nothing
+    is being drawn, a spinner with the elapsed time (``begin()`` to the turn's settle)."""
 
     def __init__(self, console: Console, agent: str) -> None:
         self.console = console
@@ -80,19 +137,53 @@ class ReplyView:
         self._streamed = ""
         """Text shown in the current model round (from deltas or a round's content)."""
         self._open_line = False
+        self.spinner = Spinner(console)
+        self._settled_seen = False
+        self._final = False
+        """The last round answered without tool calls (or failed): the settle comes next, no spinner."""
+        self._starting: set[str] = set()
 
     def _width(self) -> int:
         return max(self.console.width - 6, 20)
 
     def _break(self) -> None:
+        self.spinner.stop()
         if self._open_line:
             self.console.print()
             self._open_line = False
+
+    def begin(self) -> None:
+        """The message is sent: the elapsed time starts, and the spinner (on a terminal)."""
+        self.spinner.started = time.monotonic()
+        self.spinner.start()
+
+    def close(self) -> None:
+        """The turn settled or the operator stopped watching: the spinner goes."""
+        self.spinner.stop()
+
+    def _resume(self) -> None:
+        """Between pieces of output (a tool running, the next model round): the spinner again."""
+        if not self._open_line and not self._settled_seen and not self._final:
+            self.spinner.start()
+
+    def model(self, data: Mapping[str, Any]) -> None:
+        """A model child's state: ``starting the local model…`` is said once, and the spinner says it too."""
+        what, state = str(data.get("what") or "model"), data.get("state")
+        if state == "starting" and what not in self._starting:
+            self._starting.add(what)
+            self._break()
+            self.console.print(Text(f"starting the {what}{ELLIPSIS} (a cold start; it stays warm after)", "dim"))
+            self.spinner.label = f"starting the {what}{ELLIPSIS}"
+            self._resume()
+        elif state in ("ready", "failed") and what in self._starting:
+            self._starting.discard(what)
+            self.spinner.label = "thinking"
 
     def delta(self, data: Mapping[str, Any]) -> None:
         fragment = str(data.get("text", ""))
         if not fragment:
             return
+        self.spinner.stop()
         if not self._streamed:
             self._break()
         self.console.print(Text(fragment), end="", soft_wrap=True)
@@ -100,6 +191,10 @@ class ReplyView:
         self._open_line = not fragment.endswith("\n")
 
     def event(self, event: EventOut) -> None:
+        self._event(event)
+        self._resume()
+
+    def _event(self, event: EventOut) -> None:
         p = event.payload
         match event.type:
             case "model.responded":
@@ -126,6 +221,7 @@ class ReplyView:
                 pass
 
     def _responded(self, p: Mapping[str, Any]) -> None:
+        self._final = not p.get("tool_calls")
         if p.get("error"):
             self._break()
             self.console.print(Text(f"  model error ({p.get('error_kind') or 'error'}): {p['error']}", "red"))
@@ -137,6 +233,7 @@ class ReplyView:
         self._streamed = ""
 
     def _settled(self, p: Mapping[str, Any]) -> None:
+        self._settled_seen = True
         self._break()
         outcome = p.get("outcome")
         if outcome == "completed":

@@ -47,7 +47,7 @@ from holon.ledger import events as ev
 from holon.ledger.codec import canonical_json
 from holon.projections import Store
 from holon.projections.state import AgentState
-from holon.runtime.providers.base import ModelRequest, ModelSettings, Provider
+from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, Provider
 from holon.runtime.providers.retry import RetryPolicy, complete_with_retry
 from holon.runtime.settings import read_settings
 from holon.runtime.tools.base import ToolContext, ToolRegistry, ToolResult
@@ -209,6 +209,7 @@ class TurnRunner:
             except ModelError as e:
                 result.rounds = round_no + 1
                 return self._model_failed(agent_id, result, settings.model, e, inputs)
+            self._cold_start(agent_id, turn_id, round_no, reply)
             result.rounds = round_no + 1
             result.usage = _add(result.usage, reply.usage)
             if reply.cost_usd is not None:
@@ -268,6 +269,13 @@ class TurnRunner:
             reason=f"no final answer after {limits.max_rounds} model rounds",
             rejected=inputs,
         )
+
+    def _cold_start(self, agent_id: str, turn_id: str, round_no: int, reply: ModelReply) -> None:
+        """A call that waited for its model to start: the wait is its own event, never model latency."""
+        if reply.start_ms is not None:
+            what = reply.start_what or "model"
+            started = ev.ModelStarted(turn_id=turn_id, round=round_no, what=what, duration_ms=reply.start_ms)
+            self._append(agent_id, turn_id, started)
 
     def _model_failed(
         self, agent_id: str, result: TurnResult, model: str, e: ModelError, inputs: list[int]

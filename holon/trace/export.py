@@ -90,7 +90,9 @@ def _pct(values: list[float], q: int) -> float:
 def trace_stats(
     store: Store, flt: TraceFilter | None = None, *, top: int = 10, traces: Iterable[list[Span]] | None = None
 ) -> dict[str, Any]:
-    """Per agent: turns, outcomes, model latency and tokens (p50/p95), cost; slowest tools; error taxonomy.
+    """Per agent: turns, outcomes, model latency and tokens (p50/p95), cost; slowest tools; error taxonomy;
+    and cold starts (``model_start``: calls that waited for their model to start, and how long),
+    which are never counted as model latency.
 
     ``traces``: the turn traces to fold, when the caller already built them (``holon diagnose``,
     which leaves its own turns out); by default every turn ``flt`` selects.
@@ -99,6 +101,7 @@ def trace_stats(
     tools: list[tuple[float, str, str, str]] = []
     errors: Counter[tuple[str, str]] = Counter()
     samples: dict[tuple[str, str], str] = {}
+    starts: list[float] = []
     for spans in traces if traces is not None else spans_of(TraceReader(store, flt), project="stats"):
         root = spans[0]
         name = str(root.attributes["inference.agent_name"])
@@ -113,6 +116,8 @@ def trace_stats(
                 a["cost_usd"] += float(s.attributes.get("llm.cost_usd", 0.0))
                 if s.status == "ERROR":
                     _count(errors, samples, "model", s.status_message)
+            elif s.name == "model.start":
+                starts.append(float(s.attributes.get("holon.model_start.duration_ms", 0.0)))
             elif s.kind == "TOOL":
                 a["tool_calls"] += 1
                 dur = float(s.attributes.get("holon.tool.duration_ms", (s.end_ns - s.start_ns) / 1e6))
@@ -136,6 +141,7 @@ def trace_stats(
     return {
         "agents": agents,
         "turns": sum(a["turns"] for a in agents.values()),
+        "model_start": {"n": len(starts), "p50_ms": _pct(starts, 50), "p95_ms": _pct(starts, 95)},
         "slowest_tools": [{"tool": t, "duration_ms": round(d, 3), "turn_id": turn, "span_id": sid} for d, t, turn, sid in tools[:top]],
         "errors": [
             {"source": src, "error": key, "count": n, "example": samples[(src, key)]}

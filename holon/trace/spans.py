@@ -1,7 +1,9 @@
 """The ledger as spans: one trace per turn (or per sealed episode), built from events alone.
 
 Pure over events: ``turn_spans(events, ...)`` turns one turn's events into an AGENT root span with
-CHAIN (context assembly), LLM (model call) and TOOL (tool call) children. Ids are derived from
+CHAIN (context assembly), LLM (model call) and TOOL (tool call) children. A call that waited for
+its model to start (``model.started``) gets a CHAIN span ``model.start`` for the wait, and its LLM
+span begins where the wait ended: a cold start is never model latency. Ids are derived from
 ledger ids (sha256 of the turn id for the trace, of the starting event's id for a span), so an
 export is the same bytes every time and re-sending it is idempotent.
 
@@ -217,6 +219,7 @@ class _Builder:
     common: dict[str, Any]
     spans: list[tuple[int, Span]] = field(default_factory=list)
     requested: dict[int, Event] = field(default_factory=dict)
+    started: dict[int, Event] = field(default_factory=dict)
     contexts: dict[int, Event] = field(default_factory=dict)
     calls: dict[str, Event] = field(default_factory=dict)
     tokens_in: int = 0
@@ -227,9 +230,10 @@ class _Builder:
         self.spans.append((start.seq, span))
 
     def span(self, start: Event, name: str, kind: str, end_us: int, status: str, message: str,
-             attributes: dict[str, Any]) -> Span:  # fmt: skip
+             attributes: dict[str, Any], *, start_us: int | None = None) -> Span:  # fmt: skip
+        begin = start.ts_us if start_us is None else start_us
         return Span(
-            self.tid, span_id(start.id), self.root_id, name, kind, _ns(start.ts_us), _ns(max(end_us, start.ts_us)),
+            self.tid, span_id(start.id), self.root_id, name, kind, _ns(begin), _ns(max(end_us, begin)),
             status, cap(message, MAX_STATUS_CHARS),
             attributes={**self.common, "openinference.span.kind": kind, "inference.observation_kind": kind, **attributes},
         )  # fmt: skip
@@ -251,7 +255,7 @@ class _Builder:
 
     def llm(self, start: Event, end_us: int, model: str, status: str, message: str, *,
             usage: ev.Usage | None = None, out_msg: dict[str, Any] | None = None,
-            extra: dict[str, Any] | None = None) -> None:  # fmt: skip
+            extra: dict[str, Any] | None = None, start_us: int | None = None) -> None:  # fmt: skip
         usage = usage or ev.Usage()
         self.tokens_in += usage.prompt_tokens
         self.tokens_out += usage.completion_tokens
@@ -268,10 +272,23 @@ class _Builder:
             "llm.input_messages": in_msgs,
             "llm.output_messages": out_msgs,
             **(extra or {}),
-        }))  # fmt: skip
+        }, start_us=start_us))  # fmt: skip
+
+    def model_start(self, requested: Event, e: Event, p: ev.ModelStarted) -> int:
+        """The cold-start span of a call (from the request, ``duration_ms`` long); where the call proper begins."""
+        ready_us = min(requested.ts_us + round(p.duration_ms * 1000), e.ts_us)
+        self.add(e, self.span(e, "model.start", "CHAIN", ready_us, "OK", "", {
+            "input.value": p.what, "output.value": f"ready after {p.duration_ms:.0f} ms",
+            "holon.model_start.what": p.what, "holon.model_start.duration_ms": p.duration_ms, "holon.round": p.round,
+        }, start_us=requested.ts_us))  # fmt: skip
+        return ready_us
 
     def responded(self, e: Event, p: ev.ModelResponded) -> None:
         start = self.requested.pop(p.round, e)
+        started = self.started.pop(p.round, None)
+        begin = None
+        if started is not None and isinstance(started.payload, ev.ModelStarted):
+            begin = self.model_start(start, started, started.payload)
         content = _text(self.store, p.content)
         if content:
             self.reply = content
@@ -286,7 +303,7 @@ class _Builder:
         if p.error_kind:
             extra["holon.error_kind"] = p.error_kind
         self.llm(start, e.ts_us, p.model, "ERROR" if p.error else "OK", p.error or "", usage=p.usage,
-                 out_msg=out_msg, extra=extra)  # fmt: skip
+                 out_msg=out_msg, extra=extra, start_us=begin)  # fmt: skip
 
     def tool(self, start: Event, end_us: int, tool: str, status: str, message: str, extra: dict[str, Any]) -> None:
         args = _text(self.store, start.payload.arguments) if isinstance(start.payload, ev.ToolCalled) else ""
@@ -325,6 +342,8 @@ class _Builder:
                 self.context(e, p)
             case ev.ModelRequested():
                 self.requested[p.round] = e
+            case ev.ModelStarted():
+                self.started[p.round] = e
             case ev.ModelResponded():
                 self.responded(e, p)
             case ev.ToolCalled():

@@ -50,6 +50,11 @@ class ModelReply:
     model: str
     cost_usd: float | None = None
     latency_ms: float = 0.0
+    start_ms: float | None = None
+    """How long this call waited for a model process or the local model server to start (a cold
+    start); not part of ``latency_ms``. The turn records it as a ``model.started`` event."""
+    start_what: str = ""
+    """What the call waited for: ``model process`` or ``local model``."""
 
 
 class Provider(Protocol):

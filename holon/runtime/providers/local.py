@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -162,13 +163,25 @@ class LocalModelServer:
         self._python = python
         self._port = port
         self._process: subprocess.Popen[bytes] | None = None
+        self._ready = False
+        self._ready_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> LocalModelServer:
         """Start the server and wait until it answers ``GET /v1/models``. Raises ``ModelError``."""
+        self.launch()
+        self.wait_ready()
+        return self
+
+    def launch(self) -> LocalModelServer:
+        """Start the server process and return at once (its URL is known); ``wait_ready`` waits for it.
+
+        The daemon launches it and waits in a thread, so a model load of seconds never holds up
+        its loop (RFC 0005, "Warm model path")."""
         if self._process is not None:
             return self
+        self._ready = False
         gguf = require_local_model()
         port = self._port or _free_port()
         self._port = port
@@ -179,11 +192,6 @@ class LocalModelServer:
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         atexit.register(self.stop)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
         return self
 
     def argv(self, gguf: Path, port: int) -> list[str]:
@@ -198,9 +206,30 @@ class LocalModelServer:
             "--chat_format", "chatml-function-calling",
         ]  # fmt: skip
 
+    def wait_ready(self) -> None:
+        """Block until the launched server answers (at once when it did already); on failure the
+        server is stopped and ``ModelError`` says why. Safe from several threads."""
+        with self._ready_lock:
+            if self._ready:
+                return
+            if self._process is None:
+                raise ModelError("server error: the local model server is not running", kind="server")
+            try:
+                self._wait_ready()
+            except BaseException:
+                self.stop()
+                raise
+            self._ready = True
+
+    @property
+    def ready(self) -> bool:
+        """Launched and answering (``wait_ready`` returned)."""
+        return self._ready and self.running
+
     def stop(self) -> None:
         """SIGTERM the server's process group, SIGKILL it after 5 s. Idempotent."""
         process, self._process = self._process, None
+        self._ready = False
         atexit.unregister(self.stop)
         if process is None or process.poll() is not None:
             return

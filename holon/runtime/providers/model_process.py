@@ -12,25 +12,35 @@ Protocol: JSON lines over the child's stdin and stdout.
 * parent -> child: ``{"op": "complete", "id", "request": {messages, tools, settings}, "api_key",
   "stream"}``, ``{"op": "cancel", "id"}``. The API key is looked up by the parent (the same
   ``api_key_for`` as in-process) and travels over the pipe only; it never reaches a log or the ledger.
-* child -> parent: ``{"id", "delta": text}`` while a streamed reply arrives, then ``{"id", "reply":
-  {...}}`` or ``{"id", "error": {"message", "kind", "status", "retry_after_s"}}``.
+* child -> parent: ``{"ready": true}`` once, when litellm is imported and the child takes calls;
+  ``{"id", "delta": text}`` while a streamed reply arrives, then ``{"id", "reply": {...}}`` or
+  ``{"id", "error": {"message", "kind", "status", "retry_after_s"}}``.
+
+Cold start: importing litellm costs seconds (more on a busy machine), so the daemon ``warm()``s a
+child when it starts rather than on the first call, and a call that still has to wait for a child
+to become ready says how long in ``ModelReply.start_ms``; the turn records that wait as its own
+``model.started`` event, so model latency in traces never includes a start-up. ``on_state(what,
+state)`` hears ``starting``/``ready``/``failed`` for the daemon's live notices.
 
 Failure semantics match the in-process provider: errors are ``ModelError`` with the kind the child
 classified. If the child dies, every call in flight fails with a retryable ``server`` error and
 the next call starts a new child. A cancelled call (an aborted turn) is cancelled in the child too.
-The child exits when its stdin closes: when the parent closes it, after ``idle_s`` with no call,
-and when the parent dies, even by SIGKILL, so no model process outlives its daemon.
+The child exits when its stdin closes: when the parent closes it, after ``idle_s`` with no call
+(``0``: never; the default since a warm child is what makes the first reply quick), and when the
+parent dies, even by SIGKILL, so no model process outlives its daemon.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -38,14 +48,21 @@ from holon.errors import ModelError
 from holon.ledger.events import ToolCallSpec, Usage
 from holon.logs import get_logger
 from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, TextSink
-from holon.runtime.providers.litellm_provider import api_key_for
+from holon.runtime.providers.litellm_provider import _litellm, api_key_for
 
-__all__ = ["ProcessProvider", "main"]
+__all__ = ["START_DELAY_ENV", "ProcessProvider", "StateSink", "main"]
 
 log = get_logger("holon.model_process")
 
 #: Longest JSON line either side reads (a reply, or a request with its whole prompt).
 MAX_LINE = 64 * 1024 * 1024
+#: Test hook: seconds the child waits before it reports ready (a slow start, made visible).
+START_DELAY_ENV = "HOLONTEST_MODEL_START_DELAY_S"
+#: What ``on_state`` names this kind of child.
+WHAT = "model process"
+
+#: Hears a model child's state changes: ``(what, "starting" | "ready" | "failed")``.
+StateSink = Callable[[str, str], None]
 
 
 def _reply_json(reply: ModelReply) -> dict[str, Any]:
@@ -84,10 +101,12 @@ def _error_of(err: dict[str, Any]) -> ModelError:
 class _Worker:
     """One child process and the calls in flight in it."""
 
-    def __init__(self, idle_s: float) -> None:
+    def __init__(self, idle_s: float, on_state: Callable[[str], None] | None = None) -> None:
         self.idle_s = idle_s
+        self.on_state = on_state
         self.proc: asyncio.subprocess.Process | None = None
         self.reader: asyncio.Task[None] | None = None
+        self.ready: asyncio.Future[None] | None = None
         self.lock = asyncio.Lock()
         self.pending: dict[int, tuple[asyncio.Future[ModelReply], TextSink | None]] = {}
         self.idle: asyncio.TimerHandle | None = None
@@ -101,8 +120,16 @@ class _Worker:
             and not self.reader.done()
         )
 
+    def _state(self, state: str) -> None:
+        if self.on_state is not None:
+            with contextlib.suppress(Exception):  # a listener's bug must not fail a model call
+                self.on_state(state)
+
     async def call(self, call_id: int, message: dict[str, Any], on_text: TextSink | None) -> ModelReply:
+        asked = time.monotonic()
+        cold = not (self.alive and self.ready is not None and self.ready.done())
         proc = await self._ensure()
+        waited_ms = (time.monotonic() - asked) * 1000 if cold else 0.0
         future: asyncio.Future[ModelReply] = asyncio.get_running_loop().create_future()
         self.pending[call_id] = (future, on_text)
         if self.idle is not None:
@@ -110,15 +137,27 @@ class _Worker:
             self.idle = None
         try:
             self._send(proc, message)
-            return await future
+            reply = await future
+            # Only a wait for a start counts (a ready child answers in well under a millisecond).
+            return (
+                dataclasses.replace(reply, start_ms=round(waited_ms, 3), start_what=WHAT) if waited_ms >= 1 else reply
+            )
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 self._send(proc, {"op": "cancel", "id": call_id})
             raise
         finally:
             self.pending.pop(call_id, None)
-            if not self.pending and self.proc is proc:
-                self.idle = asyncio.get_running_loop().call_later(self.idle_s, self._stop_idle)
+            self._arm_idle(proc)
+
+    def _arm_idle(self, proc: asyncio.subprocess.Process) -> None:
+        if self.idle_s > 0 and not self.pending and self.proc is proc and self.idle is None:
+            self.idle = asyncio.get_running_loop().call_later(self.idle_s, self._stop_idle)
+
+    async def warm(self) -> None:
+        """Start the child now (if not running) and wait until it is ready; idle timing starts then."""
+        proc = await self._ensure()
+        self._arm_idle(proc)
 
     @staticmethod
     def _send(proc: asyncio.subprocess.Process, message: dict[str, Any]) -> None:
@@ -127,25 +166,47 @@ class _Worker:
         proc.stdin.write(json.dumps(message, ensure_ascii=False).encode() + b"\n")
 
     async def _ensure(self) -> asyncio.subprocess.Process:
+        """The running child, ready for calls: started (and waited for) when there is none."""
         async with self.lock:
-            if self.alive:
+            if self.alive and self.ready is not None and self.ready.done() and not self.ready.exception():
                 assert self.proc is not None
                 return self.proc
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "holon.runtime.providers.model_process",
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=MAX_LINE,
-                start_new_session=True,  # a Ctrl-C meant for the daemon must not kill calls it lets finish
-            )  # fmt: skip
-            self.proc = proc
-            self.reader = asyncio.create_task(self._read(proc), name="model-process:read")
-            log.info("model_process.started", pid=proc.pid)
+            if not self.alive:
+                await self._spawn()
+            assert self.proc is not None and self.ready is not None
+            proc = self.proc
+            try:
+                await asyncio.shield(self.ready)  # a cancelled caller leaves the start to finish for the next
+            except ModelError:
+                self._state("failed")
+                raise
             return proc
 
-    async def _read(self, proc: asyncio.subprocess.Process) -> None:
+    async def _spawn(self) -> None:
+        began = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "holon.runtime.providers.model_process",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=MAX_LINE,
+            start_new_session=True,  # a Ctrl-C meant for the daemon must not kill calls it lets finish
+        )  # fmt: skip
+        self.proc = proc
+        self.ready = asyncio.get_running_loop().create_future()
+        self.ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # no "never retrieved" warning
+        self.reader = asyncio.create_task(self._read(proc, self.ready, began), name="model-process:read")
+        log.info("model_process.started", pid=proc.pid)
+        self._state("starting")
+
+    async def _read(self, proc: asyncio.subprocess.Process, ready: asyncio.Future[None], began: float) -> None:
         assert proc.stdout is not None
         try:
             while line := await proc.stdout.readline():
                 msg = json.loads(line)
+                if msg.get("ready"):
+                    if not ready.done():
+                        ready.set_result(None)
+                        log.info("model_process.ready", pid=proc.pid, start_s=round(time.monotonic() - began, 3))
+                        self._state("ready")
+                    continue
                 entry = self.pending.get(msg.get("id"))
                 if entry is None or entry[0].done():
                     continue  # a call cancelled or failed here already
@@ -166,6 +227,8 @@ class _Worker:
         finally:
             if self.proc is proc:  # from now on the next call starts a new process
                 self.proc = None
+            if not ready.done():
+                ready.set_exception(ModelError("server error: the model process exited while starting", kind="server"))
             for future, _sink in list(self.pending.values()):
                 if not future.done():
                     future.set_exception(ModelError("server error: the model process exited", kind="server"))
@@ -184,10 +247,12 @@ class _Worker:
         if self.idle is not None:
             self.idle.cancel()
             self.idle = None
-        proc, reader = self.proc, self.reader
+        proc, reader, ready = self.proc, self.reader, self.ready
         self.proc = self.reader = None
         if proc is None:
             return
+        if ready is not None and not ready.done() and proc.returncode is None:
+            proc.kill()  # still importing its libraries, no call in it: nothing to wait for
         if proc.stdin is not None and not proc.stdin.is_closing():
             proc.stdin.close()
         try:
@@ -206,12 +271,33 @@ class ProcessProvider:
     Each call goes to the process with the fewest calls in flight (the first on a tie), so one
     process serves a quiet home and the others start only under load."""
 
-    def __init__(self, *, env: Mapping[str, str] | None = None, processes: int = 2, idle_s: float = 300.0) -> None:
+    def __init__(
+        self, *, env: Mapping[str, str] | None = None, processes: int = 2, idle_s: float = 0.0,
+        on_state: StateSink | None = None,
+    ) -> None:  # fmt: skip
         if processes < 1:
             raise ValueError("processes must be at least 1")
+        if idle_s < 0:
+            raise ValueError("idle_s must be 0 (never stop) or more")
         self._env = env
-        self._workers = [_Worker(idle_s) for _ in range(processes)]
+        self.on_state = on_state
+        self._workers = [_Worker(idle_s, self._state) for _ in range(processes)]
         self._ids = itertools.count(1)
+
+    def _state(self, state: str) -> None:
+        if self.on_state is not None:
+            self.on_state(WHAT, state)
+
+    @property
+    def starting(self) -> bool:
+        """A child is starting (spawned, not yet ready)."""
+        return any(w.alive and w.ready is not None and not w.ready.done() for w in self._workers)
+
+    async def warm(self) -> None:
+        """Start the first child now and wait until it is ready (the daemon calls this in the
+        background at start-up, so the first reply does not pay for importing litellm).
+        Raises ``ModelError`` when the child dies while starting."""
+        await self._workers[0].warm()
 
     @property
     def pids(self) -> list[int]:
@@ -252,6 +338,14 @@ async def _serve() -> None:
 
     def send(message: dict[str, Any]) -> None:
         out.write(json.dumps(message, ensure_ascii=False).encode() + b"\n")
+
+    await asyncio.to_thread(_litellm)  # the cost of a cold start, paid before the parent calls it ready
+    if delay := float(os.environ.get(START_DELAY_ENV) or 0):
+        await asyncio.sleep(delay)
+    try:
+        send({"ready": True})
+    except BrokenPipeError:  # the parent died while we were starting: nobody to serve
+        return
 
     async def run(call_id: int, body: dict[str, Any], api_key: str | None, stream: bool) -> None:
         try:
