@@ -4,8 +4,14 @@ Errors, all ``holon.errors`` so the CLI prints one line::
 
     HolonError
     ├── DaemonUnreachable     nothing answers at the URL (connection refused, timeout)
-    ├── UsageError            400 / 401 (with what to do about the token) / 409 / 422
-    └── NotFoundError         404 (no such agent, event, ref)
+    ├── UsageError            400 / 401 (with what to do about the token) / 422
+    ├── NotFoundError         404 (no such agent, event, ref)
+    ├── ConflictError         409
+    ├── LedgerError           500 ``ledger``
+    └── ModelError            502 ``model``
+
+The class follows the error's ``code`` (``holon.api.errors``), so a CLI command sent through the
+daemon exits with the same code as the same command run in-process.
 
 The event stream is read as server-sent events: ``stream_events`` yields ``("event", EventOut)``
 and ``("delta", {...})`` items from a cursor and reconnects with ``Last-Event-ID`` when the
@@ -25,7 +31,7 @@ import httpx
 
 from holon.api.models import EventOut, InputAccepted
 from holon.api.token import client_token, env_token
-from holon.errors import HolonError, NotFoundError, UsageError
+from holon.errors import ConflictError, HolonError, LedgerError, ModelError, NotFoundError, UsageError
 from holon.projections.state import AgentState
 
 __all__ = ["ApiClient", "DaemonUnreachable", "StreamItem", "home_token", "token_from_env"]
@@ -58,6 +64,24 @@ def _message(response: httpx.Response) -> str:
         return str(response.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
         return response.text[:200] or response.reason_phrase
+
+
+def _code(response: httpx.Response) -> str | None:
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+#: The error class for each API error code (``holon.api.errors``): the same exit code as in-process.
+_BY_CODE: dict[str, type[HolonError]] = {
+    "bad_request": UsageError,
+    "invalid": UsageError,
+    "not_found": NotFoundError,
+    "conflict": ConflictError,
+    "ledger": LedgerError,
+    "failed": HolonError,
+}
 
 
 class ApiClient:
@@ -110,6 +134,11 @@ class ApiClient:
             raise UsageError(
                 "the daemon refused the API token (it reads <home>/api.token, or the variable [api] token_env names)"
             )
+        code = _code(response)
+        if code == "model":
+            raise ModelError(_message(response))
+        if code in _BY_CODE:
+            raise _BY_CODE[code](_message(response))
         if status == 404:
             raise NotFoundError(_message(response))
         if status < 500:
@@ -119,6 +148,16 @@ class ApiClient:
     def _get(self, path: str, **params: Any) -> Any:  # Any: JSON as the API returns it
         clean = {k: v for k, v in params.items() if v is not None}
         return self._request("GET", path, params=clean, retries=2).json()  # a read is safe to repeat
+
+    def read(self, path: str, **params: Any) -> Any:
+        """``GET /v1{path}``: the JSON answer (``None`` params are left out; a read is retried)."""
+        return self._get(path, **params)
+
+    def change(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """A state change (``POST``/``PATCH``/``DELETE /v1{path}``) with a JSON body; its JSON answer,
+        or ``None`` for an empty one (204). Not retried: a change may not be safe to repeat."""
+        response = self._request(method, path, json=body or {})
+        return response.json() if response.content else None
 
     # --- agents --------------------------------------------------------------------------------
 
