@@ -232,6 +232,15 @@ def test_holon_run_through_the_daemon_streams_the_turn_and_settles(home: Path, d
     ok = holon(home, "run", "alice", "once more", "--until-idle", "--json")
     assert ok.code == 0 and set(ok.json()) == set(idle.json()) and ok.json()["reply"] == "echo: once more"
 
+    # pause, resume and delete in-process too
+    assert holon(home, "agent", "pause", "alice").out.startswith("paused alice")
+    assert holon(home, "run", "alice", "are you there?", "--json").json() == {"outcome": None, "turns": []}
+    assert holon(home, "agent", "resume", "alice").out.startswith("resumed alice")
+    gone = holon(home, "agent", "delete", "alice", "--yes", "--json")
+    assert gone.code == 0 and gone.json()["deleted"] == "alice", gone
+    assert not (home / "agents" / "alice").exists()
+    assert holon(home, "agent", "show", "alice").code == 3
+
 
 def test_a_daemon_that_does_not_answer_is_one_clear_line(home: Path) -> None:
     """The state file names a live daemon whose API is gone (hung, or stopping)."""

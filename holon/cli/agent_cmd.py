@@ -108,6 +108,10 @@ def create(
                     _already(c, existing)
                     return
             settings.pop("background", None)  # the daemon sets it with the schedule
+            if workspace is not None:  # the daemon's working directory is not this shell's
+                from pathlib import Path
+
+                workspace = str(Path(workspace).expanduser().resolve())
             body = {"name": name, "template": template, "workspace": workspace, "schedule": schedule,
                     "prompt": prompt, "settings": settings or None}  # fmt: skip
             agent = AgentState.model_validate(api.change("POST", "/agents", body))
