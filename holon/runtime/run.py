@@ -58,7 +58,10 @@ async def run_input(
     try:
         host.start()
     except ConflictError as e:
-        raise ConflictError(f"{e}; stop it first (a daemon runs agents itself)") from e
+        raise ConflictError(
+            f"{e}; it serves no HTTP API for holon run to go through (started with --no-http?): "
+            "restart it with HTTP, or stop it"
+        ) from e
     try:
         host.submit(agent.agent_id, text)
         results = await host.run_agent(agent.agent_id)
