@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from holon.cli.run_cmd import tool_call_line, tool_result_line
 
 if TYPE_CHECKING:
-    from holon.api.models import EventOut
     from holon.repl.client import ApiClient
 
 __all__ = ["Outcome", "run_via_daemon"]
@@ -48,12 +47,12 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _stops_waiting(event: EventOut) -> bool:
+def _stops_waiting(event: dict[str, Any]) -> bool:
     """The queued input will not be answered soon: the agent was paused, or ran out of budget."""
-    p = event.payload
-    if event.type == "agent.configured" and (p.get("changes") or {}).get("paused"):
+    p, kind = event["payload"], event["type"]
+    if kind == "agent.configured" and (p.get("changes") or {}).get("paused"):
         return True
-    return event.type == "brief.delivered" and p.get("kind") == "budget"
+    return kind == "brief.delivered" and p.get("kind") == "budget"
 
 
 def _blocked(api: ApiClient, agent: str) -> bool:
@@ -67,41 +66,40 @@ def run_via_daemon(api: ApiClient, agent: str, message: str, *, until_idle: bool
     """Send ``message`` to ``agent`` as the operator and follow its turn until it settles."""
     head = api.head(agent)  # also: no such agent is a 404 (exit 3) before anything is sent
     if _blocked(api, agent):
-        api.send(agent, message)
+        api.send_json(agent, message)
         return Outcome()
     out = Outcome()
     turn_id: str | None = None
     seq = 0
     try:
-        with contextlib.closing(api.stream_events(agent, after=head)) as stream:
+        with contextlib.closing(api.stream_json(agent, after=head)) as stream:
             next(stream)  # "open": subscribed, so no delta of the reply is missed
-            seq = api.send(agent, message).seq
+            seq = int(api.send_json(agent, message)["seq"])
             for kind, data in stream:
                 if kind == "delta":
-                    if live and turn_id is not None and data.get("turn_id") == turn_id:  # type: ignore[union-attr]
-                        sys.stdout.write(str(data.get("text", "")))  # type: ignore[union-attr]
+                    if live and turn_id is not None and data.get("turn_id") == turn_id:
+                        sys.stdout.write(str(data.get("text", "")))
                         sys.stdout.flush()
                         out.streamed = True
                     continue
                 if kind != "event":
                     continue
-                event: EventOut = data  # type: ignore[assignment]
-                p = event.payload
+                p, type_ = data["payload"], data["type"]
                 if turn_id is None:
-                    if event.type == "turn.started" and seq in p.get("inputs", []):
+                    if type_ == "turn.started" and seq in p.get("inputs", []):
                         turn_id = p.get("turn_id")
-                    elif _stops_waiting(event):
+                    elif _stops_waiting(data):
                         return out
                     continue
-                if event.turn_id != turn_id and p.get("turn_id") != turn_id:
+                if data.get("turn_id") != turn_id and p.get("turn_id") != turn_id:
                     continue
-                if live and event.type == "tool.called":
+                if live and type_ == "tool.called":
                     sys.stderr.write(tool_call_line(str(p.get("tool")), _text(p.get("arguments"))))
-                elif live and event.type == "tool.resulted":
+                elif live and type_ == "tool.resulted":
                     sys.stderr.write(
                         tool_result_line(str(p.get("status")), float(p.get("duration_ms") or 0), _text(p.get("output")))
                     )
-                elif event.type == "turn.settled":
+                elif type_ == "turn.settled":
                     break
     except KeyboardInterrupt:
         if seq:
@@ -127,21 +125,21 @@ def _settle_all(api: ApiClient, after: int) -> list[str]:
     settled: list[str] = []
     cursor = after
     while True:
-        page = api.tail(n=500, after=cursor, types=("turn.settled",))
-        settled += [str(e.payload["turn_id"]) for e in page]
+        page = api.read("/ledger/tail", n=500, after=cursor, type=["turn.settled"])
+        settled += [str(e["payload"]["turn_id"]) for e in page]
         if len(page) < 500:
             return settled
-        cursor = page[-1].seq
+        cursor = int(page[-1]["seq"])
 
 
 def _idle(api: ApiClient) -> bool:
     status = {a["agent_id"]: a for a in api.status().get("agents", [])}
-    for a in api.agents():
-        state = status.get(a.agent_id, {}).get("state")
-        if a.current_turn_id is not None or state == "running":
+    for a in api.read("/agents"):
+        state = status.get(a["agent_id"], {}).get("state")
+        if a["current_turn_id"] is not None or state == "running":
             return False
-        if a.pending_inputs and state not in ("paused", "asleep", "failed"):
+        if a["pending_inputs"] and state not in ("paused", "asleep", "failed"):
             return False
-        if state == "waiting" and api.read(f"/agents/{a.agent_id}/tasks", status="running"):
+        if state == "waiting" and api.read(f"/agents/{a['agent_id']}/tasks", status="running"):
             return False
     return True

@@ -25,18 +25,20 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import httpx
 
-from holon.api.models import EventOut, InputAccepted
 from holon.api.token import client_token, env_token
 from holon.errors import ConflictError, HolonError, LedgerError, ModelError, NotFoundError, UsageError
-from holon.projections.state import AgentState
+
+if TYPE_CHECKING:  # imported where used: ``holon run`` through a daemon needs none of them
+    from holon.api.models import EventOut, InputAccepted
+    from holon.projections.state import AgentState
 
 __all__ = ["ApiClient", "DaemonUnreachable", "StreamItem", "home_token", "token_from_env"]
 
-StreamItem = tuple[Literal["event"], EventOut] | tuple[Literal["delta", "open"], dict[str, Any]]
+StreamItem: TypeAlias = "tuple[Literal['event'], EventOut] | tuple[Literal['delta', 'open'], dict[str, Any]]"
 """``open`` comes first on each (re)connection: from then on, live deltas reach this stream."""
 
 
@@ -165,15 +167,21 @@ class ApiClient:
         return dict(self._get("/health"))
 
     def agents(self) -> list[AgentState]:
+        from holon.projections.state import AgentState
+
         return [AgentState.model_validate(a) for a in self._get("/agents")]
 
     def create_agent(self, name: str) -> AgentState:
+        from holon.projections.state import AgentState
+
         return AgentState.model_validate(self._request("POST", "/agents", json={"name": name}).json())
 
     def agent(self, agent: str) -> dict[str, Any]:
         return dict(self._get(f"/agents/{agent}"))
 
     def configure(self, agent: str, settings: dict[str, Any]) -> AgentState:
+        from holon.projections.state import AgentState
+
         body = {"settings": settings}
         return AgentState.model_validate(self._request("PATCH", f"/agents/{agent}", json=body).json())
 
@@ -184,11 +192,17 @@ class ApiClient:
         """Queue an input. It carries an idempotency key (a fresh one unless given), so a dropped
         connection is retried without risk of a second input: the daemon answers a retry with the
         first acknowledgement."""
+        from holon.api.models import InputAccepted
+
+        return InputAccepted.model_validate(self.send_json(agent, text, idempotency_key=idempotency_key))
+
+    def send_json(self, agent: str, text: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """``send``, answering the acknowledgement as JSON (``agent_id``, ``seq``, ``event_id``)."""
         key = idempotency_key or str(uuid.uuid4())
         response = self._request(
             "POST", f"/agents/{agent}/inputs", json={"text": text}, headers={"Idempotency-Key": key}, retries=3
         )
-        return InputAccepted.model_validate(response.json())
+        return dict(response.json())
 
     # --- state and memory ----------------------------------------------------------------------
 
@@ -217,6 +231,8 @@ class ApiClient:
         self, agent: str | None = None, n: int = 20, *, after: int | None = None, types: tuple[str, ...] = ()
     ) -> list[EventOut]:
         """The last ``n`` events, or with ``after`` the first ``n`` after that seq; ``types`` filters."""
+        from holon.api.models import EventOut
+
         params = {"n": n, "agent": agent, "after": after, "type": list(types) or None}
         return [EventOut.model_validate(e) for e in self._get("/ledger/tail", **params)]
 
@@ -255,6 +271,17 @@ class ApiClient:
         A dropped connection is resumed from the last event seen (``Last-Event-ID``); after
         ``retries`` failed reconnects in a row, ``DaemonUnreachable``.
         """
+        import contextlib
+
+        from holon.api.models import EventOut
+
+        with contextlib.closing(self.stream_json(agent, after, retries=retries)) as items:
+            for kind, data in items:
+                yield (kind, EventOut.model_validate(data)) if kind == "event" else (kind, data)  # type: ignore[misc]
+
+    def stream_json(self, agent: str, after: int, *, retries: int = 5) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``stream_events`` with each event as the JSON the API sends (``seq``, ``type``,
+        ``turn_id``, ``payload``, ...), for a client that needs no models."""
         cursor, failures = after, 0
         while True:
             headers = {"Accept": "text/event-stream", "Last-Event-ID": str(cursor)}
@@ -269,8 +296,8 @@ class ApiClient:
                     yield "open", {}
                     for kind, data in _sse(response.iter_lines()):
                         if kind == "event":
-                            event = EventOut.model_validate_json(data)
-                            cursor = event.seq
+                            event = json.loads(data)
+                            cursor = int(event["seq"])
                             yield "event", event
                         elif kind == "delta":
                             yield "delta", json.loads(data)
