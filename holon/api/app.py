@@ -26,6 +26,7 @@ from holon.api.models import ErrorBody, Health
 from holon.api.openai_compat import openai_router
 from holon.api.port import DaemonPort
 from holon.api.stream import events_router
+from holon.api.turns import turns_router
 from holon.errors import UsageError
 
 __all__ = ["create_app"]
@@ -74,6 +75,7 @@ def create_app(
 
     app.include_router(agent_router(port))
     app.include_router(events_router(port))
+    app.include_router(turns_router(port))
     app.include_router(ledger_router(port))
     app.include_router(evolve_router(port))
     app.include_router(messages_router(port))

@@ -10,7 +10,7 @@ other routers' projection reads.
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,6 +19,7 @@ from holon.api.port import DaemonPort
 from holon.clock import SystemClock
 from holon.errors import UsageError
 from holon.evolve import review
+from holon.evolve.export import entry_json, export_doc
 from holon.evolve.jobs import JobQueue
 from holon.memory.access import owners_for
 from holon.projections.durable import DurableState, ProposalState, is_stale, stale_at_us
@@ -116,6 +117,26 @@ def evolve_router(port: DaemonPort) -> APIRouter:
             store, scope=scope, status=None if status == "all" else status, owners=owners_for(a), now_us=now
         )
         return [durable_out(s, now) for s in found]
+
+    @r.get("/memory/durable")
+    async def durable_all(
+        agent: Annotated[str | None, Query(max_length=128, description="Only what this agent can recall.")] = None,
+        scope: Annotated[Literal["operator", "workspace", "agent"] | None, Query()] = None,
+        status: Annotated[Literal["active", "superseded", "forgotten", "stale", "all"], Query()] = "active",
+    ) -> list[dict[str, Any]]:
+        """Durable entries as ``holon memory inspect --json`` prints them (every entry, or
+        ``agent``'s), each with ``stale`` and ``stale_at_us`` on the daemon's clock."""
+        owners = owners_for(store.agent(agent)) if agent else None
+        now = _now()
+        found = review.list_entries(
+            store, scope=scope, status=None if status == "all" else status, owners=owners, now_us=now
+        )
+        return [entry_json(s, now) for s in found]
+
+    @r.get("/memory/export")
+    async def export() -> dict[str, Any]:
+        """Every durable entry (any status) and every proposal, as ``holon memory export`` writes them."""
+        return export_doc(store, _now())
 
     @r.post("/memory/durable/{entry_id}/forget", response_model=DurableOut)
     async def forget(entry_id: str, body: DismissIn | None = None) -> DurableOut:

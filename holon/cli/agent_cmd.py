@@ -1,13 +1,21 @@
-"""``holon agent ...``: create, list and show agents."""
+"""``holon agent ...``: create, configure, list, show, pause, resume and delete agents.
+
+With a daemon running for the home each command goes through its HTTP API (``holon.cli.backend``),
+else it runs in-process; both print the same output from the same data.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
+from holon.cli import backend
+from holon.cli.common import Ctx, HomeOpt, JsonOpt, ctx_of, emit, open_store
 from holon.cli.schedules import warn_unless_daemon
+
+if TYPE_CHECKING:
+    from holon.projections.state import AgentState
 
 app = typer.Typer(help="Create, list and inspect agents.", no_args_is_help=True)
 
@@ -90,17 +98,38 @@ def create(
         zone = load_settings(c.paths).runtime.zone()
         timers.append(timer_event(schedule, now_us=SystemClock().now_us(), prompt=prompt, zone=zone))
         settings["background"] = True
-    with open_store(c) as store:
-        existing = None
-        if exist_ok:
-            try:
-                existing = store.agent(name)
-            except NotFoundError:
-                existing = None
-        if existing is not None:
-            emit(c, existing.model_dump(mode="json"), f"agent {existing.name} already exists ({existing.agent_id})")
-            return
-        agent = create_agent(store, name, template=template, settings=settings, workspace=workspace, timers=timers)  # type: ignore[arg-type]
+    with backend.daemon(c) as api:
+        existing: AgentState | None = None
+        if api is not None:
+            from holon.projections.state import AgentState
+
+            if exist_ok:
+                try:
+                    existing = AgentState.model_validate(api.read(f"/agents/{name}")["agent"])
+                except NotFoundError:
+                    existing = None
+                if existing is not None:
+                    _already(c, existing)
+                    return
+            settings.pop("background", None)  # the daemon sets it with the schedule
+            if workspace is not None:  # the daemon's working directory is not this shell's
+                from pathlib import Path
+
+                workspace = str(Path(workspace).expanduser().resolve())
+            body = {"name": name, "template": template, "workspace": workspace, "schedule": schedule,
+                    "prompt": prompt, "settings": settings or None}  # fmt: skip
+            agent = AgentState.model_validate(api.change("POST", "/agents", body))
+        else:
+            with open_store(c) as store:
+                if exist_ok:
+                    try:
+                        existing = store.agent(name)
+                    except NotFoundError:
+                        existing = None
+                if existing is not None:
+                    _already(c, existing)
+                    return
+                agent = create_agent(store, name, template=template, settings=settings, workspace=workspace, timers=timers)  # type: ignore[arg-type]  # fmt: skip
     human = f"created agent {agent.name} ({agent.agent_id})\n  home: {agent.home}"
     if timers:
         human += "\n" + _schedule_line(timers[0], zone)
@@ -116,6 +145,10 @@ def _schedule_line(made: object, zone: str) -> str:
     kind, spec, due = made.kind, made.spec, made.next_fire_us  # type: ignore[attr-defined]
     where = split_cron(spec)[0] if kind == "cron" else zone
     return f"  schedule: {describe(kind, spec)}, next {format_local(due, where) if due is not None else '-'}"
+
+
+def _already(c: Ctx, existing: AgentState) -> None:
+    emit(c, existing.model_dump(mode="json"), f"agent {existing.name} already exists ({existing.agent_id})")
 
 
 @app.command("configure")
@@ -158,8 +191,13 @@ def configure(
         budget_tokens_per_day=budget_tokens_per_day,
         budget_cost_per_day_usd=budget_cost_per_day_usd,
     )
-    with open_store(c) as store:
-        agent, created = configure_or_create_default(store, name, changes, unset=unset or [])  # type: ignore[arg-type]
+    with backend.daemon(c) as api:
+        if api is not None:  # the daemon creates the default agent too (RFC 0002)
+            agent = _agent(api.change("PATCH", f"/agents/{name}", {"settings": changes, "unset": unset or []}))
+            created = False
+        else:
+            with open_store(c) as store:
+                agent, created = configure_or_create_default(store, name, changes, unset=unset or [])  # type: ignore[arg-type]
     from holon.cli.agent_view import settings_block
 
     verb = f"created {agent.name} ({agent.agent_id}); its settings:" if created else f"configured {agent.name}:"
@@ -169,6 +207,13 @@ def configure(
 AllOpt = Annotated[bool, typer.Option("--all", help="Also list holon's internal agents (holon diagnose's).")]
 
 
+def _agent(data: Any) -> AgentState:
+    """An agent as the API returned it, as the projection's own model (the same ``--json``)."""
+    from holon.projections.state import AgentState
+
+    return AgentState.model_validate(data)
+
+
 @app.command("list")
 def list_(ctx: typer.Context, all_: AllOpt = False, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
     """List agents: state (as daemon status shows it), model, turns, and what the state is about."""
@@ -176,9 +221,16 @@ def list_(ctx: typer.Context, all_: AllOpt = False, home: HomeOpt = None, json_o
     from holon.runtime.status import is_internal
 
     c = ctx_of(ctx, home, json_out)
-    with open_store(c) as store:
-        agents = [a for a in store.agents() if all_ or not is_internal(a)]
-        rows = agent_rows(agents, live_entries(c, store, agents))
+    with backend.daemon(c) as api:
+        if api is not None:
+            agents = [_agent(a) for a in api.read("/agents", all="true")]
+            published = api.read("/status", all="true").get("agents", [])
+            entries = {str(e.get("agent_id")): e for e in published}
+        else:
+            with open_store(c) as store:
+                agents = store.agents()
+                entries = live_entries(c, store, agents)
+    rows = agent_rows([a for a in agents if all_ or not is_internal(a)], entries)
     emit(c, rows, render_agent_rows(rows))
 
 
@@ -194,16 +246,27 @@ def show(
     from holon.runtime.settings import settings_problem
 
     c = ctx_of(ctx, home, json_out)
-    with open_store(c) as store:
-        agent = store.agent(name)
-        problem = settings_problem(agent.settings, store.settings.model)
-        entry = live_entries(c, store, [agent]).get(agent.agent_id, {})
-        wm = store.working_memory(agent.agent_id)
-        counts = {
-            kind: len(store.rows(kind, agent_id=agent.agent_id)) for kind in ("work_item", "task", "wait", "timer")
-        }
-    data = {"agent": agent.model_dump(mode="json"), "status": entry, "working_memory": wm, "counts": counts}
-    emit(c, data, render_agent_show(data["agent"], entry, wm, counts, problem))
+    with backend.daemon(c) as api:
+        if api is not None:
+            from holon.config import load_settings
+
+            detail = api.read(f"/agents/{name}")
+            shown, entry = detail["agent"], detail.get("status") or {}
+            wm, counts = detail["working_memory"], detail["counts"]
+            problem = settings_problem(shown.get("settings") or {}, load_settings(c.paths).model)
+        else:
+            with open_store(c) as store:
+                agent = store.agent(name)
+                problem = settings_problem(agent.settings, store.settings.model)
+                entry = live_entries(c, store, [agent]).get(agent.agent_id, {})
+                wm = store.working_memory(agent.agent_id)
+                counts = {
+                    kind: len(store.rows(kind, agent_id=agent.agent_id))
+                    for kind in ("work_item", "task", "wait", "timer")
+                }
+            shown = agent.model_dump(mode="json")
+    data = {"agent": shown, "status": entry, "working_memory": wm, "counts": counts}
+    emit(c, data, render_agent_show(shown, entry, wm, counts, problem))
 
 
 @app.command("hook")
@@ -221,11 +284,16 @@ def hook(
     from holon.daemon.process import read_state
 
     c = ctx_of(ctx, home, json_out)
-    with open_store(c) as store:
-        agent = store.agent(name)
-    tokens = HookTokens(c.paths.root)
-    token = tokens.rotate(agent.agent_id) if rotate else tokens.token(agent.agent_id)
-    path = f"/v1/hooks/{token}"
+    with backend.daemon(c) as api:
+        if api is not None:
+            agent = _agent(api.read(f"/agents/{name}")["agent"])
+            answer = api.change("POST", f"/agents/{name}/hook/rotate") if rotate else api.read(f"/agents/{name}/hook")
+            path = str(answer["path"])
+        else:
+            with open_store(c) as store:
+                agent = store.agent(name)
+            tokens = HookTokens(c.paths.root)
+            path = f"/v1/hooks/{tokens.rotate(agent.agent_id) if rotate else tokens.token(agent.agent_id)}"
     info = read_state(c.paths)
     base = info.get("api") if info.get("running") else None
     url = f"{base}{path}" if base else None
@@ -278,7 +346,13 @@ def schedule(
     if prompt is not None and add is None:
         raise UsageError("--prompt goes with --add (what the agent is told when the new schedule fires)")
 
-    def shown(timer: TimerProjection) -> dict[str, object]:
+    from holon.config import load_settings
+
+    zone = load_settings(c.paths).runtime.zone()
+
+    def shown(timer: TimerProjection | dict[str, Any]) -> dict[str, object]:
+        if isinstance(timer, dict):  # as the daemon's API returned it
+            timer = TimerProjection.model_validate(timer)
         data: dict[str, object] = timer.model_dump(mode="json")
         due = data.get("next_fire_us")
         data["next_fire"] = format_us(due) if isinstance(due, int) else None
@@ -286,8 +360,24 @@ def schedule(
         data["next_fire_local"] = format_local(due, data["zone"]) if isinstance(due, int) else None  # type: ignore[arg-type]
         return data
 
+    with backend.daemon(c) as api:
+        if api is not None:
+            agent = _agent(api.read(f"/agents/{name}")["agent"])
+            if add is not None:
+                added = shown(api.change("POST", f"/agents/{name}/timers", {"schedule": add, "prompt": prompt}))
+                emit(c, added, f"scheduled for {agent.name}:\n  {_timer_line(added)}")
+                return
+            if cancel is not None:
+                from urllib.parse import quote
+
+                gone = shown(api.change("DELETE", f"/agents/{name}/timers/{quote(cancel, safe='')}"))
+                emit(c, gone, f"cancelled timer {gone['timer_id']} of {agent.name}")
+                return
+            timers = [shown(t) for t in api.read(f"/agents/{name}/timers", status="scheduled")]
+            text = "\n".join(_timer_line(t) for t in timers) or f"{agent.name} has no schedules (add one with --add)"
+            emit(c, timers, text)
+            return
     with open_store(c) as store:
-        zone = store.settings.runtime.zone()
         agent = store.agent(name)
         if add is not None:
             now = SystemClock().now_us()
@@ -302,3 +392,68 @@ def schedule(
         timers = [shown(t) for t in store.rows("timer", agent_id=agent.agent_id, status="scheduled")]
     text = "\n".join(_timer_line(t) for t in timers) or f"{agent.name} has no schedules (add one with --add)"
     emit(c, timers, text)
+
+
+AgentArg = Annotated[str, typer.Argument(help="Agent name or id.")]
+
+
+def _pause_or_resume(c: Ctx, name: str, pause: bool) -> None:
+    from holon.runtime.agents import configure_agent
+
+    verb = "pause" if pause else "resume"
+    with backend.daemon(c) as api:
+        if api is not None:
+            agent = _agent(api.change("POST", f"/agents/{name}/{verb}"))
+        else:
+            with open_store(c) as store:
+                agent = configure_agent(
+                    store, name, {"paused": True} if pause else {}, unset=[] if pause else ["paused"]
+                )
+    emit(
+        c,
+        agent.model_dump(mode="json"),
+        f"{verb}d {agent.name}" + (" (its inputs queue until resumed)" if pause else ""),
+    )
+
+
+@app.command("pause")
+def pause(ctx: typer.Context, name: AgentArg, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
+    """Pause an agent: it takes no turns (inputs and timers queue) until resumed."""
+    _pause_or_resume(ctx_of(ctx, home, json_out), name, True)
+
+
+@app.command("resume")
+def resume(ctx: typer.Context, name: AgentArg, home: HomeOpt = None, json_out: JsonOpt = False) -> None:
+    """Resume a paused agent: what queued meanwhile is answered."""
+    _pause_or_resume(ctx_of(ctx, home, json_out), name, False)
+
+
+@app.command("delete")
+def delete(
+    ctx: typer.Context,
+    name: AgentArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Delete an agent and the child agents it started: its turn is aborted, its tasks, waits and
+    timers end, its home directory is removed. Its history stays in the ledger."""
+    import sys
+
+    c = ctx_of(ctx, home, json_out)
+    if not yes:
+        if not sys.stdin.isatty():
+            from holon.errors import UsageError
+
+            raise UsageError(f"deleting {name} removes its home directory; pass --yes to confirm")
+        typer.confirm(f"Delete agent {name} and its home directory?", abort=True)
+    with backend.daemon(c) as api:
+        if api is not None:
+            agent = _agent(api.read(f"/agents/{name}")["agent"])
+            api.change("DELETE", f"/agents/{agent.agent_id}")
+        else:
+            from holon.daemon.deletion import delete_offline
+
+            with open_store(c) as store:
+                agent, _ = delete_offline(store, name)
+    emit(c, {"deleted": agent.name, "agent_id": agent.agent_id}, f"deleted agent {agent.name} ({agent.agent_id})")

@@ -104,6 +104,23 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+@app.command("cli")
+def cli(
+    ctx: typer.Context,
+    runs: Annotated[int, typer.Option("--runs", min=1, help="Runs of holon --help (and python -c pass).")] = 10,
+    daemon_runs: Annotated[
+        int, typer.Option("--daemon-runs", min=1, help="Runs of holon run through a real daemon.")
+    ] = 10,
+    json_out: JsonOpt = False,
+) -> None:
+    """What the CLI costs: holon --help vs python -c pass, holon run via a daemon vs the bare API."""
+    from holon.bench.cli import format_report, run_cli_bench
+
+    c = ctx_of(ctx, None, json_out)
+    result = run_cli_bench(runs=runs, daemon_runs=daemon_runs)
+    emit(c, result, format_report(result))
+
+
 @app.command("daemon")
 def daemon(
     ctx: typer.Context,

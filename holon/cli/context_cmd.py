@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from holon.cli import backend
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
 
 scenario_app = typer.Typer(help="Continuity scenarios (see rfcs/0003).", no_args_is_help=True)
@@ -59,8 +60,12 @@ def context_show(
     from holon.context.manifests import turn_contexts
 
     c = ctx_of(ctx, home, json_out)
-    with open_store(c) as store:
-        items = turn_contexts(store, store.agent(agent), turn)
+    with backend.daemon(c) as api:
+        if api is not None:
+            items = list(api.read(f"/agents/{agent}/context", turn=turn, render=True))
+        else:
+            with open_store(c) as store:
+                items = turn_contexts(store, store.agent(agent), turn)
     if c.json:
         if not render:
             for item in items:

@@ -2,7 +2,8 @@
 and review durable memory (``inspect``, ``export``, ``forget``; RFC 0006).
 
 Each command opens the home, looks the agent up and calls the same function its tool calls, so
-what the operator sees is exactly what the agent would get.
+what the operator sees is exactly what the agent would get. With a daemon running for the home
+they ask its HTTP API instead (``holon.cli.backend``), which calls those same functions.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from holon.cli import backend
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
 
 app = typer.Typer(
@@ -50,9 +52,16 @@ def get(
     json_out: JsonOpt = False,
 ) -> None:
     """Read what a memory reference points at, as AGENT would; too large a read prints sizes and next calls."""
-    from holon.memory.get import memory_get
+    from holon.memory.get import MemoryRead, memory_get
 
     c = ctx_of(ctx, home, json_out)
+    with backend.daemon(c) as api:
+        if api is not None:
+            params = {"ref": ref, "mode": mode, "heading": heading, "start": start, "end": end, "lines": lines,
+                      "expand": expand, "max_chars": max_chars}  # fmt: skip
+            read = MemoryRead.from_json(api.read(f"/agents/{agent}/memory/get", **params))
+            emit(c, read.as_json(), read.render())
+            return
     with open_store(c) as store:
         read = memory_get(
             store,
@@ -91,7 +100,7 @@ def search(
     from holon.errors import UsageError
     from holon.memory.access import search_memory
     from holon.runtime.embedders import embedder_from_settings
-    from holon.runtime.tools.memory import render_search
+    from holon.runtime.tools.memory import render_search_json
 
     def when(value: str | None, name: str) -> int | None:
         if value is None:
@@ -104,20 +113,28 @@ def search(
     if scope is not None and scope not in ("agent", "operator", "workspace"):
         raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
     c = ctx_of(ctx, home, json_out)
+    since_us, until_us = when(since, "since"), when(until, "until")  # checked here, before any call
+    with backend.daemon(c) as api:
+        if api is not None:
+            found = api.read(f"/agents/{agent}/memory/search", q=query, kind=list(kind or ()) or None, since=since,
+                             until=until, work_item=work_item, scope=scope, limit=limit)  # fmt: skip
+            emit(c, found, render_search_json(found))
+            return
     with open_store(c) as store:
         result = search_memory(
             store,
             store.agent(agent),
             query,
             kinds=tuple(kind or ()),
-            since_us=when(since, "since"),
-            until_us=when(until, "until"),
+            since_us=since_us,
+            until_us=until_us,
             work_item_id=work_item,
             scopes=(scope,) if scope else (),  # type: ignore[arg-type]  # checked above
             limit=limit,
             embedder=embedder_from_settings(store.settings),
         )
-    emit(c, result.as_dict(), render_search(result))
+    found = result.as_dict()
+    emit(c, found, render_search_json(found))
 
 
 @app.command("reindex")
@@ -148,10 +165,11 @@ def reindex(
 
 
 def _entry_json(s: object, now_us: int) -> dict[str, object]:
-    from holon.projections.durable import DurableState, is_stale, stale_at_us
+    from holon.evolve.export import entry_json
+    from holon.projections.durable import DurableState
 
     assert isinstance(s, DurableState)
-    return {**s.model_dump(mode="json"), "stale": is_stale(s, now_us), "stale_at_us": stale_at_us(s)}
+    return entry_json(s, now_us)
 
 
 def _entries_table(found: list[object], now_us: int) -> object:
@@ -209,9 +227,19 @@ def inspect_(
     status = "stale" if stale else status
     c = ctx_of(ctx, home, json_out)
     now = SystemClock().now_us()
-    with open_store(c) as store:
-        owners = owners_for(store.agent(agent)) if agent else None
-        found = list_entries(store, scope=scope, status=None if status == "all" else status, owners=owners, now_us=now)
+    with backend.daemon(c) as api:
+        if api is not None:
+            from holon.projections.durable import DurableState
+
+            rows = api.read("/memory/durable", agent=agent, scope=scope, status=status)
+            found = [DurableState.model_validate({k: v for k, v in r.items() if k not in ("stale", "stale_at_us")})
+                     for r in rows]  # fmt: skip
+        else:
+            with open_store(c) as store:
+                owners = owners_for(store.agent(agent)) if agent else None
+                found = list_entries(
+                    store, scope=scope, status=None if status == "all" else status, owners=owners, now_us=now
+                )
     if c.json or not found:
         emit(c, [_entry_json(s, now) for s in found], "no durable memory entries")
         return
@@ -234,16 +262,15 @@ def export(
     from pathlib import Path
 
     from holon.clock import SystemClock
-    from holon.evolve.review import list_entries, list_proposals
+    from holon.evolve.export import export_doc
 
     c = ctx_of(ctx, home, True)
-    now = SystemClock().now_us()
-    with open_store(c) as store:
-        doc = {
-            "entries": [_entry_json(s, now) for s in list_entries(store)],
-            "proposals": [p.model_dump(mode="json") for p in list_proposals(store, status=None)],
-            "ledger_head": store.ledger.head(),
-        }
+    with backend.daemon(c) as api:
+        if api is not None:
+            doc = api.read("/memory/export")
+        else:
+            with open_store(c) as store:
+                doc = export_doc(store, SystemClock().now_us())
     text = json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
     if out:
         Path(out).write_text(text, encoding="utf-8")
@@ -260,12 +287,20 @@ def forget(
     json_out: JsonOpt = False,
 ) -> None:
     """Stop recalling an entry. A ledger event: the entry and its history stay auditable."""
+    from urllib.parse import quote
+
     from holon.clock import SystemClock
     from holon.evolve.review import forget as forget_
+    from holon.projections.durable import DurableState
 
     c = ctx_of(ctx, home, json_out)
-    with open_store(c) as store:
-        s = forget_(store, entry_id, reason=reason, origin="operator:cli")
+    with backend.daemon(c) as api:
+        if api is not None:
+            out = api.change("POST", f"/memory/durable/{quote(entry_id, safe='')}/forget", {"reason": reason})
+            s = DurableState.model_validate(out["entry"])
+        else:
+            with open_store(c) as store:
+                s = forget_(store, entry_id, reason=reason, origin="operator:cli")
     emit(c, _entry_json(s, SystemClock().now_us()), f"forgot {s.entry_id}: {s.entry.text.splitlines()[0]}")
 
 
@@ -278,6 +313,10 @@ def retry_jobs(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = Fal
     from holon.evolve.jobs import JobQueue
 
     c = ctx_of(ctx, home, json_out)
-    with open_store(c) as store:
-        retried = JobQueue(store).retry_dead(SystemClock().now_us())
+    with backend.daemon(c) as api:
+        if api is not None:
+            retried = int(api.change("POST", "/evolve/retry-dead")["retried"])
+        else:
+            with open_store(c) as store:
+                retried = JobQueue(store).retry_dead(SystemClock().now_us())
     emit(c, {"retried": retried}, f"re-armed {retried} dead evolve job(s)" if retried else "no dead evolve jobs")

@@ -1,4 +1,7 @@
-"""``holon proposals``: what evolve proposes and waits for the operator's consent (RFC 0006)."""
+"""``holon proposals``: what evolve proposes and waits for the operator's consent (RFC 0006).
+
+Through the daemon's HTTP API when one runs for the home (``holon.cli.backend``), else in-process.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from holon.cli import backend
 from holon.cli.common import Ctx, HomeOpt, JsonOpt, ctx_of, emit, open_store
 
 if TYPE_CHECKING:
@@ -29,6 +33,28 @@ def _line(p: Any) -> str:
     return f"{p.proposal_id}  [{kind}] {p.status}: {text}"
 
 
+def _proposal(data: Any) -> ProposalState:
+    from holon.projections.durable import ProposalState
+
+    return ProposalState.model_validate(data)
+
+
+def _seg(ref: str) -> str:
+    from urllib.parse import quote
+
+    return quote(ref, safe="")
+
+
+def _find(c: Ctx, proposal_id: str) -> ProposalState:
+    from holon.evolve.review import find_proposal
+
+    with backend.daemon(c) as api:
+        if api is not None:
+            return _proposal(api.read(f"/proposals/{_seg(proposal_id)}"))
+    with open_store(c) as store:
+        return find_proposal(store, proposal_id)
+
+
 StatusOpt = Annotated[str, typer.Option("--status", help="pending, accepted, dismissed or all.")]
 AgentOpt = Annotated[str | None, typer.Option("--agent", help="Only this agent's proposals.")]
 
@@ -39,9 +65,13 @@ def _list(c: Ctx, status: str, agent: str | None) -> None:
 
     if status not in ("pending", "accepted", "dismissed", "all"):
         raise UsageError(f"--status must be pending, accepted, dismissed or all, not {status!r}")
-    with open_store(c) as store:
-        agent_id = store.agent(agent).agent_id if agent else None
-        found = list_proposals(store, status=None if status == "all" else status, agent_id=agent_id)
+    with backend.daemon(c) as api:
+        if api is not None:
+            found = [_proposal(p) for p in api.read("/proposals", status=status, agent=agent)]
+        else:
+            with open_store(c) as store:
+                agent_id = store.agent(agent).agent_id if agent else None
+                found = list_proposals(store, status=None if status == "all" else status, agent_id=agent_id)
     emit(c, [p.model_dump(mode="json") for p in found], "\n".join(_line(p) for p in found) or "no proposals")
 
 
@@ -71,11 +101,8 @@ def show(
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    from holon.evolve.review import find_proposal
-
     c = ctx_of(ctx, home, json_out)
-    with open_store(c) as store:
-        p = find_proposal(store, proposal_id)
+    p = _find(c, proposal_id)
     body = p.skill.body if p.skill is not None else (p.write.text if p.write is not None else "")
     emit(c, p.model_dump(mode="json"), _line(p) + (f"\n{body}" if body else "") + f"\nwhy: {p.reason}")
 
@@ -111,20 +138,24 @@ def accept(
     """Accept a proposal: a memory entry becomes durable, a skill moves into the agent's skills/."""
     from holon.errors import UsageError
     from holon.evolve.review import accept as accept_
-    from holon.evolve.review import find_proposal
 
     if edit and text is not None:
         raise UsageError("give --text or --edit, not both")
     c = ctx_of(ctx, home, json_out)
     if edit:
-        with open_store(c) as store:  # not held open while the editor runs
-            shown = find_proposal(store, proposal_id)
-        text = _edit(shown)
-    with open_store(c) as store:
-        d = accept_(store, proposal_id, text=text, origin="operator:cli")
-    where = d.entry_id or d.skill_path or ""
-    emit(c, {"proposal": d.proposal.model_dump(mode="json"), "entry_id": d.entry_id, "skill_path": d.skill_path},
-         f"accepted {d.proposal.proposal_id} -> {where}")  # fmt: skip
+        text = _edit(_find(c, proposal_id))  # the home is not held open while the editor runs
+    with backend.daemon(c) as api:
+        if api is not None:
+            body = {"text": text} if text is not None else {}
+            out = api.change("POST", f"/proposals/{_seg(proposal_id)}/accept", body)
+            proposal, entry_id, skill_path = _proposal(out["proposal"]), out.get("entry_id"), out.get("skill_path")
+        else:
+            with open_store(c) as store:
+                d = accept_(store, proposal_id, text=text, origin="operator:cli")
+            proposal, entry_id, skill_path = d.proposal, d.entry_id, d.skill_path
+    where = entry_id or skill_path or ""
+    emit(c, {"proposal": proposal.model_dump(mode="json"), "entry_id": entry_id, "skill_path": skill_path},
+         f"accepted {proposal.proposal_id} -> {where}")  # fmt: skip
 
 
 @app.command("dismiss")
@@ -138,6 +169,12 @@ def dismiss(
     from holon.evolve.review import dismiss as dismiss_
 
     c = ctx_of(ctx, home, json_out)
-    with open_store(c) as store:
-        d = dismiss_(store, proposal_id, reason=reason, origin="operator:cli")
-    emit(c, {"proposal": d.proposal.model_dump(mode="json")}, f"dismissed {d.proposal.proposal_id}")
+    with backend.daemon(c) as api:
+        if api is not None:
+            proposal = _proposal(
+                api.change("POST", f"/proposals/{_seg(proposal_id)}/dismiss", {"reason": reason})["proposal"]
+            )
+        else:
+            with open_store(c) as store:
+                proposal = dismiss_(store, proposal_id, reason=reason, origin="operator:cli").proposal
+    emit(c, {"proposal": proposal.model_dump(mode="json")}, f"dismissed {proposal.proposal_id}")

@@ -1,4 +1,8 @@
-"""``holon run`` and ``holon transcript``: talk to an agent in-process and read what happened."""
+"""``holon run`` and ``holon transcript``: talk to an agent and read what happened.
+
+Both go through the home's daemon when one runs (``holon.cli.backend``; ``holon.cli.run_remote``
+follows the turn on the daemon's event stream), else they run in this process.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from holon.cli import backend
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
 
 if TYPE_CHECKING:
@@ -16,8 +21,18 @@ if TYPE_CHECKING:
 
 
 def _short(text: str, n: int = 100) -> str:
+    """One line of at most ``n`` characters (``holon.cli.run_remote`` shows tool calls the same way)."""
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def tool_call_line(name: str, arguments: str) -> str:
+    """How a live ``holon run`` shows a tool call (on stderr), in-process or through the daemon."""
+    return f"\n  -> {name} {_short(arguments, 80)}\n"
+
+
+def tool_result_line(status: str, duration_ms: float, output: str) -> str:
+    return f"  <- {status} ({duration_ms:.0f} ms) {_short(output, 80)}\n"
 
 
 def _observer(live: bool) -> Any:
@@ -37,11 +52,11 @@ def _observer(live: bool) -> Any:
 
         def on_tool_call(self, agent_id: str, name: str, arguments: str) -> None:
             if live:
-                sys.stderr.write(f"\n  -> {name} {_short(arguments, 80)}\n")
+                sys.stderr.write(tool_call_line(name, arguments))
 
         def on_tool_result(self, agent_id: str, result: ToolResult) -> None:
             if live:
-                sys.stderr.write(f"  <- {result.status} ({result.duration_ms:.0f} ms) {_short(result.output, 80)}\n")
+                sys.stderr.write(tool_result_line(result.status, result.duration_ms, result.output))
 
     return Live()
 
@@ -56,41 +71,63 @@ def run(
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Send a message to an agent and run it to settlement in this process (no daemon needed)."""
+    """Send a message to an agent and run it to settlement: through the home's daemon when one
+    runs (the turn streams live), else in this process."""
+    c = ctx_of(ctx, home, json_out)
+    live = not c.json and sys.stdout.isatty()
+    with backend.daemon(c) as api:
+        if api is not None:
+            from holon.cli.run_remote import run_via_daemon
+
+            outcome = run_via_daemon(api, agent, message, until_idle=until_idle, live=live)
+            _report(c, outcome.turns, outcome.briefs, streamed=outcome.streamed)
+            return
+    _run_here(c, agent, message, until_idle=until_idle, live=live)
+
+
+def _run_here(c: Any, agent: str, message: str, *, until_idle: bool, live: bool) -> None:
+    """``holon run`` in this process: a host of its own runs the agent (no daemon may run)."""
     import asyncio
 
     from holon.runtime.run import run_input
+    from holon.runtime.run_report import briefs_of
 
-    c = ctx_of(ctx, home, json_out)
-    live = not c.json and sys.stdout.isatty()
     observer = _observer(live)
     with open_store(c) as store:
         before = store.ledger.head()
         results: list[TurnResult] = asyncio.run(
             run_input(store, agent, message, observer=observer, until_idle=until_idle)
         )
-        briefs = _briefs_since(store, agent, results)
+        briefs = briefs_of(store, store.agent(agent).agent_id, {r.turn_id for r in results})
         _push_traces(store, before)
-    if not results:
+    _report(c, [r.as_json() for r in results], briefs, streamed=observer.streamed)
+
+
+def _report(c: Any, turns: list[dict[str, Any]], briefs: list[dict[str, Any]], *, streamed: bool) -> None:
+    """What ``holon run`` prints once its turns settled, however they ran; exit 1 when the last
+    one failed or was interrupted."""
+    if not turns:
         emit(c, {"outcome": None, "turns": []}, "(no turn ran)")
         return
-    first = results[0]
-    data = {**first.as_json(), "briefs": briefs}
-    if len(results) > 1:
-        data["turns"] = [r.as_json() for r in results]
+    first = turns[0]
+    data = {**first, "briefs": briefs}
+    if len(turns) > 1:
+        data["turns"] = turns
     if c.json:
         emit(c, data)
     else:
-        if observer.streamed:
+        if streamed:
             sys.stdout.write("\n")
-        elif first.reply:
-            sys.stdout.write(first.reply + "\n")
+        elif first["reply"]:
+            sys.stdout.write(first["reply"] + "\n")
         for b in briefs:
             sys.stdout.write(f"[brief: {b['kind']}] {b['text']}\n")
-        for r in results:
-            if r.outcome != "completed":
-                sys.stderr.write(f"turn {r.turn_id}: {r.outcome}" + (f" ({r.reason})" if r.reason else "") + "\n")
-    if any(r.outcome in ("failed", "interrupted") for r in results[-1:]):
+        for r in turns:
+            if r["outcome"] != "completed":
+                sys.stderr.write(
+                    f"turn {r['turn_id']}: {r['outcome']}" + (f" ({r['reason']})" if r["reason"] else "") + "\n"
+                )
+    if turns[-1]["outcome"] in ("failed", "interrupted"):
         raise typer.Exit(1)
 
 
@@ -104,19 +141,6 @@ def _push_traces(store: Any, before: int) -> None:
         push_settled_since(store, before)
 
 
-def _briefs_since(store: Any, agent_ref: str, results: list[TurnResult]) -> list[dict[str, Any]]:
-    from holon.ledger import events as ev
-
-    agent = store.agent(agent_ref)
-    turn_ids = {r.turn_id for r in results}
-    out = []
-    for e in store.ledger.recent(agent.agent_id, ("brief.delivered",), limit=50):
-        if e.turn_id in turn_ids and isinstance(e.payload, ev.BriefDelivered):
-            text = store.ledger.resolve(e.payload.text)
-            out.append({"kind": e.payload.kind, "text": text if isinstance(text, str) else text.preview})
-    return out
-
-
 def transcript(
     ctx: typer.Context,
     agent: Annotated[str, typer.Argument(help="Agent name or id.")],
@@ -128,8 +152,12 @@ def transcript(
     from holon.runtime.transcript import transcript_entries
 
     c = ctx_of(ctx, home, json_out)
-    with open_store(c) as store:
-        entries = transcript_entries(store, store.agent(agent).agent_id, last)
+    with backend.daemon(c) as api:
+        if api is not None:
+            entries = list(api.read(f"/agents/{agent}/transcript", last=last))
+        else:
+            with open_store(c) as store:
+                entries = transcript_entries(store, store.agent(agent).agent_id, last)
     if c.json:
         sys.stdout.write(json.dumps(entries, ensure_ascii=False) + "\n")
         return

@@ -1,5 +1,21 @@
-"""The daemon: a long-lived host of one home's agents, its timers and its HTTP API (RFC 0005)."""
+"""The daemon: a long-lived host of one home's agents, its timers and its HTTP API (RFC 0005).
 
-from holon.daemon.core import Daemon
+``Daemon`` is imported on first use: the CLI imports ``holon.daemon.process`` (the pid and state
+files) and ``holon.daemon.deletion`` without loading the whole daemon."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from holon.daemon.core import Daemon
 
 __all__ = ["Daemon"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Daemon":
+        from holon.daemon.core import Daemon
+
+        return Daemon
+    raise AttributeError(f"module 'holon.daemon' has no attribute {name!r}")

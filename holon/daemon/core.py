@@ -26,14 +26,13 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 from holon.api.port import Notice
 from holon.clock import Clock, SystemClock
 from holon.daemon.budget import Budgets
+from holon.daemon.deletion import REASON, delete_records, descendants
 from holon.daemon.hooks import HookTokens
 from holon.daemon.timers import Timers, add_timer, cancel_timer, due_firings, next_after, timer_event
 from holon.errors import ConflictError, NotFoundError
@@ -337,50 +336,20 @@ class Daemon:
         and timers ended, its home and token removed (``_delete_one``). Nothing it started keeps
         running or spending. A deleted child's parent is told its task will get no answer."""
         state = self.store.agent(agent)
-        line = self._descendants(state.agent_id)
+        line = descendants(self.store, state.agent_id)
         for member in [*line, state]:
             self._delete_one(member)
         self.host.child_deleted(state)
         self._publish_new()
         log.info("agent.deleted", agent=state.name, agent_id=state.agent_id, children=[a.name for a in line])
 
-    def _descendants(self, agent_id: str) -> list[AgentState]:
-        """The agent's child agents, theirs, and so on: the deepest first (deleted before their parents)."""
-        children: dict[str, list[AgentState]] = {}
-        for a in self.store.agents():
-            if a.parent_id is not None:
-                children.setdefault(a.parent_id, []).append(a)
-        out: list[AgentState] = []
-
-        def walk(parent: str, seen: frozenset[str]) -> None:
-            for child in children.get(parent, []):
-                if child.agent_id not in seen:
-                    walk(child.agent_id, seen | {child.agent_id})
-                    out.append(child)
-
-        walk(agent_id, frozenset({agent_id}))
-        return out
-
     def _delete_one(self, state: AgentState) -> None:
-        """Abort the agent's turn, kill its background tasks (``task.resulted(cancelled)``), then in
-        one transaction: its other unfinished tasks cancelled (a child agent's task: the child goes
-        first), its pending waits and timers cancelled, ``agent.deleted``."""
-        agent_id, origin = state.agent_id, "operator:daemon"
-        self.abort(agent_id)
-        killed = self.host.tasks.cancel_agent(agent_id, "its agent was deleted by the operator")
-        open_tasks = [t for s in ("running", "pending") for t in self.store.rows("task", agent_id=agent_id, status=s)]
-        waits = self.store.rows("wait", agent_id=agent_id, status="pending")
-        timers = self.store.rows("timer", agent_id=agent_id, status="scheduled")
-        self.store.append(
-            *[NewEvent(agent_id, ev.TaskResulted(task_id=t.task_id, state="cancelled", output="its agent was deleted by the operator"), origin=origin, authority="operator", task_id=t.task_id) for t in open_tasks],
-            *[NewEvent(agent_id, ev.WaitResolved(wait_id=w.wait_id, resolution="cancelled"), origin=origin, authority="operator") for w in waits],
-            *[NewEvent(agent_id, ev.TimerCancelled(timer_id=t.timer_id), origin=origin, authority="operator") for t in timers],
-            NewEvent(agent_id, ev.AgentDeleted(reason="deleted by the operator"), origin=origin, authority="operator"),
-        )  # fmt: skip
-        home = Path(state.home).resolve()
-        if home.is_relative_to(self.store.paths.agents.resolve()) and home != self.store.paths.agents.resolve():
-            shutil.rmtree(home, ignore_errors=True)
-        self._forget_token(agent_id)
+        """Abort the agent's turn, kill its background tasks (``task.resulted(cancelled)``), then
+        the rest of its deletion as ``holon agent delete`` does it without a daemon
+        (``deletion.delete_records``)."""
+        self.abort(state.agent_id)
+        killed = self.host.tasks.cancel_agent(state.agent_id, REASON)
+        delete_records(self.store, state, origin="operator:daemon")
         if killed:
             log.info("agent.tasks_killed", agent=state.name, tasks=killed)
 
@@ -441,9 +410,6 @@ class Daemon:
             return self.store.agent(found)
         except NotFoundError:
             return None
-
-    def _forget_token(self, agent_id: str) -> None:
-        HookTokens(self.store.paths.root).forget(agent_id)
 
     # --- running ----------------------------------------------------------------------------
 

@@ -83,6 +83,12 @@ class MemoryRead:
         calls = "\n".join(f"- {c.render()}" for c in self.next_calls)
         return f"[{self.summary}]\nNo content returned. Calls that get what you need:\n{calls}"
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MemoryRead:
+        """A read back from ``as_json`` (what the API answers), to render it the same way."""
+        calls = tuple(NextCall(c["arguments"], c["why"], c.get("tool", "memory_get")) for c in data["next_calls"])
+        return cls(data["ref"], data["kind"], data["title"], data["content"], data["size"], data["summary"], calls)
+
     def as_json(self) -> dict[str, Any]:
         return {
             "ref": self.ref,

@@ -4,8 +4,14 @@ Errors, all ``holon.errors`` so the CLI prints one line::
 
     HolonError
     ├── DaemonUnreachable     nothing answers at the URL (connection refused, timeout)
-    ├── UsageError            400 / 401 (with what to do about the token) / 409 / 422
-    └── NotFoundError         404 (no such agent, event, ref)
+    ├── UsageError            400 / 401 (with what to do about the token) / 422
+    ├── NotFoundError         404 (no such agent, event, ref)
+    ├── ConflictError         409
+    ├── LedgerError           500 ``ledger``
+    └── ModelError            502 ``model``
+
+The class follows the error's ``code`` (``holon.api.errors``), so a CLI command sent through the
+daemon exits with the same code as the same command run in-process.
 
 The event stream is read as server-sent events: ``stream_events`` yields ``("event", EventOut)``,
 ``("delta", {...})`` and ``("model", {...})`` items from a cursor and reconnects with ``Last-Event-ID`` when the
@@ -19,18 +25,20 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import httpx
 
-from holon.api.models import EventOut, InputAccepted
 from holon.api.token import client_token, env_token
-from holon.errors import HolonError, NotFoundError, UsageError
-from holon.projections.state import AgentState
+from holon.errors import ConflictError, HolonError, LedgerError, ModelError, NotFoundError, UsageError
+
+if TYPE_CHECKING:  # imported where used: ``holon run`` through a daemon needs none of them
+    from holon.api.models import EventOut, InputAccepted
+    from holon.projections.state import AgentState
 
 __all__ = ["ApiClient", "DaemonUnreachable", "StreamItem", "home_token", "token_from_env"]
 
-StreamItem = tuple[Literal["event"], EventOut] | tuple[Literal["delta", "open", "model"], dict[str, Any]]
+StreamItem: TypeAlias = "tuple[Literal['event'], EventOut] | tuple[Literal['delta', 'open', 'model'], dict[str, Any]]"
 """``open`` comes first on each (re)connection: from then on, live deltas reach this stream.
 ``model``: ``{"what", "state"}`` while a model child starts (``starting``, then ``ready`` or ``failed``)."""
 
@@ -59,6 +67,24 @@ def _message(response: httpx.Response) -> str:
         return str(response.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
         return response.text[:200] or response.reason_phrase
+
+
+def _code(response: httpx.Response) -> str | None:
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+#: The error class for each API error code (``holon.api.errors``): the same exit code as in-process.
+_BY_CODE: dict[str, type[HolonError]] = {
+    "bad_request": UsageError,
+    "invalid": UsageError,
+    "not_found": NotFoundError,
+    "conflict": ConflictError,
+    "ledger": LedgerError,
+    "failed": HolonError,
+}
 
 
 class ApiClient:
@@ -111,6 +137,11 @@ class ApiClient:
             raise UsageError(
                 "the daemon refused the API token (it reads <home>/api.token, or the variable [api] token_env names)"
             )
+        code = _code(response)
+        if code == "model":
+            raise ModelError(_message(response))
+        if code in _BY_CODE:
+            raise _BY_CODE[code](_message(response))
         if status == 404:
             raise NotFoundError(_message(response))
         if status < 500:
@@ -121,21 +152,37 @@ class ApiClient:
         clean = {k: v for k, v in params.items() if v is not None}
         return self._request("GET", path, params=clean, retries=2).json()  # a read is safe to repeat
 
+    def read(self, path: str, **params: Any) -> Any:
+        """``GET /v1{path}``: the JSON answer (``None`` params are left out; a read is retried)."""
+        return self._get(path, **params)
+
+    def change(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """A state change (``POST``/``PATCH``/``DELETE /v1{path}``) with a JSON body; its JSON answer,
+        or ``None`` for an empty one (204). Not retried: a change may not be safe to repeat."""
+        response = self._request(method, path, json=body or {})
+        return response.json() if response.content else None
+
     # --- agents --------------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
         return dict(self._get("/health"))
 
     def agents(self) -> list[AgentState]:
+        from holon.projections.state import AgentState
+
         return [AgentState.model_validate(a) for a in self._get("/agents")]
 
     def create_agent(self, name: str) -> AgentState:
+        from holon.projections.state import AgentState
+
         return AgentState.model_validate(self._request("POST", "/agents", json={"name": name}).json())
 
     def agent(self, agent: str) -> dict[str, Any]:
         return dict(self._get(f"/agents/{agent}"))
 
     def configure(self, agent: str, settings: dict[str, Any], *, unset: Sequence[str] = ()) -> AgentState:
+        from holon.projections.state import AgentState
+
         body = {"settings": settings, "unset": list(unset)}
         return AgentState.model_validate(self._request("PATCH", f"/agents/{agent}", json=body).json())
 
@@ -146,11 +193,17 @@ class ApiClient:
         """Queue an input. It carries an idempotency key (a fresh one unless given), so a dropped
         connection is retried without risk of a second input: the daemon answers a retry with the
         first acknowledgement."""
+        from holon.api.models import InputAccepted
+
+        return InputAccepted.model_validate(self.send_json(agent, text, idempotency_key=idempotency_key))
+
+    def send_json(self, agent: str, text: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """``send``, answering the acknowledgement as JSON (``agent_id``, ``seq``, ``event_id``)."""
         key = idempotency_key or str(uuid.uuid4())
         response = self._request(
             "POST", f"/agents/{agent}/inputs", json={"text": text}, headers={"Idempotency-Key": key}, retries=3
         )
-        return InputAccepted.model_validate(response.json())
+        return dict(response.json())
 
     # --- state and memory ----------------------------------------------------------------------
 
@@ -179,6 +232,8 @@ class ApiClient:
         self, agent: str | None = None, n: int = 20, *, after: int | None = None, types: tuple[str, ...] = ()
     ) -> list[EventOut]:
         """The last ``n`` events, or with ``after`` the first ``n`` after that seq; ``types`` filters."""
+        from holon.api.models import EventOut
+
         params = {"n": n, "agent": agent, "after": after, "type": list(types) or None}
         return [EventOut.model_validate(e) for e in self._get("/ledger/tail", **params)]
 
@@ -217,6 +272,17 @@ class ApiClient:
         A dropped connection is resumed from the last event seen (``Last-Event-ID``); after
         ``retries`` failed reconnects in a row, ``DaemonUnreachable``.
         """
+        import contextlib
+
+        from holon.api.models import EventOut
+
+        with contextlib.closing(self.stream_json(agent, after, retries=retries)) as items:
+            for kind, data in items:
+                yield (kind, EventOut.model_validate(data)) if kind == "event" else (kind, data)  # type: ignore[misc]
+
+    def stream_json(self, agent: str, after: int, *, retries: int = 5) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``stream_events`` with each event as the JSON the API sends (``seq``, ``type``,
+        ``turn_id``, ``payload``, ...), for a client that needs no models."""
         cursor, failures = after, 0
         while True:
             headers = {"Accept": "text/event-stream", "Last-Event-ID": str(cursor)}
@@ -231,8 +297,8 @@ class ApiClient:
                     yield "open", {}
                     for kind, data in _sse(response.iter_lines()):
                         if kind == "event":
-                            event = EventOut.model_validate_json(data)
-                            cursor = event.seq
+                            event = json.loads(data)
+                            cursor = int(event["seq"])
                             yield "event", event
                         elif kind in ("delta", "model"):
                             yield kind, json.loads(data)  # type: ignore[misc]

@@ -9,6 +9,7 @@ from holon.runtime.host import AgentHost
 from holon.runtime.models import ModelResolver
 from holon.runtime.providers.litellm_provider import known_context_window
 from holon.runtime.providers.retry import RetryPolicy
+from holon.runtime.settings import read_settings
 from holon.runtime.turn import TurnLimits, TurnObserver, TurnResult
 
 __all__ = ["limits_from", "run_input"]
@@ -23,6 +24,11 @@ def limits_from(store: Store) -> tuple[TurnLimits, RetryPolicy]:
         max_tool_errors=rt.max_tool_errors,
     )
     return limits, RetryPolicy(max_attempts=rt.retry_attempts)
+
+
+def _paused(store: Store, agent_id: str) -> bool:
+    """A paused agent takes no turn here either (as in the daemon): its input stays queued."""
+    return bool(read_settings(store.agent(agent_id).settings).settings.paused)
 
 
 async def run_input(
@@ -47,11 +53,15 @@ async def run_input(
         retry=retry,
         observer=observer,
         window_of=known_context_window,
+        gate=lambda agent_id: not _paused(store, agent_id),
     )
     try:
         host.start()
     except ConflictError as e:
-        raise ConflictError(f"{e}; stop it first (a daemon runs agents itself)") from e
+        raise ConflictError(
+            f"{e}; it serves no HTTP API for holon run to go through (started with --no-http?): "
+            "restart it with HTTP, or stop it"
+        ) from e
     try:
         host.submit(agent.agent_id, text)
         results = await host.run_agent(agent.agent_id)

@@ -13,7 +13,7 @@ cached by what they depend on, so every agent with the same rights shares one sc
 from __future__ import annotations
 
 import functools
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, create_model
 
@@ -30,7 +30,7 @@ from holon.projections.state import AgentState
 from holon.runtime.tools.base import Tool, ToolContext, ToolParams, ToolRetry
 from holon.runtime.views import AgentMemory
 
-__all__ = ["MEMORY_TOOLS", "render_search", "write_tool"]
+__all__ = ["MEMORY_TOOLS", "render_search", "render_search_json", "write_tool"]
 
 #: Longest query the tool accepts (search itself takes any string; the first 2,000 characters count).
 MAX_QUERY_PARAM = 10_000
@@ -139,26 +139,33 @@ async def memory_search(ctx: ToolContext, p: SearchParams) -> str:
 
 def render_search(result: SearchResult) -> str:
     """Hits as the model reads them: one compact block each, then what to do next."""
-    fresh = result.freshness
-    count = f"{result.total}" if result.total_exact else f"more than {result.total}"
-    head = f'{count} matches for "{result.query[:120]}"'
-    if result.hits:
-        head += f"; showing {len(result.hits)}"
-    if fresh.lag:
-        head += f" (index {fresh.lag} events behind the ledger)"
+    return render_search_json(result.as_dict())
+
+
+def render_search_json(result: dict[str, Any]) -> str:
+    """``render_search`` of a result as ``SearchResult.as_dict`` (or the API) gives it: the CLI
+    prints the same text whether it searched in-process or through the daemon."""
+    count = f"{result['total']}" if result["total_exact"] else f"more than {result['total']}"
+    head = f'{count} matches for "{result["query"][:120]}"'
+    hits = result["hits"]
+    if hits:
+        head += f"; showing {len(hits)}"
+    lag = result["freshness"]["lag_events"]
+    if lag:
+        head += f" (index {lag} events behind the ledger)"
     lines = [head]
-    for i, h in enumerate(result.hits, 1):
-        d = h.as_dict()
-        who = f" · {h.sender}" if h.sender else ""
-        section = h.title.split(" > ", 1)[1] if h.kind == "file" and " > " in h.title else None
-        where = f'{h.ref} (section "{section}")' if section else h.ref
-        lines.append(f"{i}. [{h.kind} · {d['time']}{who}] {h.title} — ref {where}")
-        lines.append(f"   {h.snippet}")
-    if not result.hits:
+    for i, h in enumerate(hits, 1):
+        who = f" · {h['sender']}" if h["sender"] else ""
+        title, kind, ref = h["title"], h["kind"], h["source_ref"]
+        section = title.split(" > ", 1)[1] if kind == "file" and " > " in title else None
+        where = f'{ref} (section "{section}")' if section else ref
+        lines.append(f"{i}. [{kind} · {h['time']}{who}] {title} — ref {where}")
+        lines.append(f"   {h['snippet']}")
+    if not hits:
         lines.append("Nothing found. Try other words (names, distinctive terms), fewer filters, or another scope.")
     else:
         lines.append('Open a hit with memory_get {"ref": "<ref>"}; an episode with "expand": true lists its events.')
-        if result.more:
+        if result["more"]:
             lines.append(
                 "More matches exist: add distinctive words, or narrow with kinds, since/until or work_item_id."
             )
