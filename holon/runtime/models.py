@@ -8,6 +8,7 @@ exactly what to do. Nothing is spent before this resolves.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from holon.config import ModelDefaults
@@ -58,6 +59,7 @@ def model_settings(agent: AgentState, defaults: ModelDefaults) -> ModelSettings 
         max_output_tokens=merged["max_output_tokens"],
         context_window=merged["context_window"],
         timeout_s=float(merged["timeout_s"]),
+        deadline_s=defaults.call_deadline_s,
     )
 
 
@@ -78,7 +80,7 @@ class ModelResolver:
             raise ModelNotConfigured(MODEL_NOT_CONFIGURED_MESSAGE)
         if self._local is None or not self._local.running:
             self._local = LocalModelServer(self.log_dir, n_ctx=LOCAL_TURN_CONTEXT_WINDOW).start()
-        return self.provider, self._local.settings
+        return self.provider, replace(self._local.settings, deadline_s=self.defaults.call_deadline_s)
 
     async def aclose(self) -> None:
         """Stop what the provider runs (the model process), then the local model server."""
