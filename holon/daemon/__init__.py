@@ -1,5 +1,22 @@
-"""The daemon: a long-lived host of one home's agents, its timers and its HTTP API (RFC 0005)."""
+"""The daemon: a long-lived host of one home's agents, its timers and its HTTP API (RFC 0005).
 
-from holon.daemon.core import Daemon
+``Daemon`` is imported on first use: ``holon serve`` first checks, in a fraction of a second, what
+can make it refuse to start (``holon.daemon.process.preflight``), before it loads the runtime.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from holon.daemon.core import Daemon
 
 __all__ = ["Daemon"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Daemon":
+        from holon.daemon.core import Daemon
+
+        return Daemon
+    raise AttributeError(f"module 'holon.daemon' has no attribute {name!r}")
