@@ -3,7 +3,10 @@
 # daemon refuses to start: off loopback, anyone who reaches the port could control your agents).
 #
 #   docker build -t holon .                 # --build-arg EXTRAS=local adds the offline model (slow build)
-#   docker run -d --name holon -p 127.0.0.1:7878:7878 -v holon-data:/data -e HOLON_TOKEN="$(openssl rand -hex 32)" holon
+#   docker run -d --init --stop-timeout 30 --name holon -p 127.0.0.1:7878:7878 -v holon-data:/data \
+#       -e HOLON_TOKEN="$(openssl rand -hex 32)" holon
+#     (--init: a real PID 1 reaps what agents' commands leave behind; --stop-timeout: turns get
+#     [daemon] grace_s = 20 s to finish on `docker stop`, Docker's default is 10 s)
 #   docker logs holon                       # the daemon's log, JSON lines
 #   docker exec holon holon agent list      # the CLI inside, same home
 #
