@@ -232,7 +232,8 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def check_home(paths: HomePaths) -> None:
-    """Refuse, in one line, a home the daemon cannot run: none there, or one it may not write to.
+    """Refuse, in one line, a home the daemon cannot run: none there, a ``holon.db`` that is not a
+    SQLite file at all, or a home it may not write to.
 
     Checked before anything else so the cause is named at once (and relayed by ``daemon start``),
     not found later as a permission error on some file deep in the start-up."""
