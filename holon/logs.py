@@ -25,13 +25,16 @@ from structlog.tracebacks import ExceptionDictTransformer
 
 from holon.paths import open_private, private_dir
 
-__all__ = ["configure_logging", "console_mode", "get_logger", "redact"]
+__all__ = ["FILE_ONLY", "configure_logging", "console_mode", "get_logger", "redact"]
 
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|cookie)", re.I)
 _SECRET_VALUE = re.compile(
     r"(sk-[A-Za-z0-9_\-]{12,}|Bearer\s+[A-Za-z0-9._\-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9\-]{10,})"
 )
 REDACTED = "[redacted]"
+FILE_ONLY = "file_only"
+"""A record logged with ``file_only=True`` goes to the log file, never to stderr: e.g. a command's
+failure, which the CLI prints on stderr itself as its one ``holon: error:`` line."""
 #: pydantic's error text quotes the input it refused (``input_value={'api_key': 'sk-...'}``): the
 #: value in the wrong place is exactly the one that may be a secret, so it never reaches a log.
 _INPUT_VALUE = re.compile(r"input_value=.*?(?=, input_type=|\]\s*$|$)", re.M | re.S)
@@ -87,6 +90,18 @@ def console_mode(console: str, *, service: bool = False, tty: bool | None = None
     return "json" if service else "off"
 
 
+class _NotFileOnly(logging.Filter):
+    """Keeps ``file_only`` records (``FILE_ONLY``) off the console."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, dict) and record.msg.get(FILE_ONLY))
+
+
+def _drop_file_only(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    event_dict.pop(FILE_ONLY, None)
+    return event_dict
+
+
 def configure_logging(
     *,
     level: str = "info",
@@ -124,6 +139,7 @@ def configure_logging(
                 foreign_pre_chain=shared,
                 processors=[
                     structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    _drop_file_only,
                     tracebacks,
                     redact,
                     structlog.processors.JSONRenderer(),
@@ -146,6 +162,7 @@ def configure_logging(
                 processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
             )
         )
+        sh.addFilter(_NotFileOnly())
         root.addHandler(sh)
 
 

@@ -154,6 +154,7 @@ def test_a_start_up_failure_prints_its_cause(tmp_path: Path, name: str, command:
         assert "Traceback" not in proc.stderr, proc.stderr
         lines = _cause_lines(proc.stderr)
         assert len(lines) == 1 and lines[0].startswith("holon: error: "), proc.stderr
+        assert "command.failed" not in proc.stderr, "the cause twice: as the line and as a log record"
         for phrase in case.says:
             assert phrase in lines[0], (phrase, lines[0])
         wait_for("no daemon process of the home", lambda: not _home_processes(home), timeout=30)
