@@ -82,7 +82,8 @@ def _start(image: tuple[dict[str, str], list[str]], data: Path, port: int, **ext
     assert command[0] == "holon", command
     env = cli_env(**{k: v for k, v in env_image.items() if k != "PATH"})
     env.update(HOLON_HOME=str(data), HOLON_API_PORT=str(port), **extra)
-    env.pop("HOLON_LEDGER_SYNCHRONOUS")  # the image's own settings only
+    for own in ("HOLON_LEDGER_SYNCHRONOUS", "HOLON_LOGGING_CONSOLE"):  # the image's own settings only
+        env.pop(own)
     return subprocess.Popen(
         holon_argv(*command[1:]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO
     )

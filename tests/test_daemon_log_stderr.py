@@ -37,7 +37,7 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
 
 def _serve_and_stop(home: Path, env: dict[str, str] | None = None) -> str:
     """``holon serve`` with stderr piped, until it runs, then SIGTERM; its stderr."""
-    proc = spawn_holon(home, "serve", "--port", "0", env=env)
+    proc = spawn_holon(home, "serve", "--port", "0", env=env or cli_env(HOLON_LOGGING_CONSOLE="auto"))
     try:
         wait_for("the daemon to run", lambda: state(home).get("state") == "running", proc=proc)
         proc.send_signal(signal.SIGTERM)
@@ -87,7 +87,7 @@ def test_daemon_start_writes_the_log_file_only(tmp_path: Path) -> None:
     with FakeLLM() as fake:
         home = fake_home(tmp_path, fake, "alice")
         try:
-            r = holon(home, "daemon", "start", "--port", "0")
+            r = holon(home, "daemon", "start", "--port", "0", env=cli_env(HOLON_LOGGING_CONSOLE="auto"))
             assert r.code == 0, r
         finally:
             s = holon(home, "daemon", "stop")

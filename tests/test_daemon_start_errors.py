@@ -146,7 +146,7 @@ def test_a_start_up_failure_prints_its_cause(tmp_path: Path, name: str, command:
     argv = holon_argv("--home", home, *command, "--port", "0", *case.args)
     if case.read_only:
         argv = _read_only(home, argv)
-    env = cli_env(**dict(case.env))
+    env = cli_env(HOLON_LOGGING_CONSOLE="auto", **dict(case.env))  # as run by hand or by systemd
     env.pop("HOLON_TEST_TOKEN", None)
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=False)
