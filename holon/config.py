@@ -105,6 +105,10 @@ class ModelDefaults(_Section):
     max_output_tokens: int | None = Field(None, ge=1)
     context_window: int | None = Field(None, ge=256)
     timeout_s: float = Field(120.0, gt=0, le=3_600)
+    """How long the model server may stay silent (connecting, or between two pieces of a reply)."""
+    call_deadline_s: float = Field(600.0, gt=0, le=86_400)
+    """Wall-clock limit of one model call, streaming included: a server that keeps the connection
+    alive (keep-alive pings, a trickle of bytes) without finishing is cut here, as a timeout."""
     allowed_key_envs: tuple[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")], ...] = Field(
         DEFAULT_ALLOWED_KEY_ENVS, max_length=256
     )
@@ -224,7 +228,8 @@ class TraceSettings(_Section):
 class LoggingSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     console: Literal["auto", "pretty", "json", "off"] = "auto"
-    """``auto``: readable lines when stderr is a terminal, nothing otherwise."""
+    """Log lines on stderr. ``auto``: readable ones when stderr is a terminal; JSON ones from
+    ``holon serve`` when it is not (systemd, Docker collect them); nothing otherwise."""
     file: bool = True
     """Write JSON lines to ``<home>/logs/holon.log``."""
 

@@ -1,5 +1,9 @@
 """Logging through structlog: JSON lines to ``<home>/logs/holon.log``, readable lines on a TTY.
 
+Where else records go is ``[logging] console`` (``console_mode``): by default readable lines when
+stderr is a terminal; under systemd or Docker (``holon serve`` in the foreground, stderr not a
+terminal) JSON lines on stderr too, so ``journalctl`` and ``docker logs`` show the daemon's log.
+
 Two rules hold everywhere: tracebacks never carry frame locals (they would leak API keys), and
 values under secret-looking keys, or shaped like API keys, are redacted before any renderer
 sees them, and so are the inputs pydantic quotes in its error messages (``input_value=...``).
@@ -21,13 +25,16 @@ from structlog.tracebacks import ExceptionDictTransformer
 
 from holon.paths import open_private, private_dir
 
-__all__ = ["configure_logging", "get_logger", "redact"]
+__all__ = ["FILE_ONLY", "configure_logging", "console_mode", "get_logger", "redact"]
 
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|cookie)", re.I)
 _SECRET_VALUE = re.compile(
     r"(sk-[A-Za-z0-9_\-]{12,}|Bearer\s+[A-Za-z0-9._\-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abp]-[A-Za-z0-9\-]{10,})"
 )
 REDACTED = "[redacted]"
+FILE_ONLY = "file_only"
+"""A record logged with ``file_only=True`` goes to the log file, never to stderr: e.g. a command's
+failure, which the CLI prints on stderr itself as its one ``holon: error:`` line."""
 #: pydantic's error text quotes the input it refused (``input_value={'api_key': 'sk-...'}``): the
 #: value in the wrong place is exactly the one that may be a secret, so it never reaches a log.
 _INPUT_VALUE = re.compile(r"input_value=.*?(?=, input_type=|\]\s*$|$)", re.M | re.S)
@@ -68,13 +75,41 @@ def _redacted_traceback(sio: Any, exc_info: Any) -> None:
     sio.write(_scrub(buf.getvalue()))
 
 
+def console_mode(console: str, *, service: bool = False, tty: bool | None = None) -> str:
+    """What ``[logging] console`` means for this process: ``pretty``, ``json`` or ``off``.
+
+    ``auto`` is readable lines on a terminal. Off a terminal it depends on who reads stderr: a
+    daemon in the foreground (``service``: ``holon serve``) is run by systemd, Docker or another
+    supervisor that collects stderr, so it gets JSON lines there; any other command (and
+    ``holon daemon start``'s detached daemon, whose stderr is a file next to the log) stays quiet.
+    ``tty`` defaults to whether stderr is a terminal."""
+    if console != "auto":
+        return console
+    if sys.stderr.isatty() if tty is None else tty:
+        return "pretty"
+    return "json" if service else "off"
+
+
+class _NotFileOnly(logging.Filter):
+    """Keeps ``file_only`` records (``FILE_ONLY``) off the console."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, dict) and record.msg.get(FILE_ONLY))
+
+
+def _drop_file_only(_logger: Any, _name: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    event_dict.pop(FILE_ONLY, None)
+    return event_dict
+
+
 def configure_logging(
     *,
     level: str = "info",
     log_file: Path | None = None,
     console: str = "auto",
+    service: bool = False,
 ) -> None:
-    """Configure structlog and the stdlib root logger once per process."""
+    """Configure structlog and the stdlib root logger once per process (``service``: see ``console_mode``)."""
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -104,6 +139,7 @@ def configure_logging(
                 foreign_pre_chain=shared,
                 processors=[
                     structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    _drop_file_only,
                     tracebacks,
                     redact,
                     structlog.processors.JSONRenderer(),
@@ -111,9 +147,7 @@ def configure_logging(
             )
         )
         root.addHandler(fh)
-    mode = console
-    if mode == "auto":
-        mode = "pretty" if sys.stderr.isatty() else "off"
+    mode = console_mode(console, service=service)
     if mode != "off":
         sh = logging.StreamHandler(sys.stderr)
         renderer: Any = (
@@ -128,6 +162,7 @@ def configure_logging(
                 processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
             )
         )
+        sh.addFilter(_NotFileOnly())
         root.addHandler(sh)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["agent_home_template", "default_config_text"]
+__all__ = ["agent_home_template", "default_config_text", "systemd_unit_text"]
 
 _PACKAGE = Path(__file__).resolve().parent
 _REPO = _PACKAGE.parent
@@ -29,3 +29,8 @@ def agent_home_template() -> Path:
 def default_config_text() -> str:
     """The documented default ``holon.toml`` (every setting, commented)."""
     return _find("holon.toml", "config/holon.toml").read_text(encoding="utf-8")
+
+
+def systemd_unit_text() -> str:
+    """The systemd user unit ``holon daemon install --user`` fills in (``contrib/holon.service``)."""
+    return _find("holon.service", "contrib/holon.service").read_text(encoding="utf-8")

@@ -259,7 +259,9 @@ def retry(provider: Any, policy: RetryPolicy | None = None, rec: Recorder | None
     rec = rec or Recorder()
     policy = policy or RetryPolicy()
     req = ModelRequest(messages=list(MESSAGES), settings=ModelSettings("scripted"))
-    return asyncio.run(complete_with_retry(provider, req, policy=policy, sleep=rec.sleep, on_retry=rec.on_retry))
+    return asyncio.run(
+        complete_with_retry(provider, req, policy=policy, sleep=rec.sleep, on_retry=rec.on_retry, rand=lambda: 0.0)
+    )
 
 
 def test_backoff_is_exponential_and_capped() -> None:
@@ -309,7 +311,9 @@ def test_retry_end_to_end_through_litellm(fake: FakeLLM) -> None:
     rec = Recorder()
     provider = LiteLLMProvider(env={})
     result = asyncio.run(
-        complete_with_retry(provider, request(fake), policy=RetryPolicy(), sleep=rec.sleep, on_retry=rec.on_retry)
+        complete_with_retry(
+            provider, request(fake), policy=RetryPolicy(), sleep=rec.sleep, on_retry=rec.on_retry, rand=lambda: 0.0
+        )
     )
     assert result.content == "finally"
     assert rec.retries == [(1, "rate_limit", 3.0), (2, "server", 1.0), (3, "connection", 2.0)]

@@ -17,6 +17,11 @@ PortOpt = Annotated[int | None, typer.Option("--port", min=0, max=65535, help="P
 HttpOpt = Annotated[
     bool, typer.Option("--http/--no-http", help="Serve the HTTP API (default: yes).", show_default=False)
 ]
+InitOpt = Annotated[
+    bool, typer.Option("--init", help="Create the home first when it does not exist yet (for containers).")
+]
+#: Set by ``holon daemon start`` on the daemon it detaches: its log goes to the log file only.
+DetachedOpt = Annotated[bool, typer.Option("--detached", hidden=True)]
 
 
 def _settings(c: Ctx) -> Any:
@@ -30,14 +35,24 @@ def serve(
     host: HostOpt = None,
     port: PortOpt = None,
     http: HttpOpt = True,
+    init: InitOpt = False,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
+    detached: DetachedOpt = False,
 ) -> None:
-    """Run the daemon in the foreground: host every agent, fire timers, serve the HTTP API."""
+    """Run the daemon in the foreground: host every agent, fire timers, serve the HTTP API.
+
+    Under systemd or Docker (stderr not a terminal) the log also goes to stderr as JSON lines."""
     from holon.daemon.process import serve as serve_
 
     c = ctx_of(ctx, home, json_out)
-    _exit_now(serve_(c.paths, host=host, port=port, http=http))
+    if init and not c.paths.db.exists():
+        import sys
+
+        from holon.runtime.home import init_home
+
+        sys.stderr.write(f"holon: creating a new home at {init_home(c.paths).home}\n")
+    _exit_now(serve_(c.paths, host=host, port=port, http=http, detached=detached))
 
 
 def _exit_now(code: int) -> None:
@@ -167,6 +182,43 @@ def status(
     emit(c, dict(info), _describe(info))
     if not info["running"]:
         raise typer.Exit(3)
+
+
+@app.command("install")
+def install(
+    ctx: typer.Context,
+    user: Annotated[bool, typer.Option("--user", help="Install a systemd user unit (the only kind).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the unit instead of writing it.")] = False,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write a systemd user unit running ``holon serve`` for the home (~/.config/systemd/user/holon.service)."""
+    import sys
+
+    from holon.daemon.unit import NEXT_STEP, holon_command, render_unit, unit_path
+    from holon.errors import HolonError, UsageError
+    from holon.paths import write_private
+
+    c = ctx_of(ctx, home, json_out)
+    if not user:
+        raise UsageError("holon daemon install needs --user: it installs a systemd user unit (no system units)")
+    root = c.paths.root.absolute()
+    unit = render_unit(holon_command(), root)
+    path = unit_path()
+    if dry_run:
+        sys.stdout.write(unit)
+        return
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_private(path, unit)
+    except OSError as e:
+        raise HolonError(f"cannot write {path}: {e.strerror or e}") from e
+    lines = [f"{'replaced' if existed else 'wrote'} {path} (home: {root})", f"next: {NEXT_STEP}",
+             "to keep it running while you are logged out: loginctl enable-linger $USER"]  # fmt: skip
+    if not c.paths.db.exists():
+        lines.append(f"note: there is no holon home at {root} yet: run 'holon init --home {root}' first")
+    emit(c, {"unit": str(path), "home": str(root), "replaced": existed, "next": NEXT_STEP}, "\n".join(lines))
 
 
 @app.command("logs")

@@ -108,7 +108,8 @@ def _log_error(e: HolonError) -> None:
     if logging.getLogger().handlers:
         from holon.logs import get_logger
 
-        get_logger("holon.cli").warning("command.failed", error=str(e), kind=type(e).__name__)
+        # The log file only: stderr already has it as the ``holon: error:`` line.
+        get_logger("holon.cli").warning("command.failed", error=str(e), kind=type(e).__name__, file_only=True)
 
 
 def _foreign(e: Exception) -> HolonError | None:

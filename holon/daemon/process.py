@@ -28,19 +28,23 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from holon.config import ApiSettings, HomePaths
-from holon.errors import ConfigError, ConflictError, HolonError, LedgerError
+from holon.config import ApiSettings, HomePaths, load_settings
+from holon.errors import ConfigError, ConflictError, HolonError, HomeNotFoundError, LedgerError, UsageError
 from holon.logs import get_logger
 from holon.paths import open_private, private_dir, tighten_tree, write_private
 
 __all__ = [
     "DaemonInfo",
+    "Listen",
     "api_token",
     "api_url",
+    "check_home",
     "check_ledger",
+    "preflight",
     "read_state",
     "serve",
     "start_background",
@@ -111,37 +115,66 @@ class _StateWriter:
         )  # fmt: skip
 
 
-def serve(paths: HomePaths, *, host: str | None = None, port: int | None = None, http: bool = True) -> int:
-    """Run the daemon in the foreground until SIGTERM/SIGINT. Returns the exit code."""
+def serve(
+    paths: HomePaths, *, host: str | None = None, port: int | None = None, http: bool = True, detached: bool = False
+) -> int:
+    """Run the daemon in the foreground until SIGTERM/SIGINT. Returns the exit code.
+
+    ``detached``: started by ``start_background``, its stderr a file beside the log, so the log
+    goes to the log file only (a foreground daemon also writes it to stderr for its supervisor,
+    ``holon.logs.console_mode``)."""
     import faulthandler
 
     with contextlib.suppress(ValueError, OSError, AttributeError):  # stderr may be closed or not a file
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: thread stacks to stderr
-    return asyncio.run(_serve(paths, host=host, port=port, http=http))
+    return asyncio.run(_serve(paths, host=host, port=port, http=http, service=not detached))
 
 
-async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: bool) -> int:  # noqa: PLR0915 (the lifespan, start to stop, reads best in one place)
+@dataclass(frozen=True, slots=True)
+class Listen:
+    """Where the API will listen, and the operator's token (``None``: the home's ``api.token``)."""
+
+    host: str
+    port: int
+    token: str | None
+
+
+def preflight(paths: HomePaths, *, host: str | None, port: int | None, http: bool) -> Listen | None:
+    """Everything that can refuse a start before the slow part (the runtime's imports, the ledger,
+    the agents, the model children), in that order: the home (there, writable), its configuration,
+    and with HTTP the token and the address. Each refusal is one ``HolonError`` line, so
+    ``holon serve`` names its cause within a second, and ``holon daemon start`` too, without even
+    starting a process. Returns where to listen (``None`` without HTTP)."""
+    check_home(paths)
+    api = load_settings(paths).api
+    if not http:
+        return None
+    from holon.api.bind import check_bind, check_port
+
+    listen = Listen(host or api.host, api.port if port is None else port, api_token(api))
+    # Beyond this machine only with a token the operator chose (the home's file is for loopback).
+    check_bind(listen.host, listen.token)
+    check_port(listen.host, listen.port)  # a busy port, named now, not after the slow start-up
+    return listen
+
+
+async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: bool, service: bool = False) -> int:  # noqa: PLR0915 (the lifespan, start to stop, reads best in one place)
+    listen = preflight(paths, host=host, port=port, http=http)
     from holon.daemon.core import Daemon
     from holon.runtime.home import open_home
 
     tighten_tree(paths.root)  # a home made before homes were private: 0700 directories, 0600 files
-    store = open_home(paths)
+    store = open_home(paths, service=service)
     check_ledger(store)
     api = store.settings.api
-    listen_host = host or api.host
-    listen_port = api.port if port is None else port
+    listen_host = listen.host if listen else host or api.host
+    listen_port = listen.port if listen else api.port if port is None else port
     token = None
-    if http:
-        from holon.api.server import check_bind, check_port
+    if listen is not None:
+        from holon.api.token import ensure_token
 
         try:
-            from holon.api.token import ensure_token
-
-            token = api_token(api)
-            # Beyond this machine only with a token the operator chose (the home's file is for loopback).
-            check_bind(listen_host, token)
-            check_port(listen_host, listen_port)  # a busy port, named now, not after the slow start-up
-            token = token or ensure_token(paths.root)
+            token = listen.token or ensure_token(paths.root)
         except BaseException:
             store.close()
             raise
@@ -193,6 +226,36 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
         writer.write("stopped")
         store.close()
     return 0
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_home(paths: HomePaths) -> None:
+    """Refuse, in one line, a home the daemon cannot run: none there, a ``holon.db`` that is not a
+    SQLite file at all, or a home it may not write to.
+
+    Checked before anything else so the cause is named at once (and relayed by ``daemon start``),
+    not found later as a permission error on some file deep in the start-up."""
+    try:
+        exists = paths.db.exists()
+    except OSError as e:
+        raise HolonError(f"cannot read the holon home {paths.root}: {e.strerror or e}") from e
+    if not exists:
+        raise HomeNotFoundError(f"no holon home at {paths.root} (run 'holon init' or pass --home)")
+    try:
+        with paths.db.open("rb") as fh:
+            header = fh.read(len(_SQLITE_HEADER))
+    except OSError as e:
+        raise HolonError(f"cannot read the ledger database {paths.db}: {e.strerror or e}") from e
+    if header and header != _SQLITE_HEADER:  # the full check (``check_ledger``) needs the runtime
+        raise LedgerError(f"the ledger database {paths.db} is not a SQLite database (damaged, or a foreign file)")
+    for path in (paths.root, paths.logs, paths.db):
+        if path.exists() and not os.access(path, os.W_OK):
+            raise HolonError(
+                f"cannot write to {path}: the daemon keeps its database, log and run files in the home "
+                f"{paths.root}; give your user write access to it, or pick another home with --home"
+            )
 
 
 def check_ledger(store: Any) -> None:
@@ -296,8 +359,9 @@ def start_background(
     current = read_state(paths)
     if current["running"]:
         raise ConflictError(f"a daemon is already running for {paths.root} (pid {current['pid']})")
+    preflight(paths, host=host, port=port, http=http)
     private_dir(paths.logs)
-    argv = [sys.executable, "-m", "holon.cli.main", "--home", str(paths.root), "serve"]
+    argv = [sys.executable, "-m", "holon.cli.main", "--home", str(paths.root), "serve", "--detached"]
     if host:
         argv += ["--host", host]
     if port is not None:
@@ -305,6 +369,7 @@ def start_background(
     if not http:
         argv.append("--no-http")
     out = os.fdopen(open_private(paths.logs / "daemon.out"), "ab")
+    since = out.seek(0, os.SEEK_END)  # what this start writes begins here (the file keeps older runs)
     with contextlib.suppress(FileNotFoundError):
         state_file(paths).unlink()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
@@ -312,30 +377,38 @@ def start_background(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise _exited(proc.returncode, paths.logs / "daemon.out")
+            raise _exited(proc.returncode, paths.logs / "daemon.out", since)
         info = read_state(paths)
         if info.get("pid") == proc.pid and _healthy(info):
             return info
         time.sleep(0.1)
     proc.terminate()
-    raise HolonError(f"the daemon did not report healthy within {timeout_s} s: {_tail(paths.logs / 'daemon.out')}")
+    raise HolonError(
+        f"the daemon did not report healthy within {timeout_s} s: {_tail(paths.logs / 'daemon.out', since=since)}"
+    )
 
 
-def _exited(code: int, out: Path) -> HolonError:
-    """The error of a daemon that exited at start: its own one-line error and exit code when it
-    refused for a reason holon names (a damaged ledger: 5, a config error: 2), else its last words."""
+def _exited(code: int, out: Path, since: int = 0) -> HolonError:
+    """The error of a daemon that exited at start: its own one-line error (``holon: error: ...``,
+    what ``holon serve`` prints for every refusal) with its exit code, else its last words."""
     prefix = "holon: error: "
-    last = _tail(out, 1)
+    last = _tail(out, 1, since=since)
     if last.startswith(prefix):
-        for cls in (LedgerError, ConfigError):
+        for cls in (LedgerError, ConfigError, UsageError, HomeNotFoundError, ConflictError):
             if code == cls.exit_code:
                 return cls(last[len(prefix) :])
-    return HolonError(f"the daemon exited at start (code {code}): {_tail(out)}")
+        err = HolonError(last[len(prefix) :])
+        err.exit_code = code if code > 0 else 1
+        return err
+    return HolonError(f"the daemon exited at start (code {code}): {_tail(out, since=since)}")
 
 
-def _tail(path: Path, lines: int = 5) -> str:
+def _tail(path: Path, lines: int = 5, *, since: int = 0) -> str:
+    """The last ``lines`` lines of ``path`` written after byte ``since``, joined on one line."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with path.open("rb") as fh:
+            fh.seek(since)
+            text = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return "(no output)"
     return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:]) or "(no output)"

@@ -45,13 +45,20 @@ def init_home(paths: HomePaths, *, clock: Clock | None = None) -> InitResult:
     return InitResult(str(paths.root), str(paths.db), str(paths.config), created)
 
 
-def _configure(paths: HomePaths, settings: Settings) -> None:
+def _configure(paths: HomePaths, settings: Settings, *, service: bool = False) -> None:
     cfg = settings.logging
-    configure_logging(level=cfg.level, log_file=paths.logs / "holon.log" if cfg.file else None, console=cfg.console)
+    configure_logging(
+        level=cfg.level, log_file=paths.logs / "holon.log" if cfg.file else None, console=cfg.console, service=service
+    )
 
 
-def open_home(paths: HomePaths, *, clock: Clock | None = None, log: bool = True, catch_up: bool = True) -> Store:
+def open_home(
+    paths: HomePaths, *, clock: Clock | None = None, log: bool = True, catch_up: bool = True, service: bool = False
+) -> Store:
     """Open an existing home (``HomeNotFoundError`` when it was never initialised).
+
+    ``service``: the caller is a daemon in the foreground (``holon serve``), whose stderr a
+    supervisor may collect (``holon.logs.console_mode``).
 
     Never creates a database: a missing, empty or foreign ``holon.db`` is an error. A home
     made before homes were private is tightened (directories 0700, files 0600) on the way in.
@@ -62,7 +69,7 @@ def open_home(paths: HomePaths, *, clock: Clock | None = None, log: bool = True,
         tighten(path)
     settings: Settings = load_settings(paths)
     if log:
-        _configure(paths, settings)
+        _configure(paths, settings, service=service)
     return Store.open(paths, settings, clock=clock, create=False, catch_up=catch_up)
 
 

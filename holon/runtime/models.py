@@ -90,6 +90,7 @@ def model_settings_of(raw: Mapping[str, Any], defaults: ModelDefaults) -> ModelS
         max_output_tokens=merged["max_output_tokens"],
         context_window=merged["context_window"],
         timeout_s=float(merged["timeout_s"]),
+        deadline_s=defaults.call_deadline_s,
     )
 
 
@@ -104,6 +105,7 @@ def local_settings(served: ModelSettings, raw: Mapping[str, Any], defaults: Mode
         timeout_s=float(pick["timeout_s"]),
         temperature=pick["temperature"],
         max_output_tokens=pick["max_output_tokens"],
+        deadline_s=defaults.call_deadline_s,
     )
 
 

@@ -44,7 +44,7 @@ __all__ = [
 WINDOW = 128_000
 """A roomy context window: these tests are about the turn loop, not about squeezing prompts."""
 SCRIPTED = ModelSettings(model="scripted", context_window=WINDOW)
-FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_s=0.0, max_delay_s=30.0)
+FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_s=0.0, max_delay_s=30.0, jitter=0.0)  # delays exact
 """Three attempts with no backoff (a server's Retry-After still sets the recorded delay)."""
 
 

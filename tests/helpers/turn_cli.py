@@ -1,9 +1,9 @@
 """Shared by the turn-loop tests: the real ``holon`` CLI in subprocesses, ledger reads, waiting.
 
 Every subprocess gets an environment without the developer's ``HOLON_*`` variables and with
-``HOLON_LEDGER_SYNCHRONOUS=NORMAL`` (no fsync per commit). Each ``holon run`` imports litellm
-(several seconds), so tests keep the number of runs small; cheap commands (init, agent, ledger,
-transcript) do not import it.
+``HOLON_LEDGER_SYNCHRONOUS=NORMAL`` (no fsync per commit) and ``HOLON_LOGGING_CONSOLE=off``. Each
+``holon run`` imports litellm (several seconds), so tests keep the number of runs small; cheap
+commands (init, agent, ledger, transcript) do not import it.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ TURN_HOST = Path(__file__).resolve().parent / "turn_host.py"
 def cli_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOLON_")}
     env["HOLON_LEDGER_SYNCHRONOUS"] = "NORMAL"
+    # `holon serve` logs JSON lines to a stderr that is not a terminal; a test that reads its pipe
+    # only at the end would see the daemon block once the pipe is full. Log tests set it back.
+    env["HOLON_LOGGING_CONSOLE"] = "off"
     env.update(extra)
     return env
 

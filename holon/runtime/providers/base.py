@@ -31,6 +31,9 @@ class ModelSettings:
     max_output_tokens: int | None = None
     context_window: int | None = None
     timeout_s: float = 120.0
+    """Longest silence of the server (connect, or between two pieces of the reply)."""
+    deadline_s: float = 600.0
+    """Wall-clock limit of the whole call, streaming included (``[model] call_deadline_s``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ provider never retries (``max_retries=0``): retrying is ``holon.runtime.provider
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import importlib.util
@@ -30,7 +31,7 @@ from holon.errors import HolonError, ModelError, ModelErrorKind, ModelKeyMissing
 from holon.ledger.events import ToolCallSpec, Usage
 from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, TextSink
 
-__all__ = ["known_context_window", "LiteLLMProvider", "api_key_for", "classify"]
+__all__ = ["known_context_window", "LiteLLMProvider", "api_key_for", "classify", "deadline_error"]
 
 #: Sent as the API key to servers that need none (local OpenAI-compatible servers).
 PLACEHOLDER_API_KEY = "not-needed"
@@ -82,7 +83,23 @@ class LiteLLMProvider:
     async def complete_with_key(
         self, request: ModelRequest, api_key: str | None, *, on_text: TextSink | None = None
     ) -> ModelReply:
-        """``complete`` with the API key already looked up (the model process gets it this way)."""
+        """``complete`` with the API key already looked up (the model process gets it this way).
+
+        The whole call, streaming included, ends by ``settings.deadline_s`` (wall clock): litellm's
+        ``timeout`` only bounds each silence, so a server that sends keep-alive pings, or a byte now
+        and then, would otherwise hold the call, and the agent's turn, forever."""
+        settings = request.settings
+        _litellm()  # the first import takes seconds: not the call's time
+        deadline = asyncio.timeout(settings.deadline_s)
+        try:
+            async with deadline:
+                return await self._complete(request, api_key, on_text)
+        except TimeoutError as e:
+            if not deadline.expired():
+                raise
+            raise deadline_error(settings) from e
+
+    async def _complete(self, request: ModelRequest, api_key: str | None, on_text: TextSink | None) -> ModelReply:
         settings = request.settings
         litellm = _litellm()
         kwargs = _call_kwargs(request, api_key)
@@ -106,6 +123,16 @@ class LiteLLMProvider:
                 raise ModelError(f"{settings.model}: server error: the stream ended with no data", kind="server")
         latency_ms = (time.perf_counter() - started) * 1000.0
         return _to_reply(response, settings, latency_ms, _cost(litellm, response, settings.model))
+
+
+def deadline_error(settings: ModelSettings) -> ModelError:
+    """The error of a call cut at its wall-clock deadline: a timeout, retried like one."""
+    where = f" ({_USERINFO.sub('//', settings.api_base)})" if settings.api_base else ""
+    return ModelError(
+        f"{settings.model}: timed out{where}: no complete reply within the call deadline of "
+        f"{settings.deadline_s:g} s ([model] call_deadline_s)",
+        kind="timeout",
+    )
 
 
 def api_key_for(settings: ModelSettings, env: Mapping[str, str] | None = None) -> str | None:

@@ -48,12 +48,14 @@ from holon.errors import ModelError
 from holon.ledger.events import ToolCallSpec, Usage
 from holon.logs import get_logger
 from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, TextSink
-from holon.runtime.providers.litellm_provider import _litellm, api_key_for
+from holon.runtime.providers.litellm_provider import _litellm, api_key_for, deadline_error
 
 __all__ = ["START_DELAY_ENV", "ProcessProvider", "StateSink", "main"]
 
 log = get_logger("holon.model_process")
 
+#: How much longer than a call's deadline the parent waits for the child to report it cut.
+DEADLINE_GRACE_S = 5.0
 #: Longest JSON line either side reads (a reply, or a request with its whole prompt).
 MAX_LINE = 64 * 1024 * 1024
 #: Test hook: seconds the child waits before it reports ready (a slow start, made visible).
@@ -316,7 +318,16 @@ class ProcessProvider:
         }
         # The least busy process; below a busy one, a running one is preferred to starting another.
         worker = min(self._workers, key=lambda w: (len(w.pending), not w.alive))
-        return await worker.call(call_id, message, on_text)
+        # The child cuts the call at its deadline; this is the backstop for a child that cannot
+        # (stuck outside its event loop): the call is cancelled there and fails here all the same.
+        deadline = asyncio.timeout(request.settings.deadline_s + DEADLINE_GRACE_S)
+        try:
+            async with deadline:
+                return await worker.call(call_id, message, on_text)
+        except TimeoutError as e:
+            if not deadline.expired():
+                raise
+            raise deadline_error(request.settings) from e
 
     async def aclose(self) -> None:
         """Close every child's stdin and wait for them together (each killed after 10 s)."""
