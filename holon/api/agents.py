@@ -19,7 +19,7 @@ from holon.memory.access import search_memory
 from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, memory_get
 from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection, TimerProjection, WaitProjection, WorkItemState
-from holon.runtime.agents import DEFAULT_AGENT
+from holon.runtime.agents import DEFAULT_AGENT, missing_agent
 from holon.runtime.embedders import embedder_from_settings
 from holon.runtime.ingress import check_idempotency_key
 from holon.runtime.status import is_internal, model_label, status_entry
@@ -58,7 +58,7 @@ def _configure_ref(store: Store, agent: str) -> str:
         return store.agent(agent).agent_id
     except NotFoundError:
         if agent != DEFAULT_AGENT:
-            raise
+            raise missing_agent(agent) from None
         return agent
 
 

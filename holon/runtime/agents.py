@@ -31,6 +31,7 @@ __all__ = [
     "configure_agent",
     "configure_or_create_default",
     "create_agent",
+    "missing_agent",
 ]
 
 
@@ -186,6 +187,11 @@ def configure_agent(
 DEFAULT_AGENT = "assistant"
 
 
+def missing_agent(ref: str) -> NotFoundError:
+    """The error for configuring an agent that does not exist (and is not the default agent)."""
+    return NotFoundError(f"no agent named {ref!r} (create it with 'holon agent create {ref}')")
+
+
 def configure_or_create_default(
     store: Store,
     ref: str,
@@ -201,7 +207,7 @@ def configure_or_create_default(
         store.agent(ref)
     except NotFoundError:
         if ref != DEFAULT_AGENT:
-            raise NotFoundError(f"no agent named {ref!r} (create it with 'holon agent create {ref}')") from None
+            raise missing_agent(ref) from None
         unknown = [k for k in unset if k not in SETTING_KEYS]
         if unknown:
             raise UsageError(
