@@ -90,7 +90,7 @@ def test_chat_in_a_pty(home: Path) -> None:
         child.expect(PROMPT)
 
         child.sendline("/agents")
-        child.expect(r"alice\s+│\s+failed\s+│\s+openai/fake\s+│\s+3\s")
+        child.expect(r"alice\s+│\s+aborted\s+│\s+openai/fake\s+│\s+3\s")
         child.expect(PROMPT)
         child.sendline("/state")
         child.expect('"last_outcome"')

@@ -31,7 +31,8 @@ class Notice:
     kind: Literal["event", "delta", "model"]
     agent_id: str
     seq: int | None = None
-    """For ``event``: the ledger seq (read the event from the store)."""
+    """For ``event``: the ledger seq (read the event from the store); for ``delta``: the ledger head
+    when the text was written (the events up to it come before it on a stream)."""
     text: str = ""
     """For ``delta``: the next piece of the reply being generated; for ``model``: what is starting
     (``model process``, ``local model``)."""

@@ -78,17 +78,17 @@ async def agent_events(
             # Notices in the order the port published them: an event notice first sends the
             # ledger up to its seq, so deltas and events interleave as they happened.
             for notice in notices:
-                if notice.kind == "delta":
-                    data = {"agent_id": notice.agent_id, "turn_id": notice.turn_id, "text": notice.text}
-                    yield {"event": "delta", "data": json.dumps(data, ensure_ascii=False)}
-                elif notice.kind == "model":
-                    yield {"event": "model", "data": json.dumps({"what": notice.text, "state": notice.state})}
-                elif notice.seq is not None and notice.seq > cursor:
+                if notice.seq is not None and notice.seq > cursor:  # the ledger up to it goes first
                     for event in port.store.ledger.read(cursor, agent_id=agent_id, limit=notice.seq - cursor):
                         if event.seq > notice.seq:
                             break
                         cursor = event.seq
                         yield _message(event)
+                if notice.kind == "delta":
+                    data = {"agent_id": notice.agent_id, "turn_id": notice.turn_id, "text": notice.text}
+                    yield {"event": "delta", "data": json.dumps(data, ensure_ascii=False)}
+                elif notice.kind == "model":
+                    yield {"event": "model", "data": json.dumps({"what": notice.text, "state": notice.state})}
             notices = []
             batch = list(port.store.ledger.read(cursor, agent_id=agent_id, limit=PAGE))
             for event in batch:

@@ -673,7 +673,10 @@ class Daemon:
             return
         if self._turn_of.get(agent_id) is None:
             self._turn_of[agent_id] = self.store.agent(agent_id).current_turn_id
-        self._notify(Notice(kind="delta", agent_id=agent_id, text=fragment, turn_id=self._turn_of[agent_id]))
+        # ``seq``: the ledger head as this text is written. The watcher publishes events by polling,
+        # so a stream sends the events up to it first (a tool's result before the next round's text).
+        head = self.store.ledger.head()
+        self._notify(Notice(kind="delta", agent_id=agent_id, seq=head, text=fragment, turn_id=self._turn_of[agent_id]))
 
     def _settled(self, agent_id: str, result: TurnResult) -> None:
         self._turn_of[agent_id] = None
