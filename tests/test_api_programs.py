@@ -403,3 +403,17 @@ def test_docs_are_served_offline_and_public_while_changes_need_the_token(served:
     assert httpx.get(f"{served.url}/docs/../v1/agents", timeout=10).status_code == 401
     # A web page cannot load them by DNS rebinding either.
     assert httpx.get(f"{served.url}/docs", headers={"Host": "evil.example:80"}, timeout=10).status_code == 403
+
+
+def test_models_leave_out_holons_internal_agents(served: Served, client: openai.OpenAI) -> None:
+    """``GET /v1/models`` lists what ``agent list`` lists: holon's own diagnostic agent is left
+    out, yet answers when a client names it."""
+    from helpers.turn_cli import open_store
+
+    from holon.runtime.agents import create_agent
+
+    with open_store(served.home) as store:
+        create_agent(store, "diagnose", settings={"diagnostic": True}, internal=True)
+    names = {m.id for m in client.models.list()}
+    assert {"ada", "bob"} <= names and "diagnose" not in names, names
+    assert client.models.retrieve("diagnose").id == "diagnose"

@@ -43,6 +43,7 @@ from holon.errors import ConflictError, HolonError, NotFoundError
 from holon.ledger import Event
 from holon.projections.state import AgentState
 from holon.runtime.ingress import check_idempotency_key, check_text
+from holon.runtime.status import is_internal
 
 __all__ = ["ChatRequest", "new_input", "openai_router"]
 
@@ -318,8 +319,9 @@ def openai_router(port: DaemonPort) -> APIRouter:
 
     @r.get("/models")
     async def models() -> dict[str, Any]:
-        """The agents, as OpenAI models: pass a name as ``model``."""
-        return {"object": "list", "data": [_model(a) for a in store.agents()]}
+        """The agents, as OpenAI models: pass a name as ``model`` (holon's internal agents are left
+        out, as in ``agent list``; they still answer when named)."""
+        return {"object": "list", "data": [_model(a) for a in store.agents() if not is_internal(a)]}
 
     @r.get("/models/{model}")
     async def model(model: str) -> Any:

@@ -175,7 +175,7 @@ class Chat:
         if live["state"] == "paused":
             return (
                 f"{self.agent} is paused; it answers once resumed "
-                f"(POST /v1/agents/{self.agent}/resume, or holon agent configure {self.agent} --unset paused)"
+                f"(holon agent resume {self.agent}, or POST /v1/agents/{self.agent}/resume)"
             )
         if live["state"] == "asleep" and str(live.get("detail", "")).startswith("daily budget used"):
             until = f" until {live['next_wake']}" if live.get("next_wake") else ""
