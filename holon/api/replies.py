@@ -131,10 +131,12 @@ class RoundEnd:
 ROUND_END = RoundEnd()
 
 
-def _ends_round(store: Store, seq: int, turn_id: str) -> bool:
+def _rounds_ended(store: Store, after: int, upto: int, turn_id: str) -> bool:
+    """Whether a model round of ``turn_id`` ended (``model.responded``) in ``(after, upto]``."""
     rows = store.ledger.query(
-        "SELECT 1 FROM events WHERE seq = ? AND type = 'model.responded' AND json_extract(payload, '$.turn_id') = ?",
-        (seq, turn_id),
+        "SELECT 1 FROM events WHERE seq > ? AND seq <= ? AND type = 'model.responded'"
+        " AND json_extract(payload, '$.turn_id') = ? LIMIT 1",
+        (after, upto, turn_id),
     )
     return bool(rows)
 
@@ -146,6 +148,7 @@ async def follow(
     after each model round), then its settled ``InputOutcome`` (the last item). Runs until then;
     bound it with a timeout."""
     outcome = input_outcome(port.store, agent_id, input_seq)
+    checked = input_seq  # rounds that ended up to this seq were reported
     while not outcome.settled:
         try:
             notice: Notice | None = await asyncio.wait_for(queue.get(), timeout=poll_s)
@@ -155,11 +158,18 @@ async def follow(
             if outcome.turn_id is None or notice.turn_id != outcome.turn_id:
                 outcome = input_outcome(port.store, agent_id, input_seq)  # the turn may have just started
             if notice.turn_id is not None and notice.turn_id == outcome.turn_id and notice.text:
+                # A delta carries the ledger head as it was written: a round that ended before it
+                # is reported first, whenever the (polling) watcher publishes that event.
+                if notice.seq is not None and notice.seq > checked:
+                    if _rounds_ended(port.store, checked, notice.seq, notice.turn_id):
+                        yield ROUND_END
+                    checked = notice.seq
                 yield notice.text
             continue
-        ended = notice is not None and notice.seq is not None and outcome.turn_id is not None
-        if ended and _ends_round(port.store, notice.seq, outcome.turn_id):  # type: ignore[union-attr,arg-type]
-            yield ROUND_END
+        if notice is not None and notice.seq is not None and outcome.turn_id is not None and notice.seq > checked:
+            if _rounds_ended(port.store, checked, notice.seq, outcome.turn_id):
+                yield ROUND_END
+            checked = notice.seq
         outcome = input_outcome(port.store, agent_id, input_seq)
     yield outcome
 

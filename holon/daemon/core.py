@@ -154,7 +154,6 @@ class Daemon:
         self._seen = 0
         self._dirty: set[str] = set()
         self._aborting: set[str] = set()
-        self._turn_of: dict[str, str | None] = {}
         self._subscribers: list[tuple[str | None, asyncio.Queue[Notice]]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._evolve_task: asyncio.Task[None] | None = None
@@ -492,8 +491,6 @@ class Daemon:
                 self.timers.sync(self.store.state("timer", timer_id), timer_id)  # type: ignore[arg-type]
             if type_ in ("agent.created", "agent.configured"):
                 self._warm_model()  # a new agent, or one given the local model: its model warms now
-            if type_ == "turn.started":
-                self._turn_of[agent_id] = json.loads(payload)["turn_id"]
             if type_ == "evolve.model_used":
                 self.budgets.record_evolve(agent_id, seq, payload)
             self._notify(Notice(kind="event", agent_id=agent_id, seq=seq))
@@ -671,15 +668,15 @@ class Daemon:
     def _delta(self, agent_id: str, fragment: str) -> None:
         if not self._subscribers:
             return
-        if self._turn_of.get(agent_id) is None:
-            self._turn_of[agent_id] = self.store.agent(agent_id).current_turn_id
-        # ``seq``: the ledger head as this text is written. The watcher publishes events by polling,
-        # so a stream sends the events up to it first (a tool's result before the next round's text).
+        # The turn's id from its projection (set when the turn started, before any model call): the
+        # watcher's view lags, and a copy of it was seen a turn behind. ``seq``: the ledger head as
+        # this text is written; the watcher publishes events by polling, so a stream sends the
+        # events up to it first (a tool's result before the next round's text).
+        turn_id = self.store.agent(agent_id).current_turn_id
         head = self.store.ledger.head()
-        self._notify(Notice(kind="delta", agent_id=agent_id, seq=head, text=fragment, turn_id=self._turn_of[agent_id]))
+        self._notify(Notice(kind="delta", agent_id=agent_id, seq=head, text=fragment, turn_id=turn_id))
 
     def _settled(self, agent_id: str, result: TurnResult) -> None:
-        self._turn_of[agent_id] = None
         if self.tracer is not None:
             self.tracer.turn_settled(agent_id, result.turn_id)
         agent = self.store.agent(agent_id)
