@@ -328,6 +328,7 @@ def test_status_shows_waits_sleep_failures_budgets_and_no_wake_source(tmp_path: 
     assert nightly["detail"] == "daily budget used: 1 of 1 turns per day used"
     assert nightly["next_wake_us"] % 86_400_000_000 == 0 and nightly["next_wake"].endswith("T00:00:00.000000Z")
     lines = {line.split()[0]: line for line in text.out.splitlines()[2:]}
+    assert "projection lag: evolve " in text.out and "{" not in text.out, text.out  # readable, not a repr
     assert f"on operator; recheck at {w['recheck_at'][:19]}Z" in lines["waiter"], text.out
     assert f"sleeping: the deploy runs; until {sleeper['next_wake'][:19]}Z" in lines["sleeper"], text.out
     assert "last error: model error (bad_request)" in lines["broken"], text.out

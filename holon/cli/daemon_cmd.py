@@ -24,6 +24,13 @@ InitOpt = Annotated[
 DetachedOpt = Annotated[bool, typer.Option("--detached", hidden=True)]
 
 
+def _lag(lag: Any) -> str:
+    """``evolve 0, projections 0, search 0``: each consumer's events behind the ledger head."""
+    if not isinstance(lag, dict):
+        return str(lag)
+    return ", ".join(f"{name} {behind}" for name, behind in sorted(lag.items())) or "none"
+
+
 def _settings(c: Ctx) -> Any:
     from holon.config import load_settings
 
@@ -84,7 +91,7 @@ def _describe(info: dict[str, Any]) -> str:
     status = info.get("status") or {}
     lines = [
         f"daemon: {info.get('state')} (pid {info.get('pid')}), api: {info.get('api') or 'none'}",
-        f"  ledger head: {status.get('ledger_head')}, projection lag: {status.get('projection_lag')}",
+        f"  ledger head: {status.get('ledger_head')}, projection lag: {_lag(status.get('projection_lag'))}",
     ]
     if warning := (status.get("commands") or {}).get("warning"):
         lines.append(f"  WARNING: {warning}")
