@@ -18,7 +18,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from holon.clock import Clock
@@ -38,12 +38,15 @@ from holon.ledger.db import Database
 from holon.ledger.envelope import GENESIS_HASH, Event, NewEvent
 from holon.ledger.events import BlobRef, LargeText, PayloadBase
 from holon.ledger.migrations import create_database, migrate
+from holon.ledger.query import EventKey, EventQuery
 from holon.ledger.verify import QUICK_CHECK_SKIPPED, check_anchor, quick_check, tail_check, verify_rows
 from holon.paths import tighten
 
 __all__ = [
     "BlobText",
     "EVENT_COLUMNS",
+    "EventKey",
+    "EventQuery",
     "Ledger",
     "LedgerStats",
     "Transaction",
@@ -496,6 +499,37 @@ class Ledger:
             rows = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE seq IN ({marks})", seqs).fetchall()
         by_seq = {r[0]: row_to_event(r) for r in rows}
         return [by_seq[s] for s in seqs if s in by_seq]
+
+    # --- named, typed reads (the storage seam: nothing outside holon.ledger/projections writes SQL
+    # over ``events``; see RFC 0001, "The storage seam") ----------------------------------------
+
+    def find(self, q: EventQuery) -> list[Event]:
+        """Events matching ``q``, decoded (upcast) to their current payload models."""
+        sql, params = q.sql(EVENT_COLUMNS)
+        with self._lock:
+            rows = self._conn.execute(sql, params).fetchall()
+        return [row_to_event(r) for r in rows]
+
+    def find_seqs(self, q: EventQuery) -> list[int]:
+        """Only the sequence numbers of events matching ``q``: nothing is decoded."""
+        sql, params = q.sql("seq")
+        with self._lock:
+            return [int(r[0]) for r in self._conn.execute(sql, params).fetchall()]
+
+    def find_keys(self, q: EventQuery) -> list[EventKey]:
+        """``(seq, agent_id, type, turn_id)`` of events matching ``q``: the envelope, no payload."""
+        sql, params = q.sql("seq, agent_id, type, turn_id")
+        with self._lock:
+            return [EventKey(*r) for r in self._conn.execute(sql, params).fetchall()]
+
+    def count(self, q: EventQuery) -> int:
+        """How many events match ``q`` (``limit`` and order are ignored)."""
+        sql, params = q.count_sql()
+        with self._lock:
+            return int(self._conn.execute(sql, params).fetchone()[0])
+
+    def exists(self, q: EventQuery) -> bool:
+        return bool(self.find_seqs(replace(q, limit=1)))
 
     def query(self, sql: str, params: tuple[object, ...] | list[object] = ()) -> list[tuple]:  # type: ignore[type-arg]
         """Run a read query on the ledger's connection (for projection reads on hot paths)."""
