@@ -205,6 +205,14 @@ class Transaction:
                 seen_keys[key] = event
         return out, inserted
 
+    def find(self, q: EventQuery) -> list[Event]:
+        """Events matching ``q`` as this transaction sees them (with what it has written), decoded."""
+        return self.ledger.find(q)  # the ledger's one connection is this transaction's
+
+    def find_keys(self, q: EventQuery) -> list[EventKey]:
+        """``(seq, agent_id, type, turn_id)`` of events matching ``q`` in this transaction; nothing decoded."""
+        return self.ledger.find_keys(q)
+
     def _by_key(self, key: str) -> Event | None:
         row = self.conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE idempotency_key = ?", (key,)).fetchone()
         return None if row is None else row_to_event(row)

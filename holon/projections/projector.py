@@ -6,6 +6,10 @@ process moved the head. The cursor (``projection_cursors``) is written in the sa
 the rows, so projections are never behind the ledger after a crash. When the cursor is behind
 (an older database, or a ``PROJECTOR_VERSION`` bump that requires a rebuild), ``apply`` catches
 up inside the same transaction before folding anything new.
+
+It is one of the three ``Projection``s of a home (``holon.projections.framework``): its tables are
+made by the ledger's own migrations (``projection_rows``, ``projection_cursors``), so its own
+migration list is empty; its cursor is kept with the framework's ``read_cursor``/``write_cursor``.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from holon.errors import ConflictError
-from holon.ledger import Event, NewEvent, Transaction
+from holon.ledger import Event, EventQuery, NewEvent, Transaction
+from holon.ledger.migrations import Migration
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
 from holon.projections.episodes import CONTENT_TYPES
 from holon.projections.fold import KINDS, MEMO_PENDING, Key, derive, fold_event, folds, row_columns, state_json
+from holon.projections.framework import read_cursor, write_cursor
 from holon.projections.state import State
 
 __all__ = ["CURSOR_NAME", "PROJECTOR_VERSION", "Projector", "load_state"]
@@ -31,10 +37,6 @@ _UPSERT = (
     "INSERT INTO projection_rows(kind, key, agent_id, status, label, seq, state) VALUES (?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT(kind, key) DO UPDATE SET agent_id = excluded.agent_id, status = excluded.status, "
     "label = excluded.label, seq = excluded.seq, state = excluded.state"
-)
-_CURSOR = (
-    "INSERT INTO projection_cursors(name, seq, version) VALUES (?, ?, ?) "
-    "ON CONFLICT(name) DO UPDATE SET seq = excluded.seq, version = excluded.version"
 )
 
 
@@ -58,6 +60,15 @@ class _Rows(dict[Key, State | None]):
 
 
 class Projector:
+    """The synchronous ``Projection``: a ``TransactionHook`` folding every append as it happens."""
+
+    name = CURSOR_NAME
+    migrations: tuple[Migration, ...] = ()
+
+    @property
+    def version(self) -> int:
+        return PROJECTOR_VERSION  # read at each use: tests bump the module's value
+
     def __init__(self, *, cache_limit: int = 50_000) -> None:
         self._rows = _Rows()
         self._dirty: dict[Key, int] = {}
@@ -73,7 +84,7 @@ class Projector:
         self._rows.conn = tx.conn
         first = events[0].seq
         if self._folded_to != first - 1:
-            self._catch_up(tx.conn, upto=first - 1)
+            self._catch_up(tx, upto=first - 1)
         memo = self._memo
         for event in events:
             for key in fold_event(self._rows, event):
@@ -104,7 +115,7 @@ class Projector:
         except sqlite3.IntegrityError as e:
             taken = next((r[4] for r in rows if r[0] == "agent"), None)
             raise ConflictError(f"agent name {taken!r} is already taken" if taken else str(e)) from e
-        tx.conn.execute(_CURSOR, (CURSOR_NAME, self._folded_to, PROJECTOR_VERSION))
+        write_cursor(tx.conn, CURSOR_NAME, self._folded_to, PROJECTOR_VERSION)
         self._dirty.clear()
         self._flushed_to = self._folded_to
         if len(self._rows) > self._cache_limit:
@@ -118,22 +129,20 @@ class Projector:
         self._folded_to = None
         self._flushed_to = None
 
-    # --- catch-up ---------------------------------------------------------------------------
+    # --- catch-up (the ``Projection`` side) -----------------------------------------------------
 
-    def _catch_up(self, conn: sqlite3.Connection, *, upto: int) -> None:
-        """Bring rows to ``upto`` from the stored cursor (or from scratch on a version change)."""
-        self._rows.conn = conn
-        row = conn.execute("SELECT seq, version FROM projection_cursors WHERE name = ?", (CURSOR_NAME,)).fetchone()
-        start = 0
-        if row is not None and row[1] == PROJECTOR_VERSION:
-            start = row[0]
-        else:
-            conn.execute("DELETE FROM projection_rows")
-            self._rows.clear()
+    def clear(self, tx: Transaction) -> None:
+        tx.conn.execute("DELETE FROM projection_rows")
+        self._rows.clear()
         self._dirty.clear()
-        if start > upto:
-            raise ConflictError(f"projection cursor {start} is ahead of the ledger head {upto}")
+
+    def fold(self, tx: Transaction, after: int, upto: int) -> None:
+        """Fold stored events ``after < seq <= upto`` into the cached rows (``flush`` writes them)."""
+        self._rows.conn = tx.conn
+        conn = tx.conn
+        start = after
         while start < upto:
+            # Raw rows: an event type no projection reads is skipped before it is decoded.
             batch = conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000",
                 (start, upto),
@@ -145,12 +154,33 @@ class Projector:
                 for key in fold_event(self._rows, event):
                     self._dirty[key] = event.seq
             start = batch[-1][0]
+
+    def _catch_up(self, tx: Transaction, *, upto: int) -> None:
+        """Bring rows to ``upto`` from the stored cursor (or from scratch on a version change)."""
+        self._rows.conn = tx.conn
+        cursor = read_cursor(tx.conn, CURSOR_NAME)
+        current = cursor is not None and cursor.version == PROJECTOR_VERSION
+        start = cursor.seq if cursor is not None and current else 0
+        if not current:
+            self.clear(tx)
+        self._dirty.clear()
+        if start > upto:
+            raise ConflictError(f"projection cursor {start} is ahead of the ledger head {upto}")
+        self.fold(tx, start, upto)
         self._folded_to = upto
-        self._flushed_to = row[0] if row is not None and row[1] == PROJECTOR_VERSION else None
+        self._flushed_to = cursor.seq if cursor is not None and current else None
 
     def catch_up(self, tx: Transaction) -> int:
         """Fold whatever the stored cursor is missing, up to the transaction's head. Returns the head."""
-        self._catch_up(tx.conn, upto=tx.head_seq)
+        self._catch_up(tx, upto=tx.head_seq)
+        return tx.head_seq
+
+    def rebuild(self, tx: Transaction) -> int:
+        """Clear every row and fold the whole ledger again, in ``tx``. Returns the head."""
+        self._rows.conn = tx.conn
+        self.clear(tx)
+        self.fold(tx, 0, tx.head_seq)
+        self._folded_to, self._flushed_to = tx.head_seq, None  # ``flush`` writes the rows and the cursor
         return tx.head_seq
 
 
@@ -158,13 +188,8 @@ def _read_range(tx: Transaction, agent_id: str, first: int, last: int) -> list[E
     """An agent's events in ``first..last``: stored ones, plus this transaction's not yet written."""
     # Only the types an episode's content is made of: model payloads and recorded prompts are
     # large and never needed here.
-    marks = ", ".join("?" for _ in CONTENT_TYPES)
-    rows = tx.conn.execute(
-        f"SELECT {EVENT_COLUMNS} FROM events WHERE agent_id = ? AND seq BETWEEN ? AND ? "
-        f"AND type IN ({marks}) ORDER BY seq",
-        (agent_id, first, last, *CONTENT_TYPES),
-    ).fetchall()
-    found = {r[0]: row_to_event(r) for r in rows}
+    stored = tx.find(EventQuery(types=CONTENT_TYPES, agent_id=agent_id, after=first - 1, upto=last))
+    found = {e.seq: e for e in stored}
     for e in tx.appended:
         if e.agent_id == agent_id and first <= e.seq <= last and e.type in CONTENT_TYPES:
             found.setdefault(e.seq, e)
