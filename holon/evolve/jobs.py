@@ -11,6 +11,11 @@ Completing a job happens in the transaction that appends what the job produced (
 the open transaction), so a job either produced its events and is done, or produced nothing.
 
 Time comes from the caller (``now_us``): the worker passes its clock, tests pass an injected one.
+
+The queue is a ``Projection`` (``holon.projections.framework``): its table is made by named,
+versioned migrations in the ``evolve`` namespace, and ``enqueue`` is the framework's catch-up, whose
+cursor moves in the transaction that inserts the jobs. Turns are read through the ledger's typed
+seam (``EventQuery``), never with SQL over the events table.
 """
 
 from __future__ import annotations
@@ -19,11 +24,18 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from holon.projections import Store
+from holon.ledger import EventQuery, Transaction
+from holon.projections import Store, framework
+from holon.projections.framework import Migration, open_projection, stored_cursor
 
-__all__ = ["Job", "JobQueue"]
+__all__ = ["MIGRATIONS", "QUEUE_VERSION", "Job", "JobQueue"]
 
 CURSOR = "evolve"
+#: Bump when what a settled turn queues changes: the queue is emptied and refilled from the ledger
+#: (the worker's outputs carry idempotency keys derived from the job, so a re-run adds nothing).
+QUEUE_VERSION = 1
+#: Events whose settled turns are queued per transaction.
+WINDOW = 20_000
 _SCHEMA = (
     """
     CREATE TABLE IF NOT EXISTS evolve_jobs (
@@ -43,6 +55,8 @@ _SCHEMA = (
     """,
     "CREATE INDEX IF NOT EXISTS evolve_jobs_ready ON evolve_jobs(status, not_before_us, settled_seq)",
 )
+#: ``IF NOT EXISTS``: the first migration adopts a queue made before the queue had migrations.
+MIGRATIONS = (Migration(1, "evolve_jobs", _SCHEMA),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,45 +91,48 @@ class JobQueue:
         self.max_attempts = max_attempts
         self.backoff_us = int(backoff_s * 1e6)
         self._ready = False
+        self._now_us = 0
+        self._queued = 0
+
+    # --- the ``Projection`` side -------------------------------------------------------------
+
+    name = CURSOR
+    version = QUEUE_VERSION
+    migrations = MIGRATIONS
 
     def ensure(self) -> None:
+        """Migrate the queue's table; a home that existed before evolve starts from its head unless
+        asked to backfill: re-reading years of turns is an operator's choice, not a side effect."""
         if self._ready:
             return
-        with self.store.ledger.transaction() as tx:
-            for stmt in _SCHEMA:
-                tx.conn.execute(stmt)
-            # A home that existed before evolve starts from its head unless asked to backfill:
-            # re-reading years of turns is an operator's choice, not a side effect of an upgrade.
-            start = 0 if self.backfill else tx.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
-            tx.conn.execute(
-                "INSERT OR IGNORE INTO projection_cursors(name, seq, version) VALUES (?, ?, 1)", (CURSOR, start)
-            )
+        open_projection(self.store.ledger, self, start_at_head=not self.backfill)
         self._ready = True
 
-    def enqueue(self, now_us: int, *, batch: int = 2_000) -> int:
+    def clear(self, tx: Transaction) -> None:
+        tx.conn.execute("DELETE FROM evolve_jobs")
+
+    def fold(self, tx: Transaction, after: int, upto: int) -> None:
+        """Queue one job per turn settled in ``after < seq <= upto`` (at most once per turn)."""
+        for key in tx.find_keys(EventQuery(types=("turn.settled",), after=after, upto=upto)):
+            cur = tx.conn.execute(
+                "INSERT OR IGNORE INTO evolve_jobs(key, agent_id, turn_id, settled_seq, status, created_us) "
+                "VALUES (?, ?, ?, ?, 'queued', ?)",
+                (f"turn:{key.turn_id}", key.agent_id, key.turn_id, key.seq, self._now_us),
+            )
+            self._queued += cur.rowcount
+
+    def enqueue(self, now_us: int, *, window: int = WINDOW) -> int:
         """Queue a job for every turn settled since the cursor; returns how many were queued."""
         self.ensure()
-        queued = 0
-        while True:
-            with self.store.ledger.transaction() as tx:
-                (cursor,) = tx.conn.execute("SELECT seq FROM projection_cursors WHERE name = ?", (CURSOR,)).fetchone()
-                rows = tx.conn.execute(
-                    "SELECT seq, agent_id, turn_id FROM events WHERE seq > ? AND type = 'turn.settled' "
-                    "ORDER BY seq LIMIT ?",
-                    (cursor, batch),
-                ).fetchall()
-                head = tx.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
-                for seq, agent_id, turn_id in rows:
-                    cur = tx.conn.execute(
-                        "INSERT OR IGNORE INTO evolve_jobs(key, agent_id, turn_id, settled_seq, status, created_us) "
-                        "VALUES (?, ?, ?, ?, 'queued', ?)",
-                        (f"turn:{turn_id}", agent_id, turn_id, seq, now_us),
-                    )
-                    queued += cur.rowcount
-                upto = rows[-1][0] if len(rows) == batch else head
-                tx.conn.execute("UPDATE projection_cursors SET seq = ? WHERE name = ?", (upto, CURSOR))
-            if len(rows) < batch:
-                return queued
+        self._now_us, self._queued = now_us, 0  # read by ``fold``, which the framework calls
+        framework.catch_up(self.store.ledger, self, window=window)
+        return self._queued
+
+    def rebuild(self, now_us: int) -> int:
+        """Empty the queue and queue every settled turn of the ledger again; returns how many."""
+        self.ensure()
+        framework.rebuild(self.store.ledger, self)
+        return self.enqueue(now_us)
 
     def lease(self, worker: str, now_us: int) -> Job | None:
         """Take the oldest ready job (queued and due, or running with an expired lease)."""
@@ -208,5 +225,5 @@ class JobQueue:
     def lag(self) -> int:
         """Settled turns not yet queued (the cursor's distance from the head, in events)."""
         self.ensure()
-        rows = self.store.ledger.query("SELECT seq FROM projection_cursors WHERE name = ?", (CURSOR,))
-        return self.store.ledger.head() - (rows[0][0] if rows else 0)
+        cur = stored_cursor(self.store.ledger, CURSOR)
+        return self.store.ledger.head() - (cur.seq if cur is not None else 0)
