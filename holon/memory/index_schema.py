@@ -1,0 +1,127 @@
+"""The search index's schema: its tables as named, versioned migrations, and its FTS tokens.
+
+The index is a projection (``holon.projections.framework``): its DDL lives here as migrations in
+the ``search`` namespace (``projection_migrations``), never mixed with the ledger's own numbers.
+Migration 1 is the layout every home had before the index had migrations, written with
+``IF NOT EXISTS`` so that it adopts such a home's tables as they are; later changes are new
+migrations appended below. ``recreate`` drops the tables and runs the migrations again in the
+caller's transaction: how a rebuild or an ``INDEX_VERSION`` bump empties the index (ids restart,
+FTS5 segments are not deleted row by row).
+
+Tables: ``search_docs`` holds what a hit shows (ref, owner, kind, time, sender, display text);
+``search_fts`` is the FTS5 index of the folded text (``holon.memory.text.fold``) in columns
+``body``, ``prev``, ``next``, ``meta`` (sender, kind, date words) and ``scope`` (owner and kind
+tokens, for filtering without a join); ``search_segments`` indexes segments; ``search_files``
+and ``search_owners`` are bookkeeping of curated files and per-owner document counts;
+``search_durable*`` hold durable memory entries; ``search_vectors`` optional embeddings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+from holon.ledger.migrations import Migration
+
+__all__ = ["MIGRATIONS", "TABLES", "kind_token", "owner_token", "recreate"]
+
+_TOKENIZER = "porter unicode61 remove_diacritics 2"
+_LAYOUT_1 = (
+    """
+    CREATE TABLE IF NOT EXISTS search_docs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        key TEXT NOT NULL UNIQUE,
+        ref TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        seq INTEGER,
+        ts_us INTEGER NOT NULL,
+        sender TEXT NOT NULL DEFAULT '',
+        segment INTEGER,
+        work_item_id TEXT,
+        words INTEGER NOT NULL DEFAULT 0,
+        question INTEGER NOT NULL DEFAULT 0,
+        title TEXT NOT NULL,
+        text TEXT NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS search_docs_owner_kind ON search_docs(owner, kind, id)",
+    "CREATE INDEX IF NOT EXISTS search_docs_ts ON search_docs(ts_us)",
+    f"""
+    CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5(
+        body, prev, next, meta, scope, tokenize = '{_TOKENIZER}'
+    )
+    """,
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS search_segments USING fts5(body, scope, tokenize = '{_TOKENIZER}')",
+    """
+    CREATE TABLE IF NOT EXISTS search_segment_info (
+        id INTEGER PRIMARY KEY,
+        owner TEXT NOT NULL,
+        last_ts_us INTEGER NOT NULL,
+        turns INTEGER NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS search_segment_owner ON search_segment_info(owner, id)",
+    """
+    CREATE TABLE IF NOT EXISTS search_files (
+        owner TEXT NOT NULL,
+        path TEXT NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        PRIMARY KEY (owner, path)
+    )
+    """,
+    "CREATE TABLE IF NOT EXISTS search_owners (owner TEXT PRIMARY KEY, docs INTEGER NOT NULL)",
+    # Durable memory entries (RFC 0006): the active ones, one row each, for recall.
+    """
+    CREATE TABLE IF NOT EXISTS search_durable_docs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        entry_id TEXT NOT NULL UNIQUE,
+        owner TEXT NOT NULL
+    )
+    """,
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS search_durable USING fts5(body, meta, scope, tokenize = '{_TOKENIZER}')",
+    # Optional embeddings (holon.memory.vectors), unit-length float32, one row per document and model.
+    """
+    CREATE TABLE IF NOT EXISTS search_vectors (
+        id INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        vec BLOB NOT NULL,
+        PRIMARY KEY (id, model)
+    ) WITHOUT ROWID
+    """,
+)
+TABLES = (
+    "search_docs",
+    "search_fts",
+    "search_segments",
+    "search_segment_info",
+    "search_files",
+    "search_owners",
+    "search_vectors",
+    "search_durable_docs",
+    "search_durable",
+)
+
+
+#: The index's schema, in order. Never edit one that shipped: append a new migration.
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, "search_tables", _LAYOUT_1),)
+
+
+def recreate(conn: sqlite3.Connection) -> None:
+    """Drop every index table and build them again from the migrations (inside the caller's
+    transaction): an empty index whose schema is exactly what the migrations make."""
+    for table in TABLES:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    for m in MIGRATIONS:
+        for stmt in m.statements:
+            conn.execute(stmt)
+
+
+def owner_token(owner: str) -> str:
+    """A single FTS token naming an owner (FTS5 would split ``agent:agt_01..`` into pieces)."""
+    return "o" + hashlib.blake2b(owner.encode(), digest_size=8).hexdigest()
+
+
+def kind_token(kind: str) -> str:
+    return "k" + kind.replace("_", "")
