@@ -73,7 +73,6 @@ Progress = Callable[[int, int], None]
 """``(done, total)`` after each batch of a long indexing run (``holon memory reindex``)."""
 
 
-
 @dataclass(frozen=True, slots=True)
 class Freshness:
     indexed_seq: int
