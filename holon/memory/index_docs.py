@@ -73,32 +73,31 @@ class DocMaker:
 
     def docs_for(self, event: Event) -> Iterable[Doc]:
         p = event.payload
-        owner = f"agent:{event.agent_id}"
-        base = {"owner": owner, "ts_us": event.ts_us, "seq": event.seq, "work_item_id": event.work_item_id}
         key = f"event:{event.seq}"
+
+        def doc(kind: str, title: str, text: str, *, ref: str = key, sender: str = "", turn: bool = False,
+                work_item_id: str | None = event.work_item_id) -> Doc:  # fmt: skip
+            return Doc(ref, ref, owner=f"agent:{event.agent_id}", kind=kind, ts_us=event.ts_us, title=title,
+                       text=text, seq=event.seq, sender=sender, work_item_id=work_item_id, turn=turn)  # fmt: skip
+
         if isinstance(p, ev.MessageReceived):
-            sender = p.sender
-            yield Doc(key, key, kind="message", title=f"message from {sender}", text=self._text(p.text),
-                      sender=sender, turn=True, **base)  # fmt: skip
+            yield doc("message", f"message from {p.sender}", self._text(p.text), sender=p.sender, turn=True)
         elif isinstance(p, ev.TurnSettled) and p.reply is not None:
             name = self._name(event.agent_id)
             text = self._text(p.reply)
             if text.strip():
-                yield Doc(key, key, kind="reply", title=f"reply of {name}", text=text, sender=name, turn=True, **base)
+                yield doc("reply", f"reply of {name}", text, sender=name, turn=True)
         elif isinstance(p, ev.BriefDelivered):
-            yield Doc(key, key, kind="brief", title=f"{p.kind} brief", text=self._text(p.text),
-                      sender=self._name(event.agent_id), **base)  # fmt: skip
+            yield doc("brief", f"{p.kind} brief", self._text(p.text), sender=self._name(event.agent_id))
         elif isinstance(p, ev.ToolResulted) and p.tool not in UNINDEXED_TOOLS:
-            text = cap(self._text(p.output), TOOL_RESULT_CAP)
-            yield Doc(key, key, kind="tool_result", title=f"{p.tool} result ({p.status})", text=text, **base)
+            yield doc("tool_result", f"{p.tool} result ({p.status})", cap(self._text(p.output), TOOL_RESULT_CAP))
         elif isinstance(p, ev.EpisodeSealed):
             parts = [p.objective, p.summary, *p.decisions, *p.follow_ups, *p.excerpts, p.last_reply, " ".join(p.files)]
             title = p.topic or p.objective or f"episode ending {p.boundary}"
-            ref = f"episode:{p.episode_id}"
-            yield Doc(ref, ref, kind="episode", title=cap(title, 200),
-                      text="\n".join(x for x in parts if x), **{**base, "work_item_id": p.work_item_id})  # fmt: skip
+            yield doc("episode", cap(title, 200), "\n".join(x for x in parts if x), ref=f"episode:{p.episode_id}",
+                      work_item_id=p.work_item_id)  # fmt: skip
         elif isinstance(p, ev.DecisionRecorded):
-            yield Doc(key, key, kind="decision", title="decision", text=p.text, **base)
+            yield doc("decision", "decision", p.text)
 
     def work_item_doc(self, event: Event) -> Iterable[Doc]:
         item_id = getattr(event.payload, "work_item_id", "")

@@ -54,22 +54,22 @@ def sync_files(ledger: Ledger, files: Iterable[FileSource], *, complete: Iterabl
     with ledger.transaction() as tx:
         conn = tx.conn
         writer = _Writer(conn)
-        for owner, ref, f, mtime, size in stale:
+        for owner, ref, source, mtime, size in stale:
             for (doc_id,) in conn.execute(
                 "SELECT id FROM search_docs WHERE owner = ? AND key LIKE ? ESCAPE '\\'",
                 (owner, _like_prefix(f"{owner}|{ref}#")),
             ).fetchall():
                 writer.delete(doc_id)
-            if f is None:
+            if source is None:
                 conn.execute("DELETE FROM search_files WHERE owner = ? AND path = ?", (owner, ref))
                 continue
             if mtime >= 0:
-                for doc in file_docs(f, mtime):
+                for doc in file_docs(source, mtime):
                     writer.upsert(doc)
             conn.execute(
                 "INSERT INTO search_files(owner, path, mtime_ns, size) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(owner, path) DO UPDATE SET mtime_ns = excluded.mtime_ns, size = excluded.size",
-                (f.owner, f.ref, mtime, size),
+                (source.owner, source.ref, mtime, size),
             )
         writer.finish()
     return len(stale)
