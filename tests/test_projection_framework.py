@@ -76,6 +76,9 @@ def test_the_three_projections_follow_the_protocol(store: Store) -> None:
     for p in (Projector(), SearchIndex(store), JobQueue(store), Toy()):
         assert isinstance(p, Projection)
     assert {SearchIndex(store).name, JobQueue(store).name, Projector().name} == {"search", "evolve", "projections"}
+    SearchIndex(store).ensure()
+    JobQueue(store).ensure()
+    assert framework.cursors(store.ledger) == {"projections": store.ledger.head(), "search": 0, "evolve": 0}
 
 
 def test_migrations_apply_once_each_in_their_own_namespace(store: Store) -> None:

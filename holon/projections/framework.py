@@ -38,6 +38,7 @@ __all__ = [
     "advance",
     "applied_migrations",
     "catch_up",
+    "cursors",
     "migrate_projection",
     "open_projection",
     "read_cursor",
@@ -110,6 +111,11 @@ def stored_cursor(ledger: Ledger, name: str) -> Cursor | None:
     """The committed cursor of ``name``, read without a write transaction (cheap, for freshness)."""
     rows = ledger.query("SELECT seq, version FROM projection_cursors WHERE name = ?", (name,))
     return Cursor(int(rows[0][0]), int(rows[0][1])) if rows else None
+
+
+def cursors(ledger: Ledger) -> dict[str, int]:
+    """Every projection's committed cursor by name (for status: lag = head - cursor)."""
+    return {str(name): int(seq) for name, seq in ledger.query("SELECT name, seq FROM projection_cursors")}
 
 
 # --- migrations ---------------------------------------------------------------------------------
@@ -220,6 +226,9 @@ def catch_up(
 
     ``progress(cursor)`` after each transaction. Returns how many events the cursor moved over.
     """
+    cur = stored_cursor(ledger, p.name)
+    if cur is not None and cur.seq >= ledger.head():
+        return 0  # current: no write transaction (an idle daemon polls this)
     done = 0
     while max_events is None or done < max_events:
         moved = advance(ledger, p, window=window if max_events is None else min(window, max_events - done))

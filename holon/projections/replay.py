@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from holon.errors import EventValidationError
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
 from holon.projections.fold import Key, fold_event, folds, row_columns, state_json
+from holon.projections.framework import read_cursor
 from holon.projections.projector import CURSOR_NAME
 from holon.projections.state import State
 
@@ -86,8 +87,8 @@ def replay(conn: sqlite3.Connection, *, progress: Callable[[int, int], None] | N
             f"UNION SELECT kind, key FROM (SELECT {_COLS} FROM temp.replay_rows EXCEPT SELECT {_COLS} FROM main.projection_rows)"
         )
         diffs = conn.execute(diff_sql).fetchall()
-        cursor = conn.execute("SELECT seq FROM projection_cursors WHERE name = ?", (CURSOR_NAME,)).fetchone()
-        cursor_ok = (cursor[0] if cursor else 0) == head
+        cursor = read_cursor(conn, CURSOR_NAME)
+        cursor_ok = (cursor.seq if cursor else 0) == head
         conn.execute("DROP TABLE temp.replay_rows")
     finally:
         conn.execute("ROLLBACK")
