@@ -12,7 +12,7 @@ from fastapi import APIRouter, Header, Query, Response
 
 from holon.api.models import AddTimer, AgentDetail, ConfigureAgent, CreateAgent, HookPath, InputAccepted, InputIn
 from holon.api.port import DaemonPort
-from holon.clock import parse_us
+from holon.clock import parse_iso
 from holon.context.manifests import turn_contexts
 from holon.errors import NotFoundError, UsageError
 from holon.memory.access import search_memory
@@ -40,15 +40,6 @@ def one_key(header: str | None, field: str | None) -> str | None:
         raise UsageError("the Idempotency-Key header and the idempotency_key field differ; send one key")
     key = header if header is not None else field
     return None if key is None else check_idempotency_key(key)
-
-
-def _when(value: str | None, name: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_us(value)
-    except (ValueError, OverflowError) as e:
-        raise UsageError(f"{name} is not an ISO 8601 time: {value!r}") from e
 
 
 def _configure_ref(store: Store, agent: str) -> str:
@@ -198,8 +189,8 @@ def agent_router(port: DaemonPort) -> APIRouter:
             find(agent),
             q,
             kinds=tuple(kind or ()),
-            since_us=_when(since, "since"),
-            until_us=_when(until, "until"),
+            since_us=parse_iso(since, field="since"),
+            until_us=parse_iso(until, field="until"),
             work_item_id=work_item,
             scopes=(scope,) if scope else (),
             limit=limit,

@@ -96,24 +96,16 @@ def search(
     json_out: JsonOpt = False,
 ) -> None:
     """Search AGENT's memory exactly as its memory_search tool would (same scopes, same ranking)."""
-    from holon.clock import parse_us
+    from holon.clock import parse_iso
     from holon.errors import UsageError
     from holon.memory.access import search_memory
     from holon.runtime.embedders import embedder_from_settings
     from holon.runtime.tools.memory import render_search_json
 
-    def when(value: str | None, name: str) -> int | None:
-        if value is None:
-            return None
-        try:
-            return parse_us(value)
-        except ValueError as e:
-            raise UsageError(f"--{name} is not an ISO 8601 time: {value!r}") from e
-
     if scope is not None and scope not in ("agent", "operator", "workspace"):
         raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
     c = ctx_of(ctx, home, json_out)
-    since_us, until_us = when(since, "since"), when(until, "until")  # checked here, before any call
+    since_us, until_us = parse_iso(since, field="--since"), parse_iso(until, field="--until")  # checked here, before any call
     with backend.daemon(c) as api:
         if api is not None:
             found = api.read(f"/agents/{agent}/memory/search", q=query, kind=list(kind or ()) or None, since=since,

@@ -27,7 +27,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from holon import __version__
-from holon.clock import parse_us
+from holon.clock import parse_iso
 from holon.errors import HolonError, UsageError
 from holon.memory.access import search_memory
 from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, memory_get
@@ -49,15 +49,6 @@ def _clear_errors() -> Iterator[None]:
         yield
     except HolonError as e:
         raise ToolError(str(e)) from e
-
-
-def _when(value: str | None, name: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_us(value)
-    except (ValueError, OverflowError) as e:
-        raise UsageError(f"{name} is not an ISO 8601 time: {value!r}") from e
 
 
 def build_server(store: Store, agent_ref: str) -> MCPServer:
@@ -89,7 +80,7 @@ def build_server(store: Store, agent_ref: str) -> MCPServer:
                 raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
             result = search_memory(
                 store, agent(), query, kinds=tuple(kinds or ()), scopes=(scope,) if scope else (),  # type: ignore[arg-type]
-                since_us=_when(since, "since"), until_us=_when(until, "until"), work_item_id=work_item,
+                since_us=parse_iso(since, field="since"), until_us=parse_iso(until, field="until"), work_item_id=work_item,
                 limit=limit, embedder=embedder,
             )  # fmt: skip
             return result.as_dict()
