@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from holon.memory.access import owners_for
 from holon.memory.index import durable_matches
-from holon.memory.text import STOP_WORDS, fold, stem, words
+from holon.memory.text import content_terms
 from holon.projections import Store
 from holon.projections.durable import DurableState, ProposalState, is_stale
 from holon.projections.state import AgentState
@@ -41,10 +41,6 @@ STALE_FACTOR = 0.4
 #: What the best search-index match adds to an entry's score (sharing one word of a five-word
 #: entry adds about 0.45).
 INDEX_WEIGHT = 0.5
-
-
-def content_terms(text: str) -> set[str]:
-    return {stem(w) for w in words(fold(text)) if w not in STOP_WORDS}
 
 
 @dataclass(frozen=True, slots=True)
