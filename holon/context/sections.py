@@ -111,17 +111,12 @@ def _compact_tools(tools: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], .
     return tuple(out)
 
 
-def _outline(markdown: str, per_heading: int = 2) -> str:
+def _outline(text: str, per_heading: int = 2) -> str:
     """Headings with the first lines under each: a compact form of a role contract."""
     out: list[str] = []
-    taken = 0
-    for line in markdown.splitlines():
-        if line.startswith("#"):
-            out.append(line)
-            taken = 0
-        elif line.strip() and taken < per_heading:
-            out.append(line)
-            taken += 1
+    for part in markdown.parts(text):
+        out += [part.line] if part.heading is not None else []
+        out += [line for line in part.body if line.strip()][:per_heading]
     return "\n".join(out)
 
 

@@ -42,6 +42,7 @@ from typing import Any
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
+from holon.memory import markdown
 from holon.memory.text import STOP_WORDS, fold, plan_query, quote, word_count
 from holon.projections import Store
 from holon.projections.state import TaskProjection, WorkItemState
@@ -705,15 +706,9 @@ def _file_docs(f: FileSource, mtime_ns: int) -> Iterator[Doc]:
         text = f.path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return
-    sections: list[tuple[str, list[str]]] = [("", [])]
-    for line in text.splitlines():
-        if line.startswith("#"):
-            sections.append((line.lstrip("#").strip(), []))
-        else:
-            sections[-1][1].append(line)
     ts = mtime_ns // 1_000
-    for i, (heading, lines) in enumerate(sections):
-        body = "\n".join(lines).strip()
+    for i, part in enumerate(markdown.parts(text)):
+        heading, body = part.title, "\n".join(part.body).strip()
         if not body and not heading:
             continue
         title = f"{f.title} > {heading}" if heading else f.title

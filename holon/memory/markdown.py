@@ -7,7 +7,8 @@ needs instead of a whole file.
 Lines are split on ``\\n`` only (a ``\\r`` stays part of its line), so line numbers agree with what
 an editor shows. Headings are ATX headings (``# ...`` to ``###### ...``) outside fenced code
 blocks. A section runs from its heading to the next heading of the same or a higher level, so it
-includes its subsections.
+includes its subsections; a ``Part`` runs to the next heading of any level (``parts`` cuts a text
+into them: what the search index stores a memory file as, and what an outline shows).
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ __all__ = [
     "MODES",
     "Heading",
     "Mode",
+    "Part",
     "Selection",
     "find_section",
     "headers",
     "headings",
     "line_range",
+    "parts",
     "select",
     "split_lines",
     "tail",
@@ -101,6 +104,39 @@ def headings(text: str) -> list[Heading]:
     for k, (line_no, level, title) in enumerate(found):
         end = next((n - 1 for n, lv, _ in found[k + 1 :] if lv <= level), len(lines))
         out.append(Heading(line_no, level, title, end, starts[end] - starts[line_no - 1]))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A text from one heading to the next of any level (or the text before the first heading)."""
+
+    heading: Heading | None
+    """``None`` for the text before the first heading."""
+    line: str
+    """The heading's line as written, without its line end ("" before the first heading)."""
+    body: tuple[str, ...]
+    """The lines under the heading, without their line ends (fenced code included)."""
+
+    @property
+    def title(self) -> str:
+        return self.heading.text if self.heading is not None else ""
+
+
+def _bare(line: str) -> str:
+    return line.removesuffix("\n").removesuffix("\r")
+
+
+def parts(text: str) -> list[Part]:
+    """``text`` cut at every heading: the part before the first heading (possibly empty), then one
+    part per heading. Joined again with line ends they give back every line of ``text``."""
+    lines = [_bare(line) for line in split_lines(text)]
+    found = headings(text)
+    starts = [h.line for h in found]
+    out = [Part(None, "", tuple(lines[: starts[0] - 1 if starts else len(lines)]))]
+    for k, h in enumerate(found):
+        end = starts[k + 1] - 1 if k + 1 < len(starts) else len(lines)
+        out.append(Part(h, lines[h.line - 1], tuple(lines[h.line : end])))
     return out
 
 
