@@ -16,7 +16,7 @@ from holon.clock import parse_iso
 from holon.context.manifests import turn_contexts
 from holon.errors import NotFoundError, UsageError
 from holon.memory.access import search_memory
-from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, memory_get
+from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, MemoryGetRequest, memory_get
 from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection, TimerProjection, WaitProjection, WorkItemState
 from holon.runtime.agents import DEFAULT_AGENT, missing_agent
@@ -211,19 +211,11 @@ def agent_router(port: DaemonPort) -> APIRouter:
         max_chars: Annotated[int, Query(ge=MIN_MAX_CHARS, le=MAX_MAX_CHARS)] = DEFAULT_MAX_CHARS,
     ) -> dict[str, Any]:
         """MemoryGet exactly as the agent's ``memory_get`` tool; too large a read returns sizes and next calls."""
-        read = memory_get(
-            store,
-            find(agent),
-            ref,
-            mode=mode,
-            heading=heading,
-            start=start,
-            end=end,
-            lines=lines,
-            expand=expand,
-            max_chars=max_chars,
+        reader = find(agent)
+        request = MemoryGetRequest(
+            ref=ref, mode=mode, heading=heading, start=start, end=end, lines=lines, expand=expand, max_chars=max_chars
         )
-        return read.as_json()
+        return memory_get(store, reader, request).as_json()
 
     @r.get("/{agent}/hook", response_model=HookPath)
     async def hook(agent: str) -> HookPath:

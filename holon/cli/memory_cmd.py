@@ -52,29 +52,19 @@ def get(
     json_out: JsonOpt = False,
 ) -> None:
     """Read what a memory reference points at, as AGENT would; too large a read prints sizes and next calls."""
-    from holon.memory.get import MemoryRead, memory_get
+    from holon.memory.get import MemoryGetRequest, MemoryRead, memory_get
 
     c = ctx_of(ctx, home, json_out)
+    request = MemoryGetRequest(
+        ref=ref, mode=mode, heading=heading, start=start, end=end, lines=lines, expand=expand, max_chars=max_chars
+    )
     with backend.daemon(c) as api:
         if api is not None:
-            params = {"ref": ref, "mode": mode, "heading": heading, "start": start, "end": end, "lines": lines,
-                      "expand": expand, "max_chars": max_chars}  # fmt: skip
-            read = MemoryRead.from_json(api.read(f"/agents/{agent}/memory/get", **params))
+            read = MemoryRead.from_json(api.read(f"/agents/{agent}/memory/get", **request.params()))
             emit(c, read.as_json(), read.render())
             return
     with open_store(c) as store:
-        read = memory_get(
-            store,
-            store.agent(agent),
-            ref,
-            mode=mode,
-            heading=heading,
-            start=start,
-            end=end,
-            lines=lines,
-            expand=expand,
-            max_chars=max_chars,
-        )
+        read = memory_get(store, store.agent(agent), request)
     emit(c, read.as_json(), read.render())
 
 

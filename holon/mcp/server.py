@@ -30,7 +30,7 @@ from holon import __version__
 from holon.clock import parse_iso
 from holon.errors import HolonError, UsageError
 from holon.memory.access import search_memory
-from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, memory_get
+from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, MemoryGetRequest, memory_get
 from holon.projections import Store
 from holon.runtime.embedders import embedder_from_settings
 from holon.runtime.ingress import MAX_KEY_CHARS, deliver_input
@@ -100,10 +100,12 @@ def build_server(store: Store, agent_ref: str) -> MCPServer:
         max_chars: Annotated[int, Field(ge=MIN_MAX_CHARS, le=MAX_MAX_CHARS)] = DEFAULT_MAX_CHARS,
     ) -> dict[str, Any]:
         with _clear_errors():
-            return memory_get(
-                store, agent(), ref, mode=mode, heading=heading, start=start, end=end, lines=lines, expand=expand,
+            reader = agent()
+            request = MemoryGetRequest(
+                ref=ref, mode=mode, heading=heading, start=start, end=end, lines=lines, expand=expand,
                 max_chars=max_chars,
-            ).as_json()  # fmt: skip
+            )
+            return memory_get(store, reader, request).as_json()
 
     @server.tool(
         description="Send the agent an input (it arrives as external information, not an order). With an "
