@@ -29,7 +29,6 @@ tokens, for filtering without a join); ``search_segments`` indexes segments.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import itertools
 import sqlite3
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from holon.clock import utc
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
@@ -210,7 +210,7 @@ class Freshness:
 
 
 def _date_words(ts_us: int) -> str:
-    d = dt.datetime.fromtimestamp(ts_us / 1_000_000, dt.UTC)
+    d = utc(ts_us)
     return f"{d.day} {d:%B} {d.year} {d:%A}"
 
 

@@ -29,9 +29,9 @@ import hashlib
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
+from holon.clock import utc
 from holon.errors import HolonError, NotFoundError, UsageError
 from holon.ledger import NewEvent
 from holon.ledger.events import Authority, MemoryWritten
@@ -162,7 +162,7 @@ def _adopt(store: Store, agent: AgentState, file: MemoryFile, current: bytes | N
 
 
 def _stamp(store: Store, agent: AgentState, origin: str, turn_id: str | None) -> str:
-    when = datetime.fromtimestamp(store.ledger.clock.now_us() / 1_000_000, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+    when = utc(store.ledger.clock.now_us()).strftime("%Y-%m-%d %H:%M UTC")
     source = agent.name if origin.startswith("agent:") else origin
     return f"{when} · {source}" + (f" · turn {turn_id}" if turn_id else "")
 
@@ -372,7 +372,7 @@ async def _summary_body(text: str, summarize: Summarize | None, archive_at: int)
 
 
 def _archive_path(store: Store, file: MemoryFile) -> str:
-    stamp = datetime.fromtimestamp(store.ledger.clock.now_us() / 1_000_000, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc(store.ledger.clock.now_us()).strftime("%Y%m%dT%H%M%SZ")
     stem = file.path.rsplit("/", 1)[-1].removesuffix(".md")
     base = f"{f.ARCHIVE_DIR}/{stem}-{stamp}"
     candidate, n = f"{base}.md", 2
@@ -403,7 +403,7 @@ async def archive_file(
         (file.root / archive).parent.mkdir(parents=True, exist_ok=True)
         f.atomic_write(file.root / archive, data)
         ref = f"file:{file.scope}/{archive}"
-        when = datetime.fromtimestamp(store.ledger.clock.now_us() / 1_000_000, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+        when = utc(store.ledger.clock.now_us()).strftime("%Y-%m-%d %H:%M UTC")
         note = (
             f"> Archived {when}: this file reached {len(data):,} bytes. Its full text is in {ref} "
             f"(read it with memory_get); kept here: {how}."
