@@ -90,7 +90,7 @@ def freshness_note(s: DurableState, now_us: int) -> str:
     return head + ("; STALE" if stale else "")
 
 
-def _score(s: DurableState, query: set[str], now_us: int, indexed: float = 0.0) -> float:
+def _score(s: DurableState, query: frozenset[str], now_us: int, indexed: float = 0.0) -> float:
     """``indexed``: the entry's relevance in the search index (0 when it did not match)."""
     e = s.entry
     terms = content_terms(f"{e.subject.split(':', 1)[-1]} {e.text}")
@@ -170,7 +170,7 @@ def _select(
     return kept
 
 
-def _pending(store: Store, agent: AgentState, q: set[str], now_us: int, n: int) -> list[Recalled]:
+def _pending(store: Store, agent: AgentState, q: frozenset[str], now_us: int, n: int) -> list[Recalled]:
     if n <= 0:
         return []
     mine = [
