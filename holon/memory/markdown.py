@@ -27,6 +27,7 @@ __all__ = [
     "Selection",
     "find_section",
     "headers",
+    "heading_key",
     "headings",
     "line_range",
     "parts",
@@ -148,20 +149,21 @@ def headers(text: str) -> str:
     return "\n".join(rows) + "\n" if rows else ""
 
 
-def _norm(s: str) -> str:
+def heading_key(s: str) -> str:
+    """A heading as it is looked up: leading ``#`` s dropped, white space folded, case folded."""
     return " ".join(s.lstrip("#").split()).casefold()
 
 
 def find_section(text: str, heading: str) -> Heading:
     """The section whose heading is ``heading`` (case-insensitive; a unique partial match also does)."""
-    want = _norm(heading)
+    want = heading_key(heading)
     if not want:
         raise UsageError("heading is empty: give the text of a heading (mode=headers lists them)")
     all_headings = headings(text)
-    exact = [h for h in all_headings if _norm(h.text) == want]
+    exact = [h for h in all_headings if heading_key(h.text) == want]
     if exact:
         return exact[0]
-    partial = [h for h in all_headings if want in _norm(h.text)]
+    partial = [h for h in all_headings if want in heading_key(h.text)]
     if len(partial) == 1:
         return partial[0]
     if partial:

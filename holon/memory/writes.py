@@ -38,7 +38,7 @@ from holon.ledger.events import Authority, MemoryWritten
 from holon.logs import get_logger
 from holon.memory import files as f
 from holon.memory.files import MemoryFile, Op
-from holon.memory.markdown import headings, split_lines
+from holon.memory.markdown import heading_key, headings, split_lines
 from holon.projections import Store
 from holon.projections.state import AgentState
 
@@ -179,11 +179,11 @@ def _replace_section(current: str, heading: str, text: str) -> str:
     The heading line stays; the old body and subsections go. A missing section is added as a
     ``##`` section before the first dated entry, so state stays above the log.
     """
-    want = " ".join(heading.lstrip("#").split()).casefold()
+    want = heading_key(heading)
     body = text.strip("\n")
     lines = split_lines(current)
     first = body.split("\n", 1)[0]
-    if first.startswith("#") and " ".join(first.lstrip("#").split()).casefold() == want:
+    if first.startswith("#") and heading_key(first) == want:
         body = body.split("\n", 1)[1].strip("\n") if "\n" in body else ""
     match = next((h for h in headings(current) if " ".join(h.text.split()).casefold() == want), None)
     if match is not None:
