@@ -2,15 +2,25 @@
 
 Timestamps in holon are integers: microseconds since the Unix epoch, UTC. Integers sort, compare
 and serialise exactly, which keeps hashes and replays byte-stable.
+
+This module is also the one place that turns them into text and back: ``format_us`` writes ISO
+8601 UTC, ``parse_us`` reads any ISO 8601 time (``ValueError`` when it is none), ``parse_iso``
+reads a time a user or a model typed (a ``UsageError`` naming the field), and ``utc`` gives the
+``datetime`` for calendar arithmetic. Conversions are exact integer arithmetic, never floats.
 """
 
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
-from typing import Protocol
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, overload
 
-__all__ = ["Clock", "FakeClock", "SystemClock", "format_us", "parse_us"]
+from holon.errors import UsageError
+
+__all__ = ["Clock", "FakeClock", "SystemClock", "format_us", "parse_iso", "parse_us", "to_us", "utc"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
 
 
 class Clock(Protocol):
@@ -49,15 +59,44 @@ class FakeClock:
         self._now += int(seconds * 1_000_000) + us
 
 
+def utc(ts_us: int) -> datetime:
+    """The aware UTC ``datetime`` of a timestamp (``OverflowError`` outside the years 1-9999)."""
+    return _EPOCH + timedelta(microseconds=ts_us)
+
+
+def to_us(when: datetime) -> int:
+    """Microseconds since the epoch of an aware ``datetime`` (a naive one is taken as UTC)."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - _EPOCH) // _US
+
+
 def format_us(ts_us: int) -> str:
     """Render a timestamp as ISO 8601 UTC with microseconds, e.g. ``2026-01-01T00:00:00.000000Z``."""
-    dt = datetime.fromtimestamp(ts_us / 1_000_000, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc(ts_us).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def parse_us(text: str) -> int:
-    """Parse an ISO 8601 timestamp (naive means UTC) into microseconds since the epoch."""
-    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp()) * 1_000_000 + dt.microsecond
+    """Parse an ISO 8601 timestamp (naive means UTC) into microseconds since the epoch.
+
+    Raises ``ValueError`` for anything that is not one; ``parse_iso`` is the front for user input.
+    """
+    return to_us(datetime.fromisoformat(text.replace("Z", "+00:00")))
+
+
+@overload
+def parse_iso(value: str, *, field: str, shown: int | None = None) -> int: ...
+@overload
+def parse_iso(value: None, *, field: str, shown: int | None = None) -> None: ...
+def parse_iso(value: str | None, *, field: str, shown: int | None = None) -> int | None:
+    """A time a user or a model gave as ``field``, in microseconds; ``None`` stays ``None``.
+
+    Any string that is not an ISO 8601 time (garbage, NUL bytes, a year past 9999) is a
+    ``UsageError`` naming ``field`` and the value (its first ``shown`` characters, if given).
+    """
+    if value is None:
+        return None
+    try:
+        return parse_us(value)
+    except (ValueError, OverflowError) as e:
+        raise UsageError(f"{field} is not an ISO 8601 time: {value[:shown]!r}") from e

@@ -457,12 +457,12 @@ def test_a_background_agents_brief_says_when_proposals_wait(store: Store, clock:
 def test_memory_get_reads_a_recalled_entry_with_its_provenance_and_only_for_its_owners(
     store: Store, clock: FakeClock, ada
 ) -> None:  # type: ignore[no-untyped-def]
-    from holon.memory.get import memory_get
+    from holon.memory.get import MemoryGetRequest, memory_get
 
     _turns(store, clock, ada.agent_id, "Remember that the release branch is rel-9.")
     Evolver(store, clock=clock).drain()
     [entry] = review.list_entries(store)
-    read = memory_get(store, store.agent("ada"), f"durable:{entry.entry_id}")
+    read = memory_get(store, store.agent("ada"), MemoryGetRequest(ref=f"durable:{entry.entry_id}"))
     assert (
         read.content is not None
         and "The release branch is rel-9." in read.content
@@ -470,4 +470,4 @@ def test_memory_get_reads_a_recalled_entry_with_its_provenance_and_only_for_its_
     )
     bob = create_agent(store, "bob")
     with pytest.raises(NotFoundError):
-        memory_get(store, bob, f"durable:{entry.entry_id}")
+        memory_get(store, bob, MemoryGetRequest(ref=f"durable:{entry.entry_id}"))

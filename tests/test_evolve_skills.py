@@ -15,7 +15,7 @@ from holon.errors import NotFoundError, UsageError
 from holon.evolve import review
 from holon.evolve.worker import Evolver
 from holon.ledger import events as ev
-from holon.memory.get import memory_get
+from holon.memory.get import MemoryGetRequest, memory_get
 from holon.projections import Store
 from holon.runtime.agents import create_agent
 
@@ -51,7 +51,7 @@ def _proposed_skill(store: Store, clock: FakeClock, agent_id: str) -> str:
 def test_an_agent_with_a_workspace_opens_an_accepted_skill_with_memory_get(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     skill_id = _proposed_skill(store, clock, ada.agent_id)
     with pytest.raises(NotFoundError):  # a draft is not a skill until the operator accepts it
-        memory_get(store, store.agent("ada"), f"skill:{skill_id}")
+        memory_get(store, store.agent("ada"), MemoryGetRequest(ref=f"skill:{skill_id}"))
     [proposal] = [p for p in review.list_proposals(store) if p.kind == "skill"]
     review.accept(store, proposal.proposal_id)
 
@@ -78,13 +78,13 @@ def test_a_skill_ref_is_the_owners_only_and_well_formed(store: Store, clock: Fak
     skill_id = _proposed_skill(store, clock, ada.agent_id)
     [proposal] = [p for p in review.list_proposals(store) if p.kind == "skill"]
     review.accept(store, proposal.proposal_id, text="---\nname: edited\n---\n\n# Edited\n\n1. `make`\n")
-    read = memory_get(store, store.agent("ada"), f"skill:{skill_id}", mode="section", heading="Edited")
+    read = memory_get(store, store.agent("ada"), MemoryGetRequest(ref=f"skill:{skill_id}", mode="section", heading="Edited"))
     assert read.content is not None and "`make`" in read.content and read.kind == "skill"
     bob = create_agent(store, "bob")
     with pytest.raises(NotFoundError):  # another agent's skill, like a missing one
-        memory_get(store, bob, f"skill:{skill_id}")
+        memory_get(store, bob, MemoryGetRequest(ref=f"skill:{skill_id}"))
     for bad in ("skill:", "skill:../ada/skills", "skill:Skill-UPPER", "skill:a/b", "skill:" + "x" * 65):
         with pytest.raises(UsageError):
-            memory_get(store, store.agent("ada"), bad)
+            memory_get(store, store.agent("ada"), MemoryGetRequest(ref=bad))
     with pytest.raises(NotFoundError):
-        memory_get(store, store.agent("ada"), "skill:skill-nothere")
+        memory_get(store, store.agent("ada"), MemoryGetRequest(ref="skill:skill-nothere"))

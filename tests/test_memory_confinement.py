@@ -22,7 +22,7 @@ from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.memory import files
 from holon.memory.files import ensure_operator_file, locate, prompt_files
-from holon.memory.get import memory_get
+from holon.memory.get import MemoryGetRequest, memory_get
 from holon.memory.writes import write_file
 from holon.projections import Store
 from holon.projections.state import AgentState
@@ -65,7 +65,7 @@ def test_a_symlinked_workspace_holon_is_refused_for_reads(store: Store, linked: 
     with pytest.raises(UsageError, match="is a symlink or leads outside"):
         locate(store.paths, alice, "workspace")
     with pytest.raises(UsageError, match="is a symlink"):
-        memory_get(store, alice, "file:workspace/memory.md")
+        memory_get(store, alice, MemoryGetRequest(ref="file:workspace/memory.md"))
     assert all(SECRET not in text for _, text in prompt_files(store.paths, alice))
     assert all(f.scope != "workspace" for f in files.list_files(store.paths, alice))
     read = call_tool(store, alice, "memory_get", {"ref": "file:workspace/memory.md"})
@@ -91,7 +91,7 @@ def test_a_symlinked_agent_memory_directory_is_refused(store: Store) -> None:
     own.rename(own.with_name("memory.old"))
     own.symlink_to(Path(bob.home) / "memory")
     with pytest.raises(UsageError, match="symlink"):
-        memory_get(store, alice, "file:agent/self.md")
+        memory_get(store, alice, MemoryGetRequest(ref="file:agent/self.md"))
     with pytest.raises(UsageError, match="symlink"):
         write_file(store, alice, "agent", None, "append", "x", origin="t", authority="agent")
 

@@ -22,7 +22,7 @@ from holon.errors import ModelError, NotFoundError, UsageError
 from holon.ledger import events as ev
 from holon.memory import files, markdown
 from holon.memory.files import is_background, list_files, locate, permissions
-from holon.memory.get import memory_get
+from holon.memory.get import MemoryGetRequest, memory_get
 from holon.memory.writes import (
     ARCHIVE_AT_BYTES,
     fallback_summary,
@@ -125,7 +125,7 @@ def test_background_agents_only_append_to_the_workspace_file(store: Store, alice
 def test_a_second_agent_cannot_reach_the_first_agents_files(store: Store, alice: AgentState, bob: AgentState) -> None:
     write(store, alice, "agent", "replace", "# Alice\n## Secret\nthe launch code\n")
     # bob's agent scope is bob's own file.
-    assert "launch code" not in memory_get(store, bob, "file:agent/self.md").content  # type: ignore[operator]
+    assert "launch code" not in memory_get(store, bob, MemoryGetRequest(ref="file:agent/self.md")).content  # type: ignore[operator]
     escapes = ["../../alice/memory/self.md", "/etc/passwd.md", "notes/../../../alice/memory/self.md", "a\\b.md"]
     for path in escapes:
         with pytest.raises(UsageError):
@@ -133,13 +133,13 @@ def test_a_second_agent_cannot_reach_the_first_agents_files(store: Store, alice:
         with pytest.raises(UsageError):
             write(store, bob, "agent", "replace", "x", path=path)
         with pytest.raises(UsageError):
-            memory_get(store, bob, f"file:agent/{path}")
+            memory_get(store, bob, MemoryGetRequest(ref=f"file:agent/{path}"))
     # A symlink inside bob's scope that leads to alice's file is refused for reads and writes.
     notes = Path(bob.home) / "memory" / "notes"
     notes.mkdir(parents=True)
     (notes / "link.md").symlink_to(Path(alice.home) / "memory" / "self.md")
     with pytest.raises(UsageError, match="outside"):
-        memory_get(store, bob, "file:agent/notes/link.md")
+        memory_get(store, bob, MemoryGetRequest(ref="file:agent/notes/link.md"))
     with pytest.raises(UsageError, match="outside"):
         write(store, bob, "agent", "replace", "overwritten", path="notes/link.md")
     assert "launch code" in (Path(alice.home) / "memory" / "self.md").read_text()
@@ -296,9 +296,9 @@ def test_a_file_past_100_kb_is_archived_with_a_deterministic_summary(
     assert (last.op, last.archive) == ("archive", archive.relative_to(path.parent).as_posix())
     assert store.ledger.resolve(last.text).text == summary  # type: ignore[union-attr]  # a blob: over 16 KB
     # The archive stays readable through MemoryGet.
-    read = memory_get(store, bob, result.archive_ref, mode="tail", lines=2)
+    read = memory_get(store, bob, MemoryGetRequest(ref=result.archive_ref, mode="tail", lines=2))
     assert read.content == "## " + archived.rsplit("\n## ", 1)[1]
-    assert memory_get(store, bob, result.archive_ref, mode="section", heading="Stable facts").content
+    assert memory_get(store, bob, MemoryGetRequest(ref=result.archive_ref, mode="section", heading="Stable facts")).content
     assert any(f.path.startswith("archive/self-") for f in list_files(store.paths, bob))
     replayed = replay_files(store)
     assert replayed.problems == [] and replayed.files[archive] == archived and replayed.files[path] == summary
@@ -435,6 +435,6 @@ def test_list_files_gives_scope_path_size_and_headings(store: Store, alice: Agen
 def test_a_missing_operator_file_is_recreated_from_the_template(store: Store, bob: AgentState) -> None:
     target = store.paths.root / "memory" / "operator.md"
     assert not target.exists()  # a home opened without 'holon init' has none until it is used
-    assert memory_get(store, bob, "file:operator/operator.md").content == (TEMPLATE / "operator.md").read_text()
+    assert memory_get(store, bob, MemoryGetRequest(ref="file:operator/operator.md")).content == (TEMPLATE / "operator.md").read_text()
     with pytest.raises(NotFoundError, match=r"no file file:agent/notes/none\.md"):
-        memory_get(store, bob, "file:agent/notes/none.md")
+        memory_get(store, bob, MemoryGetRequest(ref="file:agent/notes/none.md"))

@@ -23,7 +23,7 @@ from holon.errors import HolonError, NotFoundError, UsageError
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.memory import markdown
-from holon.memory.get import MemoryRead, memory_get
+from holon.memory.get import MemoryGetRequest, MemoryRead, memory_get
 from holon.memory.refs import EpisodeRef, EventRef, FileRef, TaskRef, WorkItemRef, parse_ref
 from holon.memory.writes import write_file
 from holon.projections import Store
@@ -146,9 +146,9 @@ def bob(store: Store) -> AgentState:
 def same_refusal(store: Store, agent: AgentState, ref: str, missing: str) -> None:
     """``ref`` (another agent's) is refused exactly like ``missing`` (nothing at all)."""
     with pytest.raises(NotFoundError) as theirs:
-        memory_get(store, agent, ref)
+        memory_get(store, agent, MemoryGetRequest(ref=ref))
     with pytest.raises(NotFoundError) as nothing:
-        memory_get(store, agent, missing)
+        memory_get(store, agent, MemoryGetRequest(ref=missing))
     assert str(theirs.value).replace(ref, "REF") == str(nothing.value).replace(missing, "REF")
 
 
@@ -158,7 +158,7 @@ def test_events_resolve_in_full_for_their_agent_only(store: Store, alice: AgentS
         NewEvent(alice.agent_id, ev.MessageReceived(text=long_text), origin="operator:cli", authority="operator")
     )
     assert isinstance(said.payload.text, ev.BlobRef)  # type: ignore[attr-defined]
-    read = memory_get(store, alice, f"event:{said.seq}", max_chars=100_000)
+    read = memory_get(store, alice, MemoryGetRequest(ref=f"event:{said.seq}", max_chars=100_000))
     assert read.kind == "event" and read.content is not None
     assert read.content.startswith(f"# event:{said.seq} · message.received\ntime: 2026-01-01T")
     assert "origin: operator:cli (authority operator)" in read.content and "sender: operator" in read.content
@@ -173,9 +173,9 @@ def test_work_items_and_tasks_resolve_for_their_agent_only(store: Store, alice: 
         NewEvent(alice.agent_id, ev.TaskCreated(task_id="task_1", title="pytest", spec={"command": "pytest"})),
         NewEvent(alice.agent_id, ev.TaskResulted(task_id="task_1", state="succeeded", output="42 passed", exit_code=0)),
     )
-    item = memory_get(store, alice, "work_item:wi_bill").content
+    item = memory_get(store, alice, MemoryGetRequest(ref="work_item:wi_bill")).content
     assert item is not None and "# work_item:wi_bill · Billing" in item and "- t1 [pending] write CSV" in item
-    task = memory_get(store, alice, "task:task_1").content
+    task = memory_get(store, alice, MemoryGetRequest(ref="task:task_1")).content
     assert task is not None and "state: succeeded · exit code: 0" in task and "## Output\n42 passed" in task
     same_refusal(store, bob, "work_item:wi_bill", "work_item:wi_none")
     same_refusal(store, bob, "task:task_1", "task:task_none")
@@ -183,26 +183,26 @@ def test_work_items_and_tasks_resolve_for_their_agent_only(store: Store, alice: 
 
 def test_file_refs_are_relative_to_the_reader(store: Store, alice: AgentState, bob: AgentState) -> None:
     write_file(store, alice, "agent", None, "replace", "# Alice\n## Facts\nalice only\n", origin="t", authority="agent")
-    assert memory_get(store, alice, "file:agent/self.md").content == "# Alice\n## Facts\nalice only\n"
-    assert "alice only" not in (memory_get(store, bob, "file:agent/self.md").content or "")
+    assert memory_get(store, alice, MemoryGetRequest(ref="file:agent/self.md")).content == "# Alice\n## Facts\nalice only\n"
+    assert "alice only" not in (memory_get(store, bob, MemoryGetRequest(ref="file:agent/self.md")).content or "")
     with pytest.raises(UsageError, match="no workspace memory"):
-        memory_get(store, bob, "file:workspace/memory.md")
+        memory_get(store, bob, MemoryGetRequest(ref="file:workspace/memory.md"))
 
 
 def test_options_that_do_not_fit_are_refused(store: Store, alice: AgentState) -> None:
     ref = "file:agent/self.md"
-    assert memory_get(store, alice, ref, heading="Pitfalls").content == "## Pitfalls\n(none yet)\n"
-    assert memory_get(store, alice, ref, lines=1).content == "(none yet)\n"
+    assert memory_get(store, alice, MemoryGetRequest(ref=ref, heading="Pitfalls")).content == "## Pitfalls\n(none yet)\n"
+    assert memory_get(store, alice, MemoryGetRequest(ref=ref, lines=1)).content == "(none yet)\n"
     with pytest.raises(UsageError, match="heading goes with mode 'section', not mode 'tail'"):
-        memory_get(store, alice, ref, mode="tail", heading="Role")
+        memory_get(store, alice, MemoryGetRequest(ref=ref, mode="tail", heading="Role"))
     with pytest.raises(UsageError, match="give only one of"):
-        memory_get(store, alice, ref, heading="Role", lines=3)
+        memory_get(store, alice, MemoryGetRequest(ref=ref, heading="Role", lines=3))
     with pytest.raises(UsageError, match="unknown mode"):
-        memory_get(store, alice, ref, mode="everything")
+        memory_get(store, alice, MemoryGetRequest(ref=ref, mode="everything"))
     with pytest.raises(UsageError, match="expand applies to episode"):
-        memory_get(store, alice, ref, expand=True)
+        memory_get(store, alice, MemoryGetRequest(ref=ref, expand=True))
     with pytest.raises(UsageError, match="max_chars"):
-        memory_get(store, alice, ref, max_chars=10)
+        memory_get(store, alice, MemoryGetRequest(ref=ref, max_chars=10))
 
 
 # --- size caps ----------------------------------------------------------------------------------
@@ -210,14 +210,14 @@ def test_options_that_do_not_fit_are_refused(store: Store, alice: AgentState) ->
 
 def run_call(store: Store, agent: AgentState, arguments: dict[str, Any]) -> MemoryRead:
     args = dict(arguments)
-    return memory_get(store, agent, args.pop("ref"), **args)
+    return memory_get(store, agent, MemoryGetRequest(ref=args.pop("ref"), **args))
 
 
 def test_a_read_over_the_cap_returns_sizes_and_calls_that_work(store: Store, alice: AgentState) -> None:
     sections = {name: f"## {name}\n" + f"{name} fact number n.\n" * 120 for name in ("Deploys", "Billing", "People")}
     text = "# Notes\n" + "".join(sections.values()) + "## Log\n" + "x" * 50 + "\n"
     write_file(store, alice, "agent", "notes/big.md", "replace", text, origin="t", authority="agent")
-    read = memory_get(store, alice, "file:agent/notes/big.md", max_chars=3_000)
+    read = memory_get(store, alice, MemoryGetRequest(ref="file:agent/notes/big.md", max_chars=3_000))
     assert read.content is None and read.size == len(text)
     assert f"is {len(text):,} characters in {len(markdown.split_lines(text)):,} lines" in read.summary
     assert "largest sections: 'Deploys' (" in read.summary and "max_chars=3,000" in read.summary
@@ -233,7 +233,7 @@ def test_a_read_over_the_cap_returns_sizes_and_calls_that_work(store: Store, ali
     for call in calls:  # every suggested read works and returns content
         assert run_call(store, alice, call.arguments).content is not None, call
     # A section over the cap suggests line ranges inside it.
-    read = memory_get(store, alice, "file:agent/notes/big.md", heading="Deploys", max_chars=1_000)
+    read = memory_get(store, alice, MemoryGetRequest(ref="file:agent/notes/big.md", heading="Deploys", max_chars=1_000))
     assert read.content is None and "the section 'Deploys'" in read.summary
     parts = [c for c in read.next_calls if c.tool == "memory_get" and c.arguments.get("mode") != "headers"]
     assert parts and all(c.arguments["mode"] == "lines" for c in parts)
@@ -254,7 +254,7 @@ def test_content_is_whole_or_absent_never_cut(store: Store, cap: int, mode: str)
         options["lines"] = 25
     if mode == "lines":
         options |= {"start": 3, "end": 40}
-    read = memory_get(store, agent, "file:agent/notes/t.md", **options)
+    read = memory_get(store, agent, MemoryGetRequest(ref="file:agent/notes/t.md", **options))
     expected = markdown.select(
         text, mode, lines=options.get("lines"), start=options.get("start"), end=options.get("end")
     ).text  # type: ignore[arg-type]
@@ -284,12 +284,12 @@ def test_episodes_expand_to_exactly_the_events_they_cover(store: Store) -> None:
     ann = store.agent("agt_ann")
     ref = f"episode:{p.episode_id}"
 
-    brief = memory_get(store, ann, ref)
+    brief = memory_get(store, ann, MemoryGetRequest(ref=ref))
     assert brief.kind == "episode" and brief.content is not None
     assert f"covers event:{p.seq_start} to event:{p.seq_end}" in brief.content and "boundary: " in brief.content
     assert brief.next_calls[0].arguments == {"ref": ref, "expand": True}
 
-    full = memory_get(store, ann, ref, expand=True, max_chars=1_000_000)
+    full = memory_get(store, ann, MemoryGetRequest(ref=ref, expand=True, max_chars=1_000_000))
     assert full.content is not None
     covered = [e for e in store.ledger.read(agent_id="agt_ann") if p.seq_start <= e.seq <= p.seq_end]
     assert covered and f"({len(covered)} events, exact)" in full.content
@@ -307,7 +307,7 @@ def test_episodes_expand_to_exactly_the_events_they_cover(store: Store) -> None:
     assert big_output.rstrip("\n") in full.content
     assert f"### event:{p.seq_end + 1} " not in full.content and f"### event:{p.seq_start - 1} " not in full.content
 
-    capped = memory_get(store, ann, ref, expand=True)
+    capped = memory_get(store, ann, MemoryGetRequest(ref=ref, expand=True))
     assert capped.content is None and f"{len(covered)} events; the largest: event:" in capped.summary
     event_calls = [c for c in capped.next_calls if set(c.arguments) == {"ref"}]
     assert event_calls and all(run_call(store, ann, c.arguments).kind == "event" for c in event_calls)
@@ -335,7 +335,7 @@ hostile = st.one_of(
 def test_any_string_gives_a_read_or_a_clear_holon_error(store: Store, ref: str, mode: str | None) -> None:
     agent = store.agents()[0] if store.agents() else create_agent(store, "fuzz")
     try:
-        read = memory_get(store, agent, ref, mode=mode)
+        read = memory_get(store, agent, MemoryGetRequest(ref=ref, mode=mode))
     except HolonError as e:
         assert isinstance(e, UsageError | NotFoundError) and str(e) and "\n" not in str(e)
     else:

@@ -23,7 +23,7 @@ from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.memory import search as memory_search
 from holon.memory.access import owners_for, search_memory
-from holon.memory.get import memory_get
+from holon.memory.get import MemoryGetRequest, memory_get
 from holon.memory.index import SearchIndex, owner_token
 from holon.memory.search import KINDS, SNIPPET_CHARS, SearchResult
 from holon.memory.writes import write_file
@@ -207,7 +207,7 @@ def test_agents_see_their_own_memory_and_the_shared_scopes_only(store: Store, tm
         assert refs(store, agent, "sourdough") == ["file:operator/operator.md"]
     for agent in (alice, bob):
         assert refs(store, agent, "heliotrope") == ["file:workspace/memory.md"]
-        content = memory_get(store, current(store, agent), "file:workspace/memory.md").content
+        content = memory_get(store, current(store, agent), MemoryGetRequest(ref="file:workspace/memory.md")).content
         assert content is not None and "heliotrope" in content
     assert refs(store, carol, "heliotrope") == []
     # The workspace file is indexed once, whichever agent looked first.
@@ -328,7 +328,7 @@ def test_hits_are_well_formed_and_resolve_through_memory_get(
         rendered = h.as_dict()
         assert rendered["source_ref"] == h.ref
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", str(rendered["time"]))
-        read = memory_get(store, agent, h.ref)  # refused with NotFoundError if it were not alice's
+        read = memory_get(store, agent, MemoryGetRequest(ref=h.ref))  # refused with NotFoundError if it were not alice's
         assert read.content is not None or read.next_calls
         if h.ref.startswith("event:"):
             assert read.content is not None and h.snippet.rstrip("…")[:20] in read.content

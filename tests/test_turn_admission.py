@@ -398,7 +398,7 @@ def test_a_one_line_64_kib_input_can_be_read_whole_by_parts(store: Store) -> Non
     """The reference an input is shown by reaches all of it, even a 64 KiB hook body on one line
     (longer than the largest read): ``memory_get`` points at line ranges that fit, and the parts
     put together are the body."""
-    from holon.memory.get import WRAP_CHARS, memory_get
+    from holon.memory.get import WRAP_CHARS, MemoryGetRequest, memory_get
     from holon.runtime.inputs import input_events
 
     alice = create_agent(store, "alice")
@@ -415,13 +415,13 @@ def test_a_one_line_64_kib_input_can_be_read_whole_by_parts(store: Store) -> Non
         )
     )[-1].seq
     ref = f"event:{seq}"
-    first = memory_get(store, alice, ref)
+    first = memory_get(store, alice, MemoryGetRequest(ref=ref))
     assert first.content is None
     ranges = [c.arguments for c in first.next_calls if c.arguments.get("mode") == "lines"]
     assert ranges, first.render()
     parts, start = [], ranges[0]["start"]
     while True:
-        got = memory_get(store, alice, ref, mode="lines", start=start, end=start)
+        got = memory_get(store, alice, MemoryGetRequest(ref=ref, mode="lines", start=start, end=start))
         assert got.content is not None, got.render()
         parts.append(got.content.rstrip("\n"))
         if got.content.startswith("[lines longer than"):

@@ -12,11 +12,11 @@ from fastapi import APIRouter, Header, Query, Response
 
 from holon.api.models import AddTimer, AgentDetail, ConfigureAgent, CreateAgent, HookPath, InputAccepted, InputIn
 from holon.api.port import DaemonPort
-from holon.clock import parse_us
+from holon.clock import parse_iso
 from holon.context.manifests import turn_contexts
 from holon.errors import NotFoundError, UsageError
 from holon.memory.access import search_memory
-from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, memory_get
+from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, MemoryGetRequest, memory_get
 from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection, TimerProjection, WaitProjection, WorkItemState
 from holon.runtime.agents import DEFAULT_AGENT, missing_agent
@@ -40,15 +40,6 @@ def one_key(header: str | None, field: str | None) -> str | None:
         raise UsageError("the Idempotency-Key header and the idempotency_key field differ; send one key")
     key = header if header is not None else field
     return None if key is None else check_idempotency_key(key)
-
-
-def _when(value: str | None, name: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_us(value)
-    except (ValueError, OverflowError) as e:
-        raise UsageError(f"{name} is not an ISO 8601 time: {value!r}") from e
 
 
 def _configure_ref(store: Store, agent: str) -> str:
@@ -198,8 +189,8 @@ def agent_router(port: DaemonPort) -> APIRouter:
             find(agent),
             q,
             kinds=tuple(kind or ()),
-            since_us=_when(since, "since"),
-            until_us=_when(until, "until"),
+            since_us=parse_iso(since, field="since"),
+            until_us=parse_iso(until, field="until"),
             work_item_id=work_item,
             scopes=(scope,) if scope else (),
             limit=limit,
@@ -220,19 +211,11 @@ def agent_router(port: DaemonPort) -> APIRouter:
         max_chars: Annotated[int, Query(ge=MIN_MAX_CHARS, le=MAX_MAX_CHARS)] = DEFAULT_MAX_CHARS,
     ) -> dict[str, Any]:
         """MemoryGet exactly as the agent's ``memory_get`` tool; too large a read returns sizes and next calls."""
-        read = memory_get(
-            store,
-            find(agent),
-            ref,
-            mode=mode,
-            heading=heading,
-            start=start,
-            end=end,
-            lines=lines,
-            expand=expand,
-            max_chars=max_chars,
+        reader = find(agent)
+        request = MemoryGetRequest(
+            ref=ref, mode=mode, heading=heading, start=start, end=end, lines=lines, expand=expand, max_chars=max_chars
         )
-        return read.as_json()
+        return memory_get(store, reader, request).as_json()
 
     @r.get("/{agent}/hook", response_model=HookPath)
     async def hook(agent: str) -> HookPath:

@@ -52,29 +52,19 @@ def get(
     json_out: JsonOpt = False,
 ) -> None:
     """Read what a memory reference points at, as AGENT would; too large a read prints sizes and next calls."""
-    from holon.memory.get import MemoryRead, memory_get
+    from holon.memory.get import MemoryGetRequest, MemoryRead, memory_get
 
     c = ctx_of(ctx, home, json_out)
+    request = MemoryGetRequest(
+        ref=ref, mode=mode, heading=heading, start=start, end=end, lines=lines, expand=expand, max_chars=max_chars
+    )
     with backend.daemon(c) as api:
         if api is not None:
-            params = {"ref": ref, "mode": mode, "heading": heading, "start": start, "end": end, "lines": lines,
-                      "expand": expand, "max_chars": max_chars}  # fmt: skip
-            read = MemoryRead.from_json(api.read(f"/agents/{agent}/memory/get", **params))
+            read = MemoryRead.from_json(api.read(f"/agents/{agent}/memory/get", **request.params()))
             emit(c, read.as_json(), read.render())
             return
     with open_store(c) as store:
-        read = memory_get(
-            store,
-            store.agent(agent),
-            ref,
-            mode=mode,
-            heading=heading,
-            start=start,
-            end=end,
-            lines=lines,
-            expand=expand,
-            max_chars=max_chars,
-        )
+        read = memory_get(store, store.agent(agent), request)
     emit(c, read.as_json(), read.render())
 
 
@@ -96,24 +86,16 @@ def search(
     json_out: JsonOpt = False,
 ) -> None:
     """Search AGENT's memory exactly as its memory_search tool would (same scopes, same ranking)."""
-    from holon.clock import parse_us
+    from holon.clock import parse_iso
     from holon.errors import UsageError
     from holon.memory.access import search_memory
     from holon.runtime.embedders import embedder_from_settings
     from holon.runtime.tools.memory import render_search_json
 
-    def when(value: str | None, name: str) -> int | None:
-        if value is None:
-            return None
-        try:
-            return parse_us(value)
-        except ValueError as e:
-            raise UsageError(f"--{name} is not an ISO 8601 time: {value!r}") from e
-
     if scope is not None and scope not in ("agent", "operator", "workspace"):
         raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
     c = ctx_of(ctx, home, json_out)
-    since_us, until_us = when(since, "since"), when(until, "until")  # checked here, before any call
+    since_us, until_us = parse_iso(since, field="--since"), parse_iso(until, field="--until")  # checked here, before any call
     with backend.daemon(c) as api:
         if api is not None:
             found = api.read(f"/agents/{agent}/memory/search", q=query, kind=list(kind or ()) or None, since=since,

@@ -18,19 +18,11 @@ UntilOpt = Annotated[str | None, typer.Option("--until", help="Turns started bef
 
 
 def trace_filter(store: Any, agent: str | None, since: str | None, until: str | None) -> Any:
-    from holon.clock import parse_us
-    from holon.errors import UsageError
+    from holon.clock import parse_iso
     from holon.trace.spans import TraceFilter
 
-    def when(value: str | None, name: str) -> int | None:
-        if value is None:
-            return None
-        try:
-            return parse_us(value)
-        except (ValueError, OverflowError) as e:
-            raise UsageError(f"--{name} is not an ISO 8601 time: {value!r}") from e
-
-    return TraceFilter(store.agent(agent).agent_id if agent else None, when(since, "since"), when(until, "until"))
+    agent_id = store.agent(agent).agent_id if agent else None
+    return TraceFilter(agent_id, parse_iso(since, field="--since"), parse_iso(until, field="--until"))
 
 
 @app.command("export")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.ledger.events import DurableEntry, DurableType, MemoryScope, SkillDraft, Verification
-from holon.memory.text import STOP_WORDS, fold, stem, words
+from holon.memory.text import STOP_WORDS, content_words, fold, stem, words
 
 __all__ = [
     "Candidate",
@@ -81,13 +81,13 @@ _MAX_TEXT = 400
 
 def terms(text: str) -> list[str]:
     """Content terms of ``text`` as the search index sees them (stemmed; CJK as bigrams)."""
-    return [stem(w) for w in words(fold(text)) if w not in STOP_WORDS]
+    return content_words(text)
 
 
 def subject_key(prefix: str, text: str, *, n: int = _MAX_SUBJECT_WORDS) -> str:
     """``prefix:`` and the first ``n`` content words of ``text``, stemmed (polarity words dropped)."""
     text = _PREFERENCE_CJK.sub(" ", text)
-    kept = [stem(w) for w in words(fold(text)) if w not in STOP_WORDS and w not in _PREF_NOISE]
+    kept = content_words(text, drop=_PREF_NOISE)
     return f"{prefix}:{' '.join(kept[:n]) or _digest(text)}"
 
 

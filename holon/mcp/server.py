@@ -27,10 +27,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from holon import __version__
-from holon.clock import parse_us
+from holon.clock import parse_iso
 from holon.errors import HolonError, UsageError
 from holon.memory.access import search_memory
-from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, memory_get
+from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, MemoryGetRequest, memory_get
 from holon.projections import Store
 from holon.runtime.embedders import embedder_from_settings
 from holon.runtime.ingress import MAX_KEY_CHARS, deliver_input
@@ -49,15 +49,6 @@ def _clear_errors() -> Iterator[None]:
         yield
     except HolonError as e:
         raise ToolError(str(e)) from e
-
-
-def _when(value: str | None, name: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_us(value)
-    except (ValueError, OverflowError) as e:
-        raise UsageError(f"{name} is not an ISO 8601 time: {value!r}") from e
 
 
 def build_server(store: Store, agent_ref: str) -> MCPServer:
@@ -89,7 +80,7 @@ def build_server(store: Store, agent_ref: str) -> MCPServer:
                 raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
             result = search_memory(
                 store, agent(), query, kinds=tuple(kinds or ()), scopes=(scope,) if scope else (),  # type: ignore[arg-type]
-                since_us=_when(since, "since"), until_us=_when(until, "until"), work_item_id=work_item,
+                since_us=parse_iso(since, field="since"), until_us=parse_iso(until, field="until"), work_item_id=work_item,
                 limit=limit, embedder=embedder,
             )  # fmt: skip
             return result.as_dict()
@@ -109,10 +100,12 @@ def build_server(store: Store, agent_ref: str) -> MCPServer:
         max_chars: Annotated[int, Field(ge=MIN_MAX_CHARS, le=MAX_MAX_CHARS)] = DEFAULT_MAX_CHARS,
     ) -> dict[str, Any]:
         with _clear_errors():
-            return memory_get(
-                store, agent(), ref, mode=mode, heading=heading, start=start, end=end, lines=lines, expand=expand,
+            reader = agent()
+            request = MemoryGetRequest(
+                ref=ref, mode=mode, heading=heading, start=start, end=end, lines=lines, expand=expand,
                 max_chars=max_chars,
-            ).as_json()  # fmt: skip
+            )
+            return memory_get(store, reader, request).as_json()
 
     @server.tool(
         description="Send the agent an input (it arrives as external information, not an order). With an "

@@ -1,8 +1,10 @@
 """MemoryGet: read what a memory reference points at, whole or by parts, within a size cap.
 
-``memory_get(store, agent, ref, ...)`` parses the reference, resolves it from canonical storage
-(``holon.memory.documents``), selects the part the mode asks for (``holon.memory.markdown``) and
-returns a ``MemoryRead``. A selection larger than ``max_chars`` is never cut short: the read
+A read is one ``MemoryGetRequest``: the reference and the options (mode, heading, line range,
+tail, expand, size cap), checked once where the request is made (the tool, the HTTP API, the MCP
+server, the CLI) and passed whole from there. ``memory_get(store, agent, request)`` resolves the
+parsed reference from canonical storage (``holon.memory.documents``), selects the part the mode
+asks for (``holon.memory.markdown``) and returns a ``MemoryRead``. A selection larger than ``max_chars`` is never cut short: the read
 returns no content, but the sizes (the whole document, its largest sections or events) and the
 exact calls that would get what is needed (headers, a section, a line range, the tail, a narrower
 search). A model that sees content knows it is the whole of what it asked for.
@@ -19,13 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from holon.errors import UsageError
 from holon.memory.documents import Document, resolve
 from holon.memory.markdown import MODES, Mode, Selection, headings, select, split_lines
-from holon.memory.refs import EpisodeRef, RefKind, parse_ref
+from holon.memory.refs import EpisodeRef, Ref, RefKind, parse_ref
 from holon.projections import Store
 from holon.projections.state import AgentState
 
@@ -34,6 +36,7 @@ __all__ = [
     "LARGE_READ_CHARS",
     "MAX_MAX_CHARS",
     "WRAP_CHARS",
+    "MemoryGetRequest",
     "MemoryRead",
     "NextCall",
     "memory_get",
@@ -123,39 +126,57 @@ def _mode(mode: str | None, heading: str | None, start: int | None, end: int | N
     return mode  # type: ignore[return-value]  # checked against MODES
 
 
-def memory_get(
-    store: Store,
-    agent: AgentState,
-    ref: str,
-    *,
-    mode: str | None = None,
-    heading: str | None = None,
-    start: int | None = None,
-    end: int | None = None,
-    lines: int | None = None,
-    expand: bool = False,
-    max_chars: int = DEFAULT_MAX_CHARS,
-) -> MemoryRead:
-    """Read ``ref`` as ``agent``: whole (``full``) or by ``headers``, ``section``, ``tail`` or ``lines``.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryGetRequest:
+    """One MemoryGet read: whole (``full``) or by ``headers``, ``section``, ``tail`` or ``lines``.
 
     The mode defaults to what the options imply (``heading`` -> section, ``start``/``end`` ->
     lines, ``lines`` -> tail), else ``full``. ``expand`` lists an episode's exact events.
+    Making one checks it (``UsageError`` for a malformed reference or options that contradict
+    each other); whether the reference is the agent's to read is ``memory_get``'s question.
     """
-    parsed = parse_ref(ref)
-    chosen = _mode(mode, heading, start, end, lines)
-    if not MIN_MAX_CHARS <= max_chars <= MAX_MAX_CHARS:
-        raise UsageError(f"max_chars must be between {MIN_MAX_CHARS:,} and {MAX_MAX_CHARS:,}, not {max_chars:,}")
-    if expand and not isinstance(parsed, EpisodeRef):
-        raise UsageError("expand applies to episode references only (it lists the events an episode covers)")
-    doc = resolve(store, agent, parsed, expand=expand)
-    if chosen != "full" or len(doc.text) > max_chars:  # a read by parts: lines it can select
+
+    ref: str
+    mode: str | None = None
+    heading: str | None = None
+    start: int | None = None
+    end: int | None = None
+    lines: int | None = None
+    expand: bool = False
+    max_chars: int = DEFAULT_MAX_CHARS
+    parsed: Ref = field(init=False, repr=False, compare=False)
+    """``ref`` parsed."""
+    chosen: Mode = field(init=False, repr=False, compare=False)
+    """The mode asked for or implied."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parsed", parse_ref(self.ref))
+        object.__setattr__(self, "chosen", _mode(self.mode, self.heading, self.start, self.end, self.lines))
+        if not MIN_MAX_CHARS <= self.max_chars <= MAX_MAX_CHARS:
+            raise UsageError(
+                f"max_chars must be between {MIN_MAX_CHARS:,} and {MAX_MAX_CHARS:,}, not {self.max_chars:,}"
+            )
+        if self.expand and not isinstance(self.parsed, EpisodeRef):
+            raise UsageError("expand applies to episode references only (it lists the events an episode covers)")
+
+    def params(self) -> dict[str, Any]:
+        """The request as the HTTP API's ``memory/get`` query parameters (as given, ``None`` left out)."""
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        return {k: v for k, v in given.items() if v is not None}
+
+
+def memory_get(store: Store, agent: AgentState, request: MemoryGetRequest) -> MemoryRead:
+    """Read what ``request`` asks for as ``agent`` (``NotFoundError`` when it is not theirs)."""
+    r = request
+    doc = resolve(store, agent, r.parsed, expand=r.expand)
+    if r.chosen != "full" or len(doc.text) > r.max_chars:  # a read by parts: lines it can select
         doc = dataclasses.replace(doc, text=wrap_long_lines(doc.text))
-    selection = select(doc.text, chosen, heading=heading, start=start, end=end, lines=lines)
-    if len(selection.text) > max_chars:
-        return _too_large(doc, selection, chosen, max_chars)
+    selection = select(doc.text, r.chosen, heading=r.heading, start=r.start, end=r.end, lines=r.lines)
+    if len(selection.text) > r.max_chars:
+        return _too_large(doc, selection, r.chosen, r.max_chars)
     summary = f"{doc.ref}: {selection.description}, {len(selection.text):,} of {len(doc.text):,} characters"
     hints: tuple[NextCall, ...] = ()
-    if isinstance(parsed, EpisodeRef) and not expand:
+    if isinstance(r.parsed, EpisodeRef) and not r.expand:
         hints = (NextCall({"ref": doc.ref, "expand": True}, "the exact events this episode covers"),)
     return MemoryRead(doc.ref, doc.kind, doc.title, selection.text, len(doc.text), summary, hints)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from holon.ledger import Ledger
+from holon.memory import markdown
 from holon.memory.index_writer import Doc, _Writer
 
 __all__ = ["FileSource", "file_docs", "sync_files"]
@@ -85,15 +86,9 @@ def file_docs(f: FileSource, mtime_ns: int) -> Iterator[Doc]:
         text = f.path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return
-    sections: list[tuple[str, list[str]]] = [("", [])]
-    for line in text.splitlines():
-        if line.startswith("#"):
-            sections.append((line.lstrip("#").strip(), []))
-        else:
-            sections[-1][1].append(line)
     ts = mtime_ns // 1_000
-    for i, (heading, lines) in enumerate(sections):
-        body = "\n".join(lines).strip()
+    for i, part in enumerate(markdown.parts(text)):
+        heading, body = part.title, "\n".join(part.body).strip()
         if not body and not heading:
             continue
         title = f"{f.title} > {heading}" if heading else f.title

@@ -9,10 +9,10 @@ joins its owner's current **segment** (a conversation without a pause longer tha
 
 from __future__ import annotations
 
-import datetime as dt
 import sqlite3
 from dataclasses import dataclass, field
 
+from holon.clock import utc
 from holon.memory.index_schema import kind_token, owner_token
 from holon.memory.text import fold, word_count
 
@@ -48,7 +48,7 @@ class Doc:
 
 
 def _date_words(ts_us: int) -> str:
-    d = dt.datetime.fromtimestamp(ts_us / 1_000_000, dt.UTC)
+    d = utc(ts_us)
     return f"{d.day} {d:%B} {d.year} {d:%A}"
 
 

@@ -7,7 +7,8 @@ needs instead of a whole file.
 Lines are split on ``\\n`` only (a ``\\r`` stays part of its line), so line numbers agree with what
 an editor shows. Headings are ATX headings (``# ...`` to ``###### ...``) outside fenced code
 blocks. A section runs from its heading to the next heading of the same or a higher level, so it
-includes its subsections.
+includes its subsections; a ``Part`` runs to the next heading of any level (``parts`` cuts a text
+into them: what the search index stores a memory file as, and what an outline shows).
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ __all__ = [
     "MODES",
     "Heading",
     "Mode",
+    "Part",
     "Selection",
     "find_section",
     "headers",
+    "heading_key",
     "headings",
     "line_range",
+    "parts",
     "select",
     "split_lines",
     "tail",
@@ -104,6 +108,39 @@ def headings(text: str) -> list[Heading]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A text from one heading to the next of any level (or the text before the first heading)."""
+
+    heading: Heading | None
+    """``None`` for the text before the first heading."""
+    line: str
+    """The heading's line as written, without its line end ("" before the first heading)."""
+    body: tuple[str, ...]
+    """The lines under the heading, without their line ends (fenced code included)."""
+
+    @property
+    def title(self) -> str:
+        return self.heading.text if self.heading is not None else ""
+
+
+def _bare(line: str) -> str:
+    return line.removesuffix("\n").removesuffix("\r")
+
+
+def parts(text: str) -> list[Part]:
+    """``text`` cut at every heading: the part before the first heading (possibly empty), then one
+    part per heading. Joined again with line ends they give back every line of ``text``."""
+    lines = [_bare(line) for line in split_lines(text)]
+    found = headings(text)
+    starts = [h.line for h in found]
+    out = [Part(None, "", tuple(lines[: starts[0] - 1 if starts else len(lines)]))]
+    for k, h in enumerate(found):
+        end = starts[k + 1] - 1 if k + 1 < len(starts) else len(lines)
+        out.append(Part(h, lines[h.line - 1], tuple(lines[h.line : end])))
+    return out
+
+
 def headers(text: str) -> str:
     """The outline: one line per heading with its line number and its section's size."""
     rows = [
@@ -112,20 +149,21 @@ def headers(text: str) -> str:
     return "\n".join(rows) + "\n" if rows else ""
 
 
-def _norm(s: str) -> str:
+def heading_key(s: str) -> str:
+    """A heading as it is looked up: leading ``#`` s dropped, white space folded, case folded."""
     return " ".join(s.lstrip("#").split()).casefold()
 
 
 def find_section(text: str, heading: str) -> Heading:
     """The section whose heading is ``heading`` (case-insensitive; a unique partial match also does)."""
-    want = _norm(heading)
+    want = heading_key(heading)
     if not want:
         raise UsageError("heading is empty: give the text of a heading (mode=headers lists them)")
     all_headings = headings(text)
-    exact = [h for h in all_headings if _norm(h.text) == want]
+    exact = [h for h in all_headings if heading_key(h.text) == want]
     if exact:
         return exact[0]
-    partial = [h for h in all_headings if want in _norm(h.text)]
+    partial = [h for h in all_headings if want in heading_key(h.text)]
     if len(partial) == 1:
         return partial[0]
     if partial:

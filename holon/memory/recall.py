@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from holon.memory.access import owners_for
 from holon.memory.index import durable_matches
-from holon.memory.text import STOP_WORDS, fold, stem, words
+from holon.memory.text import content_terms
 from holon.projections import Store
 from holon.projections.durable import DurableState, ProposalState, is_stale
 from holon.projections.state import AgentState
@@ -41,10 +41,6 @@ STALE_FACTOR = 0.4
 #: What the best search-index match adds to an entry's score (sharing one word of a five-word
 #: entry adds about 0.45).
 INDEX_WEIGHT = 0.5
-
-
-def content_terms(text: str) -> set[str]:
-    return {stem(w) for w in words(fold(text)) if w not in STOP_WORDS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +90,7 @@ def freshness_note(s: DurableState, now_us: int) -> str:
     return head + ("; STALE" if stale else "")
 
 
-def _score(s: DurableState, query: set[str], now_us: int, indexed: float = 0.0) -> float:
+def _score(s: DurableState, query: frozenset[str], now_us: int, indexed: float = 0.0) -> float:
     """``indexed``: the entry's relevance in the search index (0 when it did not match)."""
     e = s.entry
     terms = content_terms(f"{e.subject.split(':', 1)[-1]} {e.text}")
@@ -174,7 +170,7 @@ def _select(
     return kept
 
 
-def _pending(store: Store, agent: AgentState, q: set[str], now_us: int, n: int) -> list[Recalled]:
+def _pending(store: Store, agent: AgentState, q: frozenset[str], now_us: int, n: int) -> list[Recalled]:
     if n <= 0:
         return []
     mine = [

@@ -31,6 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from holon.clock import format_us, utc
 from holon.memory.index import Freshness, SearchIndex, kind_token, owner_token
 from holon.memory.text import WORDS, QueryPlan, plan_query, stem
 from holon.memory.text import quote as _quote
@@ -111,7 +112,7 @@ class Hit:
             "title": self.title,
             "snippet": self.snippet,
             "score": round(self.score, 4),
-            "time": dt.datetime.fromtimestamp(self.ts_us / 1e6, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "time": format_us(self.ts_us)[:19] + "Z",
             "sender": self.sender or None,
         }
 
@@ -476,7 +477,7 @@ def _name_words(sender: str) -> frozenset[str]:
 
 
 def _on_date(ts_us: int, dates: tuple[tuple[int, int, int | None], ...]) -> bool:
-    d = dt.datetime.fromtimestamp(ts_us / 1e6, dt.UTC).date()
+    d = utc(ts_us).date()
     for y, m, day in dates:
         if day is None:
             if d.year == y and d.month == m:

@@ -14,16 +14,37 @@ it has two gaps that matter for memory search:
 Queries are never passed to FTS5 as syntax. ``plan_query`` extracts words, drops stop words, and
 quotes every term, so quotes, ``NEAR``, ``*``, parentheses, column filters and NUL bytes in a query
 are just text. That is the only way a string reaches ``MATCH``.
+
+This is also holon's one tokeniser outside FTS5: ``words`` splits any text, ``STOP_WORDS`` is the
+one stop-word list, and ``content_words``/``content_terms`` (folded, stop words dropped, lightly
+stemmed) are what the context assembler's relevance, durable-memory recall and the evolve
+extractor compare texts by. ``CHATTER`` names the conversational words ("please", "thanks") that
+relevance also drops but search keeps (a query of only such words must still find something).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import re
 from dataclasses import dataclass
 
-__all__ = ["WORDS", "QueryPlan", "fold", "is_unsegmented", "plan_query", "quote", "stem", "word_count", "words"]
+__all__ = [
+    "CHATTER",
+    "STOP_WORDS",
+    "WORDS",
+    "QueryPlan",
+    "content_terms",
+    "content_words",
+    "fold",
+    "is_unsegmented",
+    "plan_query",
+    "quote",
+    "stem",
+    "word_count",
+    "words",
+]
 
 #: Longest query we look at; the rest of a pasted 100 KB string adds nothing to a search.
 MAX_QUERY_CHARS = 2_000
@@ -45,6 +66,9 @@ STOP_WORDS = frozenset(
     why's with won't would wouldn't you you'd you'll you're you've your yours yourself yourselves
     s t""".split()  # noqa: SIM905  # a word list reads better as text
 )
+#: Words of conversation that say nothing about a topic. Relevance between texts drops them too;
+#: search keeps them ("may" is a month, "like" a verb, and an all-chatter query must find something).
+CHATTER = frozenset("also just like may okay one please thank thanks will yes".split())  # noqa: SIM905
 
 # base form, then its irregular forms. Forms that are also common other words ("left", "found",
 # "saw", "felt"...) are left out on purpose: folding them would hurt more than it helps.
@@ -118,17 +142,16 @@ def word_count(text: str) -> int:
 def words(text: str) -> list[str]:
     """Lower-case words of ``text`` (possessive 's dropped); unsegmented runs stay whole."""
     out = []
-    for m in _WORD.finditer(text):
-        w = m.group(0).lower().replace("\u2019", "'")
-        if w.endswith("'s"):
-            w = w[:-2]
-        out.append(w)
+    for match in _WORD.findall(text):
+        w = match.lower().replace("\u2019", "'")
+        out.append(w[:-2] if w.endswith("'s") else w)
     return out
 
 
 _SUFFIXES = ("ingly", "edly", "ing", "ies", "ied", "ed", "es", "s", "ly")
 
 
+@functools.lru_cache(maxsize=65_536)
 def stem(word: str) -> str:
     """A light stem for matching words in Python (snippets, coverage); FTS5 uses Porter."""
     word = IRREGULAR.get(word, word)
@@ -136,6 +159,17 @@ def stem(word: str) -> str:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)]
     return word
+
+
+def content_words(text: str, *, drop: frozenset[str] = frozenset()) -> list[str]:
+    """The words of ``text`` that carry its meaning, in order: folded as the index folds them
+    (irregular forms, unsegmented runs as bigrams), stop words and ``drop`` left out, stemmed."""
+    return [stem(w) for w in words(fold(text)) if w not in STOP_WORDS and w not in drop]
+
+
+def content_terms(text: str) -> frozenset[str]:
+    """``content_words`` as a set: what two texts are compared by."""
+    return frozenset(content_words(text))
 
 
 _MONTHS = {

@@ -29,16 +29,16 @@ import hashlib
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
+from holon.clock import utc
 from holon.errors import HolonError, NotFoundError, UsageError
 from holon.ledger import NewEvent
 from holon.ledger.events import Authority, MemoryWritten
 from holon.logs import get_logger
 from holon.memory import files as f
 from holon.memory.files import MemoryFile, Op
-from holon.memory.markdown import headings, split_lines
+from holon.memory.markdown import heading_key, headings, split_lines
 from holon.projections import Store
 from holon.projections.state import AgentState
 
@@ -162,7 +162,7 @@ def _adopt(store: Store, agent: AgentState, file: MemoryFile, current: bytes | N
 
 
 def _stamp(store: Store, agent: AgentState, origin: str, turn_id: str | None) -> str:
-    when = datetime.fromtimestamp(store.ledger.clock.now_us() / 1_000_000, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+    when = utc(store.ledger.clock.now_us()).strftime("%Y-%m-%d %H:%M UTC")
     source = agent.name if origin.startswith("agent:") else origin
     return f"{when} · {source}" + (f" · turn {turn_id}" if turn_id else "")
 
@@ -179,11 +179,11 @@ def _replace_section(current: str, heading: str, text: str) -> str:
     The heading line stays; the old body and subsections go. A missing section is added as a
     ``##`` section before the first dated entry, so state stays above the log.
     """
-    want = " ".join(heading.lstrip("#").split()).casefold()
+    want = heading_key(heading)
     body = text.strip("\n")
     lines = split_lines(current)
     first = body.split("\n", 1)[0]
-    if first.startswith("#") and " ".join(first.lstrip("#").split()).casefold() == want:
+    if first.startswith("#") and heading_key(first) == want:
         body = body.split("\n", 1)[1].strip("\n") if "\n" in body else ""
     match = next((h for h in headings(current) if " ".join(h.text.split()).casefold() == want), None)
     if match is not None:
@@ -372,7 +372,7 @@ async def _summary_body(text: str, summarize: Summarize | None, archive_at: int)
 
 
 def _archive_path(store: Store, file: MemoryFile) -> str:
-    stamp = datetime.fromtimestamp(store.ledger.clock.now_us() / 1_000_000, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc(store.ledger.clock.now_us()).strftime("%Y%m%dT%H%M%SZ")
     stem = file.path.rsplit("/", 1)[-1].removesuffix(".md")
     base = f"{f.ARCHIVE_DIR}/{stem}-{stamp}"
     candidate, n = f"{base}.md", 2
@@ -403,7 +403,7 @@ async def archive_file(
         (file.root / archive).parent.mkdir(parents=True, exist_ok=True)
         f.atomic_write(file.root / archive, data)
         ref = f"file:{file.scope}/{archive}"
-        when = datetime.fromtimestamp(store.ledger.clock.now_us() / 1_000_000, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+        when = utc(store.ledger.clock.now_us()).strftime("%Y-%m-%d %H:%M UTC")
         note = (
             f"> Archived {when}: this file reached {len(data):,} bytes. Its full text is in {ref} "
             f"(read it with memory_get); kept here: {how}."

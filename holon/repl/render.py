@@ -10,7 +10,6 @@ The rest are tables and summaries for the slash commands.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import threading
 import time
@@ -23,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from holon.api.models import EventOut
+from holon.clock import format_us
 from holon.projections.state import AgentState
 from holon.runtime.status import describe
 
@@ -65,7 +65,7 @@ def short(text: str, width: int) -> str:
 def _when(us: int | None) -> str:
     if not us:
         return ""
-    return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return format_us(us)[:19].replace("T", " ")
 
 
 def brief_line(console: Console, agent: str, payload: Mapping[str, Any]) -> None:

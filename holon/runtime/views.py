@@ -10,7 +10,7 @@ from holon.ledger import events as ev
 from holon.ledger.events import MemoryScope
 from holon.memory.access import search_memory
 from holon.memory.files import Op, locate
-from holon.memory.get import DEFAULT_MAX_CHARS, MemoryRead, memory_get
+from holon.memory.get import MemoryGetRequest, MemoryRead, memory_get
 from holon.memory.search import SearchResult
 from holon.memory.writes import Summarize, WriteResult, check_write, write_memory
 from holon.projections import Store
@@ -76,30 +76,8 @@ class AgentMemory:
         self._turn_id = turn_id
         self._summarize = summarize
 
-    def get(
-        self,
-        ref: str,
-        *,
-        mode: str | None = None,
-        heading: str | None = None,
-        start: int | None = None,
-        end: int | None = None,
-        lines: int | None = None,
-        expand: bool = False,
-        max_chars: int = DEFAULT_MAX_CHARS,
-    ) -> MemoryRead:
-        return memory_get(
-            self._store,
-            self.agent,
-            ref,
-            mode=mode,
-            heading=heading,
-            start=start,
-            end=end,
-            lines=lines,
-            expand=expand,
-            max_chars=max_chars,
-        )
+    def get(self, request: MemoryGetRequest) -> MemoryRead:
+        return memory_get(self._store, self.agent, request)
 
     def propose_operator_write(
         self, path: str | None, op: Op, text: str, *, heading: str | None = None

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from holon import __version__
+from holon.clock import format_us
 from holon.errors import HolonError
 from holon.trace.spans import SCHEMA_VERSION, Span, flat_messages
 
@@ -47,7 +47,7 @@ class ExportError(HolonError):
 def nano_time(ns: int) -> str:
     """Fixed-width UTC with nanoseconds: ``2026-11-24T15:53:10.123456789Z``."""
     seconds, frac = divmod(ns, 1_000_000_000)
-    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+    return format_us(seconds * 1_000_000)[:19] + f".{frac:09d}Z"
 
 
 def halo_line(span: Span, *, service: str = "holon") -> dict[str, Any]:

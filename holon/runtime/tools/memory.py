@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from holon.clock import parse_us
-from holon.errors import HolonError
+from holon.clock import parse_iso
+from holon.errors import HolonError, UsageError
 from holon.ledger.events import MemoryScope
 from holon.memory.files import SCOPES, is_background, permissions
-from holon.memory.get import DEFAULT_MAX_CHARS, LARGE_READ_CHARS
+from holon.memory.get import DEFAULT_MAX_CHARS, LARGE_READ_CHARS, MemoryGetRequest
 from holon.memory.markdown import Mode
 from holon.memory.refs import MAX_REF_CHARS
 from holon.memory.search import KINDS, SearchResult
@@ -97,28 +97,17 @@ def _memory(ctx: ToolContext) -> AgentMemory:
 
 async def memory_get(ctx: ToolContext, p: GetParams) -> str:
     try:
-        read = _memory(ctx).get(
-            p.ref,
-            mode=p.mode,
-            heading=p.heading,
-            start=p.start,
-            end=p.end,
-            lines=p.lines,
-            expand=p.expand,
-            max_chars=p.max_chars,
-        )
+        read = _memory(ctx).get(MemoryGetRequest(**p.model_dump()))
     except HolonError as e:
         raise ToolRetry(str(e)) from e
     return read.render()
 
 
 def _time(value: str | None, name: str) -> int | None:
-    if value is None:
-        return None
     try:
-        return parse_us(value)
-    except ValueError as e:
-        raise ToolRetry(f"'{name}' is not an ISO 8601 time: {value[:40]!r}") from e
+        return parse_iso(value, field=f"'{name}'", shown=40)
+    except UsageError as e:
+        raise ToolRetry(str(e)) from e
 
 
 async def memory_search(ctx: ToolContext, p: SearchParams) -> str:

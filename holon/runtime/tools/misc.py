@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from holon.clock import parse_us
+from holon.clock import parse_iso
+from holon.errors import UsageError
 from holon.ids import new_id
 from holon.ledger import events as ev
 from holon.runtime.tools.base import Tool, ToolContext, ToolOutput, ToolParams, ToolRetry
@@ -84,9 +85,9 @@ async def wait(ctx: ToolContext, p: WaitParams) -> ToolOutput:
 async def sleep(ctx: ToolContext, p: SleepParams) -> ToolOutput:
     if p.until is not None:
         try:
-            at = parse_us(p.until)
-        except ValueError as e:
-            raise ToolRetry(f"'until' is not an ISO 8601 time: {p.until!r}") from e
+            at = parse_iso(p.until, field="'until'")
+        except UsageError as e:
+            raise ToolRetry(str(e)) from e
         seconds = (at - ctx.clock.now_us()) / 1_000_000
         if seconds <= 0:
             raise ToolRetry(f"{p.until} is in the past")
