@@ -29,6 +29,7 @@ __all__ = [
     "LargeText",
     "Payload",
     "PayloadBase",
+    "tags_of",
 ]
 
 #: How much authority the cause of an event carries. Only ``operator`` may instruct an agent;
@@ -678,3 +679,8 @@ def _catalog() -> dict[str, type[Payload]]:
 
 #: Event type tag -> payload model, derived from ``Payload``.
 PAYLOAD_TYPES: dict[str, type[Payload]] = _catalog()
+
+
+def tags_of(union: object) -> frozenset[str]:
+    """The type tags of a union of payload models (``tags_of(TaskCreated | TaskResulted)``)."""
+    return frozenset(cls.model_fields["type"].default for cls in typing.get_args(union) or (union,))

@@ -143,8 +143,9 @@ def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str,
     p = event.payload
     now = s.thread or f"conv:{event.seq}"
     moving = isinstance(p, ev.WorkItemPicked) or (isinstance(p, ev.WorkItemOpened) and p.activate)
-    if moving and p.work_item_id is not None:  # type: ignore[union-attr]
-        return p.work_item_id, "work_switched"  # type: ignore[union-attr]
+    target = p.work_item_id if moving and isinstance(p, ev.WorkItemPicked | ev.WorkItemOpened) else None
+    if target is not None:
+        return target, "work_switched"
     if isinstance(p, ev.TurnStarted):
         if event.work_item_id is not None:
             return event.work_item_id, "work_switched"
@@ -250,6 +251,8 @@ def _content(events: Sequence[Event]) -> dict[str, Any]:
                 decisions.append(_short(p.text, 200))
             case ev.FollowUpChanged() if p.op == "add" and p.text:
                 follow_ups.append(_short(p.text, 200))
+            case _:
+                pass  # a summary, not a fold: any other event (or case) adds nothing to it
     return {
         "excerpts": excerpts,
         "commands": list(commands.values())[-_KEEP:],

@@ -6,6 +6,7 @@ commit together) and reads projections through SQLModel sessions on the same dat
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ from sqlmodel import col, select
 
 from holon.clock import Clock, SystemClock
 from holon.config import HomePaths, Settings
-from holon.errors import NotFoundError
+from holon.errors import LedgerError, NotFoundError
 from holon.ledger import Database, Event, Ledger, NewEvent
 from holon.ledger.anchor import Anchor
 from holon.ledger.damage import translate
@@ -145,7 +146,10 @@ class Store:
         try:
             raw = self.ledger.db.engine.raw_connection()
             try:
-                return replay(raw.driver_connection, progress=progress)
+                conn = raw.driver_connection
+                if not isinstance(conn, sqlite3.Connection):  # the pool gave back a detached connection
+                    raise LedgerError(f"replay: no open SQLite connection to {self.ledger.db.path}")
+                return replay(conn, progress=progress)
             finally:
                 raw.close()
         except Exception as e:  # a damaged file: one line naming it (exit 5), never a traceback
