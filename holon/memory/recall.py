@@ -28,7 +28,7 @@ from holon.memory.access import owners_for
 from holon.memory.index import durable_matches
 from holon.memory.text import STOP_WORDS, fold, stem, words
 from holon.projections import Store
-from holon.projections.durable import DurableState, ProposalState, is_stale
+from holon.projections.durable import DurableState, is_stale
 from holon.projections.state import AgentState
 
 __all__ = ["Recall", "RecallLimits", "Recalled", "content_terms", "freshness_note", "recall"]
@@ -177,9 +177,7 @@ def _select(
 def _pending(store: Store, agent: AgentState, q: set[str], now_us: int, n: int) -> list[Recalled]:
     if n <= 0:
         return []
-    mine = [
-        p for p in store.rows("proposal", agent_id=agent.agent_id, status="pending") if isinstance(p, ProposalState)
-    ]
+    mine = store.proposals(agent_id=agent.agent_id, status="pending")
     scored = []
     for p in mine:
         if p.entry is None:
