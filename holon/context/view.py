@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,7 +206,7 @@ def gather(
     inputs: list[int],
     started_seq: int,
     tools: list[dict[str, Any]] | tuple[dict[str, Any], ...],
-    current: list[Event] = (),  # type: ignore[assignment]
+    current: Sequence[Event] = (),
 ) -> TurnView:
     """Read what a turn of ``agent_id`` (started at ``started_seq``) may show the model."""
     agent = store.agent(agent_id)
