@@ -7,7 +7,7 @@ commit together) and reads projections through SQLModel sessions on the same dat
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlmodel import col, select
@@ -176,6 +176,15 @@ class Store:
 
     def durable_entries(self, *, agent_id: str | None = None, status: str | None = None) -> list[DurableState]:
         return self._all("durable", DurableState, agent_id, status)
+
+    def active_durable_entries(self, owners: Sequence[str]) -> list[DurableState]:
+        """Active durable entries whose owner is one of ``owners``, in storage order."""
+        marks = ", ".join("?" for _ in owners)
+        rows = self.ledger.query(
+            f"SELECT state FROM projection_rows WHERE kind = 'durable' AND status = 'active' AND label IN ({marks})",
+            list(owners),
+        )
+        return [DurableState.model_validate_json(r[0]) for r in rows]
 
     def proposal(self, proposal_id: str) -> ProposalState | None:
         return self._one("proposal", ProposalState, proposal_id)

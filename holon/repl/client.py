@@ -301,7 +301,7 @@ class ApiClient:
                             cursor = int(event["seq"])
                             yield "event", event
                         elif kind in ("delta", "model"):
-                            yield kind, json.loads(data)  # type: ignore[misc]
+                            yield kind, json.loads(data)
             except httpx.TransportError as e:
                 failures += 1
                 if failures > retries:
