@@ -37,6 +37,8 @@ from holon.projections.state import Draft, EpisodeDrafts, KeyPoint, WorkItemStat
 __all__ = [
     "CONTENT_TYPES",
     "EPISODE_TYPES",
+    "EpisodeContentEvent",
+    "EpisodeEvent",
     "IDLE_GAP_US",
     "KEY_POINTS",
     "TURN_CAP",
@@ -71,34 +73,30 @@ _TOPIC = re.compile(
 #: Content the sealed episode reads from its range. The reducer only looks at these to open a
 #: draft when none is open, so the next episode starts right after a boundary that ended one
 #: (work done after a completion or a wait is not left out of every episode).
-_CONTENT_TYPES = frozenset(
-    {
-        "tool.called",
-        "tool.resulted",
-        "task.created",
-        "task.resulted",
-        "file.touched",
-        "decision.recorded",
-        "follow_up.changed",
-    }
+EpisodeContentEvent = (
+    ev.ToolCalled
+    | ev.ToolResulted
+    | ev.TaskCreated
+    | ev.TaskResulted
+    | ev.FileTouched
+    | ev.DecisionRecorded
+    | ev.FollowUpChanged
 )
+_CONTENT_TYPES = ev.tags_of(EpisodeContentEvent)
 
-#: Event types the draft reducer looks at (everything else is read from the range when sealing).
-EPISODE_TYPES = (
-    frozenset(
-        {
-            "message.received",
-            "turn.started",
-            "turn.settled",
-            "work_item.opened",
-            "work_item.picked",
-            "work_item.completed",
-            "wait.registered",
-            "episode.sealed",
-        }
-    )
-    | _CONTENT_TYPES
+#: The events the draft reducer looks at (everything else is read from the range when sealing).
+EpisodeEvent = (
+    ev.MessageReceived
+    | ev.TurnStarted
+    | ev.TurnSettled
+    | ev.WorkItemOpened
+    | ev.WorkItemPicked
+    | ev.WorkItemCompleted
+    | ev.WaitRegistered
+    | ev.EpisodeSealed
+    | EpisodeContentEvent
 )
+EPISODE_TYPES = ev.tags_of(EpisodeEvent)
 
 
 #: Event types an episode's content is read from when it is sealed.
@@ -162,6 +160,8 @@ def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str,
 
 def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDrafts | None:
     p = event.payload
+    if not isinstance(p, EpisodeEvent):
+        return state
     s = state if state is not None else EpisodeDrafts(agent_id=event.agent_id)
     if isinstance(p, ev.EpisodeSealed):
         ready = [d for d in s.ready if d.seq_start != p.seq_start]
