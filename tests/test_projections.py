@@ -421,26 +421,34 @@ def test_timers(alice: Store) -> None:
         ev.TimerScheduled(timer_id="every", kind="interval", spec="60", next_fire_us=10),
     )
     put(alice, ev.TimerFired(timer_id="once", scheduled_for_us=5, next_fire_us=99))
-    once = alice.state("timer", "once")
+    once = alice.timer("once")
     assert once is not None
-    assert (once.status, once.next_fire_us, once.fired) == ("done", None, 1)  # type: ignore[attr-defined]
+    assert (once.status, once.next_fire_us, once.fired) == ("done", None, 1)
     put(alice, ev.TimerFired(timer_id="every", scheduled_for_us=10, missed=2, next_fire_us=70))
-    every = alice.state("timer", "every")
-    assert (every.status, every.next_fire_us, every.fired, every.missed) == ("scheduled", 70, 1, 2)  # type: ignore[union-attr]
+    every = alice.timer("every")
+    assert every is not None
+    assert (every.status, every.next_fire_us, every.fired, every.missed) == ("scheduled", 70, 1, 2)
     put(alice, ev.TimerCancelled(timer_id="every"), ev.TimerFired(timer_id="ghost", scheduled_for_us=1))
-    every = alice.state("timer", "every")
-    assert (every.status, every.next_fire_us) == ("cancelled", None)  # type: ignore[union-attr]
-    assert alice.state("timer", "ghost") is None
+    every = alice.timer("every")
+    assert every is not None
+    assert (every.status, every.next_fire_us) == ("cancelled", None)
+    assert alice.timer("ghost") is None
+    assert [t.timer_id for t in alice.timers(agent_id=A, status="scheduled")] == []
+    assert alice.timers(agent_id=A) == alice.rows("timer", agent_id=A)  # the untyped fallback agrees
     assert alice.replay().ok
 
 
 def test_tasks(alice: Store) -> None:
     put(alice, ev.TaskCreated(task_id="tk", title="build", spec={"cmd": "make"}))
     put(alice, ev.TaskStateChanged(task_id="tk", state="running", detail="pid 42"))
-    assert [t.task_id for t in alice.rows("task", status="running")] == ["tk"]
+    assert [t.task_id for t in alice.tasks(status="running")] == ["tk"]
     put(alice, ev.TaskResulted(task_id="tk", state="failed", output="boom", exit_code=2))
-    task = alice.state("task", "tk")
-    assert (task.state, task.output, task.exit_code) == ("failed", "boom", 2)  # type: ignore[union-attr]
+    task = alice.task("tk")
+    assert task is not None
+    assert (task.state, task.output, task.exit_code) == ("failed", "boom", 2)
+    assert task == alice.state("task", "tk")
+    assert alice.counts(A) == {"work_item": 0, "task": 1, "wait": 0, "timer": 0}
+    assert alice.keys_starting("task", "t", limit=2) == ["tk"] and alice.keys_starting("task", "x", limit=2) == []
     assert alice.replay().ok
 
 

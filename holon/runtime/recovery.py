@@ -104,7 +104,7 @@ def settle_unfinished_turn(
         )
     why = reason or f"holon stopped {phase}"
     rejected = list(agent.current_inputs) if not requeue and outcome == "failed" else []
-    settled: list[ev.PayloadBase] = [
+    settled: list[ev.Payload] = [
         ev.TurnSettled(turn_id=turn_id, outcome=outcome, reason=why, requeue=requeue, rejected=rejected)
     ]
     if rejected:

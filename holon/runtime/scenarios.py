@@ -151,7 +151,7 @@ class _Driver:
 
     def add(
         self,
-        *payloads: ev.PayloadBase,
+        *payloads: ev.Payload,
         authority: ev.Authority = "runtime",
         origin: str = "runtime:scenario",
         **env: Any,
