@@ -194,7 +194,7 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
         up["last_us"] = event.ts_us
     if isinstance(p, ev.TurnSettled):
         up["turns"] = d.turns + 1
-    work_item = getattr(p, "work_item_id", None) if isinstance(p, ev.WorkItemOpened | ev.WorkItemPicked) else None
+    work_item = p.work_item_id if isinstance(p, ev.WorkItemOpened | ev.WorkItemPicked) else None
     if isinstance(p, ev.TurnStarted) and event.work_item_id is not None:
         work_item = event.work_item_id
     if work_item is not None:

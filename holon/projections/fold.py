@@ -112,7 +112,7 @@ def _by_field(field: str) -> Callable[[Event], str | None]:
 def _entry_and_superseded(e: Event) -> list[str]:
     p = e.payload
     assert isinstance(p, DurableEvent)  # routed by _READS["durable"]
-    return [p.entry_id, *getattr(p, "supersedes", ())]
+    return [p.entry_id, *p.supersedes] if isinstance(p, ev.DurableRecorded) else [p.entry_id]
 
 
 _KeyOf = Callable[[Event], "str | list[str] | None"]
@@ -185,19 +185,19 @@ def state_json(state: State) -> str:
 
 def row_columns(kind: str, state: State) -> tuple[str, str | None, str | None]:
     """(agent_id, status, label) columns of a projection row, for indexed queries."""
-    s: Any = state  # every state model has agent_id; the rest depends on the kind
-    match kind:
-        case "agent":
-            return s.agent_id, s.status, s.name
-        case "work_item" | "wait" | "timer":
-            return s.agent_id, s.status, None
-        case "task":
-            return s.agent_id, s.state, None
-        case "durable":
-            return s.agent_id, s.status, s.entry.owner
-        case "proposal":
-            return s.agent_id, s.status, None
-    return s.agent_id, None, None
+    assert isinstance(state, KINDS[kind].model), (kind, type(state).__name__)
+    match state:
+        case AgentState():
+            return state.agent_id, state.status, state.name
+        case WorkItemState() | WaitProjection() | TimerProjection() | ProposalState():
+            return state.agent_id, state.status, None
+        case TaskProjection():
+            return state.agent_id, state.state, None
+        case DurableState():
+            return state.agent_id, state.status, state.entry.owner
+        case WorkingMemory() | WorkingMemoryBaseline() | EpisodeDrafts():
+            return state.agent_id, None, None
+    raise TypeError(f"no projection kind folds into {type(state).__name__}")  # State is open: not a closed union
 
 
 def working_memory_view(wm: WorkingMemory | None, item: WorkItemState | None) -> dict[str, Any]:
