@@ -50,7 +50,7 @@ from holon.evolve.model_extract import Extraction
 from holon.evolve.render import render_for_sharers, write_skill_draft
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
-from holon.ledger.events import DurableEntry
+from holon.ledger.events import DurableEntry, SkillDraft
 from holon.logs import get_logger
 from holon.memory.access import owner_of
 from holon.memory.files import is_background
@@ -270,7 +270,7 @@ def _propose(
     report.proposed += 1
 
 
-def _skill_for(store: Store, agent: AgentState, owner: str, subject: str, text: str, evidence: list[int]):  # type: ignore[no-untyped-def]
+def _skill_for(store: Store, agent: AgentState, owner: str, subject: str, text: str, evidence: list[int]) -> SkillDraft | None:
     """A skill draft when the same commands already completed another work item, else ``None``."""
     commands = procedure_commands(text)
     if not commands:
