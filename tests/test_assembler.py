@@ -45,7 +45,7 @@ def pinned_minimum(sections: list[Section]) -> int:
 
 def levels(a: Assembly) -> dict[str, int]:
     """Section key -> full (0), compact (1), omitted (2)."""
-    return {m["key"]: LEVEL[m["representation"]] for m in a.manifest["sections"]}
+    return {m["key"]: LEVEL[m["representation"]] for m in a.manifest.to_json()["sections"]}
 
 
 def indexes(a: Assembly, sections: list[Section]) -> dict[str, int]:
@@ -53,7 +53,7 @@ def indexes(a: Assembly, sections: list[Section]) -> dict[str, int]:
     decrease strictly along a section's renderings, so the allocated tokens name the rendering."""
     by_key = {s.key: s for s in sections}
     out = {}
-    for m in a.manifest["sections"]:
+    for m in a.manifest.to_json()["sections"]:
         s = by_key[m["key"]]
         if m["representation"] == "omitted":
             out[s.key] = len(s.renderings)
@@ -127,7 +127,7 @@ def test_fits_the_budget_or_refuses_only_when_the_pinned_minimum_cannot_fit(sect
         assert str(minimum) in str(e) and str(limit) in str(e)
         return
     assert minimum <= limit
-    manifest = a.manifest
+    manifest = a.manifest.to_json()
     allocated = sum(m["allocated_tokens"] for m in manifest["sections"])
     assert a.used_tokens == manifest["used_tokens"] == allocated
     assert a.used_tokens <= limit == manifest["budget"]["limit"]
@@ -420,7 +420,24 @@ def layout_sections() -> list[Section]:
 
 
 def manifest_of(a: Assembly) -> dict[str, dict[str, Any]]:
-    return {m["key"]: m for m in a.manifest["sections"]}
+    return {m["key"]: m for m in a.manifest.to_json()["sections"]}
+
+
+def test_recorded_manifest_layout_is_stable() -> None:
+    """``context.assembled`` stores ``Manifest.to_json()``: its layout is ledger data."""
+    from holon.ledger.codec import canonical_json
+
+    a = assemble(layout_sections(), budget_for(10_000))
+    recorded = a.manifest.to_json()
+    assert sorted(recorded) == ["budget", "digest", "sections", "used_tokens"]
+    assert sorted(recorded["budget"]) == ["context_window", "limit", "output_reserve"]
+    assert recorded["digest"] == a.digest and recorded["used_tokens"] == a.used_tokens
+    section_keys = ["allocated_tokens", "excluded", "key", "reason", "refs_included", "refs_omitted"]
+    section_keys += ["representation", "requested_tokens", "tier"]
+    for s in recorded["sections"]:
+        assert sorted(s) == section_keys
+        assert isinstance(s["refs_included"], list) and isinstance(s["refs_omitted"], list)
+    assert canonical_json(recorded) == canonical_json(a.manifest.to_json())  # a pure function of the manifest
 
 
 def test_layout_stable_prefix_then_context_then_history_input_rounds() -> None:
@@ -500,7 +517,7 @@ def test_degraded_layout_uses_the_chosen_renderings_and_records_refs() -> None:
         msg("user", "the input"),
         msg("assistant", "round one"),
     ]
-    assert a.used_tokens == full - 73 - 20 <= a.manifest["budget"]["limit"]
+    assert a.used_tokens == full - 73 - 20 <= a.manifest.to_json()["budget"]["limit"]
 
 
 def test_no_system_message_without_system_text_and_no_context_message_without_context() -> None:

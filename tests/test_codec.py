@@ -218,3 +218,13 @@ def test_ledger_reads_old_rows_through_upcasters(tmp_path: Path, monkeypatch: py
     assert new.version == 2
     assert ledger.get(new.seq).payload == ev.MessageReceived(text="v2")
     ledger.close()
+
+
+def test_catalog_is_derived_from_the_union() -> None:
+    """``Payload`` is the one list of event types: every payload model is in it, once, under its tag."""
+    assert set(PAYLOAD_TYPES.values()) == set(ev.PayloadBase.__subclasses__())
+    for tag, model in PAYLOAD_TYPES.items():
+        assert model.model_fields["type"].default == tag
+    assert ev.tags_of(ev.TaskCreated | ev.TaskResulted) == {"task.created", "task.resulted"}
+    assert ev.tags_of(ev.TimerFired) == {"timer.fired"}
+

@@ -415,7 +415,7 @@ def test_the_prompt_shows_the_scoped_files_with_sizes_and_outlines_long_ones(
     log_size = next(h.size for h in markdown.headings(long_text) if h.text == "Log")
     assert f"## Log ({log_size:,} chars)" in prefix and '"ref": "file:agent/self.md", "mode": "headers"' in prefix
     assert "## Conventions\n- tabs" in prefix and "# Memory file file:operator/operator.md" in prefix
-    refs = {r for s in assembly.manifest["sections"] for r in s["refs_included"]}
+    refs = {r for s in assembly.manifest.to_json()["sections"] for r in s["refs_included"]}
     assert {"file:agent/self.md", "file:operator/operator.md", "file:workspace/memory.md"} <= refs
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers.factories import agent_created, as_events, make_event
+from helpers.strategies import payloads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,10 +19,11 @@ from holon.config import LedgerSettings, Settings, resolve_home
 from holon.errors import ConflictError
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
+from holon.ledger.events import PAYLOAD_TYPES
 from holon.projections import KINDS, Store, derive, fold, fold_event, working_memory_view
 from holon.projections import projector as projector_module
 from holon.projections import store as store_module
-from holon.projections.fold import Key, RangeReader, row_columns, state_json
+from holon.projections.fold import _READS, Key, RangeReader, row_columns, state_json
 from holon.projections.state import State, WorkingMemory, WorkItemState
 
 # --- random plausible histories ----------------------------------------------------------------
@@ -421,26 +423,34 @@ def test_timers(alice: Store) -> None:
         ev.TimerScheduled(timer_id="every", kind="interval", spec="60", next_fire_us=10),
     )
     put(alice, ev.TimerFired(timer_id="once", scheduled_for_us=5, next_fire_us=99))
-    once = alice.state("timer", "once")
+    once = alice.timer("once")
     assert once is not None
-    assert (once.status, once.next_fire_us, once.fired) == ("done", None, 1)  # type: ignore[attr-defined]
+    assert (once.status, once.next_fire_us, once.fired) == ("done", None, 1)
     put(alice, ev.TimerFired(timer_id="every", scheduled_for_us=10, missed=2, next_fire_us=70))
-    every = alice.state("timer", "every")
-    assert (every.status, every.next_fire_us, every.fired, every.missed) == ("scheduled", 70, 1, 2)  # type: ignore[union-attr]
+    every = alice.timer("every")
+    assert every is not None
+    assert (every.status, every.next_fire_us, every.fired, every.missed) == ("scheduled", 70, 1, 2)
     put(alice, ev.TimerCancelled(timer_id="every"), ev.TimerFired(timer_id="ghost", scheduled_for_us=1))
-    every = alice.state("timer", "every")
-    assert (every.status, every.next_fire_us) == ("cancelled", None)  # type: ignore[union-attr]
-    assert alice.state("timer", "ghost") is None
+    every = alice.timer("every")
+    assert every is not None
+    assert (every.status, every.next_fire_us) == ("cancelled", None)
+    assert alice.timer("ghost") is None
+    assert [t.timer_id for t in alice.timers(agent_id=A, status="scheduled")] == []
+    assert alice.timers(agent_id=A) == alice.rows("timer", agent_id=A)  # the untyped fallback agrees
     assert alice.replay().ok
 
 
 def test_tasks(alice: Store) -> None:
     put(alice, ev.TaskCreated(task_id="tk", title="build", spec={"cmd": "make"}))
     put(alice, ev.TaskStateChanged(task_id="tk", state="running", detail="pid 42"))
-    assert [t.task_id for t in alice.rows("task", status="running")] == ["tk"]
+    assert [t.task_id for t in alice.tasks(status="running")] == ["tk"]
     put(alice, ev.TaskResulted(task_id="tk", state="failed", output="boom", exit_code=2))
-    task = alice.state("task", "tk")
-    assert (task.state, task.output, task.exit_code) == ("failed", "boom", 2)  # type: ignore[union-attr]
+    task = alice.task("tk")
+    assert task is not None
+    assert (task.state, task.output, task.exit_code) == ("failed", "boom", 2)
+    assert task == alice.state("task", "tk")
+    assert alice.counts(A) == {"work_item": 0, "task": 1, "wait": 0, "timer": 0}
+    assert alice.keys_starting("task", "t", limit=2) == ["tk"] and alice.keys_starting("task", "x", limit=2) == []
     assert alice.replay().ok
 
 
@@ -659,3 +669,30 @@ def test_inbox_takes_inputs_and_requeues_interrupted_or_failed_turns(alice: Stor
     agent = alice.agent("alice")
     assert (agent.pending_inputs, agent.resume_from_seq, agent.tokens_total) == ([], None, 7)
     assert alice.replay().ok
+
+
+# --- reducers are total over every event type --------------------------------------------------
+
+_SEED = as_events(
+    [
+        agent_created(A, "alice"),
+        make_event(A, ev.WorkItemOpened(work_item_id="wi", title="t")),
+        make_event(A, ev.TaskCreated(task_id="tk", title="build")),
+        make_event(A, ev.WaitRegistered(wait_id="w", on="operator", recheck_at_us=5)),
+        make_event(A, ev.TimerScheduled(timer_id="tm", kind="once", spec="x", next_fire_us=5)),
+    ]
+)
+_SEEDED = fold({}, _SEED)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_reducers_are_total_and_ignore_events_they_do_not_read(data: st.DataObject) -> None:
+    tag = data.draw(st.sampled_from(sorted(PAYLOAD_TYPES)), label="type")
+    payload = data.draw(payloads(PAYLOAD_TYPES[tag]), label="payload")
+    [event] = as_events([make_event(A, payload)], start_seq=100)
+    for (kind, key), state in [*_SEEDED.items(), *(((k, "x"), None) for k in KINDS)]:
+        reducer = KINDS[kind].reducer
+        after = reducer(state, event, key) if KINDS[kind].keyed else reducer(state, event)
+        if tag not in _READS[kind] and state is not None:
+            assert after is state, (kind, tag)

@@ -45,7 +45,7 @@ def sections_of(view: TurnView, counter: TokenCounter) -> list[Section]:
 
 
 def manifest(a: Assembly) -> dict[str, dict[str, Any]]:
-    return {m["key"]: m for m in a.manifest["sections"]}
+    return {m["key"]: m for m in a.manifest.to_json()["sections"]}
 
 
 def input_message(a: Assembly) -> dict[str, Any]:
@@ -90,7 +90,7 @@ def test_the_input_is_present_at_every_budget_even_when_everything_else_is_out(c
     text = render_inputs(view.inputs)
     for a in sweep(sections):
         assert input_message(a)["content"] == text
-        assert a.used_tokens <= a.manifest["budget"]["limit"]
+        assert a.used_tokens <= a.manifest.to_json()["budget"]["limit"]
     tight = assemble(sections, budget_for(minimum(sections)))
     m = manifest(tight)
     for s in sections:
@@ -126,7 +126,7 @@ def test_a_huge_input_is_shortened_but_kept_when_the_budget_is_tight(counter) ->
         content = input_message(a)["content"]
         seen.add("ref" if content == referenced else "short" if content == shortened else "full")
         if content == referenced:
-            assert all(x["representation"] == "omitted" for x in a.manifest["sections"] if x["key"] not in pinned)
+            assert all(x["representation"] == "omitted" for x in a.manifest.to_json()["sections"] if x["key"] not in pinned)
     assert seen == {"ref", "short", "full"}
 
 
@@ -312,7 +312,7 @@ def test_older_rounds_are_recapped_and_the_latest_stays_exact(counter) -> None:
     assemblies = sweep(sections)
     for a in assemblies:
         assert tool_sequence_errors(a.messages) == [], a.manifest
-        assert a.used_tokens <= a.manifest["budget"]["limit"]
+        assert a.used_tokens <= a.manifest.to_json()["budget"]["limit"]
         latest = rounds[-1]
         # The latest round is exact: its calls, then one tool message per call, last in the prompt.
         tail = a.messages[-(1 + len(latest.calls)) :]
@@ -398,7 +398,7 @@ def test_budget_accounting_never_undercounts_the_request(counter) -> None:
     view = rich_view(rounds=tuple(round_view(i, n_calls=2, output_chars=1_500) for i in range(3)))
     for a in sweep(sections_of(view, counter), steps=25):
         actual = sum(counter.message(m) for m in a.messages) + counter.tools(a.tools)
-        assert actual <= a.used_tokens <= a.manifest["budget"]["limit"]
+        assert actual <= a.used_tokens <= a.manifest.to_json()["budget"]["limit"]
 
 
 @pytest.mark.parametrize(

@@ -79,7 +79,7 @@ def agent_router(port: DaemonPort) -> APIRouter:
     @r.get("/{agent}", response_model=AgentDetail)
     async def show(agent: str) -> AgentDetail:
         a = find(agent)
-        counts = {kind: len(store.rows(kind, agent_id=a.agent_id)) for kind in ("work_item", "task", "wait", "timer")}
+        counts = store.counts(a.agent_id)
         status = status_entry(port.agent_status(a), model=model_label(a, store.settings.model.model))
         return AgentDetail(agent=a, status=status, working_memory=store.working_memory(a.agent_id), counts=counts)
 
@@ -132,20 +132,20 @@ def agent_router(port: DaemonPort) -> APIRouter:
         return store.working_memory(find(agent).agent_id)
 
     @r.get("/{agent}/work-items", response_model=list[WorkItemState])
-    async def work_items(agent: str, status: StatusQ = None) -> list[Any]:
-        return store.rows("work_item", agent_id=find(agent).agent_id, status=status)
+    async def work_items(agent: str, status: StatusQ = None) -> list[WorkItemState]:
+        return store.work_items(agent_id=find(agent).agent_id, status=status)
 
     @r.get("/{agent}/tasks", response_model=list[TaskProjection])
-    async def tasks(agent: str, status: StatusQ = None) -> list[Any]:
-        return store.rows("task", agent_id=find(agent).agent_id, status=status)
+    async def tasks(agent: str, status: StatusQ = None) -> list[TaskProjection]:
+        return store.tasks(agent_id=find(agent).agent_id, status=status)
 
     @r.get("/{agent}/waits", response_model=list[WaitProjection])
-    async def waits(agent: str, status: StatusQ = None) -> list[Any]:
-        return store.rows("wait", agent_id=find(agent).agent_id, status=status)
+    async def waits(agent: str, status: StatusQ = None) -> list[WaitProjection]:
+        return store.waits(agent_id=find(agent).agent_id, status=status)
 
     @r.get("/{agent}/timers", response_model=list[TimerProjection])
-    async def timers(agent: str, status: StatusQ = None) -> list[Any]:
-        return store.rows("timer", agent_id=find(agent).agent_id, status=status)
+    async def timers(agent: str, status: StatusQ = None) -> list[TimerProjection]:
+        return store.timers(agent_id=find(agent).agent_id, status=status)
 
     @r.post("/{agent}/timers", status_code=201, response_model=TimerProjection)
     async def add_timer(agent: str, body: AddTimer) -> TimerProjection:

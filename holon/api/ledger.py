@@ -30,7 +30,7 @@ NOT_FOUND = "Not Found"
 
 def event_json(event: Event) -> dict[str, Any]:
     """An event as ``holon ledger tail --json`` prints it."""
-    return json.loads(canonical_event(event))  # type: ignore[no-any-return]
+    return json.loads(canonical_event(event))
 
 
 MAX_TYPES = 32

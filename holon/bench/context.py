@@ -125,8 +125,8 @@ def _stability(store: Store, window: int, turns: int = 200) -> float:
             budget,
         )
         prefixes.append((a.stable_prefix, repr(a.tools)))
-        turn = store.state("agent", agent.agent_id)
-        turn_id = getattr(turn, "current_turn_id", None) or "t"
+        state = store.agent_state(agent.agent_id)
+        turn_id = (state.current_turn_id if state is not None else None) or "t"
         store.append(
             NewEvent(
                 agent.agent_id,

@@ -260,10 +260,7 @@ def show(
                 problem = settings_problem(agent.settings, store.settings.model)
                 entry = live_entries(c, store, [agent]).get(agent.agent_id, {})
                 wm = store.working_memory(agent.agent_id)
-                counts = {
-                    kind: len(store.rows(kind, agent_id=agent.agent_id))
-                    for kind in ("work_item", "task", "wait", "timer")
-                }
+                counts = store.counts(agent.agent_id)
             shown = agent.model_dump(mode="json")
     data = {"agent": shown, "status": entry, "working_memory": wm, "counts": counts}
     emit(c, data, render_agent_show(shown, entry, wm, counts, problem))
@@ -389,7 +386,7 @@ def schedule(
             timer = cancel_timer(store, agent.agent_id, cancel, origin="operator:cli")
             emit(c, shown(timer), f"cancelled timer {timer.timer_id} of {agent.name}")
             return
-        timers = [shown(t) for t in store.rows("timer", agent_id=agent.agent_id, status="scheduled")]
+        timers = [shown(t) for t in store.timers(agent_id=agent.agent_id, status="scheduled")]
     text = "\n".join(_timer_line(t) for t in timers) or f"{agent.name} has no schedules (add one with --add)"
     emit(c, timers, text)
 

@@ -59,8 +59,8 @@ def _decided_here(store: Store, agents: Sequence[AgentState], *, daemon: bool) -
     budgets = Budgets(store, clock, store.settings.daemon)
     out: dict[str, dict[str, Any]] = {}
     for a in agents:
-        waits = store.rows("wait", agent_id=a.agent_id, status="pending")
-        timers = store.rows("timer", agent_id=a.agent_id, status="scheduled")
+        waits = store.waits(agent_id=a.agent_id, status="pending")
+        timers = store.timers(agent_id=a.agent_id, status="scheduled")
         # A daemon runs but has not published this agent yet: it is not running a turn of it.
         live = Live() if daemon else None
         status = decide(

@@ -7,7 +7,7 @@ user types produces a traceback.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -33,10 +33,13 @@ from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit
 from holon.errors import HolonError
 from holon.paths import private_umask
 
-try:  # typer >= 0.2x vendors click: its usage errors derive from TyperException, not click's.
+if TYPE_CHECKING:  # checked against the typer installed; both classes offer format_message and exit_code
     from typer import TyperException as _CliError
-except ImportError:  # pragma: no cover - older typer raises click's own exceptions
-    from click import ClickException as _CliError
+else:
+    try:  # typer >= 0.2x vendors click: its usage errors derive from TyperException, not click's.
+        from typer import TyperException as _CliError
+    except ImportError:  # pragma: no cover - older typer raises click's own exceptions
+        from click import ClickException as _CliError
 
 __all__ = ["app", "main", "run"]
 

@@ -38,6 +38,8 @@ __all__ = [
     "Assembly",
     "Budget",
     "ContextOverflow",
+    "Manifest",
+    "ManifestSection",
     "Rendering",
     "Section",
     "STABLE_SHARE",
@@ -107,17 +109,81 @@ class Budget:
 
 
 @dataclass(frozen=True, slots=True)
+class ManifestSection:
+    """What became of one section: its representation, tokens, the reason and its references."""
+
+    key: str
+    tier: Tier
+    representation: Form
+    requested_tokens: int
+    """Tokens of its full rendering."""
+    allocated_tokens: int
+    """Tokens of the rendering used (0 when omitted)."""
+    reason: str
+    excluded: bool
+    refs_included: tuple[str, ...]
+    refs_omitted: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "tier": self.tier,
+            "representation": self.representation,
+            "requested_tokens": self.requested_tokens,
+            "allocated_tokens": self.allocated_tokens,
+            "reason": self.reason,
+            "excluded": self.excluded,
+            "refs_included": list(self.refs_included),
+            "refs_omitted": list(self.refs_omitted),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What one request contains and why; recorded (as ``to_json``) in ``context.assembled``."""
+
+    context_window: int
+    output_reserve: int
+    limit: int
+    used_tokens: int
+    digest: str
+    """sha256 of the messages and tools sent."""
+    sections: tuple[ManifestSection, ...]
+    """In prompt order, excluded sections included."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The recorded form. Its layout is stored in the ledger: keep it stable."""
+        return {
+            "budget": {"context_window": self.context_window, "output_reserve": self.output_reserve, "limit": self.limit},
+            "used_tokens": self.used_tokens,
+            "digest": self.digest,
+            "sections": [s.to_json() for s in self.sections],
+        }
+
+    def summary(self) -> dict[str, int]:
+        """Counts for ``context.assembled``'s summary: sections by representation, references."""
+        out = {
+            form: sum(1 for s in self.sections if s.representation == form and not s.excluded)
+            for form in ("full", "compact", "omitted")
+        }
+        out["excluded"] = sum(1 for s in self.sections if s.excluded)
+        out["refs_included"] = sum(len(s.refs_included) for s in self.sections)
+        out["refs_omitted"] = sum(len(s.refs_omitted) for s in self.sections)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class Assembly:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
-    manifest: dict[str, Any]
+    manifest: Manifest
     used_tokens: int
     stable_prefix: str
     """The bytes of the stable tier, for prefix-stability checks and cache markers."""
 
     @property
     def digest(self) -> str:
-        return str(self.manifest["digest"])
+        return self.manifest.digest
 
 
 @dataclass
@@ -211,24 +277,24 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) ->
     history: list[dict[str, Any]] = []
     tail: list[dict[str, Any]] = []
     tools: list[dict[str, Any]] = []
-    manifest_sections = []
+    manifest_sections: list[ManifestSection] = []
     for s in ordered:
         level = plan.level[s.key]
         chosen = s.renderings[level] if level < len(s.renderings) else None
         full = s.renderings[0]
         included = set(chosen.refs) if chosen else set()
         manifest_sections.append(
-            {
-                "key": s.key,
-                "tier": s.tier,
-                "representation": chosen.form if chosen else "omitted",
-                "requested_tokens": full.tokens,
-                "allocated_tokens": chosen.tokens if chosen else 0,
-                "reason": reasons.get(s.key, "pinned" if s.pinned else (s.reason or "fits")),
-                "excluded": s.excluded,
-                "refs_included": sorted(included),
-                "refs_omitted": sorted(set(full.refs) - included),
-            }
+            ManifestSection(
+                key=s.key,
+                tier=s.tier,
+                representation=chosen.form if chosen else "omitted",
+                requested_tokens=full.tokens,
+                allocated_tokens=chosen.tokens if chosen else 0,
+                reason=reasons.get(s.key, "pinned" if s.pinned else (s.reason or "fits")),
+                excluded=s.excluded,
+                refs_included=tuple(sorted(included)),
+                refs_omitted=tuple(sorted(set(full.refs) - included)),
+            )
         )
         if chosen is None:
             continue
@@ -249,14 +315,12 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) ->
         messages.append({"role": "system", "content": "\n\n".join(context_parts)})
     messages += history + tail
     digest = hashlib.sha256(orjson.dumps([messages, tools], option=orjson.OPT_SORT_KEYS)).hexdigest()
-    manifest = {
-        "budget": {
-            "context_window": budget.context_window,
-            "output_reserve": budget.output_reserve,
-            "limit": budget.limit,
-        },
-        "used_tokens": total,
-        "digest": digest,
-        "sections": manifest_sections,
-    }
+    manifest = Manifest(
+        context_window=budget.context_window,
+        output_reserve=budget.output_reserve,
+        limit=budget.limit,
+        used_tokens=total,
+        digest=digest,
+        sections=tuple(manifest_sections),
+    )
     return Assembly(messages, tools, manifest, total, stable_prefix)

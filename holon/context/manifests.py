@@ -21,18 +21,18 @@ _SCAN = 500
 """How many recent ``context.assembled`` events of the agent are searched for the turn."""
 
 
-def _assembled(store: Store, agent_id: str, turn: str | None) -> list[Event]:
+def _assembled(store: Store, agent_id: str, turn: str | None) -> list[tuple[Event, ev.ContextAssembled]]:
     found = [
-        e
+        (e, e.payload)
         for e in store.ledger.recent(agent_id, ("context.assembled",), limit=_SCAN)
         if isinstance(e.payload, ev.ContextAssembled)
     ]
     if turn is not None:
-        return [e for e in found if e.payload.turn_id == turn or e.payload.turn_id.endswith(turn)]  # type: ignore[union-attr]
+        return [(e, p) for e, p in found if p.turn_id == turn or p.turn_id.endswith(turn)]
     if not found:
         return []
-    last = found[-1].payload.turn_id  # type: ignore[union-attr]
-    return [e for e in found if e.payload.turn_id == last]  # type: ignore[union-attr]
+    last = found[-1][1].turn_id
+    return [(e, p) for e, p in found if p.turn_id == last]
 
 
 def _text(store: Store, value: Any) -> str | None:
@@ -54,9 +54,7 @@ def turn_contexts(store: Store, agent: AgentState, turn: str | None = None) -> l
         raise NotFoundError(f"no assembled context for agent {agent.name}" + (f" and turn {turn}" if turn else ""))
     items = []
     tools_text = None
-    for e in rounds:
-        p = e.payload
-        assert isinstance(p, ev.ContextAssembled)
+    for e, p in rounds:
         manifest_text = _text(store, p.manifest)
         prompt_text = _text(store, p.prompt)
         tools_text = _text(store, p.tools) or tools_text  # recorded with round 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,16 +206,16 @@ def gather(
     inputs: list[int],
     started_seq: int,
     tools: list[dict[str, Any]] | tuple[dict[str, Any], ...],
-    current: list[Event] = (),  # type: ignore[assignment]
+    current: Sequence[Event] = (),
 ) -> TurnView:
     """Read what a turn of ``agent_id`` (started at ``started_seq``) may show the model."""
     agent = store.agent(agent_id)
     home = Path(agent.home)
     wm = store.working_memory(agent_id)
     active = wm.get("active_work_item")
-    item = store.state("work_item", active) if active else None
-    drafts = store.state("episode_drafts", agent_id)
-    thread = drafts.thread if isinstance(drafts, EpisodeDrafts) and drafts.thread else (active or f"conv:{started_seq}")
+    item = store.work_item(active) if active else None
+    drafts = store.episode_drafts(agent_id)
+    thread = drafts.thread if drafts is not None and drafts.thread else (active or f"conv:{started_seq}")
     if active:
         thread = active
     key_points = tuple(k for k in drafts.key_points if k.thread == thread) if isinstance(drafts, EpisodeDrafts) else ()
@@ -254,14 +255,14 @@ def gather(
         memory_files=memory,
         tools=tuple(tools),
         working_memory=wm,
-        work_item=item if isinstance(item, WorkItemState) else None,
-        open_items=tuple(i for i in store.rows("work_item", agent_id=agent_id) if i.status in ("open", "blocked")),
+        work_item=item,
+        open_items=tuple(i for i in store.work_items(agent_id=agent_id) if i.status in ("open", "blocked")),
         thread=thread,
         key_points=key_points,
         history=tuple(history[-MAX_HISTORY:]),
         episodes=tuple(episodes),
-        tasks=tuple(t for t in store.rows("task", agent_id=agent_id, status="running")),
-        waits=tuple(store.rows("wait", agent_id=agent_id, status="pending")),
+        tasks=tuple(store.tasks(agent_id=agent_id, status="running")),
+        waits=tuple(store.waits(agent_id=agent_id, status="pending")),
         inputs=tuple(input_view(store, e) for e in input_events),
         last_turn=history[-1] if history else None,
         resumed=resumed,
@@ -308,13 +309,13 @@ def refresh(store: Store, view: TurnView, rounds: tuple[RoundView, ...]) -> Turn
     agent_id = view.agent.agent_id
     wm = store.working_memory(agent_id)
     active = wm.get("active_work_item")
-    item = store.state("work_item", active) if active else None
+    item = store.work_item(active) if active else None
     return dataclasses.replace(
         view,
         working_memory=wm,
-        work_item=item if isinstance(item, WorkItemState) else None,
-        open_items=tuple(i for i in store.rows("work_item", agent_id=agent_id) if i.status in ("open", "blocked")),
-        tasks=tuple(store.rows("task", agent_id=agent_id, status="running")),
-        waits=tuple(store.rows("wait", agent_id=agent_id, status="pending")),
+        work_item=item,
+        open_items=tuple(i for i in store.work_items(agent_id=agent_id) if i.status in ("open", "blocked")),
+        tasks=tuple(store.tasks(agent_id=agent_id, status="running")),
+        waits=tuple(store.waits(agent_id=agent_id, status="pending")),
         rounds=rounds,
     )

@@ -55,9 +55,9 @@ __all__ = [
 
 
 def _skill_proposal(store: Store, skill_id: str) -> ProposalState | None:
-    for p in store.rows("proposal"):
+    for p in store.proposals():
         if p.skill is not None and p.skill.skill_id == skill_id:
-            return p  # type: ignore[no-any-return]
+            return p
     return None
 
 

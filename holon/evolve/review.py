@@ -34,38 +34,36 @@ __all__ = [
 ]
 
 
-def _find(store: Store, kind: str, ref: str) -> str:
+def _find(store: Store, kind: Literal["proposal", "durable"], ref: str) -> str:
+    """The id ``ref`` names: the id itself, or the one id it is a prefix of."""
     ref = ref.strip()
     if not ref or len(ref) > 200:
         raise UsageError("give an id (or a unique prefix of one)")
-    if store.state(kind, ref) is not None:
+    keys = store.keys_starting(kind, ref, limit=2)
+    if ref in keys:
         return ref
-    rows = store.ledger.query(
-        "SELECT key FROM projection_rows WHERE kind = ? AND key >= ? AND key < ? LIMIT 2",
-        (kind, ref, ref + "\U0010ffff"),
-    )
     what = "proposal" if kind == "proposal" else "durable memory entry"
-    if not rows:
+    if not keys:
         raise NotFoundError(f"no {what} {ref!r}")
-    if len(rows) > 1:
+    if len(keys) > 1:
         raise UsageError(f"{ref!r} matches several of them; give more of the id")
-    return str(rows[0][0])
+    return keys[0]
 
 
 def find_proposal(store: Store, ref: str) -> ProposalState:
-    state = store.state("proposal", _find(store, "proposal", ref))
-    assert isinstance(state, ProposalState)
+    state = store.proposal(_find(store, "proposal", ref))
+    assert state is not None
     return state
 
 
 def find_entry(store: Store, ref: str) -> DurableState:
-    state = store.state("durable", _find(store, "durable", ref))
-    assert isinstance(state, DurableState)
+    state = store.durable_entry(_find(store, "durable", ref))
+    assert state is not None
     return state
 
 
 def list_proposals(store: Store, *, status: str | None = "pending", agent_id: str | None = None) -> list[ProposalState]:
-    return list(store.rows("proposal", status=status, agent_id=agent_id))
+    return store.proposals(status=status, agent_id=agent_id)
 
 
 #: What ``list_entries`` filters on: a stored status, or ``stale`` (active, past its stale-after time).
@@ -85,7 +83,7 @@ def list_entries(
     if status is not None and status not in ENTRY_STATUSES:
         raise UsageError(f"unknown status {status!r}; statuses: {', '.join(ENTRY_STATUSES)}")
     stored = "active" if status == "stale" else status
-    out = [s for s in store.rows("durable", status=stored) if isinstance(s, DurableState)]
+    out = store.durable_entries(status=stored)
     if status == "stale":
         if now_us is None:
             raise UsageError("the stale filter needs the time to judge staleness at")
@@ -112,7 +110,7 @@ def _check_pending(p: ProposalState) -> None:
         raise ConflictError(f"proposal {p.proposal_id} was already {p.status}")
 
 
-def _event(p: ProposalState, payload: ev.PayloadBase, origin: str, key: str) -> NewEvent:
+def _event(p: ProposalState, payload: ev.Payload, origin: str, key: str) -> NewEvent:
     """A decision event. Its idempotency key makes a proposal decidable once even when two
     surfaces (say the CLI and the daemon's API) both saw it pending: the second append of a
     different decision is refused inside the writer's transaction; the same decision is a no-op."""

@@ -50,13 +50,13 @@ from holon.evolve.model_extract import Extraction
 from holon.evolve.render import render_for_sharers, write_skill_draft
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
-from holon.ledger.events import DurableEntry
+from holon.ledger.events import DurableEntry, SkillDraft
 from holon.logs import get_logger
 from holon.memory.access import owner_of
 from holon.memory.files import is_background
 from holon.projections import Store
 from holon.projections.durable import DurableState, ProposalState
-from holon.projections.state import AgentState, WorkItemState
+from holon.projections.state import AgentState
 
 __all__ = ["Evolver", "JobReport", "load_facts", "merge", "plan"]
 
@@ -113,8 +113,8 @@ def load_facts(store: Store, agent: AgentState, job: Job) -> TurnFacts | None:
     completed: dict[str, tuple[str, Sequence[Event]]] = {}
     for e in turn_events:
         if isinstance(e.payload, ev.WorkItemCompleted):
-            item = store.state("work_item", e.payload.work_item_id)
-            if not isinstance(item, WorkItemState):
+            item = store.work_item(e.payload.work_item_id)
+            if item is None:
                 continue
             sealed = [p for _seq, p in episodes if p.work_item_id == item.work_item_id]
             start, end = (sealed[-1].seq_start, sealed[-1].seq_end) if sealed else (item.opened_seq, e.seq)
@@ -155,7 +155,7 @@ def active_entries(store: Store, owner: str) -> list[DurableState]:
 
 
 def proposals(store: Store, *, status: str | None = None) -> list[ProposalState]:
-    return list(store.rows("proposal", status=status))
+    return store.proposals(status=status)
 
 
 @dataclass
@@ -189,7 +189,7 @@ def plan(store: Store, agent: AgentState, job: Job, candidates: list[Candidate])
     out: list[NewEvent] = []
     pending = proposals(store, status="pending")
 
-    def add(payload: ev.PayloadBase, key: str) -> None:
+    def add(payload: ev.Payload, key: str) -> None:
         out.append(
             NewEvent(
                 agent.agent_id, payload, origin=f"evolve:{job.key}", authority="runtime", turn_id=job.turn_id,
@@ -245,14 +245,14 @@ def plan(store: Store, agent: AgentState, job: Job, candidates: list[Candidate])
 def _done_before(store: Store, job: Job, e: DurableEntry) -> bool:
     """Whether this job already recorded or proposed ``e``'s subject (the job is running again)."""
     return (
-        store.state("durable", entry_id_for(job.key, e.owner, e.subject)) is not None
-        or store.state("proposal", proposal_id_for(job.key, e.owner, e.subject)) is not None
+        store.durable_entry(entry_id_for(job.key, e.owner, e.subject)) is not None
+        or store.proposal(proposal_id_for(job.key, e.owner, e.subject)) is not None
     )
 
 
 def _propose(
     store: Store, job: Job, c: Candidate, pending: list[ProposalState], newer: list[DurableState],
-    add: Callable[[ev.PayloadBase, str], None], report: JobReport,
+    add: Callable[[ev.Payload, str], None], report: JobReport,
 ) -> None:  # fmt: skip
     """Propose ``c`` unless the same proposal waits, or something newer on its subject already
     exists (an active entry or a waiting proposal observed later: an older statement that
@@ -270,7 +270,7 @@ def _propose(
     report.proposed += 1
 
 
-def _skill_for(store: Store, agent: AgentState, owner: str, subject: str, text: str, evidence: list[int]):  # type: ignore[no-untyped-def]
+def _skill_for(store: Store, agent: AgentState, owner: str, subject: str, text: str, evidence: list[int]) -> SkillDraft | None:
     """A skill draft when the same commands already completed another work item, else ``None``."""
     commands = procedure_commands(text)
     if not commands:
@@ -294,7 +294,7 @@ def _skill_for(store: Store, agent: AgentState, owner: str, subject: str, text: 
         return None
     if any(
         p.skill is not None and p.skill.skill_id == draft.skill_id
-        for p in store.rows("proposal", agent_id=agent.agent_id)
+        for p in store.proposals(agent_id=agent.agent_id)
     ):
         return None
     return draft

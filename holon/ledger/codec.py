@@ -25,7 +25,7 @@ import orjson
 from pydantic import ValidationError
 
 from holon.errors import EventValidationError
-from holon.ledger.events import PAYLOAD_TYPES, BlobRef, PayloadBase
+from holon.ledger.events import PAYLOAD_TYPES, BlobRef, Payload, PayloadBase
 
 __all__ = [
     "UPCASTERS",
@@ -77,13 +77,13 @@ class BlobBody:
 class EncodedPayload:
     text: str
     """Canonical JSON of the payload, without ``type``."""
-    payload: PayloadBase
+    payload: Payload
     """The payload as stored: large fields replaced by ``BlobRef``."""
     blobs: tuple[BlobBody, ...]
 
 
-def encode_payload(payload: PayloadBase, *, blob_threshold: int, preview_chars: int) -> EncodedPayload:
-    tag: str = payload.type  # type: ignore[attr-defined]
+def encode_payload(payload: Payload, *, blob_threshold: int, preview_chars: int) -> EncodedPayload:
+    tag: str = payload.type
     data = payload.model_dump(mode="json", exclude={"type"})
     blobs: list[BlobBody] = []
     refs: dict[str, BlobRef] = {}
@@ -105,7 +105,7 @@ def encode_payload(payload: PayloadBase, *, blob_threshold: int, preview_chars: 
     return EncodedPayload(text, stored, tuple(blobs))
 
 
-def decode_payload(type_: str, version: int, text: str | bytes) -> PayloadBase:
+def decode_payload(type_: str, version: int, text: str | bytes) -> Payload:
     """Rebuild a payload model from a stored row, upcasting old versions first."""
     model = PAYLOAD_TYPES.get(type_)
     if model is None:

@@ -67,7 +67,8 @@ class Database:
         thread: under WAL it reads a snapshot beside the writer and never holds the writer's lock."""
         raw = self.engine.raw_connection()
         try:
-            conn: sqlite3.Connection = raw.driver_connection  # type: ignore[assignment]
+            conn = raw.driver_connection
+            assert isinstance(conn, sqlite3.Connection)  # the engine is always SQLite's pysqlite
             yield conn
         finally:
             raw.close()

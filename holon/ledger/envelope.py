@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from holon.ledger.events import Authority, PayloadBase
+from holon.ledger.events import Authority, Payload
 
 __all__ = ["GENESIS_HASH", "Event", "NewEvent"]
 
@@ -23,7 +23,7 @@ class NewEvent:
     """
 
     agent_id: str
-    payload: PayloadBase
+    payload: Payload
     origin: str = "runtime"
     authority: Authority = "runtime"
     turn_id: str | None = None
@@ -50,5 +50,5 @@ class Event:
     task_id: str | None
     episode_id: str | None
     idempotency_key: str | None
-    payload: PayloadBase
+    payload: Payload
     hash: str

@@ -2,7 +2,8 @@
 
 Each model has a stable string tag in ``type`` (``"work_item.completed"``) and a ``VERSION``. The
 tag, never a Python import path, is what the ledger stores, so classes can be renamed freely.
-``Payload`` is the discriminated union over ``type``; ``PAYLOAD_TYPES`` maps tags to models.
+``Payload`` is the discriminated union over ``type`` and the one list of event types:
+``PAYLOAD_TYPES`` (tag -> model, whose ``VERSION`` is the version written) is derived from it.
 
 Fields typed ``LargeText`` may hold a lot of text (tool output, model replies, message bodies).
 When such a field is longer than the configured threshold, the codec moves its body to the blob
@@ -15,6 +16,7 @@ an upcaster in ``holon.ledger.codec`` that turns the previous version's dict int
 from __future__ import annotations
 
 import re
+import typing
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, field_validator
@@ -27,6 +29,7 @@ __all__ = [
     "LargeText",
     "Payload",
     "PayloadBase",
+    "tags_of",
 ]
 
 #: How much authority the cause of an event carries. Only ``operator`` may instruct an agent;
@@ -662,13 +665,22 @@ Payload = Annotated[
 PAYLOAD_ADAPTER: TypeAdapter[Payload] = TypeAdapter(Payload)
 
 
-def _catalog() -> dict[str, type[PayloadBase]]:
-    out: dict[str, type[PayloadBase]] = {}
-    for cls in PayloadBase.__subclasses__():
+def _catalog() -> dict[str, type[Payload]]:
+    """Tag -> model, read off ``Payload`` itself: the union is the one list of event types."""
+    union, _discriminator = typing.get_args(Payload)
+    out: dict[str, type[Payload]] = {}
+    for cls in typing.get_args(union):
         tag = cls.model_fields["type"].default
+        if tag in out:
+            raise TypeError(f"event type {tag!r} is defined twice ({out[tag].__name__}, {cls.__name__})")
         out[tag] = cls
     return out
 
 
-#: Event type tag -> payload model.
-PAYLOAD_TYPES: dict[str, type[PayloadBase]] = _catalog()
+#: Event type tag -> payload model, derived from ``Payload``.
+PAYLOAD_TYPES: dict[str, type[Payload]] = _catalog()
+
+
+def tags_of(union: object) -> frozenset[str]:
+    """The type tags of a union of payload models (``tags_of(TaskCreated | TaskResulted)``)."""
+    return frozenset(cls.model_fields["type"].default for cls in typing.get_args(union) or (union,))

@@ -36,7 +36,7 @@ from holon.ledger.codec import (
 from holon.ledger.damage import empty_file_error, file_state, inspect_existing, translate
 from holon.ledger.db import Database
 from holon.ledger.envelope import GENESIS_HASH, Event, NewEvent
-from holon.ledger.events import BlobRef, LargeText, PayloadBase
+from holon.ledger.events import BlobRef, LargeText, Payload
 from holon.ledger.migrations import create_database, migrate
 from holon.ledger.query import EventKey, EventQuery
 from holon.ledger.verify import QUICK_CHECK_SKIPPED, check_anchor, quick_check, tail_check, verify_rows
@@ -110,7 +110,7 @@ def row_to_event(row: tuple) -> Event:  # type: ignore[type-arg]  # a sqlite3 ro
     )
 
 
-def _decode(seq: int, type_: str, version: int, payload: str | bytes) -> PayloadBase:
+def _decode(seq: int, type_: str, version: int, payload: str | bytes) -> Payload:
     try:
         return decode_payload(type_, version, payload)
     except EventValidationError as e:
@@ -182,7 +182,7 @@ class Transaction:
             seq = self.head_seq + 1
             eid = new_id("evt")
             ts = ledger.clock.now_us()
-            type_: str = ne.payload.type  # type: ignore[attr-defined]
+            type_: str = ne.payload.type
             version = type(ne.payload).VERSION
             header = envelope_header(
                 seq, eid, ne.agent_id, type_, version, ts, ne.origin, ne.authority,
@@ -227,7 +227,7 @@ class Transaction:
                 prior.payload, blob_threshold=ledger.blob_threshold, preview_chars=ledger.preview_chars
             ).text
         same_payload = prior_text == text
-        if prior.agent_id != ne.agent_id or prior.type != ne.payload.type or not same_payload:  # type: ignore[attr-defined]
+        if prior.agent_id != ne.agent_id or prior.type != ne.payload.type or not same_payload:
             raise IdempotencyConflict(
                 f"idempotency key {key!r} was already used by event {prior.seq} with different content"
             )

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -95,7 +96,7 @@ def quick_check(conn: sqlite3.Connection, path: Path | str | None, *, budget_s: 
     return f"the database file is damaged (PRAGMA quick_check: {rows[0][0]})"
 
 
-def _rows(conn: sqlite3.Connection, after: int, upto: int, chunk: int) -> Iterator[tuple]:  # type: ignore[type-arg]
+def _rows(conn: sqlite3.Connection, after: int, upto: int, chunk: int) -> Iterator[tuple[Any, ...]]:
     while True:
         rows = conn.execute(_SELECT, (after, upto, chunk)).fetchall()
         if not rows:
@@ -119,7 +120,7 @@ def _why(type_: str, version: int, payload: bytes) -> str:
     return "hash does not match its content"
 
 
-def _text(row: tuple, check: RowCheck) -> list[str | None] | None:  # type: ignore[type-arg]
+def _text(row: tuple[Any, ...], check: RowCheck) -> list[str | None] | None:
     """The row's text columns decoded; ``None`` (and the row reported) when one is not UTF-8."""
     out: list[str | None] = []
     for name, i in zip(_TEXT, (1, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14), strict=True):
@@ -161,7 +162,7 @@ def verify_rows(
         assert text is not None
         eid, agent, type_, origin, authority, turn, wi, task, ep, key, payload, stored_hash = text
         try:
-            header = envelope_header(seq, eid, agent, type_, row[4], row[5], origin, authority, turn, wi, task, ep, key)  # type: ignore[arg-type]
+            header = envelope_header(seq, eid, agent, type_, row[4], row[5], origin, authority, turn, wi, task, ep, key)  # type: ignore[arg-type]  # columns of a damaged row may be NULL or of another type: refused below
         except (TypeError, orjson.JSONEncodeError):
             check.add(seq, "envelope columns hold values of the wrong type (a damaged row)")
             prev_hash = stored_hash or prev_hash

@@ -40,8 +40,8 @@ from holon.memory.refs import (
     WorkItemRef,
 )
 from holon.projections import Store
-from holon.projections.durable import DurableState, stale_at_us
-from holon.projections.state import AgentState, TaskProjection, WorkItemState
+from holon.projections.durable import stale_at_us
+from holon.projections.state import AgentState
 
 __all__ = ["Document", "Part", "resolve"]
 
@@ -185,8 +185,8 @@ def _episode_doc(store: Store, agent: AgentState, ref: EpisodeRef, *, expand: bo
 
 
 def _work_item_doc(store: Store, agent: AgentState, ref: WorkItemRef) -> Document:
-    item = store.state("work_item", ref.work_item_id)
-    if not isinstance(item, WorkItemState) or item.agent_id != agent.agent_id:
+    item = store.work_item(ref.work_item_id)
+    if item is None or item.agent_id != agent.agent_id:
         raise _refused(ref, agent)
     lines = [
         f"# {ref} · {item.title}",
@@ -209,8 +209,8 @@ def _work_item_doc(store: Store, agent: AgentState, ref: WorkItemRef) -> Documen
 
 
 def _task_doc(store: Store, agent: AgentState, ref: TaskRef) -> Document:
-    task = store.state("task", ref.task_id)
-    if not isinstance(task, TaskProjection) or task.agent_id != agent.agent_id:
+    task = store.task(ref.task_id)
+    if task is None or task.agent_id != agent.agent_id:
         raise _refused(ref, agent)
     status = f"kind: {task.kind} · state: {task.state}" + (
         f" · exit code: {task.exit_code}" if task.exit_code is not None else ""
@@ -240,8 +240,8 @@ def _file_doc(store: Store, agent: AgentState, ref: FileRef) -> Document:
 
 def _durable_doc(store: Store, agent: AgentState, ref: DurableRef) -> Document:
     """A durable memory entry the agent may recall (its own, its workspace's or the operator's)."""
-    s = store.state("durable", ref.entry_id)
-    if not isinstance(s, DurableState) or s.entry.owner not in owners_for(agent) or s.status == "forgotten":
+    s = store.durable_entry(ref.entry_id)
+    if s is None or s.entry.owner not in owners_for(agent) or s.status == "forgotten":
         raise _refused(ref, agent)
     e = s.entry
     stale = stale_at_us(s)

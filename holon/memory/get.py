@@ -123,7 +123,7 @@ def _mode(mode: str | None, heading: str | None, start: int | None, end: int | N
     if stray:
         option = {"section": "heading", "lines": "start/end", "tail": "lines"}[stray[0]]
         raise UsageError(f"{option} goes with mode '{stray[0]}', not mode '{mode}'")
-    return mode  # type: ignore[return-value]  # checked against MODES
+    return mode  # checked against MODES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,7 +28,7 @@ from holon.memory.access import owners_for
 from holon.memory.index import durable_matches
 from holon.memory.text import content_terms
 from holon.projections import Store
-from holon.projections.durable import DurableState, ProposalState, is_stale
+from holon.projections.durable import DurableState, is_stale
 from holon.projections.state import AgentState
 
 __all__ = ["Recall", "RecallLimits", "Recalled", "content_terms", "freshness_note", "recall"]
@@ -104,17 +104,12 @@ def _score(s: DurableState, query: frozenset[str], now_us: int, indexed: float =
 def recall(store: Store, agent: AgentState, query: str, now_us: int, limits: RecallLimits | None = None) -> Recall:
     limits = limits or RecallLimits()
     owners = owners_for(agent)
-    marks = ", ".join("?" for _ in owners)
-    rows = store.ledger.query(
-        f"SELECT state FROM projection_rows WHERE kind = 'durable' AND status = 'active' AND label IN ({marks})",
-        owners,
-    )
+    active = store.active_durable_entries(owners)
     q = content_terms(query)
     indexed = durable_matches(store, owners, query)
     left: list[tuple[str, str]] = []
     scored: list[tuple[float, DurableState]] = []
-    for (raw,) in rows:
-        s = DurableState.model_validate_json(raw)
+    for s in active:
         if s.entry.kind == "reference" and is_stale(s, now_us):
             left.append((f"durable:{s.entry_id}", "stale reference"))
             continue
@@ -173,9 +168,7 @@ def _select(
 def _pending(store: Store, agent: AgentState, q: frozenset[str], now_us: int, n: int) -> list[Recalled]:
     if n <= 0:
         return []
-    mine = [
-        p for p in store.rows("proposal", agent_id=agent.agent_id, status="pending") if isinstance(p, ProposalState)
-    ]
+    mine = store.proposals(agent_id=agent.agent_id, status="pending")
     scored = []
     for p in mine:
         if p.entry is None:

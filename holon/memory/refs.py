@@ -160,7 +160,7 @@ def _file(body: str, ref: str) -> FileRef:
             f"{ref} is not a valid file reference: use file:<scope>/<path> with scope "
             f"{', '.join(SCOPES)} (e.g. file:agent/self.md)"
         )
-    return FileRef(scope, check_relative_path(path))  # type: ignore[arg-type]  # checked against SCOPES
+    return FileRef(scope, check_relative_path(path))  # checked against SCOPES
 
 
 def _event(body: str, ref: str) -> EventRef:

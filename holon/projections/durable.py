@@ -11,7 +11,7 @@ Staleness is not stored: it is a function of the entry's freshness and the reade
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, assert_never
 
 from pydantic import Field
 
@@ -20,7 +20,15 @@ from holon.ledger import events as ev
 from holon.ledger.events import DurableEntry, MemoryWriteDraft, SkillDraft
 from holon.projections.state import State
 
-__all__ = ["DurableState", "ProposalState", "apply_durable", "apply_proposal", "is_stale", "stale_at_us"]
+__all__ = [
+    "DurableEvent",
+    "DurableState",
+    "ProposalEvent",
+    "ProposalState",
+    "apply_durable", "apply_proposal", "is_stale", "stale_at_us"]
+
+DurableEvent = ev.DurableRecorded | ev.DurableVerified | ev.DurableForgotten
+ProposalEvent = ev.ProposalCreated | ev.ProposalAccepted | ev.ProposalDismissed
 
 DurableStatus = Literal["active", "superseded", "forgotten"]
 
@@ -92,8 +100,14 @@ def is_stale(state: DurableState, now_us: int) -> bool:
 
 def apply_durable(state: DurableState | None, event: Event, key: str) -> DurableState | None:
     p = event.payload
+    if not isinstance(p, DurableEvent):
+        return state
     match p:
-        case ev.DurableRecorded() if p.entry_id == key:
+        case ev.DurableRecorded():
+            if p.entry_id != key:  # ``key`` is an entry this one supersedes
+                if state is not None and state.status == "active":
+                    return state.model_copy(update={"status": "superseded", "superseded_by": p.entry_id})
+                return state
             if state is not None:
                 return state  # recorded once; a repeat changes nothing
             return DurableState(
@@ -108,19 +122,24 @@ def apply_durable(state: DurableState | None, event: Event, key: str) -> Durable
                 status="superseded" if p.superseded_by else "active",
                 superseded_by=p.superseded_by,
             )
-        case ev.DurableRecorded() if state is not None and state.status == "active":
-            return state.model_copy(update={"status": "superseded", "superseded_by": p.entry_id})
-        case ev.DurableVerified() if state is not None and state.status == "active":
-            return _verified(state, event, p)
-        case ev.DurableForgotten() if state is not None and state.status != "forgotten":
-            return state.model_copy(update={"status": "forgotten"})
-    return state
+        case ev.DurableVerified():
+            return _verified(state, event, p) if state is not None and state.status == "active" else state
+        case ev.DurableForgotten():
+            if state is not None and state.status != "forgotten":
+                return state.model_copy(update={"status": "forgotten"})
+            return state
+        case _:
+            assert_never(p)
 
 
 def apply_proposal(state: ProposalState | None, event: Event, key: str) -> ProposalState | None:
     p = event.payload
+    if not isinstance(p, ProposalEvent):
+        return state
     match p:
-        case ev.ProposalCreated() if state is None:
+        case ev.ProposalCreated():
+            if state is not None:
+                return state  # created once
             return ProposalState(
                 proposal_id=p.proposal_id,
                 agent_id=event.agent_id,
@@ -132,8 +151,13 @@ def apply_proposal(state: ProposalState | None, event: Event, key: str) -> Propo
                 created_us=event.ts_us,
                 seq=event.seq,
             )
-        case ev.ProposalAccepted() if state is not None and state.status == "pending":
+        case ev.ProposalAccepted():
+            if state is None or state.status != "pending":
+                return state
             return state.model_copy(update={"status": "accepted", "decided_us": event.ts_us, "text": p.text})
-        case ev.ProposalDismissed() if state is not None and state.status == "pending":
+        case ev.ProposalDismissed():
+            if state is None or state.status != "pending":
+                return state
             return state.model_copy(update={"status": "dismissed", "decided_us": event.ts_us})
-    return state
+        case _:
+            assert_never(p)

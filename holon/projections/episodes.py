@@ -37,6 +37,8 @@ from holon.projections.state import Draft, EpisodeDrafts, KeyPoint, WorkItemStat
 __all__ = [
     "CONTENT_TYPES",
     "EPISODE_TYPES",
+    "EpisodeContentEvent",
+    "EpisodeEvent",
     "IDLE_GAP_US",
     "KEY_POINTS",
     "TURN_CAP",
@@ -71,34 +73,30 @@ _TOPIC = re.compile(
 #: Content the sealed episode reads from its range. The reducer only looks at these to open a
 #: draft when none is open, so the next episode starts right after a boundary that ended one
 #: (work done after a completion or a wait is not left out of every episode).
-_CONTENT_TYPES = frozenset(
-    {
-        "tool.called",
-        "tool.resulted",
-        "task.created",
-        "task.resulted",
-        "file.touched",
-        "decision.recorded",
-        "follow_up.changed",
-    }
+EpisodeContentEvent = (
+    ev.ToolCalled
+    | ev.ToolResulted
+    | ev.TaskCreated
+    | ev.TaskResulted
+    | ev.FileTouched
+    | ev.DecisionRecorded
+    | ev.FollowUpChanged
 )
+_CONTENT_TYPES = ev.tags_of(EpisodeContentEvent)
 
-#: Event types the draft reducer looks at (everything else is read from the range when sealing).
-EPISODE_TYPES = (
-    frozenset(
-        {
-            "message.received",
-            "turn.started",
-            "turn.settled",
-            "work_item.opened",
-            "work_item.picked",
-            "work_item.completed",
-            "wait.registered",
-            "episode.sealed",
-        }
-    )
-    | _CONTENT_TYPES
+#: The events the draft reducer looks at (everything else is read from the range when sealing).
+EpisodeEvent = (
+    ev.MessageReceived
+    | ev.TurnStarted
+    | ev.TurnSettled
+    | ev.WorkItemOpened
+    | ev.WorkItemPicked
+    | ev.WorkItemCompleted
+    | ev.WaitRegistered
+    | ev.EpisodeSealed
+    | EpisodeContentEvent
 )
+EPISODE_TYPES = ev.tags_of(EpisodeEvent)
 
 
 #: Event types an episode's content is read from when it is sealed.
@@ -143,8 +141,9 @@ def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str,
     p = event.payload
     now = s.thread or f"conv:{event.seq}"
     moving = isinstance(p, ev.WorkItemPicked) or (isinstance(p, ev.WorkItemOpened) and p.activate)
-    if moving and p.work_item_id is not None:  # type: ignore[union-attr]
-        return p.work_item_id, "work_switched"  # type: ignore[union-attr]
+    target = p.work_item_id if moving and isinstance(p, ev.WorkItemPicked | ev.WorkItemOpened) else None
+    if target is not None:
+        return target, "work_switched"
     if isinstance(p, ev.TurnStarted):
         if event.work_item_id is not None:
             return event.work_item_id, "work_switched"
@@ -161,6 +160,8 @@ def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str,
 
 def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDrafts | None:
     p = event.payload
+    if not isinstance(p, EpisodeEvent):
+        return state
     s = state if state is not None else EpisodeDrafts(agent_id=event.agent_id)
     if isinstance(p, ev.EpisodeSealed):
         ready = [d for d in s.ready if d.seq_start != p.seq_start]
@@ -193,7 +194,7 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
         up["last_us"] = event.ts_us
     if isinstance(p, ev.TurnSettled):
         up["turns"] = d.turns + 1
-    work_item = getattr(p, "work_item_id", None) if isinstance(p, ev.WorkItemOpened | ev.WorkItemPicked) else None
+    work_item = p.work_item_id if isinstance(p, ev.WorkItemOpened | ev.WorkItemPicked) else None
     if isinstance(p, ev.TurnStarted) and event.work_item_id is not None:
         work_item = event.work_item_id
     if work_item is not None:
@@ -250,6 +251,8 @@ def _content(events: Sequence[Event]) -> dict[str, Any]:
                 decisions.append(_short(p.text, 200))
             case ev.FollowUpChanged() if p.op == "add" and p.text:
                 follow_ups.append(_short(p.text, 200))
+            case _:
+                pass  # a summary, not a fold: any other event (or case) adds nothing to it
     return {
         "excerpts": excerpts,
         "commands": list(commands.values())[-_KEEP:],

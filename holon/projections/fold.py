@@ -16,7 +16,14 @@ from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.ledger.events import PAYLOAD_TYPES
 from holon.projections import reducers as r
-from holon.projections.durable import DurableState, ProposalState, apply_durable, apply_proposal
+from holon.projections.durable import (
+    DurableEvent,
+    DurableState,
+    ProposalEvent,
+    ProposalState,
+    apply_durable,
+    apply_proposal,
+)
 from holon.projections.episodes import EPISODE_TYPES, apply_episode_drafts, sealed_payload
 from holon.projections.state import (
     AgentState,
@@ -66,40 +73,31 @@ class Kind:
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
-        Kind("agent", AgentState, r.apply_agent),  # type: ignore[arg-type]
-        Kind("working_memory", WorkingMemory, r.apply_working_memory),  # type: ignore[arg-type]
-        Kind("wm_baseline", WorkingMemoryBaseline, r.apply_baseline),  # type: ignore[arg-type]
-        Kind("work_item", WorkItemState, r.apply_work_item),  # type: ignore[arg-type]
-        Kind("task", TaskProjection, r.apply_task),  # type: ignore[arg-type]
-        Kind("wait", WaitProjection, r.apply_wait),  # type: ignore[arg-type]
-        Kind("timer", TimerProjection, r.apply_timer),  # type: ignore[arg-type]
-        Kind("episode_drafts", EpisodeDrafts, apply_episode_drafts),  # type: ignore[arg-type]
+        Kind("agent", AgentState, r.apply_agent),
+        Kind("working_memory", WorkingMemory, r.apply_working_memory),
+        Kind("wm_baseline", WorkingMemoryBaseline, r.apply_baseline),
+        Kind("work_item", WorkItemState, r.apply_work_item),
+        Kind("task", TaskProjection, r.apply_task),
+        Kind("wait", WaitProjection, r.apply_wait),
+        Kind("timer", TimerProjection, r.apply_timer),
+        Kind("episode_drafts", EpisodeDrafts, apply_episode_drafts),
         Kind("durable", DurableState, apply_durable, keyed=True),
         Kind("proposal", ProposalState, apply_proposal, keyed=True),
     )
 }
 
-_AGENT_TYPES = {
-    "agent.created",
-    "agent.configured",
-    "agent.deleted",
-    "turn.started",
-    "turn.settled",
-    "message.received",
-}
-_WM_TYPES = {
-    "agent.created",
-    "work_item.opened",
-    "work_item.picked",
-    "work_item.completed",
-    "work_item.updated",
-    "constraint.changed",
-    "decision.recorded",
-    "follow_up.changed",
-    "file.touched",
-    "wait.registered",
-    "wait.resolved",
-    "turn.settled",
+#: kind -> the event types its reducer reads (the reducers' closed sub-unions of ``Payload``).
+_READS: dict[str, frozenset[str]] = {
+    "agent": ev.tags_of(r.AgentEvent),
+    "working_memory": ev.tags_of(r.WorkingMemoryEvent),
+    "work_item": ev.tags_of(r.WorkItemEvent),
+    "task": ev.tags_of(r.TaskEvent),
+    "wait": ev.tags_of(r.WaitEvent),
+    "timer": ev.tags_of(r.TimerEvent),
+    "wm_baseline": ev.tags_of(ev.WorkingMemoryDelta),
+    "durable": ev.tags_of(DurableEvent),
+    "proposal": ev.tags_of(ProposalEvent),
+    "episode_drafts": EPISODE_TYPES,
 }
 
 
@@ -113,7 +111,8 @@ def _by_field(field: str) -> Callable[[Event], str | None]:
 
 def _entry_and_superseded(e: Event) -> list[str]:
     p = e.payload
-    return [p.entry_id, *getattr(p, "supersedes", ())]  # type: ignore[attr-defined]
+    assert isinstance(p, DurableEvent)  # routed by _READS["durable"]
+    return [p.entry_id, *p.supersedes] if isinstance(p, ev.DurableRecorded) else [p.entry_id]
 
 
 _KeyOf = Callable[[Event], "str | list[str] | None"]
@@ -121,27 +120,20 @@ _KeyOf = Callable[[Event], "str | list[str] | None"]
 
 def _route_table() -> dict[str, tuple[tuple[str, _KeyOf], ...]]:
     table: dict[str, list[tuple[str, _KeyOf]]] = {t: [] for t in PAYLOAD_TYPES}
+    key_of: dict[str, _KeyOf] = {
+        "agent": _by_agent("agent"),
+        "working_memory": _by_agent("working_memory"),
+        "work_item": _by_field("work_item_id"),
+        "task": _by_field("task_id"),
+        "wait": _by_field("wait_id"),
+        "timer": _by_field("timer_id"),
+        "wm_baseline": _by_agent("wm_baseline"),
+        "durable": _entry_and_superseded,
+        "proposal": _by_field("proposal_id"),
+        "episode_drafts": _by_agent("episode_drafts"),
+    }
     for t, route in table.items():
-        if t in _AGENT_TYPES:
-            route.append(("agent", _by_agent("agent")))
-        if t in _WM_TYPES:
-            route.append(("working_memory", _by_agent("working_memory")))
-        if t.startswith("work_item.") or t == "todo.changed":
-            route.append(("work_item", _by_field("work_item_id")))
-        elif t.startswith("task."):
-            route.append(("task", _by_field("task_id")))
-        elif t.startswith("wait."):
-            route.append(("wait", _by_field("wait_id")))
-        elif t.startswith("timer."):
-            route.append(("timer", _by_field("timer_id")))
-        elif t == "working_memory.delta":
-            route.append(("wm_baseline", _by_agent("wm_baseline")))
-        elif t.startswith("durable."):
-            route.append(("durable", _entry_and_superseded))
-        elif t.startswith("proposal."):
-            route.append(("proposal", _by_field("proposal_id")))
-        if t in EPISODE_TYPES:
-            route.append(("episode_drafts", _by_agent("episode_drafts")))
+        route.extend((kind, key_of[kind]) for kind, reads in _READS.items() if t in reads)
     return {t: tuple(r) for t, r in table.items()}
 
 
@@ -193,19 +185,19 @@ def state_json(state: State) -> str:
 
 def row_columns(kind: str, state: State) -> tuple[str, str | None, str | None]:
     """(agent_id, status, label) columns of a projection row, for indexed queries."""
-    s: Any = state  # every state model has agent_id; the rest depends on the kind
-    match kind:
-        case "agent":
-            return s.agent_id, s.status, s.name
-        case "work_item" | "wait" | "timer":
-            return s.agent_id, s.status, None
-        case "task":
-            return s.agent_id, s.state, None
-        case "durable":
-            return s.agent_id, s.status, s.entry.owner
-        case "proposal":
-            return s.agent_id, s.status, None
-    return s.agent_id, None, None
+    assert isinstance(state, KINDS[kind].model), (kind, type(state).__name__)
+    match state:
+        case AgentState():
+            return state.agent_id, state.status, state.name
+        case WorkItemState() | WaitProjection() | TimerProjection() | ProposalState():
+            return state.agent_id, state.status, None
+        case TaskProjection():
+            return state.agent_id, state.state, None
+        case DurableState():
+            return state.agent_id, state.status, state.entry.owner
+        case WorkingMemory() | WorkingMemoryBaseline() | EpisodeDrafts():
+            return state.agent_id, None, None
+    raise TypeError(f"no projection kind folds into {type(state).__name__}")  # State is open: not a closed union
 
 
 def working_memory_view(wm: WorkingMemory | None, item: WorkItemState | None) -> dict[str, Any]:

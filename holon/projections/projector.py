@@ -55,7 +55,7 @@ class _Rows(dict[Key, State | None]):
         state = self[key] = load_state(self.conn, key)
         return state
 
-    def get(self, key: Key, default: State | None = None) -> State | None:  # type: ignore[override]
+    def get(self, key: Key, default: State | None = None) -> State | None:  # type: ignore[override]  # one signature for dict.get's overloads: every key loads (None when absent)
         return self[key]
 
 

@@ -4,13 +4,17 @@ No clock, I/O, randomness or settings here: time comes from ``event.ts_us``. A r
 the *same object* when an event does not change its state, which lets the projector skip the
 write. Reducers are total: an event that makes no sense for the state (a todo for an unknown work
 item) leaves it unchanged rather than failing, because the ledger is history, not a request.
+
+Each reducer names the events it reads as a closed sub-union of ``Payload`` (``AgentEvent``, ...),
+returns early for any other event, and ends its ``match`` in ``assert_never``: adding a type to a
+sub-union without handling it is a type error. ``fold`` routes events by the same sub-unions.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 from holon.ledger import Event
 from holon.ledger import events as ev
@@ -30,9 +34,15 @@ from holon.projections.state import (
 )
 
 __all__ = [
+    "AgentEvent",
     "RECENT_LIMIT",
     "REJECTED_LIMIT",
     "Reducer",
+    "TaskEvent",
+    "TimerEvent",
+    "WaitEvent",
+    "WorkItemEvent",
+    "WorkingMemoryEvent",
     "apply_agent",
     "apply_baseline",
     "apply_task",
@@ -50,37 +60,63 @@ REJECTED_LIMIT = 50
 
 Reducer = Callable[[State | None, Event], State | None]
 
+AgentEvent = (
+    ev.AgentCreated | ev.AgentDeleted | ev.MessageReceived | ev.AgentConfigured | ev.TurnStarted | ev.TurnSettled
+)
+WorkingMemoryEvent = (
+    ev.AgentCreated
+    | ev.WorkItemOpened
+    | ev.WorkItemPicked
+    | ev.WorkItemCompleted
+    | ev.WorkItemUpdated
+    | ev.ConstraintChanged
+    | ev.DecisionRecorded
+    | ev.FollowUpChanged
+    | ev.FileTouched
+    | ev.WaitRegistered
+    | ev.WaitResolved
+    | ev.TurnSettled
+)
+WorkItemEvent = ev.WorkItemOpened | ev.WorkItemUpdated | ev.WorkItemCompleted | ev.TodoChanged | ev.WorkItemPicked
+TaskEvent = ev.TaskCreated | ev.TaskStateChanged | ev.TaskResulted
+WaitEvent = ev.WaitRegistered | ev.WaitResolved
+TimerEvent = ev.TimerScheduled | ev.TimerFired | ev.TimerCancelled
+
 _TURN_STATUS = {"completed": "idle", "waiting": "waiting", "failed": "failed", "interrupted": "interrupted"}
 
 
 def apply_agent(state: AgentState | None, event: Event) -> AgentState | None:
     p = event.payload
+    if not isinstance(p, AgentEvent):
+        return state
+    if isinstance(p, ev.AgentCreated):
+        if state is not None:
+            return state
+        return AgentState(
+            agent_id=event.agent_id,
+            name=p.name,
+            template=p.template,
+            home=p.home,
+            workspace=p.workspace,
+            parent_id=p.parent_id,
+            settings=dict(sorted(p.settings.items())),
+            created_us=event.ts_us,
+            last_event_us=event.ts_us,
+        )
+    if isinstance(p, ev.AgentDeleted):
+        return None  # the row goes; the agent's events stay in the ledger
+    if state is None:
+        return None
     match p:
-        case ev.AgentCreated():
-            if state is not None:
-                return state
-            return AgentState(
-                agent_id=event.agent_id,
-                name=p.name,
-                template=p.template,
-                home=p.home,
-                workspace=p.workspace,
-                parent_id=p.parent_id,
-                settings=dict(sorted(p.settings.items())),
-                created_us=event.ts_us,
-                last_event_us=event.ts_us,
-            )
-        case ev.AgentDeleted():
-            return None  # the row goes; the agent's events stay in the ledger
-        case ev.MessageReceived() if state is not None:
+        case ev.MessageReceived():
             return state.model_copy(
                 update={"pending_inputs": [*state.pending_inputs, event.seq], "last_event_us": event.ts_us}
             )
-        case ev.AgentConfigured() if state is not None:
+        case ev.AgentConfigured():
             merged = {**state.settings, **p.changes}
             settings = {k: v for k, v in sorted(merged.items()) if v is not None}
             return state.model_copy(update={"settings": settings, "last_event_us": event.ts_us})
-        case ev.TurnStarted() if state is not None:
+        case ev.TurnStarted():
             taken = set(p.inputs)
             return state.model_copy(
                 update={
@@ -93,9 +129,10 @@ def apply_agent(state: AgentState | None, event: Event) -> AgentState | None:
                     "last_event_us": event.ts_us,
                 }
             )
-        case ev.TurnSettled() if state is not None:
+        case ev.TurnSettled():
             return _settle(state, p, event)
-    return state
+        case _:
+            assert_never(p)
 
 
 def _settle(state: AgentState, p: ev.TurnSettled, event: Event) -> AgentState:
@@ -161,6 +198,8 @@ def _close_item(wm: WorkingMemory, item: str) -> WorkingMemory:
 def apply_working_memory(state: WorkingMemory | None, event: Event) -> WorkingMemory | None:
     wm = state if state is not None else WorkingMemory(agent_id=event.agent_id)
     p = event.payload
+    if not isinstance(p, WorkingMemoryEvent):
+        return wm
     match p:
         case ev.AgentCreated():
             return wm
@@ -178,8 +217,8 @@ def apply_working_memory(state: WorkingMemory | None, event: Event) -> WorkingMe
             return wm.model_copy(update={"active_work_item": previous, "work_stack": stack})
         case ev.WorkItemCompleted():
             return _close_item(wm, p.work_item_id)
-        case ev.WorkItemUpdated(status="abandoned"):
-            return _close_item(wm, p.work_item_id)
+        case ev.WorkItemUpdated():
+            return _close_item(wm, p.work_item_id) if p.status == "abandoned" else wm
         case ev.ConstraintChanged():
             if p.op == "add" and p.text not in wm.constraints:
                 return wm.model_copy(update={"constraints": [*wm.constraints, p.text]})
@@ -192,26 +231,29 @@ def apply_working_memory(state: WorkingMemory | None, event: Event) -> WorkingMe
         case ev.FollowUpChanged():
             rest = [f for f in wm.follow_ups if f.id != p.follow_up_id]
             if p.op == "add":
-                item = FollowUp(id=p.follow_up_id, text=p.text or "", due_us=p.due_us)
-                return wm.model_copy(update={"follow_ups": [*rest, item]})
+                follow_up = FollowUp(id=p.follow_up_id, text=p.text or "", due_us=p.due_us)
+                return wm.model_copy(update={"follow_ups": [*rest, follow_up]})
             return wm.model_copy(update={"follow_ups": rest}) if len(rest) != len(wm.follow_ups) else wm
         case ev.FileTouched():
             files = _push_recent(wm.recent_files, p.path, newest_first=True)
             return wm.model_copy(update={"recent_files": files})
         case ev.WaitRegistered():
-            rest = [w for w in wm.waiting_on if w.wait_id != p.wait_id]
-            item = WaitSummary(wait_id=p.wait_id, on=p.on, target=p.target, recheck_at_us=p.recheck_at_us)
-            return wm.model_copy(update={"waiting_on": [*rest, item]})
+            waits = [w for w in wm.waiting_on if w.wait_id != p.wait_id]
+            wait = WaitSummary(wait_id=p.wait_id, on=p.on, target=p.target, recheck_at_us=p.recheck_at_us)
+            return wm.model_copy(update={"waiting_on": [*waits, wait]})
         case ev.WaitResolved():
-            rest = [w for w in wm.waiting_on if w.wait_id != p.wait_id]
-            return wm.model_copy(update={"waiting_on": rest}) if len(rest) != len(wm.waiting_on) else wm
+            waits = [w for w in wm.waiting_on if w.wait_id != p.wait_id]
+            return wm.model_copy(update={"waiting_on": waits}) if len(waits) != len(wm.waiting_on) else wm
         case ev.TurnSettled():
             return wm.model_copy(update={"last_turn_id": p.turn_id, "last_outcome": p.outcome})
-    return wm if state is None else state
+        case _:
+            assert_never(p)
 
 
 def apply_work_item(state: WorkItemState | None, event: Event) -> WorkItemState | None:
     p = event.payload
+    if not isinstance(p, WorkItemEvent):
+        return state
     if isinstance(p, ev.WorkItemOpened):
         if state is not None:
             return state
@@ -247,7 +289,10 @@ def apply_work_item(state: WorkItemState | None, event: Event) -> WorkItemState 
             )
         case ev.TodoChanged():
             return _apply_todo(state, p, event.ts_us)
-    return state
+        case ev.WorkItemPicked():
+            return state  # picking changes working memory, not the item
+        case _:
+            assert_never(p)
 
 
 def _apply_todo(state: WorkItemState, p: ev.TodoChanged, ts_us: int) -> WorkItemState:
@@ -267,6 +312,8 @@ def _apply_todo(state: WorkItemState, p: ev.TodoChanged, ts_us: int) -> WorkItem
 
 def apply_task(state: TaskProjection | None, event: Event) -> TaskProjection | None:
     p = event.payload
+    if not isinstance(p, TaskEvent):
+        return state
     if isinstance(p, ev.TaskCreated):
         if state is not None:
             return state
@@ -288,11 +335,14 @@ def apply_task(state: TaskProjection | None, event: Event) -> TaskProjection | N
             return state.model_copy(
                 update={"state": p.state, "output": p.output, "exit_code": p.exit_code, "updated_us": event.ts_us}
             )
-    return state
+        case _:
+            assert_never(p)
 
 
 def apply_wait(state: WaitProjection | None, event: Event) -> WaitProjection | None:
     p = event.payload
+    if not isinstance(p, WaitEvent):
+        return state
     match p:
         case ev.WaitRegistered():
             return WaitProjection(
@@ -304,13 +354,18 @@ def apply_wait(state: WaitProjection | None, event: Event) -> WaitProjection | N
                 reason=p.reason,
                 registered_us=event.ts_us,
             )
-        case ev.WaitResolved() if state is not None:
+        case ev.WaitResolved():
+            if state is None:
+                return None
             return state.model_copy(update={"status": p.resolution, "resolved_us": event.ts_us, "by_seq": p.by_seq})
-    return state
+        case _:
+            assert_never(p)
 
 
 def apply_timer(state: TimerProjection | None, event: Event) -> TimerProjection | None:
     p = event.payload
+    if not isinstance(p, TimerEvent):
+        return state
     match p:
         case ev.TimerScheduled():
             return TimerProjection(
@@ -321,7 +376,9 @@ def apply_timer(state: TimerProjection | None, event: Event) -> TimerProjection 
                 prompt=p.prompt,
                 next_fire_us=p.next_fire_us,
             )
-        case ev.TimerFired() if state is not None:
+        case ev.TimerFired():
+            if state is None:
+                return None
             done = state.kind == "once" or p.next_fire_us is None
             return state.model_copy(
                 update={
@@ -332,9 +389,12 @@ def apply_timer(state: TimerProjection | None, event: Event) -> TimerProjection 
                     "last_fired_us": event.ts_us,
                 }
             )
-        case ev.TimerCancelled() if state is not None:
+        case ev.TimerCancelled():
+            if state is None:
+                return None
             return state.model_copy(update={"status": "cancelled", "next_fire_us": None})
-    return state
+        case _:
+            assert_never(p)
 
 
 def apply_baseline(state: WorkingMemoryBaseline | None, event: Event) -> WorkingMemoryBaseline | None:

@@ -6,25 +6,39 @@ commit together) and reads projections through SQLModel sessions on the same dat
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from sqlmodel import col, select
 
 from holon.clock import Clock, SystemClock
 from holon.config import HomePaths, Settings
-from holon.errors import NotFoundError
+from holon.errors import LedgerError, NotFoundError
 from holon.ledger import Database, Event, Ledger, NewEvent
 from holon.ledger.anchor import Anchor
 from holon.ledger.damage import translate
 from holon.ledger.schema import ProjectionCursorRow, ProjectionRow
 from holon.paths import private_dir
+from holon.projections.durable import DurableState, ProposalState
 from holon.projections.fold import KINDS, working_memory_view
 from holon.projections.projector import CURSOR_NAME, PROJECTOR_VERSION, Projector
 from holon.projections.replay import ReplayResult, replay
-from holon.projections.state import AgentState, State, WorkingMemory, WorkItemState
+from holon.projections.state import (
+    AgentState,
+    EpisodeDrafts,
+    State,
+    TaskProjection,
+    TimerProjection,
+    WaitProjection,
+    WorkingMemory,
+    WorkingMemoryBaseline,
+    WorkItemState,
+)
 
 __all__ = ["Store"]
+
+S = TypeVar("S", bound=State)
 
 
 class Store:
@@ -94,13 +108,17 @@ class Store:
         return self.ledger.append(*events)
 
     # --- typed reads ------------------------------------------------------------------------
+    #
+    # One accessor per projection kind, returning its state model: ``store.task(id)``,
+    # ``store.tasks(agent_id=..., status=...)``. Lists are in the order their rows last changed.
 
-    def state(self, kind: str, key: str) -> State | None:
+    def _one(self, kind: str, model: type[S], key: str) -> S | None:
+        assert KINDS[kind].model is model, kind
         rows = self.ledger.query("SELECT state FROM projection_rows WHERE kind = ? AND key = ?", (kind, key))
-        return KINDS[kind].model.model_validate_json(rows[0][0]) if rows else None
+        return model.model_validate_json(rows[0][0]) if rows else None
 
-    def rows(self, kind: str, *, agent_id: str | None = None, status: str | None = None) -> list[Any]:
-        """States of one kind, optionally filtered, in the order their rows were last changed."""
+    def _all(self, kind: str, model: type[S], agent_id: str | None, status: str | None) -> list[S]:
+        assert KINDS[kind].model is model, kind
         sql = "SELECT state FROM projection_rows WHERE kind = ?"
         params: list[object] = [kind]
         if agent_id is not None:
@@ -109,11 +127,88 @@ class Store:
         if status is not None:
             sql += " AND status = ?"
             params.append(status)
-        model = KINDS[kind].model
         return [model.model_validate_json(r[0]) for r in self.ledger.query(sql + " ORDER BY seq", params)]
 
+    def agent_state(self, agent_id: str) -> AgentState | None:
+        """An agent by id, or ``None`` (``agent`` finds one by name or id, or raises)."""
+        return self._one("agent", AgentState, agent_id)
+
     def agents(self) -> list[AgentState]:
-        return sorted(self.rows("agent"), key=lambda a: a.name)
+        return sorted(self._all("agent", AgentState, None, None), key=lambda a: a.name)
+
+    def working_memory_state(self, agent_id: str) -> WorkingMemory | None:
+        """The agent-level working memory row (``working_memory`` is the view an agent sees)."""
+        return self._one("working_memory", WorkingMemory, agent_id)
+
+    def baseline(self, agent_id: str) -> WorkingMemoryBaseline | None:
+        return self._one("wm_baseline", WorkingMemoryBaseline, agent_id)
+
+    def work_item(self, work_item_id: str) -> WorkItemState | None:
+        return self._one("work_item", WorkItemState, work_item_id)
+
+    def work_items(self, *, agent_id: str | None = None, status: str | None = None) -> list[WorkItemState]:
+        return self._all("work_item", WorkItemState, agent_id, status)
+
+    def task(self, task_id: str) -> TaskProjection | None:
+        return self._one("task", TaskProjection, task_id)
+
+    def tasks(self, *, agent_id: str | None = None, status: str | None = None) -> list[TaskProjection]:
+        """Tasks; ``status`` filters on the task's ``state``."""
+        return self._all("task", TaskProjection, agent_id, status)
+
+    def wait(self, wait_id: str) -> WaitProjection | None:
+        return self._one("wait", WaitProjection, wait_id)
+
+    def waits(self, *, agent_id: str | None = None, status: str | None = None) -> list[WaitProjection]:
+        return self._all("wait", WaitProjection, agent_id, status)
+
+    def timer(self, timer_id: str) -> TimerProjection | None:
+        return self._one("timer", TimerProjection, timer_id)
+
+    def timers(self, *, agent_id: str | None = None, status: str | None = None) -> list[TimerProjection]:
+        return self._all("timer", TimerProjection, agent_id, status)
+
+    def episode_drafts(self, agent_id: str) -> EpisodeDrafts | None:
+        return self._one("episode_drafts", EpisodeDrafts, agent_id)
+
+    def durable_entry(self, entry_id: str) -> DurableState | None:
+        return self._one("durable", DurableState, entry_id)
+
+    def durable_entries(self, *, agent_id: str | None = None, status: str | None = None) -> list[DurableState]:
+        return self._all("durable", DurableState, agent_id, status)
+
+    def active_durable_entries(self, owners: Sequence[str]) -> list[DurableState]:
+        """Active durable entries whose owner is one of ``owners``, in storage order."""
+        marks = ", ".join("?" for _ in owners)
+        rows = self.ledger.query(
+            f"SELECT state FROM projection_rows WHERE kind = 'durable' AND status = 'active' AND label IN ({marks})",
+            list(owners),
+        )
+        return [DurableState.model_validate_json(r[0]) for r in rows]
+
+    def proposal(self, proposal_id: str) -> ProposalState | None:
+        return self._one("proposal", ProposalState, proposal_id)
+
+    def proposals(self, *, agent_id: str | None = None, status: str | None = None) -> list[ProposalState]:
+        return self._all("proposal", ProposalState, agent_id, status)
+
+    def counts(self, agent_id: str) -> dict[str, int]:
+        """How many work items, tasks, waits and timers (in any status) an agent has."""
+        kinds = ("work_item", "task", "wait", "timer")
+        rows = self.ledger.query(
+            "SELECT kind, count(*) FROM projection_rows WHERE agent_id = ? AND kind IN (?, ?, ?, ?) GROUP BY kind",
+            (agent_id, *kinds),
+        )
+        found = {str(kind): int(n) for kind, n in rows}
+        return {kind: found.get(kind, 0) for kind in kinds}
+
+    def keys_starting(self, kind: str, prefix: str, *, limit: int) -> list[str]:
+        """Keys of rows of ``kind`` that start with ``prefix`` (finding an entry by an id prefix)."""
+        rows = self.ledger.query(
+            "SELECT key FROM projection_rows WHERE kind = ? AND key >= ? AND key < ? ORDER BY key LIMIT ?",
+            (kind, prefix, prefix + "\U0010ffff", limit),
+        )
+        return [str(r[0]) for r in rows]
 
     def agent(self, ref: str) -> AgentState:
         """An agent by name or id."""
@@ -126,6 +221,18 @@ class Store:
             raise NotFoundError(f"no agent named {ref!r} (see 'holon agent list')")
         return AgentState.model_validate_json(rows[0][0])
 
+    # --- the untyped fallback ---------------------------------------------------------------
+
+    def state(self, kind: str, key: str) -> State | None:
+        """The untyped fallback: one row of a kind named by string. Prefer the typed accessors
+        above (``store.task(id)``, ...); this stays for callers not yet moved to them."""
+        return self._one(kind, KINDS[kind].model, key)
+
+    def rows(self, kind: str, *, agent_id: str | None = None, status: str | None = None) -> list[Any]:
+        """The untyped fallback: states of a kind named by string, optionally filtered, in the
+        order their rows were last changed. Prefer the typed accessors (``store.tasks(...)``)."""
+        return self._all(kind, KINDS[kind].model, agent_id, status)
+
     def projection_rows(self, kind: str) -> list[ProjectionRow]:
         """Typed rows of one kind through SQLModel (admin and inspection paths)."""
         query = select(ProjectionRow).where(ProjectionRow.kind == kind).order_by(col(ProjectionRow.seq))
@@ -133,10 +240,8 @@ class Store:
             return list(s.exec(query).all())
 
     def working_memory(self, agent_id: str) -> dict[str, Any]:
-        wm = self.state("working_memory", agent_id)
-        assert wm is None or isinstance(wm, WorkingMemory)
-        item = self.state("work_item", wm.active_work_item) if wm and wm.active_work_item else None
-        assert item is None or isinstance(item, WorkItemState)
+        wm = self.working_memory_state(agent_id)
+        item = self.work_item(wm.active_work_item) if wm and wm.active_work_item else None
         return working_memory_view(wm, item)
 
     # --- maintenance ------------------------------------------------------------------------
@@ -145,7 +250,10 @@ class Store:
         try:
             raw = self.ledger.db.engine.raw_connection()
             try:
-                return replay(raw.driver_connection, progress=progress)
+                conn = raw.driver_connection
+                if not isinstance(conn, sqlite3.Connection):  # the pool gave back a detached connection
+                    raise LedgerError(f"replay: no open SQLite connection to {self.ledger.db.path}")
+                return replay(conn, progress=progress)
             finally:
                 raw.close()
         except Exception as e:  # a damaged file: one line naming it (exit 5), never a traceback

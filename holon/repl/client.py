@@ -252,17 +252,17 @@ class ApiClient:
     # --- durable memory and proposals (RFC 0006) ----------------------------------------------
 
     def proposals(self, status: str = "pending") -> list[dict[str, Any]]:
-        return self._get("/proposals", status=status)  # type: ignore[no-any-return]
+        return self._get("/proposals", status=status)
 
     def proposal(self, ref: str) -> dict[str, Any]:
-        return self._get(f"/proposals/{_segment(ref)}")  # type: ignore[no-any-return]
+        return self._get(f"/proposals/{_segment(ref)}")
 
     def accept(self, ref: str, text: str | None = None) -> dict[str, Any]:
         body = {"text": text} if text is not None else {}
-        return self._request("POST", f"/proposals/{_segment(ref)}/accept", json=body).json()  # type: ignore[no-any-return]
+        return self._request("POST", f"/proposals/{_segment(ref)}/accept", json=body).json()
 
     def dismiss(self, ref: str, reason: str = "") -> dict[str, Any]:
-        return self._request("POST", f"/proposals/{_segment(ref)}/dismiss", json={"reason": reason}).json()  # type: ignore[no-any-return]
+        return self._request("POST", f"/proposals/{_segment(ref)}/dismiss", json={"reason": reason}).json()
 
     # --- the event stream ----------------------------------------------------------------------
 
@@ -301,7 +301,7 @@ class ApiClient:
                             cursor = int(event["seq"])
                             yield "event", event
                         elif kind in ("delta", "model"):
-                            yield kind, json.loads(data)  # type: ignore[misc]
+                            yield kind, json.loads(data)
             except httpx.TransportError as e:
                 failures += 1
                 if failures > retries:

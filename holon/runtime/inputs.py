@@ -50,7 +50,7 @@ def input_events(
     """The events that deliver ``text`` to an agent: resolved waits first, then the message."""
     events = []
     if wakes is not None:
-        for wait in store.rows("wait", agent_id=agent_id, status="pending"):
+        for wait in store.waits(agent_id=agent_id, status="pending"):
             if _satisfies(wait, wakes):
                 events.append(
                     NewEvent(

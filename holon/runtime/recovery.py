@@ -104,7 +104,7 @@ def settle_unfinished_turn(
         )
     why = reason or f"holon stopped {phase}"
     rejected = list(agent.current_inputs) if not requeue and outcome == "failed" else []
-    settled: list[ev.PayloadBase] = [
+    settled: list[ev.Payload] = [
         ev.TurnSettled(turn_id=turn_id, outcome=outcome, reason=why, requeue=requeue, rejected=rejected)
     ]
     if rejected:
@@ -182,7 +182,7 @@ def _stop_turn_commands(store: Store, agent: AgentState) -> None:
     interrupted with the turn."""
     assert agent.current_turn_seq is not None
     for e in store.ledger.read(agent.current_turn_seq - 1, agent_id=agent.agent_id):
-        if isinstance(e.payload, ev.CommandStarted) and store.state("task", e.payload.task_id) is None:
+        if isinstance(e.payload, ev.CommandStarted) and store.task(e.payload.task_id) is None:
             if e.payload.process:
                 stop_orphan(e.payload.process)
             remove_task_files(store.paths.root / "tasks", e.payload.task_id)
@@ -215,7 +215,7 @@ def recover(store: Store) -> RecoveryReport:
         if agent.current_turn_id is not None:
             _stop_turn_commands(store, agent)
             _recover_turn(store, agent, report)
-    for task in store.rows("task", status="running") + store.rows("task", status="pending"):
+    for task in store.tasks(status="running") + store.tasks(status="pending"):
         if task.kind == "child_agent":
             continue  # a child agent's task ends when the child's turn does; the child is recovered above
         # Commands run in a session of their own and outlive a killed holon: stop the very process

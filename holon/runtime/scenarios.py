@@ -151,7 +151,7 @@ class _Driver:
 
     def add(
         self,
-        *payloads: ev.PayloadBase,
+        *payloads: ev.Payload,
         authority: ev.Authority = "runtime",
         origin: str = "runtime:scenario",
         **env: Any,
@@ -270,8 +270,8 @@ class _Driver:
 def _refs(assembly: Assembly) -> tuple[set[str], bool]:
     seen: set[str] = set()
     duplicate = False
-    for s in assembly.manifest["sections"]:
-        for ref in s["refs_included"]:
+    for s in assembly.manifest.sections:
+        for ref in s.refs_included:
             if ref.startswith("event:") and ref in seen:
                 duplicate = True
             seen.add(ref)

@@ -463,14 +463,7 @@ class TurnRunner:
         return settings, Budget(context_window=window, output_reserve=reserve)
 
     def _context_event(self, turn_id: str, round_no: int, budget: Budget, a: Assembly) -> ev.ContextAssembled:
-        sections = a.manifest["sections"]
-        summary: dict[str, int] = {
-            form: sum(1 for s in sections if s["representation"] == form and not s["excluded"])
-            for form in ("full", "compact", "omitted")
-        }
-        summary["excluded"] = sum(1 for s in sections if s["excluded"])
-        summary["refs_included"] = sum(len(s["refs_included"]) for s in sections)
-        summary["refs_omitted"] = sum(len(s["refs_omitted"]) for s in sections)
+        summary = a.manifest.summary()
         record = self.context.record_prompts
         prompt = canonical_json(a.messages).decode() if record else None
         tools = canonical_json(a.tools).decode() if record and round_no == 0 else None
@@ -481,7 +474,7 @@ class TurnRunner:
             used_tokens=a.used_tokens,
             manifest_digest=a.digest,
             summary=summary,  # type: ignore[arg-type]
-            manifest=canonical_json(a.manifest).decode(),
+            manifest=canonical_json(a.manifest.to_json()).decode(),
             prompt=prompt,
             tools=tools,
         )

@@ -25,25 +25,23 @@ class StoreViews:
         self._store = store
         self._agent = agent_id
 
-    def _own(self, kind: str, key: str) -> Any:
-        state = self._store.state(kind, key)
-        return state if state is not None and getattr(state, "agent_id", None) == self._agent else None
-
     def working_memory(self) -> dict[str, Any]:
         return self._store.working_memory(self._agent)
 
     def work_item(self, work_item_id: str) -> WorkItemState | None:
-        return self._own("work_item", work_item_id)  # type: ignore[no-any-return]
+        item = self._store.work_item(work_item_id)
+        return item if item is not None and item.agent_id == self._agent else None
 
     def work_items(self, *, include_closed: bool = False) -> list[WorkItemState]:
-        items: list[WorkItemState] = self._store.rows("work_item", agent_id=self._agent)
+        items = self._store.work_items(agent_id=self._agent)
         return items if include_closed else [i for i in items if i.status in ("open", "blocked")]
 
     def task(self, task_id: str) -> TaskProjection | None:
-        return self._own("task", task_id)  # type: ignore[no-any-return]
+        task = self._store.task(task_id)
+        return task if task is not None and task.agent_id == self._agent else None
 
     def tasks(self) -> list[TaskProjection]:
-        return self._store.rows("task", agent_id=self._agent)
+        return self._store.tasks(agent_id=self._agent)
 
     def blob_text(self, blob_hash: str) -> str | None:
         body = self._store.ledger.read_blob(ev.BlobRef(blob=blob_hash, size=0, preview=""))
