@@ -25,6 +25,8 @@ logged here and answered with 500 ``internal``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -82,7 +84,7 @@ def status_for(exc: HolonError) -> tuple[int, str]:
     return 400, "failed"
 
 
-def error_response(status: int, code: str, message: str, *, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 

@@ -168,7 +168,12 @@ def replay(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) 
 
     with open_store(c) as store, progress("replaying the ledger", store.ledger.head() or None, quiet=c.json) as bar:
         r = store.replay(progress=bar.update)
-    data = {"ok": r.ok, "events": r.events, "mismatches": r.mismatches, "events_per_s": round(r.events_per_s, 1)}
+    data: dict[str, object] = {
+        "ok": r.ok,
+        "events": r.events,
+        "mismatches": r.mismatches,
+        "events_per_s": round(r.events_per_s, 1),
+    }
     if r.examples:
         data["examples"] = r.examples
     if not r.cursor_ok:

@@ -34,9 +34,13 @@ from holon.errors import HolonError
 from holon.paths import private_umask
 
 try:  # typer >= 0.2x vendors click: its usage errors derive from TyperException, not click's.
-    from typer import TyperException as _CliError
+    from typer import TyperException
+
+    _CliError: type[TyperException] | type[ClickException] = TyperException
 except ImportError:  # pragma: no cover - older typer raises click's own exceptions
-    from click import ClickException as _CliError
+    from click import ClickException
+
+    _CliError = ClickException
 
 __all__ = ["app", "main", "run"]
 

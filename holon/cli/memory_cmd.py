@@ -9,12 +9,15 @@ they ask its HTTP API instead (``holon.cli.backend``), which calls those same fu
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from holon.cli import backend
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
+
+if TYPE_CHECKING:
+    from holon.ledger.events import MemoryScope
 
 app = typer.Typer(
     help="Search and read an agent's memory (conversations, curated files, events, episodes, work items, tasks); "
@@ -110,8 +113,7 @@ def search(
         except ValueError as e:
             raise UsageError(f"--{name} is not an ISO 8601 time: {value!r}") from e
 
-    if scope is not None and scope not in ("agent", "operator", "workspace"):
-        raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
+    scopes = _scopes(scope)
     c = ctx_of(ctx, home, json_out)
     since_us, until_us = when(since, "since"), when(until, "until")  # checked here, before any call
     with backend.daemon(c) as api:
@@ -129,12 +131,24 @@ def search(
             since_us=since_us,
             until_us=until_us,
             work_item_id=work_item,
-            scopes=(scope,) if scope else (),  # type: ignore[arg-type]  # checked above
+            scopes=scopes,
             limit=limit,
             embedder=embedder_from_settings(store.settings),
         )
     found = result.as_dict()
     emit(c, found, render_search_json(found))
+
+
+def _scopes(scope: str | None) -> tuple[MemoryScope, ...]:
+    """``--scope`` as the scopes to search (every scope when none is named)."""
+    from holon.errors import UsageError
+
+    match scope:
+        case None:
+            return ()
+        case "agent" | "operator" | "workspace":
+            return (scope,)
+    raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
 
 
 @app.command("reindex")

@@ -57,7 +57,7 @@ __all__ = [
 def _skill_proposal(store: Store, skill_id: str) -> ProposalState | None:
     for p in store.rows("proposal"):
         if p.skill is not None and p.skill.skill_id == skill_id:
-            return p  # type: ignore[no-any-return]
+            return p
     return None
 
 

@@ -29,6 +29,7 @@ from pydantic import Field
 from holon import __version__
 from holon.clock import parse_us
 from holon.errors import HolonError, UsageError
+from holon.ledger.events import MemoryScope
 from holon.memory.access import search_memory
 from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, memory_get
 from holon.projections import Store
@@ -60,6 +61,16 @@ def _when(value: str | None, name: str) -> int | None:
         raise UsageError(f"{name} is not an ISO 8601 time: {value!r}") from e
 
 
+def _scopes(scope: str | None) -> tuple[MemoryScope, ...]:
+    """The ``scope`` argument as the scopes to search (every scope when none is named)."""
+    match scope:
+        case None:
+            return ()
+        case "agent" | "operator" | "workspace":
+            return (scope,)
+    raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
+
+
 def build_server(store: Store, agent_ref: str) -> MCPServer:
     """An MCP server over ``agent_ref``'s memory in ``store``."""
     agent_id = store.agent(agent_ref).agent_id
@@ -85,10 +96,9 @@ def build_server(store: Store, agent_ref: str) -> MCPServer:
         work_item: Annotated[str | None, Field(max_length=200, description="Only documents of this work item.")] = None,
     ) -> dict[str, Any]:
         with _clear_errors():
-            if scope is not None and scope not in ("agent", "operator", "workspace"):
-                raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
+            scopes = _scopes(scope)
             result = search_memory(
-                store, agent(), query, kinds=tuple(kinds or ()), scopes=(scope,) if scope else (),  # type: ignore[arg-type]
+                store, agent(), query, kinds=tuple(kinds or ()), scopes=scopes,
                 since_us=_when(since, "since"), until_us=_when(until, "until"), work_item_id=work_item,
                 limit=limit, embedder=embedder,
             )  # fmt: skip

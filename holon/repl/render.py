@@ -273,7 +273,7 @@ def agents_table(
 def _agent_state(agent: AgentState, live: Mapping[str, Any] | None) -> tuple[str, str]:
     """(status, detail) of one agent row: live from the daemon when known."""
     if live is None:
-        last = agent.last_outcome or ""
+        last: str = agent.last_outcome or ""
         if agent.last_error:
             last += f" ({short(agent.last_error, 40)})"
         return agent.status, last
@@ -431,7 +431,7 @@ def _proposal_text(p: Mapping[str, Any]) -> str:
     return str(entry.get("text") or skill.get("name") or write.get("text") or "")
 
 
-def proposals_table(console: Console, proposals: list[Mapping[str, Any]]) -> None:
+def proposals_table(console: Console, proposals: Sequence[Mapping[str, Any]]) -> None:
     if not proposals:
         console.print(Text("no proposals wait for you", "dim"))
         return
