@@ -17,7 +17,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -461,7 +461,8 @@ def load_settings(
     try:
         # Validate the file alone first so its errors name the file, not the environment.
         Settings.model_validate(data)
-        return Settings(**data)
+        sections: dict[str, Any] = data  # Any: each section's TOML, validated by Settings itself
+        return Settings(**sections)
     except ValidationError as e:
         raise ConfigError(_describe(e, path if data else None, env)) from e
 
@@ -476,9 +477,10 @@ def setting_sources(home: HomePaths, *, config_file: str | Path | None = None) -
     out: list[tuple[str, str, object, str]] = []
     for section in Settings.model_fields:
         values = getattr(settings, section)
-        in_file = data.get(section) if isinstance(data.get(section), dict) else {}
+        section_data = data.get(section)
+        in_file = section_data if isinstance(section_data, dict) else {}
         for key in type(values).model_fields:
             env = _env_name(section, key)
-            source = env if env in os.environ else (str(path) if key in in_file else "default")  # type: ignore[operator]
+            source = env if env in os.environ else (str(path) if key in in_file else "default")
             out.append((section, key, getattr(values, key), source))
     return out

@@ -11,6 +11,8 @@ loop (``async def``): the store is synchronous SQLite used from that loop only, 
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
 
 from holon import __version__
@@ -31,7 +33,7 @@ from holon.errors import UsageError
 
 __all__ = ["create_app"]
 
-_ERRORS = {
+_ERRORS: dict[int | str, dict[str, Any]] = {  # Any: FastAPI's own type for OpenAPI response entries
     status: {"model": ErrorBody, "description": text}
     for status, text in (
         (400, "bad request"),
@@ -64,7 +66,7 @@ def create_app(
         openapi_url="/v1/openapi.json",
         docs_url=None,
         redoc_url=None,
-        responses=_ERRORS,  # type: ignore[arg-type]
+        responses=_ERRORS,
     )
     install_error_handlers(app)
 

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +152,7 @@ def _serve(paths: HomePaths, port: int) -> list[str]:
 # --- throughput --------------------------------------------------------------------------------
 
 
-async def _events(client: httpx.AsyncClient, name: str, after: int) -> AsyncIterator[dict[str, Any]]:
+async def _events(client: httpx.AsyncClient, name: str, after: int) -> AsyncGenerator[dict[str, Any], None]:
     """The agent's ledger events after ``after``, reconnecting from the last one seen if dropped."""
     cursor, failures = after, 0
     while True:

@@ -42,7 +42,7 @@ def _raw_rows(events: list[NewEvent], start_seq: int) -> list[tuple[Any, ...]]:
         seq = start_seq + i
         text = encode_payload(ne.payload, blob_threshold=16_384, preview_chars=400).text
         rows.append(
-            (seq, f"evt_{seq:026d}", ne.agent_id, ne.payload.type, 1, 1_767_225_600_000_000 + seq,  # type: ignore[attr-defined]
+            (seq, f"evt_{seq:026d}", ne.agent_id, ne.payload.type, 1, 1_767_225_600_000_000 + seq,  # type: ignore[attr-defined]  # payload is typed PayloadBase, not the union
              ne.origin, ne.authority, ne.turn_id, ne.work_item_id, ne.task_id, ne.episode_id, None, text, "0" * 64)
         )  # fmt: skip
     return rows
@@ -88,7 +88,8 @@ def _holon(store: Store, events: list[NewEvent], batch: int) -> float:
 
 
 def run_ledger_bench(*, replay_events: int = 100_000, rounds: int = 3, synchronous: str = "NORMAL") -> dict[str, Any]:
-    settings = Settings(ledger=LedgerSettings(synchronous=synchronous))  # type: ignore[arg-type]
+    # The operator's text (``holon bench --synchronous``): LedgerSettings validates it.
+    settings = Settings(ledger=LedgerSettings.model_validate({"synchronous": synchronous}))
     stream = workload.stream(N_AGENTS)
     with tempfile.TemporaryDirectory(prefix="holon-bench-") as tmp:
         paths = HomePaths(Path(tmp) / "home")

@@ -122,7 +122,8 @@ def _message(i: int) -> Any:
 
 
 def _run_size(events: int, turns: int, synchronous: str) -> dict[str, float]:
-    settings = Settings(ledger=LedgerSettings(synchronous=synchronous))  # type: ignore[arg-type]
+    # The operator's text (``holon bench --synchronous``): LedgerSettings validates it.
+    settings = Settings(ledger=LedgerSettings.model_validate({"synchronous": synchronous}))
     with tempfile.TemporaryDirectory(prefix="holon-bench-turn-") as tmp:
         store = Store.open(HomePaths(Path(tmp)), settings, clock=SystemClock())
         agent = create_agent(store, "bench-agent", origin="operator:bench")

@@ -15,6 +15,8 @@ from holon.cli.common import Ctx, HomeOpt, JsonOpt, ctx_of, emit, open_store
 from holon.cli.schedules import warn_unless_daemon
 
 if TYPE_CHECKING:
+    from pydantic import JsonValue
+
     from holon.projections.state import AgentState
 
 app = typer.Typer(help="Create, list and inspect agents.", no_args_is_help=True)
@@ -47,7 +49,7 @@ ScheduleOpt = Annotated[
 PromptOpt = Annotated[str | None, typer.Option("--prompt", help="What the agent is told each time its schedule fires.")]
 
 
-def _settings(**values: object) -> dict[str, object]:
+def _settings(**values: JsonValue) -> dict[str, JsonValue]:
     return {k: v for k, v in values.items() if v is not None}
 
 
@@ -129,7 +131,7 @@ def create(
                 if existing is not None:
                     _already(c, existing)
                     return
-                agent = create_agent(store, name, template=template, settings=settings, workspace=workspace, timers=timers)  # type: ignore[arg-type]  # fmt: skip
+                agent = create_agent(store, name, template=template, settings=settings, workspace=workspace, timers=timers)  # fmt: skip
     human = f"created agent {agent.name} ({agent.agent_id})\n  home: {agent.home}"
     if timers:
         human += "\n" + _schedule_line(timers[0], zone)
@@ -197,7 +199,7 @@ def configure(
             created = False
         else:
             with open_store(c) as store:
-                agent, created = configure_or_create_default(store, name, changes, unset=unset or [])  # type: ignore[arg-type]
+                agent, created = configure_or_create_default(store, name, changes, unset=unset or [])
     from holon.cli.agent_view import settings_block
 
     verb = f"created {agent.name} ({agent.agent_id}); its settings:" if created else f"configured {agent.name}:"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -251,7 +251,7 @@ def _rank_params(pairs: list[str]) -> RankParams:
     from holon.memory.search import RankParams
 
     known = {f.name: f.type for f in dataclasses.fields(RankParams) if f.name != "kind_weights"}
-    changes: dict[str, float] = {}
+    changes: dict[str, Any] = {}  # Any: each value has its field's type, int or float (checked above)
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or key not in known:
@@ -260,4 +260,4 @@ def _rank_params(pairs: list[str]) -> RankParams:
             changes[key] = int(value) if known[key] in (int, "int") else float(value)
         except ValueError as e:
             raise UsageError(f"--set {key}: {value!r} is not a number") from e
-    return RankParams(**changes)  # type: ignore[arg-type]
+    return RankParams(**changes)

@@ -9,12 +9,15 @@ they ask its HTTP API instead (``holon.cli.backend``), which calls those same fu
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from holon.cli import backend
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
+
+if TYPE_CHECKING:
+    from holon.ledger.events import MemoryScope
 
 app = typer.Typer(
     help="Search and read an agent's memory (conversations, curated files, events, episodes, work items, tasks); "
@@ -87,13 +90,11 @@ def search(
 ) -> None:
     """Search AGENT's memory exactly as its memory_search tool would (same scopes, same ranking)."""
     from holon.clock import parse_iso
-    from holon.errors import UsageError
     from holon.memory.access import search_memory
     from holon.runtime.embedders import embedder_from_settings
     from holon.runtime.tools.memory import render_search_json
 
-    if scope is not None and scope not in ("agent", "operator", "workspace"):
-        raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
+    scopes = _scopes(scope)
     c = ctx_of(ctx, home, json_out)
     since_us, until_us = parse_iso(since, field="--since"), parse_iso(until, field="--until")  # checked here, before any call
     with backend.daemon(c) as api:
@@ -111,12 +112,24 @@ def search(
             since_us=since_us,
             until_us=until_us,
             work_item_id=work_item,
-            scopes=(scope,) if scope else (),  # type: ignore[arg-type]  # checked above
+            scopes=scopes,
             limit=limit,
             embedder=embedder_from_settings(store.settings),
         )
     found = result.as_dict()
     emit(c, found, render_search_json(found))
+
+
+def _scopes(scope: str | None) -> tuple[MemoryScope, ...]:
+    """``--scope`` as the scopes to search (every scope when none is named)."""
+    from holon.errors import UsageError
+
+    match scope:
+        case None:
+            return ()
+        case "agent" | "operator" | "workspace":
+            return (scope,)
+    raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
 
 
 @app.command("reindex")

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from holon.cli.common import Ctx, HomeOpt, JsonOpt, ctx_of, emit, open_store
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without the trace modules
+    from holon.projections import Store
+    from holon.trace.export import Format
+    from holon.trace.spans import TraceFilter
 
 app = typer.Typer(help="Export the ledger as traces (HALO JSONL, OTLP JSON) and summarize it.", no_args_is_help=True)
 
@@ -17,7 +22,7 @@ SinceOpt = Annotated[str | None, typer.Option("--since", help="Turns started at 
 UntilOpt = Annotated[str | None, typer.Option("--until", help="Turns started before this ISO time.")]
 
 
-def trace_filter(store: Any, agent: str | None, since: str | None, until: str | None) -> Any:
+def trace_filter(store: Store, agent: str | None, since: str | None, until: str | None) -> TraceFilter:
     from holon.clock import parse_iso
     from holon.trace.spans import TraceFilter
 
@@ -44,19 +49,18 @@ def export(
     from holon.errors import UsageError
     from holon.trace.export import export_traces
 
-    if fmt not in ("halo-jsonl", "otlp-json"):
-        raise UsageError(f"--format must be halo-jsonl or otlp-json, not {fmt!r}")
+    trace_format = _trace_format(fmt)
     if by not in ("turn", "episode"):
         raise UsageError(f"--by must be turn or episode, not {by!r}")
     c = ctx_of(ctx, home, json_out)
     if str(out) == "-":
-        _export_to_stdout(c, fmt, agent, since, until, by, project)
+        _export_to_stdout(c, trace_format, agent, since, until, by, project)
         return
     _check_out(out)
     from holon.cli.progress import progress
 
     with open_store(c) as store, progress("exporting traces", quiet=c.json) as bar:
-        counts = export_traces(store, out, fmt=fmt, flt=trace_filter(store, agent, since, until), by=by,  # type: ignore[arg-type]
+        counts = export_traces(store, out, fmt=trace_format, flt=trace_filter(store, agent, since, until), by=by,
                                project=project, progress=bar.update)  # fmt: skip
     emit(
         c,
@@ -65,8 +69,18 @@ def export(
     )
 
 
+def _trace_format(fmt: str) -> Format:
+    """``--format`` as the exporter's type; anything else is a usage error."""
+    from holon.errors import UsageError
+
+    match fmt:
+        case "halo-jsonl" | "otlp-json":
+            return fmt
+    raise UsageError(f"--format must be halo-jsonl or otlp-json, not {fmt!r}")
+
+
 def _export_to_stdout(
-    c: Ctx, fmt: str, agent: str | None, since: str | None, until: str | None, by: str, project: str
+    c: Ctx, fmt: Format, agent: str | None, since: str | None, until: str | None, by: str, project: str
 ) -> None:
     """``--out -``: the traces on stdout (nothing else there, so it pipes), the summary on stderr.
 
@@ -79,7 +93,7 @@ def _export_to_stdout(
 
     with open_store(c) as store, progress("exporting traces", quiet=c.json) as bar:
         try:
-            counts = write_traces(store, sys.stdout, fmt=fmt, flt=trace_filter(store, agent, since, until), by=by,  # type: ignore[arg-type]
+            counts = write_traces(store, sys.stdout, fmt=fmt, flt=trace_filter(store, agent, since, until), by=by,
                                   project=project, progress=bar.update)  # fmt: skip
             sys.stdout.flush()
         except BrokenPipeError:

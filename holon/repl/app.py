@@ -183,27 +183,27 @@ class Chat:
         return None
 
     def _follow(self, stream: Iterator[StreamItem], view: render.ReplyView, watch: TurnWatch) -> None:
-        for kind, data in stream:
-            if kind == "delta":
-                view.delta(data)  # type: ignore[arg-type]
-            elif kind == "model":
-                view.model(data)  # type: ignore[arg-type]
-            elif kind == "event":
-                assert isinstance(data, EventOut)
-                watch.see(data)
-                if watch.turn_id is None and (why := _stops_waiting(data)):
-                    # Paused, or out of budget, before the turn with this input started.
-                    view.close()
-                    self.console.print(Text(f"{self.agent} {why}: your message stays queued", "yellow"))
-                    return
-                if data.type == "brief.delivered":
-                    with self._lock:
-                        if data.seq in self._briefs_shown:
-                            continue
-                        self._briefs_shown.add(data.seq)
-                view.event(data)
-                if watch.done:
-                    return
+        for item in stream:
+            match item:
+                case ("delta", data):
+                    view.delta(data)
+                case ("model", data):
+                    view.model(data)
+                case ("event", event):
+                    watch.see(event)
+                    if watch.turn_id is None and (why := _stops_waiting(event)):
+                        # Paused, or out of budget, before the turn with this input started.
+                        view.close()
+                        self.console.print(Text(f"{self.agent} {why}: your message stays queued", "yellow"))
+                        return
+                    if event.type == "brief.delivered":
+                        with self._lock:
+                            if event.seq in self._briefs_shown:
+                                continue
+                            self._briefs_shown.add(event.seq)
+                    view.event(event)
+                    if watch.done:
+                        return
 
     def _abort_during(self, view: render.ReplyView, watch: TurnWatch) -> None:
         if not watch.input_seq:

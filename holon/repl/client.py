@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # imported where used: ``holon run`` through a daemon needs n
 
 __all__ = ["ApiClient", "DaemonUnreachable", "StreamItem", "home_token", "token_from_env"]
 
+StreamKind: TypeAlias = Literal["open", "event", "delta", "model"]
+"""What ``stream_json`` yields: ``open``, then ``event``, ``delta`` and ``model`` items."""
 StreamItem: TypeAlias = "tuple[Literal['event'], EventOut] | tuple[Literal['delta', 'open', 'model'], dict[str, Any]]"
 """``open`` comes first on each (re)connection: from then on, live deltas reach this stream.
 ``model``: ``{"what", "state"}`` while a model child starts (``starting``, then ``ready`` or ``failed``)."""
@@ -266,7 +268,7 @@ class ApiClient:
 
     # --- the event stream ----------------------------------------------------------------------
 
-    def stream_events(self, agent: str, after: int, *, retries: int = 5) -> Iterator[StreamItem]:
+    def stream_events(self, agent: str, after: int, *, retries: int = 5) -> Generator[StreamItem, None, None]:
         """``open``, then events after ``after`` and live deltas, until the caller stops iterating.
 
         A dropped connection is resumed from the last event seen (``Last-Event-ID``); after
@@ -278,9 +280,14 @@ class ApiClient:
 
         with contextlib.closing(self.stream_json(agent, after, retries=retries)) as items:
             for kind, data in items:
-                yield (kind, EventOut.model_validate(data)) if kind == "event" else (kind, data)  # type: ignore[misc]
+                if kind == "event":
+                    yield kind, EventOut.model_validate(data)
+                else:
+                    yield kind, data
 
-    def stream_json(self, agent: str, after: int, *, retries: int = 5) -> Iterator[tuple[str, dict[str, Any]]]:
+    def stream_json(
+        self, agent: str, after: int, *, retries: int = 5
+    ) -> Generator[tuple[StreamKind, dict[str, Any]], None, None]:
         """``stream_events`` with each event as the JSON the API sends (``seq``, ``type``,
         ``turn_id``, ``payload``, ...), for a client that needs no models."""
         cursor, failures = after, 0
@@ -296,12 +303,13 @@ class ApiClient:
                     failures = 0
                     yield "open", {}
                     for kind, data in _sse(response.iter_lines()):
-                        if kind == "event":
-                            event = json.loads(data)
-                            cursor = int(event["seq"])
-                            yield "event", event
-                        elif kind in ("delta", "model"):
-                            yield kind, json.loads(data)
+                        match kind:
+                            case "event":
+                                event = json.loads(data)
+                                cursor = int(event["seq"])
+                                yield "event", event
+                            case "delta" | "model":
+                                yield kind, json.loads(data)
             except httpx.TransportError as e:
                 failures += 1
                 if failures > retries:
@@ -318,7 +326,8 @@ def _segment(ref: str) -> str:
 
 def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
     """(event name, data) of each server-sent event; comments and ids are skipped."""
-    name, data = "message", []
+    name = "message"
+    data: list[str] = []
     for line in lines:
         if not line:
             if data:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
@@ -190,7 +191,7 @@ def _stop_turn_commands(store: Store, agent: AgentState) -> None:
 
 def _finished_task(store: Store, task: TaskProjection, code: int, output: str) -> list[NewEvent]:
     """A background task that ended while holon was dead: its real result, and the input telling its agent."""
-    state: ev.TaskState = "succeeded" if code == 0 else "failed"
+    state: Literal["succeeded", "failed"] = "succeeded" if code == 0 else "failed"
     result = NewEvent(
         task.agent_id,
         ev.TaskResulted(task_id=task.task_id, state=state, output=output, exit_code=code),

@@ -181,6 +181,7 @@ class _Driver:
         self.clock.advance(seconds=e.gap_s)
         text = e.text if e.text is not None else self.filler(e.kind, i)
         stored: list[Event] = []
+        wid: str | None  # the work item a work_item_* event names
         match e.kind:
             case "operator":
                 stored = self.add(ev.MessageReceived(text=text), authority="operator", origin="operator:scenario")

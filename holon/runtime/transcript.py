@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from holon.clock import format_us
+from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.projections import Store
 
@@ -40,7 +41,7 @@ def transcript_entries(store: Store, agent_id: str, last: int) -> list[dict[str,
     return out
 
 
-def _entry(store: Store, e: Any) -> dict[str, Any]:
+def _entry(store: Store, e: Event) -> dict[str, Any]:
     p = e.payload
     when = format_us(e.ts_us)[11:19]
     base = {"seq": e.seq, "ts": format_us(e.ts_us), "type": e.type, "turn_id": e.turn_id}
@@ -74,8 +75,8 @@ def _entry(store: Store, e: Any) -> dict[str, Any]:
                 line += f"\n{when}  -- inputs {p.rejected} rejected: not answered"
             elif p.requeue:
                 line += f"\n{when}  -- inputs re-queued for the next turn"
-            out = {**base, "outcome": p.outcome, "reason": p.reason, "reply": reply, "line": line}
-            return {**out, "rejected": p.rejected, "requeue": p.requeue}
+            settled = {**base, "outcome": p.outcome, "reason": p.reason, "reply": reply, "line": line}
+            return {**settled, "rejected": p.rejected, "requeue": p.requeue}
         case ev.ModelResponded() if p.error:
             return {
                 **base,

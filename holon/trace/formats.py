@@ -138,7 +138,8 @@ def check_halo_line(line: dict[str, Any]) -> list[str]:
 def check_halo_trace(lines: Sequence[dict[str, Any]]) -> list[str]:
     """What breaks a trace as a whole: a parent that is not in it, or a span id given twice."""
     ids = [line.get("span_id") for line in lines]
-    problems = [f"span_id {sid}: appears more than once" for sid in sorted({i for i in ids if ids.count(i) > 1})]
+    repeated = sorted({i for i in ids if ids.count(i) > 1}, key=str)  # key: a missing id (None) sorts too
+    problems = [f"span_id {sid}: appears more than once" for sid in repeated]
     known = set(ids)
     for line in lines:
         parent = line.get("parent_span_id")
