@@ -57,11 +57,10 @@ def _confined_cwd(ctx: ToolContext, cwd: str | None) -> Path:
 
 
 async def run_command(ctx: ToolContext, p: RunParams) -> ToolOutput:
-    tasks = ctx.services.tasks
-    if (refusal := tasks.sandbox.refusal) is not None:
+    if (refusal := ctx.services.command_refusal()) is not None:
         raise ToolRetry(refusal)
     cwd = _confined_cwd(ctx, p.cwd)
-    out = await tasks.run_command(
+    out = await ctx.services.run_command(
         ctx.agent_id, ctx.home, ctx.workspace, cwd, p.command, wait_s=p.wait_s, timeout_s=p.timeout_s
     )
     if out.finished:
@@ -88,7 +87,7 @@ async def task_status(ctx: ToolContext, p: TaskParams) -> str:
 
 async def task_output(ctx: ToolContext, p: OutputParams) -> str:
     t = _task(ctx, p.task_id)
-    live = ctx.services.tasks.live_output(p.task_id)
+    live = ctx.services.live_output(p.task_id)
     if live is not None:
         return f"task {p.task_id} is running; last {p.tail_lines} lines:\n{_tail(live, p.tail_lines)}"
     output = getattr(t, "output", None)
@@ -99,13 +98,13 @@ async def task_output(ctx: ToolContext, p: OutputParams) -> str:
 
 async def task_stop(ctx: ToolContext, p: TaskParams) -> str:
     _task(ctx, p.task_id)
-    if not ctx.services.tasks.stop(p.task_id):
+    if not ctx.services.stop_task(p.task_id):
         raise ToolRetry(f"task {p.task_id} is not running")
     return f"stopping task {p.task_id}; its result (cancelled) will arrive as an input"
 
 
 async def task_list(ctx: ToolContext, p: NoParams) -> str:
-    tasks = ctx.views.tasks()  # type: ignore[attr-defined]
+    tasks = ctx.views.tasks()
     if not tasks:
         return "no tasks"
     return "\n".join(f"{t.task_id} [{t.state}] {t.title}" for t in tasks[-30:])

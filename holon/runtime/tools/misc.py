@@ -114,7 +114,7 @@ async def spawn_agent(ctx: ToolContext, p: SpawnParams) -> str:
 async def read_output(ctx: ToolContext, p: ReadOutputParams) -> str:
     if not p.ref.startswith("out:"):
         raise ToolRetry("ref must look like 'out:<call id>', as shown with the truncated output")
-    text = ctx.views.tool_output(p.ref[4:])  # type: ignore[attr-defined]
+    text = ctx.views.tool_output(p.ref[4:])
     if text is None:
         raise ToolRetry(f"no stored output for {p.ref}")
     part = text[p.offset : p.offset + p.length]

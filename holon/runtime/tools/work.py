@@ -156,7 +156,7 @@ async def complete_work_item(ctx: ToolContext, p: CompleteParams) -> str:
 
 
 async def list_work_items(ctx: ToolContext, p: ListParams) -> str:
-    items = ctx.views.work_items(include_closed=p.include_closed)  # type: ignore[attr-defined]
+    items = ctx.views.work_items(include_closed=p.include_closed)
     active = ctx.views.working_memory().get("active_work_item")
     if not items:
         return "no work items"
