@@ -76,8 +76,8 @@ async def wait(ctx: ToolContext, p: WaitParams) -> ToolOutput:
         task = ctx.views.task(p.target or "")
         if task is None:
             raise ToolRetry(f"no task {p.target!r}; task_list shows yours")
-        if getattr(task, "state", "") not in ("pending", "running"):
-            raise ToolRetry(f"task {p.target} already ended ({getattr(task, 'state', '')}); read it with task_output")
+        if task.state not in ("pending", "running"):
+            raise ToolRetry(f"task {p.target} already ended ({task.state}); read it with task_output")
     return _register(ctx, p.on, p.target, p.recheck_in_s, p.reason)
 
 

@@ -197,9 +197,8 @@ class TurnRunner:
         if reply.start_ms is not None:
             # A call that waited for its model to start: the wait is its own event, never model latency.
             what = reply.start_what or "model"
-            self._append(
-                step.state, ev.ModelStarted(turn_id=step.state.turn_id, round=round_no, what=what, duration_ms=reply.start_ms)
-            )  # fmt: skip
+            started = ev.ModelStarted(turn_id=step.state.turn_id, round=round_no, what=what, duration_ms=reply.start_ms)
+            self._append(step.state, started)
         state = step.state.replied(reply)
         responded = ev.ModelResponded(
             turn_id=state.turn_id,
