@@ -249,7 +249,7 @@ class TurnRunner:
 
     def _settle(self, step: Settle) -> TurnResult:
         result = step.state.result(
-            step.outcome, reply=step.reply, reason=step.reason, requeued=step.requeue, rejected=list(step.rejected)
+            step.outcome, reply=step.reply, reason=step.reason, requeued=step.requeue, rejected=step.rejected
         )
         return self._commit_settle(step.state.agent_id, result, step.answer, notify=step.notify)
 

@@ -157,15 +157,27 @@ class TurnState:
             return f"cost limit: ${self.cost_usd:.4f} spent reaches the turn's limit of ${limits.max_cost_usd:.4f}"
         return None
 
-    def result(self, outcome: ev.TurnOutcome, **fields: Any) -> TurnResult:
+    def result(
+        self,
+        outcome: ev.TurnOutcome,
+        *,
+        reply: str | None = None,
+        reason: str | None = None,
+        requeued: bool = False,
+        rejected: tuple[int, ...] = (),
+    ) -> TurnResult:
+        """The turn's result, settled with ``outcome``."""
         return TurnResult(
             self.turn_id,
             outcome,
+            reply=reply,
+            reason=reason,
             rounds=self.rounds,
             tool_calls=self.tool_calls,
             usage=self.usage,
             cost_usd=self.cost_usd,
-            **fields,
+            requeued=requeued,
+            rejected=list(rejected),
         )
 
 
