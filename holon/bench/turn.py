@@ -29,7 +29,7 @@ from holon.runtime.agents import create_agent
 from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, TextSink
 from holon.runtime.providers.scripted import reply, tool_calls
 from holon.runtime.tasks import TaskManager
-from holon.runtime.tools import builtin_registry
+from holon.runtime.tools import TaskServices, builtin_registry
 from holon.runtime.turn import TurnRunner
 
 __all__ = ["TARGETS", "format_report", "run_turn_bench"]
@@ -84,7 +84,7 @@ async def _measure(store: Store, agent_id: str, turns: int) -> list[float]:
         builtin_registry(),
         lambda _a: (model, ModelSettings(model="bench")),
         clock=SystemClock(),
-        services=type("S", (), {"tasks": TaskManager.for_store(store, SystemClock())})(),
+        services=TaskServices(TaskManager.for_store(store, SystemClock())),
     )
     store.append(
         NewEvent(agent_id, _work_item(), origin="operator:bench", authority="operator", work_item_id="wi_bench"),

@@ -43,7 +43,7 @@ from holon.runtime.providers.retry import RetryPolicy
 from holon.runtime.recovery import RecoveryReport, interrupted_task_input, recover
 from holon.runtime.sandbox import harden_process
 from holon.runtime.settings import read_settings
-from holon.runtime.tasks import TaskManager
+from holon.runtime.tasks import CommandOutcome, TaskManager
 from holon.runtime.tools import ToolRegistry, builtin_registry
 from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnRunner
 
@@ -343,6 +343,22 @@ class AgentHost:
         self.store.append(*events)
         self._stalled.pop(agent_id, None)
         self.schedule(agent_id)
+
+    # --- tool services (``ToolServices``): what tools may ask of the host -------------------
+
+    def command_refusal(self) -> str | None:
+        return self.tasks.sandbox.refusal
+
+    async def run_command(
+        self, agent_id: str, home: Path, workspace: Path, cwd: Path, command: str, *, wait_s: float, timeout_s: float
+    ) -> CommandOutcome:
+        return await self.tasks.run_command(agent_id, home, workspace, cwd, command, wait_s=wait_s, timeout_s=timeout_s)
+
+    def live_output(self, task_id: str) -> str | None:
+        return self.tasks.live_output(task_id)
+
+    def stop_task(self, task_id: str) -> bool:
+        return self.tasks.stop(task_id)
 
     async def spawn_child(self, parent_id: str, task_text: str, *, name: str | None, template: str) -> tuple[str, str]:
         parent = self.store.agent(parent_id)

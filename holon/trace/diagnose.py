@@ -43,7 +43,7 @@ from holon.runtime.agents import create_agent
 from holon.runtime.providers.base import ModelSettings, Provider
 from holon.runtime.settings import read_settings
 from holon.runtime.tasks import TaskManager
-from holon.runtime.tools import Tool, ToolContext, ToolParams, ToolRegistry, ToolRetry
+from holon.runtime.tools import TaskServices, Tool, ToolContext, ToolParams, ToolRegistry, ToolRetry
 from holon.runtime.turn import TurnResult, TurnRunner
 from holon.trace.export import trace_stats
 from holon.trace.search import SearchTimeout, SpanText, count_matches, span_texts
@@ -543,7 +543,7 @@ def diagnose(
     clock = SystemClock()
     runner = TurnRunner(
         store, ToolRegistry(trace_tools(store, flt, limits=limits)), resolver, clock=clock,
-        services=type("Services", (), {"tasks": TaskManager.for_store(store, clock)})(),
+        services=TaskServices(TaskManager.for_store(store, clock)),
     )  # fmt: skip
     result = asyncio.run(runner.run(agent_id))
     assert result is not None

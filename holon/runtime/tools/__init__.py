@@ -1,12 +1,23 @@
 """Tools agents call. ``builtin_registry()`` gives every built-in tool."""
 
-from holon.runtime.tools.base import Tool, ToolContext, ToolOutput, ToolParams, ToolRegistry, ToolResult, ToolRetry
+from holon.runtime.tools.base import (
+    Tool,
+    ToolContext,
+    ToolOutput,
+    ToolParams,
+    ToolRegistry,
+    ToolResult,
+    ToolRetry,
+    ToolServices,
+)
 from holon.runtime.tools.commands import COMMAND_TOOLS
 from holon.runtime.tools.memory import MEMORY_TOOLS
 from holon.runtime.tools.misc import MISC_TOOLS
+from holon.runtime.tools.services import TaskServices
 from holon.runtime.tools.work import WORK_TOOLS
 
 __all__ = [
+    "TaskServices",
     "Tool",
     "ToolContext",
     "ToolOutput",
@@ -14,6 +25,7 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "ToolRetry",
+    "ToolServices",
     "builtin_registry",
 ]
 

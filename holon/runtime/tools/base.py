@@ -4,9 +4,12 @@ A tool is a name, a description written for the model, a pydantic parameter mode
 handler ``(ctx, params) -> ToolOutput | str``. A tool whose parameters depend on the agent (the
 memory scopes it may write) has a ``specialize`` function giving the tool as one agent sees it;
 ``ToolRegistry.for_agent`` applies them, so each agent's schemas offer only what it may do (the
-handler still checks: a schema is advice to the model, not a permission). Handlers get a narrow ``ToolContext``: their agent,
-the clock, their home and workspace, read-only views of their own state, and ``ctx.emit`` to
-record events. They never see the database: what they emit commits atomically with their result.
+handler still checks: a schema is advice to the model, not a permission).
+
+Handlers get a narrow ``ToolContext``: their agent, the clock, their home and workspace,
+read-only views of their own state (``Views``), their memory, the host's few services
+(``ToolServices``: commands, background tasks, child agents) and ``ctx.emit`` to record events.
+They never see the database: what they emit commits atomically with their result.
 
 Errors are signals, not strings: a handler raises ``ToolRetry`` for a problem the model can fix
 (bad id, wrong state). Malformed JSON, unknown tools, wrong types, unknown parameters and
@@ -28,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from holon.clock import Clock
 from holon.ledger.events import PayloadBase, ToolCallSpec, ToolStatus
-from holon.projections.state import AgentState
+from holon.projections.state import AgentState, TaskProjection, WorkItemState
+from holon.runtime.tasks import CommandOutcome
 from holon.runtime.views import AgentMemory
 
 __all__ = [
@@ -40,6 +44,7 @@ __all__ = [
     "ToolRegistry",
     "ToolRetry",
     "ToolResult",
+    "ToolServices",
     "Views",
 ]
 
@@ -73,12 +78,43 @@ class Emitted:
 
 
 class Views(Protocol):
-    """Read-only views of the calling agent's own state."""
+    """Read-only views of the calling agent's own state (``holon.runtime.views.StoreViews``)."""
 
     def working_memory(self) -> dict[str, Any]: ...
-    def work_item(self, work_item_id: str) -> Any: ...
-    def task(self, task_id: str) -> Any: ...
+    def work_item(self, work_item_id: str) -> WorkItemState | None: ...
+    def work_items(self, *, include_closed: bool = False) -> list[WorkItemState]: ...
+    def task(self, task_id: str) -> TaskProjection | None: ...
+    def tasks(self) -> list[TaskProjection]: ...
     def blob_text(self, blob_hash: str) -> str | None: ...
+    def tool_output(self, call_id: str) -> str | None: ...
+
+
+class ToolServices(Protocol):
+    """What a tool may ask of its host beyond its own agent's views and memory: commands and
+    their background tasks, and child agents. ``AgentHost`` implements it;
+    ``holon.runtime.tools.services.TaskServices`` gives commands without child agents."""
+
+    def command_refusal(self) -> str | None:
+        """Why no command may run at all (the sandbox the operator asked for is unavailable)."""
+        ...
+
+    async def run_command(
+        self, agent_id: str, home: Path, workspace: Path, cwd: Path, command: str, *, wait_s: float, timeout_s: float
+    ) -> CommandOutcome:
+        """Run ``command`` in ``cwd``; its result if it ends within ``wait_s``, else a background task."""
+        ...
+
+    def live_output(self, task_id: str) -> str | None:
+        """A running task's output so far; ``None`` when it is not running here."""
+        ...
+
+    def stop_task(self, task_id: str) -> bool:
+        """Stop a running task; ``False`` when it is not running."""
+        ...
+
+    async def spawn_child(self, parent_id: str, task_text: str, *, name: str | None, template: str) -> tuple[str, str]:
+        """Start a child agent on ``task_text``; its name and the parent's task id."""
+        ...
 
 
 @dataclass
@@ -90,8 +126,8 @@ class ToolContext:
     home: Path
     workspace: Path
     views: Views
-    services: Any
-    """Host services a tool may need (tasks, child agents); typed where each tool uses it."""
+    services: ToolServices
+    """What the host offers tools: commands, background tasks, child agents."""
     memory: AgentMemory | None = None
     """The agent's memory (MemoryGet, curated files); the turn runner always sets it."""
     emitted: list[Emitted] = field(default_factory=list)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from holon.projections.state import TaskProjection
 from holon.runtime.tools.base import Tool, ToolContext, ToolOutput, ToolParams, ToolRetry
 
 __all__ = ["COMMAND_TOOLS"]
@@ -57,11 +58,10 @@ def _confined_cwd(ctx: ToolContext, cwd: str | None) -> Path:
 
 
 async def run_command(ctx: ToolContext, p: RunParams) -> ToolOutput:
-    tasks = ctx.services.tasks
-    if (refusal := tasks.sandbox.refusal) is not None:
+    if (refusal := ctx.services.command_refusal()) is not None:
         raise ToolRetry(refusal)
     cwd = _confined_cwd(ctx, p.cwd)
-    out = await tasks.run_command(
+    out = await ctx.services.run_command(
         ctx.agent_id, ctx.home, ctx.workspace, cwd, p.command, wait_s=p.wait_s, timeout_s=p.timeout_s
     )
     if out.finished:
@@ -73,7 +73,7 @@ async def run_command(ctx: ToolContext, p: RunParams) -> ToolOutput:
     )
 
 
-def _task(ctx: ToolContext, task_id: str) -> object:
+def _task(ctx: ToolContext, task_id: str) -> TaskProjection:
     task = ctx.views.task(task_id)
     if task is None:
         raise ToolRetry(f"no task {task_id!r}; task_list shows yours")
@@ -82,30 +82,30 @@ def _task(ctx: ToolContext, task_id: str) -> object:
 
 async def task_status(ctx: ToolContext, p: TaskParams) -> str:
     t = _task(ctx, p.task_id)
-    code = getattr(t, "exit_code", None)
-    return f"task {p.task_id}: {getattr(t, 'state', '?')}" + (f", exit code {code}" if code is not None else "")
+    code = t.exit_code
+    return f"task {p.task_id}: {t.state}" + (f", exit code {code}" if code is not None else "")
 
 
 async def task_output(ctx: ToolContext, p: OutputParams) -> str:
     t = _task(ctx, p.task_id)
-    live = ctx.services.tasks.live_output(p.task_id)
+    live = ctx.services.live_output(p.task_id)
     if live is not None:
         return f"task {p.task_id} is running; last {p.tail_lines} lines:\n{_tail(live, p.tail_lines)}"
-    output = getattr(t, "output", None)
+    output = t.output
     if output is not None and not isinstance(output, str):
         output = ctx.views.blob_text(output.blob) or f"[output pruned; preview]\n{output.preview}"
-    return f"task {p.task_id} is {getattr(t, 'state', '?')}; last {p.tail_lines} lines:\n{_tail(output or '', p.tail_lines)}"
+    return f"task {p.task_id} is {t.state}; last {p.tail_lines} lines:\n{_tail(output or '', p.tail_lines)}"
 
 
 async def task_stop(ctx: ToolContext, p: TaskParams) -> str:
     _task(ctx, p.task_id)
-    if not ctx.services.tasks.stop(p.task_id):
+    if not ctx.services.stop_task(p.task_id):
         raise ToolRetry(f"task {p.task_id} is not running")
     return f"stopping task {p.task_id}; its result (cancelled) will arrive as an input"
 
 
 async def task_list(ctx: ToolContext, p: NoParams) -> str:
-    tasks = ctx.views.tasks()  # type: ignore[attr-defined]
+    tasks = ctx.views.tasks()
     if not tasks:
         return "no tasks"
     return "\n".join(f"{t.task_id} [{t.state}] {t.title}" for t in tasks[-30:])

@@ -226,10 +226,14 @@ def write_tool(scopes: tuple[MemoryScope, ...] = SCOPES, background: bool = Fals
     """``memory_write`` offering only ``scopes`` in its schema (one object per distinct argument set)."""
     params = WriteParams
     if scopes != SCOPES:
-        params = create_model(  # type: ignore[call-overload]  # a Literal built from data
+        # A Literal built from data is no static type: mypy cannot check it.
+        params = create_model(
             "WriteParams",
             __base__=WriteParams,
-            scope=(Literal[scopes], Field("agent", description="Which file: " + ", ".join(scopes) + ".")),
+            scope=(
+                Literal[scopes],  # type: ignore[arg-type]
+                Field("agent", description="Which file: " + ", ".join(scopes) + "."),
+            ),
         )
     return Tool(
         "memory_write",

@@ -77,8 +77,8 @@ async def wait(ctx: ToolContext, p: WaitParams) -> ToolOutput:
         task = ctx.views.task(p.target or "")
         if task is None:
             raise ToolRetry(f"no task {p.target!r}; task_list shows yours")
-        if getattr(task, "state", "") not in ("pending", "running"):
-            raise ToolRetry(f"task {p.target} already ended ({getattr(task, 'state', '')}); read it with task_output")
+        if task.state not in ("pending", "running"):
+            raise ToolRetry(f"task {p.target} already ended ({task.state}); read it with task_output")
     return _register(ctx, p.on, p.target, p.recheck_in_s, p.reason)
 
 
@@ -115,7 +115,7 @@ async def spawn_agent(ctx: ToolContext, p: SpawnParams) -> str:
 async def read_output(ctx: ToolContext, p: ReadOutputParams) -> str:
     if not p.ref.startswith("out:"):
         raise ToolRetry("ref must look like 'out:<call id>', as shown with the truncated output")
-    text = ctx.views.tool_output(p.ref[4:])  # type: ignore[attr-defined]
+    text = ctx.views.tool_output(p.ref[4:])
     if text is None:
         raise ToolRetry(f"no stored output for {p.ref}")
     part = text[p.offset : p.offset + p.length]

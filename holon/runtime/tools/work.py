@@ -8,6 +8,7 @@ from pydantic import Field
 
 from holon.ids import new_id
 from holon.ledger import events as ev
+from holon.projections.state import WorkItemState
 from holon.runtime.tools.base import Tool, ToolContext, ToolParams, ToolRetry
 
 __all__ = ["WORK_TOOLS"]
@@ -53,7 +54,7 @@ class ListParams(ToolParams):
     include_closed: bool = False
 
 
-def _resolve(ctx: ToolContext, work_item_id: str | None) -> tuple[str, object]:
+def _resolve(ctx: ToolContext, work_item_id: str | None) -> tuple[str, WorkItemState]:
     wid = work_item_id or ctx.views.working_memory().get("active_work_item")
     if not wid:
         raise ToolRetry("no work item is active; pass work_item_id or create one with create_work_item")
@@ -86,12 +87,12 @@ async def create_work_item(ctx: ToolContext, p: CreateParams) -> str:
 
 async def update_work_item(ctx: ToolContext, p: UpdateParams) -> str:
     wid, item = _resolve(ctx, p.work_item_id)
-    if getattr(item, "status", "open") in ("completed", "abandoned"):
-        raise ToolRetry(f"work item {wid} is {getattr(item, 'status', '')}; it cannot change any more")
+    if item.status in ("completed", "abandoned"):
+        raise ToolRetry(f"work item {wid} is {item.status}; it cannot change any more")
     fields = {k: getattr(p, k) for k in ("objective", "plan", "delivery_target", "constraints", "status")}
     if any(v is not None for v in fields.values()):
         ctx.emit(ev.WorkItemUpdated(work_item_id=wid, **fields), work_item_id=wid)
-    existing = {t.id for t in getattr(item, "todos", [])}
+    existing = {t.id for t in item.todos}
     next_n = len(existing) + 1
     changes = []
     for edit in p.todos:
@@ -135,8 +136,8 @@ async def pick_work_item(ctx: ToolContext, p: PickParams) -> str:
     item = ctx.views.work_item(p.work_item_id)
     if item is None:
         raise ToolRetry(f"no work item {p.work_item_id!r}; list_work_items shows yours")
-    if getattr(item, "status", "open") in ("completed", "abandoned"):
-        raise ToolRetry(f"work item {p.work_item_id} is {getattr(item, 'status', '')}")
+    if item.status in ("completed", "abandoned"):
+        raise ToolRetry(f"work item {p.work_item_id} is {item.status}")
     if wm.get("active_work_item") == p.work_item_id:
         return f"work item {p.work_item_id} is already active"
     ctx.emit(ev.WorkItemPicked(work_item_id=p.work_item_id), work_item_id=p.work_item_id)
@@ -145,10 +146,10 @@ async def pick_work_item(ctx: ToolContext, p: PickParams) -> str:
 
 async def complete_work_item(ctx: ToolContext, p: CompleteParams) -> str:
     wid, item = _resolve(ctx, p.work_item_id)
-    if getattr(item, "status", "open") == "completed":
+    if item.status == "completed":
         raise ToolRetry(f"work item {wid} is already completed")
     ctx.emit(ev.WorkItemCompleted(work_item_id=wid, report=p.report), work_item_id=wid)
-    title = getattr(item, "title", wid)
+    title = item.title
     ctx.emit(
         ev.BriefDelivered(kind="result", text=f"Completed: {title}\n\n{p.report}", work_item_id=wid), work_item_id=wid
     )
@@ -156,7 +157,7 @@ async def complete_work_item(ctx: ToolContext, p: CompleteParams) -> str:
 
 
 async def list_work_items(ctx: ToolContext, p: ListParams) -> str:
-    items = ctx.views.work_items(include_closed=p.include_closed)  # type: ignore[attr-defined]
+    items = ctx.views.work_items(include_closed=p.include_closed)
     active = ctx.views.working_memory().get("active_work_item")
     if not items:
         return "no work items"

@@ -1,0 +1,41 @@
+"""The turn: inputs -> prompt -> model -> tools -> ... -> settled.
+
+A turn is bracketed by ``turn.started`` (which takes the agent's pending inputs) and
+``turn.settled`` (completed, waiting, failed or interrupted). In between it is a step machine over
+one ``TurnState`` value (``state``): assemble -> request -> record -> run tools -> assemble | settle
+(``runner``). Each model round commits in steps that keep a crash explainable:
+
+1. ``model.requested``                          (so a crash during the call is visible)
+2. ``model.responded`` + every ``tool.called``  (atomically: the calls are recorded before they run)
+3. per call: its emitted events + ``tool.resulted`` (atomically)
+
+The final answer (a ``model.responded`` without tool calls) commits with ``turn.settled`` in one
+transaction, so a crash can never leave an answer recorded and its turn unsettled: recovery would
+ask the model again and the input would be answered twice (exactly-once answers, RFC 0002).
+
+A ``tool.called`` without a ``tool.resulted`` therefore means the call was in flight when holon
+died; recovery reports it as interrupted instead of running it again. Limits (rounds, tokens,
+cost, failed tool calls) are checked before anything is spent.
+
+A turn admits its inputs by size (``prompt``). **A failed turn never consumes inputs it did not
+answer.** Transient model failures re-queue them (``requeue``); every other failure settles them
+``rejected`` with its reason (and a brief to the operator, ``briefs``), so nothing that fails the
+same way every time is retried forever.
+"""
+
+from holon.runtime.turn.briefs import rejection_brief, waiting_brief
+from holon.runtime.turn.prompt import INPUT_SHARE
+from holon.runtime.turn.runner import TurnRunner
+from holon.runtime.turn.state import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnState
+
+__all__ = [
+    "INPUT_SHARE",
+    "ProviderResolver",
+    "TurnLimits",
+    "TurnObserver",
+    "TurnResult",
+    "TurnRunner",
+    "TurnState",
+    "rejection_brief",
+    "waiting_brief",
+]

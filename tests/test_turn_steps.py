@@ -1,0 +1,93 @@
+"""The turn as a step machine: the steps it passes through, the state it carries, and the tool
+services a turn without a host offers (RFC 0002, "The turn as a step machine")."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from holon.clock import FakeClock
+from holon.ledger import NewEvent
+from holon.ledger import events as ev
+from holon.projections import Store
+from holon.runtime.agents import create_agent
+from holon.runtime.providers.base import ModelSettings
+from holon.runtime.providers.scripted import ScriptedProvider, reply, tool_call
+from holon.runtime.tasks import TaskManager
+from holon.runtime.tools import TaskServices, builtin_registry
+from holon.runtime.turn import TurnLimits, TurnRunner, TurnState
+from holon.runtime.turn.state import Assemble, Record, Request, RunTools, Settle, Step
+
+SETTINGS = ModelSettings(model="scripted", context_window=128_000)
+
+
+def _runner(store: Store, clock: FakeClock, model: ScriptedProvider, **kw: object) -> tuple[TurnRunner, list[Step]]:
+    runner = TurnRunner(
+        store, builtin_registry(), lambda _a: (model, SETTINGS), clock=clock,
+        services=TaskServices(TaskManager.for_store(store, clock)), **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+    seen: list[Step] = []
+    advance = runner._advance
+
+    async def recording(step: Assemble | Request | Record | RunTools) -> Step:
+        seen.append(step)
+        nxt = await advance(step)
+        if isinstance(nxt, Settle):
+            seen.append(nxt)
+        return nxt
+
+    runner._advance = recording  # type: ignore[method-assign]
+    return runner, seen
+
+
+def _ask(store: Store, agent_id: str, text: str) -> None:
+    store.append(NewEvent(agent_id, ev.MessageReceived(text=text, sender="operator", channel="cli"), origin="operator:cli", authority="operator"))  # fmt: skip
+
+
+def test_a_tool_round_then_an_answer_walks_the_steps_in_order(store: Store, clock: FakeClock) -> None:
+    agent = create_agent(store, "alice")
+    _ask(store, agent.agent_id, "brief me")
+    model = ScriptedProvider([tool_call("brief", {"kind": "progress", "text": "working"}), reply("done")])
+    runner, seen = _runner(store, clock, model)
+    result = asyncio.run(runner.run(agent.agent_id))
+    assert result is not None and result.outcome == "completed" and result.reply == "done"
+    kinds = [type(s).__name__ for s in seen]
+    assert kinds == ["Assemble", "Request", "Record", "RunTools", "Assemble", "Request", "Record", "Settle"]
+    # One state value, replaced (never mutated) from step to step.
+    states = [s.state for s in seen]
+    assert all(isinstance(s, TurnState) for s in states)
+    assert [s.rounds for s in states] == [0, 0, 0, 1, 1, 1, 1, 2]
+    assert [s.tool_calls for s in states] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert len(states[-1].history) == 1 and states[-1].history[0].calls[0].tool == "brief"
+    assert states[0].history == ()  # the first state is untouched by the later steps
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        states[0].rounds = 5  # type: ignore[misc]
+    final = seen[-1]
+    assert isinstance(final, Settle) and final.answer is not None and final.answer.content == "done"
+
+
+def test_the_round_limit_is_checked_before_the_next_request(store: Store, clock: FakeClock) -> None:
+    agent = create_agent(store, "alice")
+    _ask(store, agent.agent_id, "loop")
+    model = ScriptedProvider([tool_call("list_work_items", {}) for _ in range(3)])
+    runner, seen = _runner(store, clock, model, limits=TurnLimits(max_rounds=2))
+    result = asyncio.run(runner.run(agent.agent_id))
+    assert result is not None and result.outcome == "failed" and result.rounds == 2
+    assert result.reason == "no final answer after 2 model rounds"
+    assert [type(s).__name__ for s in seen][-2:] == ["Assemble", "Settle"]
+    assert model.remaining == 1  # the third call was never made
+
+
+def test_spawn_agent_without_a_host_is_a_retry_for_the_model(store: Store, clock: FakeClock) -> None:
+    agent = create_agent(store, "alice")
+    _ask(store, agent.agent_id, "delegate")
+    model = ScriptedProvider([tool_call("spawn_agent", {"task": "x"}), reply("ok")])
+    runner, _ = _runner(store, clock, model)
+    result = asyncio.run(runner.run(agent.agent_id))
+    assert result is not None and result.outcome == "completed"
+    resulted = [e.payload for e in store.ledger.recent(agent.agent_id, ("tool.resulted",), limit=10)]
+    assert [(p.status, p.output) for p in resulted if isinstance(p, ev.ToolResulted)] == [
+        ("error", "child agents are not available here")
+    ]
