@@ -34,7 +34,7 @@ from holon.clock import Clock, SystemClock
 from holon.daemon.budget import Budgets
 from holon.daemon.deletion import REASON, delete_records, descendants
 from holon.daemon.hooks import HookTokens
-from holon.daemon.timers import Timers, add_timer, cancel_timer, due_firings, next_after, timer_event
+from holon.daemon.timers import Timers, add_timer, cancel_timer, due_firings, next_after
 from holon.errors import ConflictError, NotFoundError
 from holon.evolve.model_extract import ModelAnswer, model_extractor
 from holon.evolve.worker import Evolver
@@ -307,13 +307,10 @@ class Daemon:
         prompt: str | None = None,
         settings: dict[str, Any] | None = None,
     ) -> AgentState:
-        merged = dict(settings or {})
-        timers = []
-        if schedule is not None:
-            zone = self.store.settings.runtime.zone()
-            timers.append(timer_event(schedule, now_us=self.clock.now_us(), prompt=prompt, zone=zone))
-            merged["background"] = True
-        agent = create_agent(self.store, name, template=template, settings=merged, workspace=workspace, timers=timers)
+        agent = create_agent(
+            self.store, name, template=template, settings=settings, workspace=workspace, schedule=schedule,
+            prompt=prompt, now_us=self.clock.now_us(),
+        )  # fmt: skip
         self._publish_new()
         return agent
 
