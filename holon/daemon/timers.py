@@ -170,7 +170,11 @@ class Timers:
             if job is not None:
                 job.remove()
             return
-        if job is not None and job.next_run_time is not None and schedule.to_us(job.next_run_time) == timer.next_fire_us:
+        if (
+            job is not None
+            and job.next_run_time is not None
+            and schedule.to_us(job.next_run_time) == timer.next_fire_us
+        ):
             return
         self.scheduler.add_job(
             fire,
