@@ -32,9 +32,9 @@ from holon.daemon.lifespan import Lifespan
 from holon.daemon.wakes import IDLE_POLL_S, watch_interval
 from holon.daemon.wiring import build_daemon
 from holon.ledger import Event
-from holon.ledger.events import Authority
 from holon.projections import Store
 from holon.projections.state import AgentState, TimerProjection, WaitProjection
+from holon.runtime.ingress import InputSpec
 from holon.runtime.status import AgentStatus
 from holon.runtime.tools import ToolRegistry
 from holon.runtime.turn import ProviderResolver, TurnLimits
@@ -127,14 +127,9 @@ class Daemon:
 
     # --- the port (holon.api.port.DaemonPort) ----------------------------------------------
 
-    def submit(
-        self, agent: str, text: str, *, origin: str, authority: Authority, sender: str, channel: str,
-        event: str | None = None, idempotency_key: str | None = None,
-    ) -> Event:  # fmt: skip
-        return self.rooms.ports.submit(
-            agent, text, origin=origin, authority=authority, sender=sender, channel=channel, event=event,
-            idempotency_key=idempotency_key,
-        )  # fmt: skip
+    def submit(self, agent: str, spec: InputSpec | str, **fields: Any) -> Event:
+        """An input (``InputSpec``, or its text with the other fields by keyword), durable, then woken."""
+        return self.rooms.ports.submit(agent, spec, **fields)
 
     def create_agent(
         self, name: str, *, template: str = "assistant", workspace: str | None = None, schedule: str | None = None,

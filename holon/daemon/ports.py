@@ -18,11 +18,11 @@ from holon.daemon.hooks import HookTokens
 from holon.daemon.wakes import Phase, Wakes
 from holon.errors import ConflictError, NotFoundError
 from holon.ledger import Event
-from holon.ledger.events import Authority
 from holon.logs import get_logger
 from holon.projections import Store
 from holon.projections.state import AgentState, TimerProjection
 from holon.runtime.agents import add_timer, cancel_timer, configure_or_create_default, create_agent
+from holon.runtime.ingress import InputSpec
 from holon.runtime.recovery import settle_unfinished_turn
 from holon.runtime.status import ABORTED_REASON
 
@@ -51,15 +51,10 @@ class Ports:
 
     # --- inputs -----------------------------------------------------------------------------
 
-    def submit(
-        self, agent: str, text: str, *, origin: str, authority: Authority, sender: str, channel: str,
-        event: str | None = None, idempotency_key: str | None = None,
-    ) -> Event:  # fmt: skip
+    def submit(self, agent: str, spec: InputSpec | str, **fields: Any) -> Event:
+        """``AgentHost.submit`` while the daemon takes input, then the agent is woken."""
         self._check_open()
-        stored = self.host.submit(
-            agent, text, origin=origin, authority=authority, sender=sender, channel=channel, event=event,
-            idempotency_key=idempotency_key,
-        )  # fmt: skip
+        stored = self.host.submit(agent, spec, **fields)
         self.wakes.wake(stored.agent_id)
         return stored
 

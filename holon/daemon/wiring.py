@@ -121,7 +121,9 @@ def build_daemon(
     settings = store.settings.daemon
     phase = Phase()
     notices = Notices(store)
-    own = _own_resolver(store, notices) if resolver is None else None
+    own: Any = None  # a ModelResolver (imported lazily: it loads the provider machinery)
+    if resolver is None:
+        resolver = own = _own_resolver(store, notices)
     budgets = Budgets(store, clock, settings)
     wakes = Wakes(store, budgets=budgets, notices=notices, phase=phase, poll_s=poll_s)
     tracer = None
@@ -148,7 +150,7 @@ def build_daemon(
         window_of = known_context_window
     default_limits, retry = limits_from(store)
     host = AgentHost(
-        store, own if own is not None else resolver, clock=clock, registry=registry, limits=limits or default_limits,
+        store, resolver, clock=clock, registry=registry, limits=limits or default_limits,
         retry=retry, observer=_Observer(notices, settled), sleep=sleep, window_of=window_of, gate=wakes.may_run,
         wake=wakes.wake,
     )  # fmt: skip
