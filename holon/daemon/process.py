@@ -187,9 +187,11 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
             loop.add_signal_handler(sig, stop.set)
         writer.write("starting")
         stack.callback(writer.write, "stopped")
+        wrote_pid: list[Path] = []
+        stack.callback(_unlink, wrote_pid)  # once the daemon has stopped (the stack unwinds in reverse)
         await stack.enter_async_context(daemon.running())
         write_private(pid_file(paths), str(os.getpid()), fsync=False)
-        stack.callback(_unlink, pid_file(paths))  # after the daemon stopped (reverse order)
+        wrote_pid.append(pid_file(paths))
         server, server_task = None, None
         if http:
             server, server_task = _start_http(daemon, listen_host, listen_port, token, api.allowed_hosts)
@@ -230,9 +232,12 @@ async def _stop_http(server: Any, server_task: asyncio.Task[None]) -> None:
             await server_task
 
 
-def _unlink(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+def _unlink(paths: list[Path]) -> None:
+    """Remove the files this process wrote (a failed start wrote none: a running daemon's pid
+    file is not ours to remove)."""
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
