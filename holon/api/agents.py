@@ -21,10 +21,10 @@ from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection, TimerProjection, WaitProjection, WorkItemState
 from holon.runtime.agents import DEFAULT_AGENT, missing_agent
 from holon.runtime.embedders import embedder_from_settings
-from holon.runtime.ingress import check_idempotency_key
+from holon.runtime.ingress import InputSpec, check_idempotency_key
 from holon.runtime.status import is_internal, model_label, status_entry
 
-__all__ = ["AllQ", "IdempotencyHeader", "agent_router", "one_key"]
+__all__ = ["AllQ", "IdempotencyHeader", "agent_router", "api_input", "one_key"]
 
 AllQ = Annotated[bool, Query(description="Include holon's internal agents (holon diagnose's).")]
 StatusQ = Annotated[str | None, Query(max_length=64, description="Only rows with this status.")]
@@ -40,6 +40,14 @@ def one_key(header: str | None, field: str | None) -> str | None:
         raise UsageError("the Idempotency-Key header and the idempotency_key field differ; send one key")
     key = header if header is not None else field
     return None if key is None else check_idempotency_key(key)
+
+
+def api_input(text: str, idempotency_key: str | None) -> InputSpec:
+    """An operator's input sent through the API (``POST .../inputs``, ``.../messages``, chat completions)."""
+    return InputSpec(
+        text, origin="operator:api", authority="operator", sender="operator", channel="api",
+        idempotency_key=idempotency_key,
+    )  # fmt: skip
 
 
 def _configure_ref(store: Store, agent: str) -> str:
@@ -121,10 +129,7 @@ def agent_router(port: DaemonPort) -> APIRouter:
         ``idempotency_key``), a retry gets the first acknowledgement back, and the same key with
         another text is a 409."""
         a = find(agent)
-        event = port.submit(
-            a.agent_id, body.text, origin="operator:api", authority="operator", sender="operator", channel="api",
-            idempotency_key=one_key(idempotency_key, body.idempotency_key),
-        )  # fmt: skip
+        event = port.submit(a.agent_id, api_input(body.text, one_key(idempotency_key, body.idempotency_key)))
         return InputAccepted(agent_id=a.agent_id, seq=event.seq, event_id=event.id)
 
     @r.get("/{agent}/working-memory")

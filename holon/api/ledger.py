@@ -16,7 +16,7 @@ from holon.errors import LedgerError, NotFoundError, UsageError
 from holon.ledger import Event
 from holon.ledger.events import PAYLOAD_TYPES
 from holon.ledger.store import EVENT_COLUMNS, canonical_event, row_to_event
-from holon.runtime.ingress import check_text
+from holon.runtime.ingress import InputSpec, check_text
 from holon.runtime.status import without_internal
 
 __all__ = ["HOOK_MAX_BYTES", "event_json", "ledger_router"]
@@ -165,8 +165,12 @@ def ledger_router(port: DaemonPort) -> APIRouter:
         check_text(text, "the hook body")
         name = data.get("event")
         event = port.submit(
-            agent.agent_id, text, origin="external:hook", authority="external", sender="external", channel="hook",
-            event=name if isinstance(name, str) and name else None, idempotency_key=one_key(idempotency_key, field),
+            agent.agent_id,
+            InputSpec(
+                text, origin="external:hook", authority="external", sender="external", channel="hook",
+                event=name if isinstance(name, str) and name else None,
+                idempotency_key=one_key(idempotency_key, field),
+            ),
         )  # fmt: skip
         return InputAccepted(agent_id=agent.agent_id, seq=event.seq, event_id=event.id)
 

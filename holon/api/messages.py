@@ -15,7 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel
 
-from holon.api.agents import IdempotencyHeader, one_key
+from holon.api.agents import IdempotencyHeader, api_input, one_key
 from holon.api.models import InputIn
 from holon.api.port import DaemonPort
 from holon.api.replies import InputOutcome, Status, await_outcome, check_input
@@ -81,10 +81,7 @@ def messages_router(port: DaemonPort) -> APIRouter:
         waiting, failed or interrupted; ``reply``; ``reason``), or 202 with ``poll`` when it has not
         settled within ``wait`` seconds. A retry with the same idempotency key waits for the same turn."""
         a = store.agent(agent)
-        event = port.submit(
-            a.agent_id, body.text, origin="operator:api", authority="operator", sender="operator", channel="api",
-            idempotency_key=one_key(idempotency_key, body.idempotency_key),
-        )  # fmt: skip
+        event = port.submit(a.agent_id, api_input(body.text, one_key(idempotency_key, body.idempotency_key)))
         outcome = await await_outcome(port, a.agent_id, event.seq, wait, gone=request.is_disconnected)
         return _answer(response, a.name, a.agent_id, event.seq, event.id, outcome)
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from holon.ledger import Event
-from holon.ledger.events import Authority
 from holon.projections import Store
 from holon.projections.state import AgentState, TimerProjection
+from holon.runtime.ingress import InputSpec
 from holon.runtime.status import AgentStatus
 
 __all__ = ["AgentStatus", "DaemonPort", "Notice"]
@@ -44,23 +44,12 @@ class Notice:
 class DaemonPort(Protocol):
     store: Store
 
-    def submit(
-        self,
-        agent: str,
-        text: str,
-        *,
-        origin: str,
-        authority: Authority,
-        sender: str,
-        channel: str,
-        event: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> Event:
+    def submit(self, agent: str, spec: InputSpec) -> Event:
         """Record an input durably (a ``message.received`` event), wake the agent, return the event.
 
         The input resolves the agent's waits it answers: an ``operator`` input its operator waits,
-        an ``external`` one its external waits (on ``event``, the event's name, when given). With
-        an ``idempotency_key`` already used for this agent, nothing is stored and the first
+        an ``external`` one its external waits (on ``spec.event``, the event's name, when given).
+        With an ``idempotency_key`` already used for this agent, nothing is stored and the first
         input's event comes back (``IdempotencyConflict`` when that input was different)."""
         ...
 

@@ -89,17 +89,17 @@ def create(
         budget_tokens_per_day=budget_tokens_per_day,
         budget_cost_per_day_usd=budget_cost_per_day_usd,
     )
-    timers = []
+    made = None
     if prompt is not None and schedule is None:
         raise UsageError("--prompt goes with --schedule (what the agent is told when the schedule fires)")
-    if schedule is not None:
+    if schedule is not None:  # checked here, before any daemon or store is asked
         from holon.clock import SystemClock
         from holon.config import load_settings
-        from holon.daemon.timers import timer_event
+        from holon.runtime.schedule import timer_event
 
         zone = load_settings(c.paths).runtime.zone()
-        timers.append(timer_event(schedule, now_us=SystemClock().now_us(), prompt=prompt, zone=zone))
-        settings["background"] = True
+        now = SystemClock().now_us()
+        made = timer_event(schedule, now_us=now, prompt=prompt, zone=zone)
     with backend.daemon(c) as api:
         existing: AgentState | None = None
         if api is not None:
@@ -113,7 +113,6 @@ def create(
                 if existing is not None:
                     _already(c, existing)
                     return
-            settings.pop("background", None)  # the daemon sets it with the schedule
             if workspace is not None:  # the daemon's working directory is not this shell's
                 from pathlib import Path
 
@@ -131,18 +130,23 @@ def create(
                 if existing is not None:
                     _already(c, existing)
                     return
-                agent = create_agent(store, name, template=template, settings=settings, workspace=workspace, timers=timers)  # fmt: skip
+                agent = create_agent(
+                    store, name, template=template, settings=settings, workspace=workspace,
+                    schedule=schedule, prompt=prompt, now_us=now if made is not None else None,
+                )  # fmt: skip
+                if made is not None:  # as stored
+                    made = store.rows("timer", agent_id=agent.agent_id)[0]
     human = f"created agent {agent.name} ({agent.agent_id})\n  home: {agent.home}"
-    if timers:
-        human += "\n" + _schedule_line(timers[0], zone)
+    if made is not None:
+        human += "\n" + _schedule_line(made, zone)
     emit(c, agent.model_dump(mode="json"), human)
-    if timers:
+    if made is not None:
         warn_unless_daemon(c)
 
 
 def _schedule_line(made: object, zone: str) -> str:
     """``  schedule: cron '0 9 * * *' (Europe/Paris), next 2026-03-30 09:00:00 CEST (Europe/Paris)``."""
-    from holon.daemon.timers import describe, format_local, split_cron
+    from holon.runtime.schedule import describe, format_local, split_cron
 
     kind, spec, due = made.kind, made.spec, made.next_fire_us  # type: ignore[attr-defined]
     where = split_cron(spec)[0] if kind == "cron" else zone
@@ -303,7 +307,7 @@ def hook(
 
 def _timer_line(timer: dict[str, object]) -> str:
     """One timer for ``holon agent schedule``: id, schedule, next fire time (in its zone), firings, prompt."""
-    from holon.daemon.timers import describe
+    from holon.runtime.schedule import describe
 
     what = describe(timer["kind"], str(timer["spec"]))  # type: ignore[arg-type]
     nxt = timer.get("next_fire_local") or "-"
@@ -335,9 +339,10 @@ def schedule(
     Each change is a ledger event: a running daemon picks it up at once, no restart needed. An
     agent given a schedule becomes a background agent (per-day budgets apply)."""
     from holon.clock import SystemClock, format_us
-    from holon.daemon.timers import add_timer, cancel_timer, format_local, timer_zone
     from holon.errors import UsageError
     from holon.projections.state import TimerProjection
+    from holon.runtime.agents import add_timer, cancel_timer
+    from holon.runtime.schedule import format_local, timer_zone
 
     c = ctx_of(ctx, home, json_out)
     if add is not None and cancel is not None:

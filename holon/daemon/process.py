@@ -14,7 +14,7 @@ to start when ``[api] token_env`` names a variable that is unset or empty (a con
 silently protects nothing is worse than none). Without ``token_env`` the token is the home's
 ``api.token`` file, made at first start (``holon.api.token``): the API always needs a token, on
 loopback too (RFC 0005, "A token by default").
-SIGTERM/SIGINT stop it gracefully (``Daemon.stop`` with ``[daemon] grace_s``), exit code 0.
+SIGTERM/SIGINT stop it gracefully (the daemon's lifespan ends, with ``[daemon] grace_s``), exit code 0.
 """
 
 from __future__ import annotations
@@ -158,7 +158,10 @@ def preflight(paths: HomePaths, *, host: str | None, port: int | None, http: boo
     return listen
 
 
-async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: bool, service: bool = False) -> int:  # noqa: PLR0915 (the lifespan, start to stop, reads best in one place)
+async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: bool, service: bool = False) -> int:
+    """``holon serve``: the checks, then the daemon's lifespan (``holon.daemon.lifespan``) with the
+    HTTP server inside it, on one ``AsyncExitStack``: everything started is stopped in reverse,
+    also when the start fails half-way."""
     listen = preflight(paths, host=host, port=port, http=http)
     from holon.daemon.core import Daemon
     from holon.runtime.home import open_home
@@ -169,63 +172,72 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
     api = store.settings.api
     listen_host = listen.host if listen else host or api.host
     listen_port = listen.port if listen else api.port if port is None else port
-    token = None
-    if listen is not None:
-        from holon.api.token import ensure_token
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(store.close)
+        token = None
+        if listen is not None:
+            from holon.api.token import ensure_token
 
-        try:
             token = listen.token or ensure_token(paths.root)
-        except BaseException:
-            store.close()
-            raise
-    daemon = Daemon(store)
-    writer = _StateWriter(paths, api_url(listen_host, listen_port) if http else None)
-    stop = asyncio.Event()  # set by SIGTERM/SIGINT, also during start-up (then we stop right after)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
+        daemon = Daemon(store)
+        writer = _StateWriter(paths, api_url(listen_host, listen_port) if http else None)
+        stop = asyncio.Event()  # set by SIGTERM/SIGINT, also during start-up (then we stop right after)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         writer.write("starting")
-        await daemon.start()
-    except BaseException:
-        writer.write("stopped")
-        store.close()
-        raise
-    write_private(pid_file(paths), str(os.getpid()), fsync=False)
-    server, server_task = None, None
-    if http:
-        server, server_task = _start_http(daemon, listen_host, listen_port, token, api.allowed_hosts)
+        stack.callback(writer.write, "stopped")
+        wrote_pid: list[Path] = []
+        stack.callback(_unlink, wrote_pid)  # once the daemon has stopped (the stack unwinds in reverse)
+        await stack.enter_async_context(daemon.running())
+        write_private(pid_file(paths), str(os.getpid()), fsync=False)
+        wrote_pid.append(pid_file(paths))
+        server, server_task = None, None
+        if http:
+            server, server_task = _start_http(daemon, listen_host, listen_port, token, api.allowed_hosts)
+            stack.push_async_callback(_stop_http, server, server_task)
+        await _run_until_stopped(daemon, writer, stop, server, server_task, listen_host, listen_port)
+    return 0
+
+
+async def _run_until_stopped(
+    daemon: Any, writer: _StateWriter, stop: asyncio.Event, server: Any, server_task: asyncio.Task[None] | None,
+    listen_host: str, listen_port: int,
+) -> None:  # fmt: skip
+    """Keep ``daemon.json`` current until SIGTERM/SIGINT (or the HTTP server dies)."""
     last_key: tuple[Any, ...] | None = None
     last_written = 0.0
-    try:
-        while not stop.is_set():
-            if server_task is not None and server_task.done():
-                raise HolonError(f"the HTTP server stopped: {server_task.exception() or 'could not listen'}")
-            ready = server is None or server.started
-            if ready and server is not None and listen_port == 0:
-                writer.api_url = api_url(listen_host, _bound_port(server) or 0)
-            state = "running" if ready else "starting"
-            key = (state, writer.api_url, daemon.status_key())
-            if key != last_key or time.monotonic() - last_written >= STATUS_MAX_AGE_S:
-                writer.write(state, daemon.status())
-                last_key, last_written = key, time.monotonic()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await stop.wait()
-        log.info("daemon.signal", action="stopping")
-        writer.write("stopping", daemon.status())
-    finally:
-        if server is not None and server_task is not None:
-            server.should_exit = True
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(5):
-                    await server_task
-        await daemon.stop()
+    while not stop.is_set():
+        if server_task is not None and server_task.done():
+            raise HolonError(f"the HTTP server stopped: {server_task.exception() or 'could not listen'}")
+        ready = server is None or server.started
+        if ready and server is not None and listen_port == 0:
+            writer.api_url = api_url(listen_host, _bound_port(server) or 0)
+        state = "running" if ready else "starting"
+        key = (state, writer.api_url, daemon.status_key())
+        if key != last_key or time.monotonic() - last_written >= STATUS_MAX_AGE_S:
+            writer.write(state, daemon.status())
+            last_key, last_written = key, time.monotonic()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await stop.wait()
+    log.info("daemon.signal", action="stopping")
+    writer.write("stopping", daemon.status())
+
+
+async def _stop_http(server: Any, server_task: asyncio.Task[None]) -> None:
+    server.should_exit = True
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(5):
+            await server_task
+
+
+def _unlink(paths: list[Path]) -> None:
+    """Remove the files this process wrote (a failed start wrote none: a running daemon's pid
+    file is not ours to remove)."""
+    for path in paths:
         with contextlib.suppress(FileNotFoundError):
-            pid_file(paths).unlink()
-        writer.write("stopped")
-        store.close()
-    return 0
+            path.unlink()
 
 
 _SQLITE_HEADER = b"SQLite format 3\x00"

@@ -107,6 +107,11 @@ class Store:
     def append(self, *events: NewEvent) -> list[Event]:
         return self.ledger.append(*events)
 
+    def cursors(self) -> dict[str, int]:
+        """How far each projection has folded the ledger: ``name -> seq``, in name order."""
+        rows = self.ledger.query("SELECT name, seq FROM projection_cursors ORDER BY name")
+        return {str(name): int(seq) for name, seq in rows}
+
     # --- typed reads ------------------------------------------------------------------------
     #
     # One accessor per projection kind, returning its state model: ``store.task(id)``,

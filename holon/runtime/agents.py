@@ -1,4 +1,6 @@
-"""Agent lifecycle operations: create one (with its own home directory), look agents up."""
+"""Agent lifecycle operations: create one (with its own home directory, and its schedule), give it
+timers or cancel them, configure it, look agents up. Used alike by the CLI without a daemon and by
+the daemon's port (``holon.daemon.ports``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 
 from pydantic import JsonValue
 
+from holon.clock import SystemClock
 from holon.errors import ConflictError, NotFoundError, UsageError
 from holon.ids import is_valid_name, new_id
 from holon.ledger import NewEvent
@@ -18,9 +21,10 @@ from holon.logs import get_logger
 from holon.memory.durable_views import render_agent
 from holon.paths import tighten_tree
 from holon.projections import Store
-from holon.projections.state import AgentState
+from holon.projections.state import AgentState, TimerProjection
 from holon.resources import agent_home_template
-from holon.runtime.settings import OPERATOR_KEYS, checked_for_write, key_label
+from holon.runtime.schedule import timer_event
+from holon.runtime.settings import OPERATOR_KEYS, checked_for_write, key_label, read_settings
 
 __all__ = [
     "BUDGET_KEYS",
@@ -28,6 +32,8 @@ __all__ = [
     "SETTING_KEYS",
     "TEMPLATES",
     "Template",
+    "add_timer",
+    "cancel_timer",
     "configure_agent",
     "configure_or_create_default",
     "create_agent",
@@ -89,14 +95,24 @@ def create_agent(
     workspace: str | None = None,
     parent_id: str | None = None,
     timers: Sequence[ev.TimerScheduled] = (),
+    schedule: str | None = None,
+    prompt: str | None = None,
+    now_us: int | None = None,
     internal: bool = False,
 ) -> AgentState:
     """Create agent ``name``: its home directory from the template, then its ``agent.created`` event
-    (with ``timers``, e.g. a background agent's schedule, in the same transaction).
+    (with ``timers`` in the same transaction).
+
+    ``schedule`` (as typed, read in ``[runtime] timezone``; ``prompt`` is what it is told when it
+    fires, ``now_us`` when it is made) makes it a background agent with that timer: the one way
+    ``holon agent create --schedule`` and ``POST /v1/agents`` both make one.
 
     ``settings`` are checked against ``AgentSettings`` and the operator's allow-lists (a bad one is
     a ``UsageError`` naming the field, never its value); ``internal`` admits the keys only holon
     itself sets (``diagnostic``, ``parent_task_id``)."""
+    if schedule is not None:  # checked first: a bad schedule is named whatever else is wrong
+        now = SystemClock().now_us() if now_us is None else now_us
+        timers = [*timers, timer_event(schedule, now_us=now, prompt=prompt, zone=store.settings.runtime.zone())]
     if not is_valid_name(name):
         raise UsageError(f"bad agent name {name!r}: use 1-63 of a-z, 0-9, '-' and '_', starting with a letter or digit")
     if template not in TEMPLATES:
@@ -111,6 +127,8 @@ def create_agent(
         raise UsageError(f"workspace {workspace!r} is not a directory")
     if settings is not None and not isinstance(settings, dict):
         raise UsageError("settings must be an object of setting names to values")
+    if schedule is not None:
+        settings = {**(settings or {}), "background": True}
     merged = checked_for_write(
         {**TEMPLATES[template].settings, **(settings or {})}, {}, store.settings.model, internal=internal
     )
@@ -218,3 +236,36 @@ def configure_or_create_default(
         settings = {k: v for k, v in changes.items() if v is not None}
         return create_agent(store, ref, settings=settings, origin=origin), True
     return configure_agent(store, ref, changes, unset=unset, origin=origin), False
+
+
+def add_timer(
+    store: Store, agent: str, schedule: str, *, now_us: int, prompt: str | None = None, origin: str
+) -> TimerProjection:
+    """Give an agent one more schedule: ``timer.scheduled``, and ``agent.configured(background)``
+    in the same transaction when it was not a background agent yet (a timer wakes it with no
+    operator present, so its per-day budgets must apply, as for ``agent create --schedule``)."""
+    state = store.agent(agent)
+    made = timer_event(schedule, now_us=now_us, prompt=prompt, zone=store.settings.runtime.zone())
+    events = []
+    if read_settings(state.settings).settings.background is not True:  # total: "no" is not background
+        events.append(NewEvent(state.agent_id, ev.AgentConfigured(changes={"background": True}), origin=origin, authority="operator"))  # fmt: skip
+    events.append(NewEvent(state.agent_id, made, origin=origin, authority="operator"))
+    store.append(*events)
+    timer = store.state("timer", made.timer_id)
+    assert isinstance(timer, TimerProjection)
+    return timer
+
+
+def cancel_timer(store: Store, agent: str, timer_id: str, *, origin: str) -> TimerProjection:
+    """Cancel one of an agent's timers (``timer.cancelled``): ``NotFoundError`` for a timer id the
+    agent does not have, ``ConflictError`` for one that is already over (fired once, cancelled)."""
+    state = store.agent(agent)
+    timer = store.state("timer", timer_id)
+    if not isinstance(timer, TimerProjection) or timer.agent_id != state.agent_id:
+        raise NotFoundError(f"agent {state.name} has no timer {timer_id!r} (see 'holon agent schedule {state.name}')")
+    if timer.status != "scheduled":
+        raise ConflictError(f"timer {timer_id} of {state.name} is already {timer.status}")
+    store.append(NewEvent(state.agent_id, ev.TimerCancelled(timer_id=timer_id), origin=origin, authority="operator"))
+    cancelled = store.state("timer", timer_id)
+    assert isinstance(cancelled, TimerProjection)
+    return cancelled

@@ -32,12 +32,11 @@ from holon.errors import ConflictError, NotFoundError
 from holon.ids import new_id
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
-from holon.ledger.events import Authority
 from holon.logs import get_logger
 from holon.projections import Store
 from holon.projections.state import AgentState, TaskProjection
 from holon.runtime.agents import create_agent
-from holon.runtime.ingress import deliver_input
+from holon.runtime.ingress import InputSpec, deliver_input
 from holon.runtime.inputs import input_events, wakes_of
 from holon.runtime.providers.retry import RetryPolicy
 from holon.runtime.recovery import RecoveryReport, interrupted_task_input, recover
@@ -168,35 +167,31 @@ class AgentHost:
 
     # --- inputs -----------------------------------------------------------------------------
 
-    def submit(
-        self,
-        agent_ref: str,
-        text: str,
-        *,
-        origin: str = "operator:cli",
-        authority: Authority = "operator",
-        sender: str = "operator",
-        channel: str = "cli",
-        event: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> Event:
+    def submit(self, agent_ref: str, spec: InputSpec | str, **fields: Any) -> Event:
         """Record an input for an agent (durable before this returns). Returns its event.
+
+        ``spec``: the input (``InputSpec``), or its text with the other fields by keyword
+        (``host.submit("alice", "hi", authority="external")``).
 
         The input resolves the waits it answers, judged by its authority: an operator's input the
         agent's ``operator`` waits, an external event its ``external`` waits (only those on
         ``event`` when the event is named; an unnamed event answers any of them). With an
         ``idempotency_key`` a retry returns the first call's event (``holon.runtime.ingress``)."""
+        if isinstance(spec, str):
+            spec = InputSpec(spec, **fields)
+        elif fields:
+            raise TypeError("submit takes an InputSpec or a text with keyword fields, not both")
         agent = self.store.agent(agent_ref)
         stored, _ = deliver_input(
             self.store,
             agent.agent_id,
-            text,
-            origin=origin,
-            authority=authority,
-            sender=sender,
-            channel=channel,
-            wakes=wakes_of(authority, event),
-            idempotency_key=idempotency_key,
+            spec.text,
+            origin=spec.origin,
+            authority=spec.authority,
+            sender=spec.sender,
+            channel=spec.channel,
+            wakes=wakes_of(spec.authority, spec.event),
+            idempotency_key=spec.idempotency_key,
         )
         self._stalled.pop(agent.agent_id, None)
         return stored

@@ -14,7 +14,7 @@ the key.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from holon.errors import IdempotencyConflict, UsageError
 from holon.ledger import Event, NewEvent
@@ -23,10 +23,28 @@ from holon.ledger.events import Authority
 from holon.projections import Store
 from holon.runtime.inputs import input_events
 
-__all__ = ["MAX_KEY_CHARS", "check_idempotency_key", "check_text", "deliver_input"]
+__all__ = ["MAX_KEY_CHARS", "InputSpec", "check_idempotency_key", "check_text", "deliver_input"]
 
 #: Longest client idempotency key (a UUID is 36 characters).
 MAX_KEY_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    """One input as it travels from whoever sent it (the API, a hook, the CLI) through the daemon to
+    the host, unchanged: what it says and who sent it, how.
+
+    ``event``: an external event's name (it answers the external waits on that name);
+    ``idempotency_key``: the client's key, so that a retry stores nothing new
+    (``deliver_input``)."""
+
+    text: str
+    origin: str = "operator:cli"
+    authority: Authority = "operator"
+    sender: str = "operator"
+    channel: str = "cli"
+    event: str | None = None
+    idempotency_key: str | None = None
 
 
 def check_idempotency_key(key: str) -> str:

@@ -1,0 +1,166 @@
+"""The port methods: what the HTTP API asks of the daemon (``holon.api.port.DaemonPort``).
+
+Each change is a ledger event before it is acknowledged, then the agent is woken (``Wakes``) or
+the watcher's view brought up to date at once (``publish``), so a timer's job is made, or goes,
+now rather than on the watcher's next pass. The agent operations themselves are the ones the CLI
+uses without a daemon (``holon.runtime.agents``, ``holon.daemon.deletion``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from holon.clock import Clock
+from holon.daemon.deletion import REASON, delete_records, descendants
+from holon.daemon.hooks import HookTokens
+from holon.daemon.wakes import Phase, Wakes
+from holon.errors import ConflictError, NotFoundError
+from holon.ledger import Event
+from holon.logs import get_logger
+from holon.projections import Store
+from holon.projections.state import AgentState, TimerProjection
+from holon.runtime.agents import add_timer, cancel_timer, configure_or_create_default, create_agent
+from holon.runtime.ingress import InputSpec
+from holon.runtime.recovery import settle_unfinished_turn
+from holon.runtime.status import ABORTED_REASON
+
+if TYPE_CHECKING:
+    from holon.runtime.host import AgentHost
+    from holon.runtime.turn import TurnResult
+
+__all__ = ["Ports"]
+
+log = get_logger("holon.daemon")
+
+ORIGIN = "operator:daemon"
+
+
+class Ports:
+    def __init__(self, store: Store, *, clock: Clock, host: AgentHost, wakes: Wakes, phase: Phase) -> None:
+        self.store = store
+        self.clock = clock
+        self.host = host
+        self.wakes = wakes
+        self.phase = phase
+
+    def _check_open(self) -> None:
+        if not self.phase.accepting:
+            raise ConflictError("the daemon is not taking input (it is starting or shutting down)")
+
+    # --- inputs -----------------------------------------------------------------------------
+
+    def submit(self, agent: str, spec: InputSpec | str, **fields: Any) -> Event:
+        """``AgentHost.submit`` while the daemon takes input, then the agent is woken."""
+        self._check_open()
+        stored = self.host.submit(agent, spec, **fields)
+        self.wakes.wake(stored.agent_id)
+        return stored
+
+    # --- agents -----------------------------------------------------------------------------
+
+    def create_agent(
+        self, name: str, *, template: str = "assistant", workspace: str | None = None, schedule: str | None = None,
+        prompt: str | None = None, settings: dict[str, Any] | None = None,
+    ) -> AgentState:  # fmt: skip
+        agent = create_agent(
+            self.store, name, template=template, settings=settings, workspace=workspace, schedule=schedule,
+            prompt=prompt, now_us=self.clock.now_us(),
+        )  # fmt: skip
+        self.wakes.publish_new()
+        return agent
+
+    def configure_agent(self, agent: str, changes: dict[str, Any], *, unset: list[str] | None = None) -> AgentState:
+        # The default agent is created by its first configure (before `holon chat` made it).
+        state, _created = configure_or_create_default(self.store, agent, changes, unset=unset or [])
+        self.wakes.wake(state.agent_id)
+        return state
+
+    def pause(self, agent: str) -> AgentState:
+        return self.configure_agent(agent, {"paused": True})
+
+    def resume(self, agent: str) -> AgentState:
+        return self.configure_agent(agent, {}, unset=["paused"])
+
+    def delete(self, agent: str) -> None:
+        """Delete the agent with everything it started: its child agents first (recursively), then
+        itself; each one's running turn is aborted, its background tasks killed, its waits, tasks
+        and timers ended, its home and token removed (``_delete_one``). Nothing it started keeps
+        running or spending. A deleted child's parent is told its task will get no answer."""
+        state = self.store.agent(agent)
+        line = descendants(self.store, state.agent_id)
+        for member in [*line, state]:
+            self._delete_one(member)
+        self.host.child_deleted(state)
+        self.wakes.publish_new()
+        log.info("agent.deleted", agent=state.name, agent_id=state.agent_id, children=[a.name for a in line])
+
+    def _delete_one(self, state: AgentState) -> None:
+        """Abort the agent's turn, kill its background tasks (``task.resulted(cancelled)``), then
+        the rest of its deletion as ``holon agent delete`` does it without a daemon
+        (``deletion.delete_records``)."""
+        self.abort(state.agent_id)
+        killed = self.host.tasks.cancel_agent(state.agent_id, REASON)
+        delete_records(self.store, state, origin=ORIGIN)
+        if killed:
+            log.info("agent.tasks_killed", agent=state.name, tasks=killed)
+
+    # --- timers -----------------------------------------------------------------------------
+
+    def add_timer(self, agent: str, schedule: str, *, prompt: str | None = None) -> TimerProjection:
+        now = self.clock.now_us()
+        timer = add_timer(self.store, agent, schedule, now_us=now, prompt=prompt, origin=ORIGIN)
+        self.wakes.publish_new()  # its job is made now, not on the watcher's next pass
+        return timer
+
+    def cancel_timer(self, agent: str, timer_id: str) -> TimerProjection:
+        timer = cancel_timer(self.store, agent, timer_id, origin=ORIGIN)
+        self.wakes.publish_new()  # its job goes now: it cannot fire again
+        return timer
+
+    # --- turns ------------------------------------------------------------------------------
+
+    def abort(self, agent: str) -> bool:
+        agent_id = self.store.agent(agent).agent_id
+        run = self.host.active_run(agent_id)
+        if run is None:
+            return False
+        self.wakes.aborting.add(agent_id)
+        run.cancel()
+        asyncio.get_running_loop().create_task(self._settle_abort(agent_id, run), name=f"abort:{agent_id}")
+        return True
+
+    async def _settle_abort(self, agent_id: str, run: asyncio.Task[list[TurnResult]]) -> None:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await run
+        try:
+            agent = self.store.agent(agent_id)
+            if agent.current_turn_id is not None:
+                settle_unfinished_turn(
+                    self.store, agent, outcome="failed", reason=ABORTED_REASON, requeue=False, origin=ORIGIN
+                )
+        except NotFoundError:
+            pass
+        finally:
+            self.wakes.aborting.discard(agent_id)
+            self.wakes.wake(agent_id)
+
+    # --- external events --------------------------------------------------------------------
+
+    def external_token(self, agent: str) -> str:
+        """Kept in ``<home>/run/external_tokens.json`` (mode 0600), never in the ledger."""
+        return HookTokens(self.store.paths.root).token(self.store.agent(agent).agent_id)
+
+    def rotate_external_token(self, agent: str) -> str:
+        """A new capability token; the agent's old URL is refused from now on."""
+        return HookTokens(self.store.paths.root).rotate(self.store.agent(agent).agent_id)
+
+    def agent_for_token(self, token: str) -> AgentState | None:
+        found = HookTokens(self.store.paths.root).agent_for(token)
+        if found is None:
+            return None
+        try:
+            return self.store.agent(found)
+        except NotFoundError:
+            return None

@@ -1,0 +1,102 @@
+"""The daemon's status: per-agent state as every view decides it, plus the daemon's own counters.
+
+``holon.runtime.status.decide`` is the one function every view uses; this room adds what only the
+running daemon knows (a turn runs, an agent is held back until a retry time, a budget is used up)
+and the daemon's counters (ledger head, projection lag, index and evolve errors, timer jobs).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from holon.clock import Clock
+from holon.daemon.budget import Budgets
+from holon.daemon.maintenance import Maintenance
+from holon.daemon.wakes import Phase
+from holon.projections import Store
+from holon.projections.state import AgentState, TimerProjection, WaitProjection
+from holon.runtime.settings import settings_problem
+from holon.runtime.status import AgentStatus, Live, decide, is_internal, model_label, status_entry
+
+if TYPE_CHECKING:
+    from holon.daemon.timers import Timers
+    from holon.runtime.host import AgentHost
+
+__all__ = ["StatusView"]
+
+
+class StatusView:
+    def __init__(
+        self, store: Store, *, clock: Clock, host: AgentHost, budgets: Budgets, timers: Timers,
+        maintenance: Maintenance, phase: Phase,
+    ) -> None:  # fmt: skip
+        self.store = store
+        self.clock = clock
+        self.host = host
+        self.budgets = budgets
+        self.timers = timers
+        self.maintenance = maintenance
+        self.phase = phase
+
+    def agent_status(
+        self, agent: AgentState, *, waits: list[WaitProjection] | None = None,
+        timers: list[TimerProjection] | None = None,
+    ) -> AgentStatus:  # fmt: skip
+        """One agent's state for ``status``, decided by ``holon.runtime.status.decide`` from its
+        projection and what this daemon knows live. ``waits``/``timers``: the agent's pending waits
+        and scheduled timers when the caller read them already (``status`` reads them for all
+        agents in two queries)."""
+        if waits is None:
+            waits = self.store.rows("wait", agent_id=agent.agent_id, status="pending")
+        if timers is None:
+            timers = self.store.rows("timer", agent_id=agent.agent_id, status="scheduled")
+        live = Live(running=self.host.is_running(agent.agent_id), retry_at_us=self.host.retry_at(agent.agent_id))
+        return decide(
+            agent, now_us=self.clock.now_us(), waits=waits, timers=timers, live=live,
+            budget=lambda: self.budgets.exhausted(agent), problem=settings_problem(agent.settings, self.store.settings.model),
+        )  # fmt: skip
+
+    def _entry(self, agent: AgentState, waits: list[WaitProjection], timers: list[TimerProjection]) -> dict[str, Any]:
+        """``agent_status`` as JSON (``holon.runtime.status.status_entry``), with its model."""
+        model = model_label(agent, self.store.settings.model.model)
+        entry = status_entry(self.agent_status(agent, waits=waits, timers=timers), waits, model=model)
+        entry["internal"] = is_internal(agent)  # views hide these unless asked for all
+        return entry
+
+    def key(self) -> tuple[Any, ...]:
+        """What ``status`` follows, cheaply (two small queries): it changes whenever the status may
+        have, but for time passing (``uptime_s``) and evolve job counts. ``holon serve`` rebuilds
+        the status file (a few queries per agent) only when this changes, so an idle daemon with
+        many agents sleeps instead of re-reading every agent each second."""
+        cursors = tuple(self.store.cursors().items())
+        m = self.maintenance
+        return (self.store.ledger.head(), cursors, self.phase.accepting, len(self.host.active_runs()),
+                m.index_error, m.evolve_error, self.budgets.today())  # fmt: skip
+
+    def status(self) -> dict[str, Any]:
+        head = self.store.ledger.head()
+        cursors = self.store.cursors()
+        now = self.clock.now_us()
+        waits: dict[str, list[WaitProjection]] = {}
+        for w in self.store.rows("wait", status="pending"):
+            waits.setdefault(w.agent_id, []).append(w)
+        timers: dict[str, list[TimerProjection]] = {}
+        for t in self.store.rows("timer", status="scheduled"):
+            timers.setdefault(t.agent_id, []).append(t)
+        started = self.phase.started_us
+        sandbox = self.host.tasks.sandbox
+        return {
+            "pid": self.phase.pid,
+            "accepting": self.phase.accepting,
+            "started_us": started,
+            "uptime_s": round((now - started) / 1e6, 3) if started else 0.0,
+            "ledger_head": head,
+            "projection_lag": {name: head - seq for name, seq in sorted(cursors.items())},
+            "index_error": self.maintenance.index_error,
+            "commands": {"sandbox": sandbox.mode, "warning": sandbox.warning},
+            "evolve": self.maintenance.evolve_status(),
+            "timers": self.timers.jobs() if self.timers.scheduler.running else 0,
+            "agents": [
+                self._entry(a, waits.get(a.agent_id, []), timers.get(a.agent_id, [])) for a in self.store.agents()
+            ],
+        }

@@ -1,0 +1,73 @@
+"""The warm model path (RFC 0005): the model library and the model children, readied in the
+background while the API is already up.
+
+* The model library (litellm) is imported off the loop at start: imported by the first turn it
+  would stall every agent and timer for seconds, and awaited at start it would keep the API
+  (health, status, inputs) closed for as long. Turns wait for it (``ready``).
+* The model children the home's agents will call start in the background: never for a home
+  without agents, the local server only for agents that use it; again whenever an agent is
+  created or configured (``warm``).
+
+Only with the daemon's own resolver (``resolver`` not ``None``); a resolver given from outside
+(tests) is ready at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from holon.config import DaemonSettings
+from holon.daemon.wakes import Phase
+from holon.projections import Store
+from holon.runtime.settings import read_settings
+
+__all__ = ["Warmth"]
+
+
+class Warmth:
+    def __init__(self, store: Store, *, settings: DaemonSettings, resolver: Any, phase: Phase) -> None:
+        """``resolver``: the daemon's own ``ModelResolver``, or ``None``."""
+        self.store = store
+        self.settings = settings
+        self.resolver = resolver
+        self.phase = phase
+        self._library: asyncio.Task[Any] | None = None
+        self._models: asyncio.Task[None] | None = None
+
+    def ready(self) -> bool:
+        """Whether turns may start: the model library is loaded (or never needed loading)."""
+        return self._library is None or self._library.done()
+
+    def start(self) -> None:
+        if self.resolver is None:
+            return
+        from holon.runtime.providers.litellm_provider import known_context_window
+
+        self._library = asyncio.create_task(asyncio.to_thread(known_context_window, "gpt-4o-mini"))
+        self.warm()
+
+    def warm(self) -> None:
+        """Start the model children the home's agents will call, unless a start is under way."""
+        if self.resolver is None or not self.settings.warm_model or self.phase.draining:
+            return
+        if self._models is not None and not self._models.done():
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # called off the loop (a thread): the next pass on the loop warms
+            return
+        agents = [a for a in self.store.agents() if not read_settings(a.settings).settings.diagnostic]
+        if agents:
+            self._models = asyncio.create_task(self.resolver.warm(agents), name="daemon:warm-model")
+
+    async def stop(self) -> None:
+        """Wait for the library import (a thread cannot be cancelled); cancel a model start under way."""
+        if self._library is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._library
+        if self._models is not None:
+            self._models.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._models
