@@ -42,7 +42,7 @@ def _raw_rows(events: list[NewEvent], start_seq: int) -> list[tuple[Any, ...]]:
         seq = start_seq + i
         text = encode_payload(ne.payload, blob_threshold=16_384, preview_chars=400).text
         rows.append(
-            (seq, f"evt_{seq:026d}", ne.agent_id, ne.payload.type, 1, 1_767_225_600_000_000 + seq,  # type: ignore[attr-defined]  # payload is typed PayloadBase, not the union
+            (seq, f"evt_{seq:026d}", ne.agent_id, ne.payload.type, 1, 1_767_225_600_000_000 + seq,
              ne.origin, ne.authority, ne.turn_id, ne.work_item_id, ne.task_id, ne.episode_id, None, text, "0" * 64)
         )  # fmt: skip
     return rows

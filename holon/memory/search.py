@@ -30,6 +30,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from holon.clock import format_us, utc
 from holon.memory.index import Freshness, SearchIndex, kind_token, owner_token
@@ -214,7 +215,7 @@ class _Planner:
         self.scope_in_fts = mine * 2 < self.total_docs
         self.bounds = self._rowid_bounds()
 
-    def _q(self, sql: str, params: Sequence[object]) -> list[tuple]:  # type: ignore[type-arg]
+    def _q(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         return self.index.store.ledger.query(sql, list(params))
 
     def _rowid_bounds(self) -> tuple[int, int] | None:
@@ -241,7 +242,8 @@ class _Planner:
         return " AND ".join([*clauses, column_expr])
 
     def _range_sql(self, extra_lo: int | None = None) -> tuple[str, list[object]]:
-        sql, args = "", []
+        sql = ""
+        args: list[object] = []
         if self.bounds is not None:
             sql += " AND rowid BETWEEN ? AND ?"
             args += list(self.bounds)
@@ -368,7 +370,7 @@ class _Planner:
         if not ranked:
             return ()
         marks = ",".join("?" * len(ranked))
-        texts = dict(self._q(f"SELECT id, text FROM search_docs WHERE id IN ({marks})", [c.id for c in ranked]))
+        texts: dict[int, str] = dict(self._q(f"SELECT id, text FROM search_docs WHERE id IN ({marks})", [c.id for c in ranked]))
         return tuple(
             Hit(c.ref, c.kind, c.title, snippet(texts.get(c.id, ""), plan), c.score, c.ts_us, c.sender, c.seq)
             for c in ranked

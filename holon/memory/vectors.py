@@ -149,8 +149,8 @@ def dense_scores(
         rows = ledger.query(
             f"SELECT v.id, v.vec {sql_from} ORDER BY v.id DESC LIMIT {MAX_DENSE_DOCS}", (embedder.name, *owners)
         )
-        cached = (tuple(stamp), _Matrix([r[0] for r in rows], [bytes(r[1]) for r in rows]))  # type: ignore[assignment]
-        _CACHE[key] = cached  # type: ignore[assignment]
+        cached = (tuple(stamp), _Matrix([r[0] for r in rows], [bytes(r[1]) for r in rows]))
+        _CACHE[key] = cached
     matrix = cached[1]
     (qvec,) = _embed(embedder, [query[:EMBED_CHARS]])
     if matrix.ids and len(qvec) != matrix.dim:

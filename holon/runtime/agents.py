@@ -233,7 +233,7 @@ def configure_or_create_default(
             ) from None
         if not changes and not unset:
             raise UsageError("nothing to configure: give at least one option") from None
-        settings = {k: v for k, v in changes.items() if v is not None}
+        settings: dict[str, JsonValue] = {k: v for k, v in changes.items() if v is not None}
         return create_agent(store, ref, settings=settings, origin=origin), True
     return configure_agent(store, ref, changes, unset=unset, origin=origin), False
 

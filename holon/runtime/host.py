@@ -25,7 +25,7 @@ import random
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from holon.clock import Clock
 from holon.errors import ConflictError, NotFoundError
@@ -408,7 +408,7 @@ class AgentHost:
         if task is None or getattr(task, "state", None) != "running":
             return
         answer = result.reply if result.outcome == "completed" else f"the child agent failed: {result.reason}"
-        state: ev.TaskState = "succeeded" if result.outcome == "completed" else "failed"
+        state: Literal["succeeded", "failed"] = "succeeded" if result.outcome == "completed" else "failed"
         self.store.append(
             NewEvent(agent.parent_id, ev.TaskResulted(task_id=task_id, state=state, output=answer or ""), origin=f"agent:{agent_id}", authority="agent", task_id=task_id)
         )  # fmt: skip

@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from holon.clock import Clock
-from holon.ledger.events import PayloadBase, ToolCallSpec, ToolStatus
+from holon.ledger.events import Payload, ToolCallSpec, ToolStatus
 from holon.projections.state import AgentState, TaskProjection, WorkItemState
 from holon.runtime.tasks import CommandOutcome
 from holon.runtime.views import AgentMemory
@@ -72,7 +72,7 @@ class ToolOutput:
 
 @dataclass(frozen=True, slots=True)
 class Emitted:
-    payload: PayloadBase
+    payload: Payload
     work_item_id: str | None = None
     task_id: str | None = None
 
@@ -132,7 +132,7 @@ class ToolContext:
     """The agent's memory (MemoryGet, curated files); the turn runner always sets it."""
     emitted: list[Emitted] = field(default_factory=list)
 
-    def emit(self, payload: PayloadBase, *, work_item_id: str | None = None, task_id: str | None = None) -> None:
+    def emit(self, payload: Payload, *, work_item_id: str | None = None, task_id: str | None = None) -> None:
         """Record an event; it commits atomically with this tool call's result."""
         self.emitted.append(Emitted(payload, work_item_id, task_id))
 

@@ -352,7 +352,7 @@ class TurnRunner:
         when the agent's last turn already failed for the same one (a retry)."""
         reason = result.reason
         repeated = notify and self.store.agent(agent_id).last_error == reason
-        payloads: list[ev.PayloadBase] = [answer] if answer is not None else []
+        payloads: list[ev.Payload] = [answer] if answer is not None else []
         payloads.append(
             ev.TurnSettled(
                 turn_id=result.turn_id,
@@ -375,11 +375,11 @@ class TurnRunner:
         self.observer.on_settled(agent_id, result)
         return result
 
-    def _append(self, state: TurnState, *payloads: ev.PayloadBase) -> list[Event]:
+    def _append(self, state: TurnState, *payloads: ev.Payload) -> list[Event]:
         return self.store.append(*self._events(state.agent_id, state.turn_id, payloads))
 
     @staticmethod
-    def _events(agent_id: str, turn_id: str, payloads: Sequence[ev.PayloadBase]) -> list[NewEvent]:
+    def _events(agent_id: str, turn_id: str, payloads: Sequence[ev.Payload]) -> list[NewEvent]:
         return [NewEvent(agent_id, p, origin="runtime:turn", authority="runtime", turn_id=turn_id) for p in payloads]
 
     def _counter(self, model: str) -> TokenCounter:
