@@ -40,16 +40,13 @@ def _find(store: Store, kind: str, ref: str) -> str:
         raise UsageError("give an id (or a unique prefix of one)")
     if store.state(kind, ref) is not None:
         return ref
-    rows = store.ledger.query(
-        "SELECT key FROM projection_rows WHERE kind = ? AND key >= ? AND key < ? LIMIT 2",
-        (kind, ref, ref + "\U0010ffff"),
-    )
+    rows = store.keys_with_prefix(kind, ref, limit=2)
     what = "proposal" if kind == "proposal" else "durable memory entry"
     if not rows:
         raise NotFoundError(f"no {what} {ref!r}")
     if len(rows) > 1:
         raise UsageError(f"{ref!r} matches several of them; give more of the id")
-    return str(rows[0][0])
+    return rows[0]
 
 
 def find_proposal(store: Store, ref: str) -> ProposalState:

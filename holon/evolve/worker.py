@@ -147,11 +147,7 @@ def _same_text(a: str, b: str) -> bool:
 
 
 def active_entries(store: Store, owner: str) -> list[DurableState]:
-    rows = store.ledger.query(
-        "SELECT state FROM projection_rows WHERE kind = 'durable' AND status = 'active' AND label = ? ORDER BY seq",
-        (owner,),
-    )
-    return [DurableState.model_validate_json(r[0]) for r in rows]
+    return store.durable_entries((owner,), active_only=True)
 
 
 def proposals(store: Store, *, status: str | None = None) -> list[ProposalState]:
@@ -275,11 +271,9 @@ def _skill_for(store: Store, agent: AgentState, owner: str, subject: str, text: 
     commands = procedure_commands(text)
     if not commands:
         return None
-    others = store.ledger.query("SELECT state FROM projection_rows WHERE kind = 'durable' AND label = ?", (owner,))
     titles = []
     ev_seqs = list(evidence)
-    for (raw,) in others:
-        other = DurableState.model_validate_json(raw)
+    for other in store.durable_entries((owner,)):
         if (
             other.entry.kind == "procedure"
             and other.entry.subject != subject

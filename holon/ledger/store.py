@@ -531,6 +531,41 @@ class Ledger:
     def exists(self, q: EventQuery) -> bool:
         return bool(self.find_seqs(replace(q, limit=1)))
 
+    # Reads on the hot path of the API's reply tracking. They walk the covering index
+    # ``events_agent_type`` (migration 4) and look into the payload with SQLite's JSON functions,
+    # so nothing is decoded; the JSON layout stays the ledger's business.
+
+    def turn_taking(self, agent_id: str, input_seq: int) -> tuple[int, str] | None:
+        """``(seq, turn id)`` of the agent's latest ``turn.started`` after ``input_seq`` that took that input."""
+        sql = (
+            "SELECT seq, json_extract(payload, '$.turn_id') FROM events INDEXED BY events_agent_type "
+            "WHERE agent_id = ? AND type = 'turn.started' AND seq > ? "
+            "AND EXISTS (SELECT 1 FROM json_each(events.payload, '$.inputs') WHERE value = ?) "
+            "ORDER BY seq DESC LIMIT 1"
+        )
+        with self._lock:
+            row = self._conn.execute(sql, (agent_id, input_seq, input_seq)).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def turn_settled_seq(self, agent_id: str, turn_id: str, *, after: int) -> int | None:
+        """The seq of the ``turn.settled`` of ``turn_id`` (after seq ``after``), or ``None`` while it runs."""
+        sql = (
+            "SELECT seq FROM events INDEXED BY events_agent_type WHERE agent_id = ? AND type = 'turn.settled' "
+            "AND seq > ? AND json_extract(payload, '$.turn_id') = ? LIMIT 1"
+        )
+        with self._lock:
+            row = self._conn.execute(sql, (agent_id, after, turn_id)).fetchone()
+        return None if row is None else int(row[0])
+
+    def round_ended(self, turn_id: str, *, after: int, upto: int) -> bool:
+        """Whether a model round of ``turn_id`` ended (a ``model.responded``) in ``(after, upto]``."""
+        sql = (
+            "SELECT 1 FROM events WHERE seq > ? AND seq <= ? AND type = 'model.responded' "
+            "AND json_extract(payload, '$.turn_id') = ? LIMIT 1"
+        )
+        with self._lock:
+            return self._conn.execute(sql, (after, upto, turn_id)).fetchone() is not None
+
     def query(self, sql: str, params: tuple[object, ...] | list[object] = ()) -> list[tuple]:  # type: ignore[type-arg]
         """Run a read query on the ledger's connection (for projection reads on hot paths)."""
         with self._lock:

@@ -108,17 +108,12 @@ def _score(s: DurableState, query: set[str], now_us: int, indexed: float = 0.0) 
 def recall(store: Store, agent: AgentState, query: str, now_us: int, limits: RecallLimits | None = None) -> Recall:
     limits = limits or RecallLimits()
     owners = owners_for(agent)
-    marks = ", ".join("?" for _ in owners)
-    rows = store.ledger.query(
-        f"SELECT state FROM projection_rows WHERE kind = 'durable' AND status = 'active' AND label IN ({marks})",
-        owners,
-    )
+    entries = store.durable_entries(owners, active_only=True)
     q = content_terms(query)
     indexed = durable_matches(store, owners, query)
     left: list[tuple[str, str]] = []
     scored: list[tuple[float, DurableState]] = []
-    for (raw,) in rows:
-        s = DurableState.model_validate_json(raw)
+    for s in entries:
         if s.entry.kind == "reference" and is_stale(s, now_us):
             left.append((f"durable:{s.entry_id}", "stale reference"))
             continue

@@ -6,7 +6,7 @@ commit together) and reads projections through SQLModel sessions on the same dat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sqlmodel import col, select
@@ -19,6 +19,7 @@ from holon.ledger.anchor import Anchor
 from holon.ledger.damage import translate
 from holon.ledger.schema import ProjectionCursorRow, ProjectionRow
 from holon.paths import private_dir
+from holon.projections.durable import DurableState
 from holon.projections.fold import KINDS, working_memory_view
 from holon.projections.projector import CURSOR_NAME, PROJECTOR_VERSION, Projector
 from holon.projections.replay import ReplayResult, replay
@@ -125,6 +126,40 @@ class Store:
         if not rows:
             raise NotFoundError(f"no agent named {ref!r} (see 'holon agent list')")
         return AgentState.model_validate_json(rows[0][0])
+
+    def durable_entries(self, owners: Collection[str], *, active_only: bool = False) -> list[DurableState]:
+        """Durable-memory entries of ``owners`` (an agent id or ``shared``), oldest change first."""
+        if not owners:
+            return []
+        owners = list(dict.fromkeys(owners))
+        marks = ", ".join("?" for _ in owners)
+        status = " AND status = 'active'" if active_only else ""
+        rows = self.ledger.query(
+            f"SELECT state FROM projection_rows WHERE kind = 'durable'{status} AND label IN ({marks}) ORDER BY seq",
+            owners,
+        )
+        return [DurableState.model_validate_json(r[0]) for r in rows]
+
+    def durable_by_owner(self) -> dict[str, list[DurableState]]:
+        """Every owner's durable-memory entries (all statuses), oldest change first, in one read."""
+        out: dict[str, list[DurableState]] = {}
+        for label, raw in self.ledger.query(
+            "SELECT label, state FROM projection_rows WHERE kind = 'durable' ORDER BY seq"
+        ):  # fmt: skip
+            out.setdefault(label, []).append(DurableState.model_validate_json(raw))
+        return out
+
+    def keys_with_prefix(self, kind: str, prefix: str, *, limit: int) -> list[str]:
+        """Up to ``limit`` keys of ``kind`` that start with ``prefix``, in key order (an index range)."""
+        rows = self.ledger.query(
+            "SELECT key FROM projection_rows WHERE kind = ? AND key >= ? AND key < ? ORDER BY key LIMIT ?",
+            (kind, prefix, prefix + "\U0010ffff", limit),
+        )
+        return [str(r[0]) for r in rows]
+
+    def cursors(self) -> dict[str, int]:
+        """Every projection's cursor (the last seq it folded), by name."""
+        return {str(n): int(s) for n, s in self.ledger.query("SELECT name, seq FROM projection_cursors ORDER BY name")}
 
     def projection_rows(self, kind: str) -> list[ProjectionRow]:
         """Typed rows of one kind through SQLModel (admin and inspection paths)."""

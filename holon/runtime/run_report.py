@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from holon.ledger import EventQuery
 from holon.ledger import events as ev
 from holon.projections import Store
 
@@ -25,12 +26,8 @@ def turn_reports(store: Store, turn_ids: list[str]) -> list[dict[str, Any]]:
     not settled yet are left out)."""
     if not turn_ids:
         return []
-    marks = ",".join("?" * len(turn_ids))
-    rows = store.ledger.query(
-        f"SELECT seq FROM events WHERE type = 'turn.settled' AND turn_id IN ({marks}) ORDER BY seq", list(turn_ids)
-    )
     found: dict[str, dict[str, Any]] = {}
-    for e in store.ledger.get_many([seq for (seq,) in rows]):
+    for e in store.ledger.find(EventQuery(types=("turn.settled",), turn_ids=turn_ids)):
         p = e.payload
         if not isinstance(p, ev.TurnSettled):
             continue
