@@ -7,10 +7,12 @@ API's own envelopes. Request models forbid unknown fields: a typo is a 422, not 
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, create_model
 
+from holon.ledger.envelope import EVENT_FIELDS, Event
 from holon.projections.state import AgentState
 from holon.runtime.settings import OPERATOR_KEYS
 
@@ -126,24 +128,26 @@ class InputAccepted(BaseModel):
     event_id: str
 
 
-class EventOut(BaseModel):
-    """One ledger event as ``holon ledger tail --json`` prints it."""
+def _event_fields() -> dict[str, Any]:
+    """``EventOut``'s fields, derived from the ledger's ``Event`` (the one definition of the envelope).
 
-    seq: int
-    id: str
-    agent_id: str
-    type: str
-    version: int
-    ts_us: int
-    origin: str
-    authority: str
-    turn_id: str | None = None
-    work_item_id: str | None = None
-    task_id: str | None = None
-    episode_id: str | None = None
-    idempotency_key: str | None = None
-    payload: dict[str, Any]
-    hash: str
+    Each field has the ``Event`` field's type, except the payload (its JSON object) and the
+    authority (documented as a string); optional fields default to ``None``."""
+    hints = typing.get_type_hints(Event)
+    api_types: dict[str, Any] = {"payload": dict[str, Any], "authority": str}
+    out: dict[str, Any] = {}
+    for name in EVENT_FIELDS:
+        hint = api_types.get(name, hints[name])
+        out[name] = (hint, None) if type(None) in typing.get_args(hint) else (hint, ...)
+    return out
+
+
+# Any: a model class built at import time from ``Event``'s fields (mypy cannot see them).
+_EventFields: Any = create_model("_EventFields", **_event_fields())
+
+
+class EventOut(_EventFields):  # type: ignore[misc]  # its base is built from Event's fields
+    """One ledger event as ``holon ledger tail --json`` prints it."""
 
 
 class EventsPage(BaseModel):

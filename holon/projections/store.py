@@ -1,15 +1,15 @@
 """``Store``: a home's ledger with its synchronous projections, and typed reads of them.
 
 Most code holds a ``Store``: it appends through ``store.append`` (events and projection rows
-commit together) and reads projections through SQLModel sessions on the same database.
+commit together) and reads projections through the named, typed reads below (plain prepared
+statements on the ledger's connection). SQLModel is imported only by ``projection_rows``, an
+inspection read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any
-
-from sqlmodel import col, select
+from typing import TYPE_CHECKING, Any
 
 from holon.clock import Clock, SystemClock
 from holon.config import HomePaths, Settings
@@ -17,13 +17,15 @@ from holon.errors import NotFoundError
 from holon.ledger import Database, Event, Ledger, NewEvent
 from holon.ledger.anchor import Anchor
 from holon.ledger.damage import translate
-from holon.ledger.schema import ProjectionCursorRow, ProjectionRow
 from holon.paths import private_dir
 from holon.projections.durable import DurableState
 from holon.projections.fold import KINDS, working_memory_view
 from holon.projections.projector import CURSOR_NAME, PROJECTOR_VERSION, Projector
 from holon.projections.replay import ReplayResult, replay
 from holon.projections.state import AgentState, State, WorkingMemory, WorkItemState
+
+if TYPE_CHECKING:
+    from holon.ledger.schema import ProjectionRow
 
 __all__ = ["Store"]
 
@@ -82,14 +84,15 @@ class Store:
     def catch_up(self) -> None:
         """Fold any events the projection cursor is missing (older databases, version bumps)."""
         cursor = self._cursor()
-        if cursor is not None and cursor.version == PROJECTOR_VERSION and cursor.seq == self.ledger.head():
+        if cursor == (self.ledger.head(), PROJECTOR_VERSION):
             return
         with self.ledger.transaction() as tx:
             self.projector.catch_up(tx)
 
-    def _cursor(self) -> ProjectionCursorRow | None:
-        with self.ledger.db.session() as s:
-            return s.get(ProjectionCursorRow, CURSOR_NAME)
+    def _cursor(self) -> tuple[int, int] | None:
+        """The synchronous projector's ``(seq, version)``, or ``None`` before its first fold."""
+        rows = self.ledger.query("SELECT seq, version FROM projection_cursors WHERE name = ?", (CURSOR_NAME,))
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     def append(self, *events: NewEvent) -> list[Event]:
         return self.ledger.append(*events)
@@ -162,7 +165,11 @@ class Store:
         return {str(n): int(s) for n, s in self.ledger.query("SELECT name, seq FROM projection_cursors ORDER BY name")}
 
     def projection_rows(self, kind: str) -> list[ProjectionRow]:
-        """Typed rows of one kind through SQLModel (admin and inspection paths)."""
+        """Typed rows of one kind through SQLModel (admin and inspection paths; imports SQLModel)."""
+        from sqlmodel import col, select
+
+        from holon.ledger.schema import ProjectionRow
+
         query = select(ProjectionRow).where(ProjectionRow.kind == kind).order_by(col(ProjectionRow.seq))
         with self.ledger.db.session() as s:
             return list(s.exec(query).all())
@@ -178,11 +185,8 @@ class Store:
 
     def replay(self, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
         try:
-            raw = self.ledger.db.engine.raw_connection()
-            try:
-                return replay(raw.driver_connection, progress=progress)
-            finally:
-                raw.close()
+            with self.ledger.db.reader() as conn:
+                return replay(conn, progress=progress)
         except Exception as e:  # a damaged file: one line naming it (exit 5), never a traceback
             err = translate(e, self.ledger.db.path)
             if err is None:
