@@ -92,7 +92,7 @@ def _log() -> Any:  # structlog's logger is dynamically typed
 
 def row_to_event(row: Sequence[Any]) -> Event:  # Any: a sqlite3 row's values
     """An ``events`` row (``EVENT_COLUMNS``) as an ``Event``, its payload decoded and upcast."""
-    values = dict(zip(EVENT_FIELDS, row, strict=True))
+    values = dict(zip(EVENT_FIELDS, row))  # noqa: B905  # rows come from EVENT_COLUMNS: same length
     values["payload"] = _decode(values["seq"], values["type"], values["version"], values["payload"])
     return Event(**values)
 

@@ -132,14 +132,14 @@ class Store:
 
     def durable_entries(self, owners: Collection[str], *, active_only: bool = False) -> list[DurableState]:
         """Durable-memory entries of ``owners`` (an agent id or ``shared``), oldest change first."""
-        if not owners:
+        labels: list[object] = list(dict.fromkeys(owners))
+        if not labels:
             return []
-        owners = list(dict.fromkeys(owners))
-        marks = ", ".join("?" for _ in owners)
+        marks = ", ".join("?" for _ in labels)
         status = " AND status = 'active'" if active_only else ""
         rows = self.ledger.query(
             f"SELECT state FROM projection_rows WHERE kind = 'durable'{status} AND label IN ({marks}) ORDER BY seq",
-            owners,
+            labels,
         )
         return [DurableState.model_validate_json(r[0]) for r in rows]
 
