@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,3 +140,28 @@ g = json.loads(body)
     assert sorted({line for line, text in _strings(tree) if EVENTS_SQL.search(text)}) == [3, 4, 5]
     assert sorted({line for line, text in _strings(tree) if PROJECTION_SQL.search(text)}) == [6]
     assert sorted(_payload_loads(tree)) == [7, 8]
+
+
+def test_opening_a_home_and_appending_imports_no_sqlalchemy(tmp_path: Path) -> None:
+    """SQLAlchemy and SQLModel cost more start-up than a CLI command: the ledger, the projections
+    and a round trip through them run on plain ``sqlite3`` (RFC 0001, "The storage seam")."""
+    script = """
+import sys
+from pathlib import Path
+from holon.config import load_settings, resolve_home
+from holon.ledger import EventQuery, NewEvent
+from holon.ledger.events import MessageReceived
+from holon.projections import Store
+
+home = resolve_home(Path(sys.argv[1]))
+with Store.open(home, load_settings(home)) as store:
+    store.append(NewEvent(agent_id="a", payload=MessageReceived(text="hi")))
+    assert [e.payload.text for e in store.ledger.find(EventQuery(agent_id="a"))] == ["hi"]
+    store.replay()
+print(sorted(m for m in ("sqlalchemy", "sqlmodel") if m in sys.modules))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "home")], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
