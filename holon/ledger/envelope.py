@@ -10,6 +10,7 @@ checks the two agree.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any
 
 from holon.ledger.events import Authority, PayloadBase
@@ -70,10 +71,16 @@ HEADER_FIELDS: tuple[str, ...] = tuple(f for f in EVENT_FIELDS if f not in ("pay
 
 _CARRIED: tuple[str, ...] = tuple(f for f in HEADER_FIELDS if f in {g.name for g in fields(NewEvent)})
 """Header fields a ``NewEvent`` carries as they are; the ledger assigns the others."""
+_carried = attrgetter(*_CARRIED)
 
 
 def header_of(new: NewEvent, *, seq: int, event_id: str, ts_us: int) -> dict[str, Any]:
     """The header (``HEADER_FIELDS`` by name) of ``new`` stored at ``seq`` with id ``event_id`` at ``ts_us``."""
-    header: dict[str, Any] = {name: getattr(new, name) for name in _CARRIED}
-    header.update(seq=seq, id=event_id, type=new.payload.type, version=type(new.payload).VERSION, ts_us=ts_us)  # type: ignore[attr-defined]
+    header: dict[str, Any] = dict(zip(_CARRIED, _carried(new)))  # noqa: B905  # attrgetter gives one per name
+    payload = new.payload
+    header["seq"] = seq
+    header["id"] = event_id
+    header["type"] = payload.type  # type: ignore[attr-defined]  # every payload model has its tag
+    header["version"] = type(payload).VERSION
+    header["ts_us"] = ts_us
     return header

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any, Protocol
 
 from holon.clock import Clock
@@ -90,6 +91,9 @@ def _log() -> Any:  # structlog's logger is dynamically typed
     return get_logger("holon.ledger")
 
 
+_row_values = itemgetter(*EVENT_FIELDS)
+
+
 def row_to_event(row: Sequence[Any]) -> Event:  # Any: a sqlite3 row's values
     """An ``events`` row (``EVENT_COLUMNS``) as an ``Event``, its payload decoded and upcast."""
     values = dict(zip(EVENT_FIELDS, row))  # noqa: B905  # rows come from EVENT_COLUMNS: same length
@@ -99,8 +103,7 @@ def row_to_event(row: Sequence[Any]) -> Event:  # Any: a sqlite3 row's values
 
 def event_row(envelope: Mapping[str, Any], payload_text: str, hash_: str) -> tuple[Any, ...]:
     """The ``events`` row (``EVENT_INSERT``'s values) of a header envelope, its payload text and hash."""
-    values = {**envelope, "payload": payload_text, "hash": hash_}
-    return tuple(values[name] for name in EVENT_FIELDS)
+    return _row_values({**envelope, "payload": payload_text, "hash": hash_})  # type: ignore[no-any-return]
 
 
 def _decode(seq: int, type_: str, version: int, payload: str | bytes) -> PayloadBase:
