@@ -14,9 +14,10 @@ from holon.errors import MigrationError
 from holon.ledger import GENESIS_HASH, Database, Ledger, NewEvent
 from holon.ledger import events as ev
 from holon.ledger.codec import chain_hash, encode_payload, envelope_header
+from holon.ledger.envelope import header_of
 from holon.ledger.migrations import MIGRATIONS, current_version, migrate
 from holon.ledger.schema import BlobRow, EventRow, ProjectionCursorRow, ProjectionRow, SchemaMigrationRow
-from holon.ledger.store import EVENT_COLUMNS
+from holon.ledger.store import EVENT_INSERT, event_row
 from holon.projections import Store
 
 LATEST = MIGRATIONS[-1].version
@@ -30,13 +31,9 @@ def _write_v1_events(db: Path, events: list[NewEvent]) -> None:
     for seq, ne in enumerate(events, start=1):
         enc = encode_payload(ne.payload, blob_threshold=1 << 30, preview_chars=10)
         assert not enc.blobs  # v1 has no blob store
-        type_ = ne.payload.type  # type: ignore[attr-defined]
-        version = type(ne.payload).VERSION
-        envelope = (seq, f"evt_v1_{seq:04d}", ne.agent_id, type_, version, ts + seq, ne.origin, ne.authority,
-                    ne.turn_id, ne.work_item_id, ne.task_id, ne.episode_id, ne.idempotency_key)  # fmt: skip
-        h = chain_hash(prev, envelope_header(*envelope), enc.text)
-        placeholders = ", ".join("?" * 15)
-        conn.execute(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ({placeholders})", (*envelope, enc.text, h))
+        envelope = header_of(ne, seq=seq, event_id=f"evt_v1_{seq:04d}", ts_us=ts + seq)
+        h = chain_hash(prev, envelope_header(envelope), enc.text)
+        conn.execute(EVENT_INSERT, event_row(envelope, enc.text, h))
         prev = h
     conn.execute("COMMIT")
     conn.close()
@@ -198,3 +195,56 @@ def test_sqlmodel_reads_the_ledger(store: Store) -> None:
         assert [r.hash for r in rows] == [e.hash for e in store.ledger.read()]
         cursor = s.get(ProjectionCursorRow, "projections")
         assert cursor is not None and cursor.seq == 2
+
+
+# --- the schema classes: one definition, DDL per engine ----------------------------------------
+
+
+def _shape(db: Path) -> dict[str, object]:
+    """Each table's columns (name, NOT NULL or key) and each index (name, unique, columns, partial)."""
+    conn = sqlite3.connect(db)
+    out: dict[str, object] = {}
+    tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    for table in tables:
+        cols = [(name, bool(notnull) or bool(pk)) for _c, name, _t, notnull, _d, pk in conn.execute(f"PRAGMA table_info({table})")]
+        indexes = []
+        for _seq, name, unique, origin, partial in conn.execute(f"PRAGMA index_list({table})"):
+            if origin == "c":  # named indexes (a UNIQUE or PRIMARY KEY constraint's index is the table's business)
+                cols_of = [c for _n, _cid, c in conn.execute(f"PRAGMA index_info({name})")]
+                indexes.append((name, bool(unique), tuple(cols_of), bool(partial)))
+        out[table] = (cols, sorted(indexes))
+    conn.close()
+    return out
+
+
+def test_the_schema_classes_generate_the_migrated_schema(home: HomePaths, settings: Settings, tmp_path: Path) -> None:
+    """``schema.ddl("sqlite")`` builds the tables and indexes the migrations built (triggers aside)."""
+    from holon.ledger.schema import ddl
+
+    with Store.open(home, settings, clock=FakeClock()):
+        pass
+    generated = tmp_path / "generated.db"
+    conn = sqlite3.connect(generated)
+    for stmt in ddl("sqlite"):
+        conn.execute(stmt)
+    conn.close()
+    assert _shape(generated) == _shape(home.db)
+
+
+def test_the_events_table_is_the_envelope() -> None:
+    """The ``events`` columns are ``Event``'s fields in order: the column list, INSERT and row
+    decoding are derived from them."""
+    from holon.ledger.envelope import EVENT_FIELDS
+    from holon.ledger.schema import EventRow
+
+    assert tuple(c.name for c in EventRow.__table__.columns) == EVENT_FIELDS  # type: ignore[attr-defined]
+
+
+def test_the_schema_renders_for_postgresql() -> None:
+    """The bridge to a second engine: the same classes give PostgreSQL DDL (64-bit times and seqs)."""
+    from holon.ledger.schema import ddl
+
+    statements = ddl("postgresql")
+    events = next(s for s in statements if s.startswith("CREATE TABLE events"))
+    assert "seq BIGINT NOT NULL" in events and "ts_us BIGINT NOT NULL" in events
+    assert "CREATE UNIQUE INDEX events_idempotency ON events (idempotency_key) WHERE idempotency_key IS NOT NULL" in statements

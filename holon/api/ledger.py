@@ -13,9 +13,9 @@ from holon.api.errors import BodyTooLarge
 from holon.api.models import BadRow, EventOut, InputAccepted, LedgerStats, LedgerVerify
 from holon.api.port import DaemonPort
 from holon.errors import LedgerError, NotFoundError, UsageError
-from holon.ledger import Event
+from holon.ledger import Event, EventQuery
 from holon.ledger.events import PAYLOAD_TYPES
-from holon.ledger.store import EVENT_COLUMNS, canonical_event, row_to_event
+from holon.ledger.store import canonical_event
 from holon.runtime.ingress import InputSpec, check_text
 from holon.runtime.status import without_internal
 
@@ -47,22 +47,11 @@ def _event_types(types: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(types))
 
 
-def tail_query(n: int, *, after: int | None, agent_id: str | None, types: tuple[str, ...]) -> tuple[str, list[object]]:
-    """The SQL of a filtered tail: forwards from ``after`` (ascending), else back from the head."""
-    where: list[str] = []
-    params: list[object] = []
-    if after is not None:
-        where.append("seq > ?")
-        params.append(after)
-    if agent_id is not None:
-        where.append("agent_id = ?")
-        params.append(agent_id)
-    if types:
-        where.append(f"type IN ({', '.join('?' for _ in types)})")
-        params.extend(types)
-    order = "ASC" if after is not None else "DESC"
-    clause = f"WHERE {' AND '.join(where)} " if where else ""
-    return f"SELECT {EVENT_COLUMNS} FROM events {clause}ORDER BY seq {order} LIMIT ?", [*params, n]
+def tail_query(n: int, *, after: int | None, agent_id: str | None, types: tuple[str, ...]) -> EventQuery:
+    """The filter of a tail: forwards from ``after`` (ascending), else back from the head."""
+    return EventQuery(
+        types=types or None, agent_id=agent_id, after=after or 0, limit=n, newest_first=after is None
+    )
 
 
 def ledger_router(port: DaemonPort) -> APIRouter:
@@ -91,9 +80,7 @@ def ledger_router(port: DaemonPort) -> APIRouter:
         agent_id = store.agent(agent).agent_id if agent else None
         if after is None and not types:
             return [event_json(e) for e in store.ledger.tail(n, agent_id=agent_id)]
-        sql, params = tail_query(n, after=after, agent_id=agent_id, types=types)
-        rows = store.ledger.query(sql, params)
-        events = [row_to_event(row) for row in rows]
+        events = store.ledger.find(tail_query(n, after=after, agent_id=agent_id, types=types))
         return [event_json(e) for e in (events if after is not None else reversed(events))]
 
     @r.post("/ledger/verify", tags=["ledger"], response_model=LedgerVerify)

@@ -7,10 +7,12 @@ API's own envelopes. Request models forbid unknown fields: a typo is a 422, not 
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from holon.ledger.envelope import EVENT_FIELDS, Event
 from holon.projections.state import AgentState
 from holon.runtime.settings import OPERATOR_KEYS
 
@@ -126,8 +128,25 @@ class InputAccepted(BaseModel):
     event_id: str
 
 
+def _event_fields() -> dict[str, Any]:
+    """``EventOut``'s fields, derived from the ledger's ``Event`` (the one definition of the envelope).
+
+    Each field has the ``Event`` field's type, except the payload (its JSON object) and the
+    authority (documented as a string); optional fields default to ``None``."""
+    hints = typing.get_type_hints(Event)
+    api_types: dict[str, Any] = {"payload": dict[str, Any], "authority": str}
+    out: dict[str, Any] = {}
+    for name in EVENT_FIELDS:
+        hint = api_types.get(name, hints[name])
+        out[name] = (hint, None) if type(None) in typing.get_args(hint) else (hint, ...)
+    return out
+
+
 class EventOut(BaseModel):
-    """One ledger event as ``holon ledger tail --json`` prints it."""
+    """One ledger event as ``holon ledger tail --json`` prints it.
+
+    Written out so type checkers and readers see its fields; ``envelope_drift`` (checked at import
+    and by ``tests/test_storage_seam.py``) keeps it equal to what ``Event`` derives."""
 
     seq: int
     id: str
@@ -144,6 +163,19 @@ class EventOut(BaseModel):
     idempotency_key: str | None = None
     payload: dict[str, Any]
     hash: str
+
+
+def envelope_drift() -> list[str]:
+    """How ``EventOut`` differs from the fields derived from ``Event`` (empty when they agree)."""
+    derived = _event_fields()
+    have = {name: (f.annotation, f.is_required()) for name, f in EventOut.model_fields.items()}
+    want = {name: (hint, default is ...) for name, (hint, default) in derived.items()}
+    out = [f"field order {list(have)} != {list(want)}"] if list(have) != list(want) else []
+    return out + [f"{n}: {have.get(n)} != {want[n]}" for n in want if have.get(n) != want[n]]
+
+
+if envelope_drift():  # pragma: no cover - a new envelope field without its API field
+    raise AssertionError(f"EventOut does not follow holon.ledger.Event: {envelope_drift()}")
 
 
 class EventsPage(BaseModel):

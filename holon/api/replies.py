@@ -21,6 +21,7 @@ from typing import Literal
 
 from holon.api.port import DaemonPort, Notice
 from holon.errors import NotFoundError
+from holon.ledger import EventQuery
 from holon.ledger.events import TurnSettled
 from holon.projections import Store
 
@@ -65,33 +66,20 @@ class InputOutcome:
 
 def check_input(store: Store, agent_id: str, input_seq: int) -> None:
     """``NotFoundError`` unless ``input_seq`` is an input (``message.received``) of the agent."""
-    rows = store.ledger.query(
-        "SELECT 1 FROM events WHERE seq = ? AND agent_id = ? AND type = 'message.received'", (input_seq, agent_id)
-    )
-    if not rows:
+    if not store.ledger.exists(EventQuery(seqs=(input_seq,), agent_id=agent_id, types=("message.received",))):
         raise NotFoundError(f"agent {agent_id} has no input with seq {input_seq}")
 
 
 def input_outcome(store: Store, agent_id: str, input_seq: int) -> InputOutcome:
     """The state of the latest turn that took input ``input_seq`` (``queued`` when none has)."""
-    started = store.ledger.query(
-        "SELECT seq, json_extract(payload, '$.turn_id') FROM events INDEXED BY events_agent_type "
-        "WHERE agent_id = ? AND type = 'turn.started' AND seq > ? "
-        "AND EXISTS (SELECT 1 FROM json_each(events.payload, '$.inputs') WHERE value = ?) "
-        "ORDER BY seq DESC LIMIT 1",
-        (agent_id, input_seq, input_seq),
-    )
-    if not started:
+    started = store.ledger.turn_taking(agent_id, input_seq)
+    if started is None:
         return InputOutcome("queued")
-    started_seq, turn_id = started[0]
-    settled = store.ledger.query(
-        "SELECT seq FROM events INDEXED BY events_agent_type WHERE agent_id = ? AND type = 'turn.settled' "
-        "AND seq > ? AND json_extract(payload, '$.turn_id') = ? LIMIT 1",
-        (agent_id, started_seq, turn_id),
-    )
-    if not settled:
+    started_seq, turn_id = started
+    settled = store.ledger.turn_settled_seq(agent_id, turn_id, after=started_seq)
+    if settled is None:
         return InputOutcome("running", turn_id=turn_id)
-    [event] = store.ledger.get_many([settled[0][0]])
+    [event] = store.ledger.get_many([settled])
     p = event.payload
     assert isinstance(p, TurnSettled)
     reply = store.ledger.resolve(p.reply)
@@ -133,12 +121,7 @@ ROUND_END = RoundEnd()
 
 def _rounds_ended(store: Store, after: int, upto: int, turn_id: str) -> bool:
     """Whether a model round of ``turn_id`` ended (``model.responded``) in ``(after, upto]``."""
-    rows = store.ledger.query(
-        "SELECT 1 FROM events WHERE seq > ? AND seq <= ? AND type = 'model.responded'"
-        " AND json_extract(payload, '$.turn_id') = ? LIMIT 1",
-        (after, upto, turn_id),
-    )
-    return bool(rows)
+    return store.ledger.round_ended(turn_id, after=after, upto=upto)
 
 
 async def follow(

@@ -23,13 +23,13 @@ hand-built ledger without a daemon.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from holon.ledger import EventQuery
 from holon.projections import Store
 
 __all__ = ["MARKER", "UNKNOWN_SEQ", "Accounting", "account", "classify", "key_of", "marked"]
@@ -173,21 +173,22 @@ def _outcome(
     return "unanswered"
 
 
-def _payloads(store: Store, sql: str) -> list[Payload]:
-    return [json.loads(p) for (p,) in store.ledger.query(sql)]
+def _payloads(store: Store, type_: str) -> list[Payload]:
+    """The payloads of every event of ``type_`` as JSON values (decoded and upcast by the ledger)."""
+    return [e.payload.model_dump(mode="json") for e in store.ledger.find(EventQuery(types=(type_,)))]
 
 
 def account(store: Store, acks: Mapping[str, int]) -> Accounting:
     """``classify`` over the ledger of ``store`` (open it once the daemon has stopped)."""
     inputs = {
-        seq: json.loads(p).get("text")
-        for seq, p in store.ledger.query("SELECT seq, payload FROM events WHERE type = 'message.received'")
+        e.seq: e.payload.model_dump(mode="json").get("text")
+        for e in store.ledger.find(EventQuery(types=("message.received",)))
     }
     return classify(
         acks,
         inputs,
-        started=_payloads(store, "SELECT payload FROM events WHERE type = 'turn.started'"),
-        responded=_payloads(store, "SELECT payload FROM events WHERE type = 'model.responded'"),
-        settled=_payloads(store, "SELECT payload FROM events WHERE type = 'turn.settled'"),
+        started=_payloads(store, "turn.started"),
+        responded=_payloads(store, "model.responded"),
+        settled=_payloads(store, "turn.settled"),
         queued={seq for agent in store.agents() for seq in agent.pending_inputs},
     )

@@ -15,6 +15,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,9 @@ from holon.clock import SystemClock
 from holon.config import HomePaths, LedgerSettings, Settings
 from holon.ledger import NewEvent
 from holon.ledger.codec import encode_payload
+from holon.ledger.envelope import header_of
 from holon.ledger.migrations import MIGRATIONS
+from holon.ledger.store import EVENT_INSERT, event_row
 from holon.projections import Store
 
 __all__ = ["TARGETS", "format_report", "run_ledger_bench"]
@@ -41,10 +44,9 @@ def _raw_rows(events: list[NewEvent], start_seq: int) -> list[tuple[Any, ...]]:
     for i, ne in enumerate(events):
         seq = start_seq + i
         text = encode_payload(ne.payload, blob_threshold=16_384, preview_chars=400).text
-        rows.append(
-            (seq, f"evt_{seq:026d}", ne.agent_id, ne.payload.type, 1, 1_767_225_600_000_000 + seq,
-             ne.origin, ne.authority, ne.turn_id, ne.work_item_id, ne.task_id, ne.episode_id, None, text, "0" * 64)
-        )  # fmt: skip
+        header = header_of(replace(ne, idempotency_key=None), seq=seq, event_id=f"evt_{seq:026d}",
+                           ts_us=1_767_225_600_000_000 + seq) | {"version": 1}  # fmt: skip
+        rows.append(event_row(header, text, "0" * 64))
     return rows
 
 
@@ -62,7 +64,7 @@ class _Raw:
                 if " ON events" in stmt or "TABLE events" in stmt:
                     self.conn.execute(stmt)
         self.seq = 1
-        self.sql = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        self.sql = EVENT_INSERT
 
     def run(self, events: list[NewEvent], batch: int) -> float:
         rows = _raw_rows(events, self.seq)

@@ -22,7 +22,6 @@ the evolve calls its watcher sees.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from holon.clock import Clock
@@ -31,6 +30,7 @@ from holon.errors import NotFoundError
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
+from holon.projections.spend import Spend, spend_of, spent_in_window
 from holon.projections.state import AgentState
 from holon.runtime.settings import read_settings
 
@@ -120,21 +120,13 @@ class Budgets:
         return cached
 
     def _read(self, agent_id: str, day: int) -> Spent:
-        spent = Spent(day, read_to=self.store.ledger.head())
+        head = self.store.ledger.head()
+        used = Spend()
         for member in self._line(agent_id):
-            for type_ in ("turn.settled", "evolve.model_used"):
-                rows = self.store.ledger.query(
-                    "SELECT ts_us, payload FROM events WHERE agent_id = ? AND type = ? AND seq <= ? ORDER BY seq DESC",
-                    (member, type_, spent.read_to),
-                )
-                for ts_us, payload in rows:
-                    if day_of(ts_us) != day:
-                        break
-                    data = json.loads(payload)
-                    spent.turns += type_ == "turn.settled"
-                    spent.tokens += int(data.get("usage", {}).get("total_tokens", 0))
-                    spent.cost_usd += float(data.get("cost_usd") or 0.0)
-        return spent
+            used = spent_in_window(
+                self.store.ledger, member, start_us=day * DAY_US, end_us=(day + 1) * DAY_US, upto=head, base=used
+            )
+        return Spent(day, turns=used.turns, tokens=used.tokens, cost_usd=used.cost_usd, read_to=head)
 
     def record(self, agent_id: str, tokens: int, cost_usd: float | None) -> None:
         """Count a turn the daemon settled (its ``turn.settled`` is already in the ledger) to its owner."""
@@ -147,14 +139,15 @@ class Budgets:
         cached.tokens += tokens
         cached.cost_usd += cost_usd or 0.0
 
-    def record_evolve(self, agent_id: str, seq: int, payload: str) -> None:
-        """Count an ``evolve.model_used`` event the watcher saw (unless the day's read counted it)."""
+    def record_evolve(self, agent_id: str, seq: int, payload: ev.EvolveModelUsed) -> None:
+        """Count the ``evolve.model_used`` event at ``seq`` the watcher saw, decoded by the ledger's
+        codec (upcast, typed), unless the day's read already counted it."""
         spent = self.spent(self._owner_id(agent_id))
         if seq <= spent.read_to:
             return
-        data = json.loads(payload)
-        spent.tokens += int(data.get("usage", {}).get("total_tokens", 0))
-        spent.cost_usd += float(data.get("cost_usd") or 0.0)
+        used = spend_of(payload)
+        spent.tokens += used.tokens
+        spent.cost_usd += used.cost_usd
 
     def exhausted(self, agent: AgentState) -> str | None:
         """Why the agent may not run more today, or ``None`` (always ``None`` for foreground agents)."""

@@ -188,7 +188,7 @@ class Wakes:
             if key.type in ("agent.created", "agent.configured"):
                 self.on_agents_changed()  # a new agent, or one given the local model: its model warms now
             if isinstance(payload, ev.EvolveModelUsed):
-                self.budgets.record_evolve(key.agent_id, key.seq, payload.model_dump_json())
+                self.budgets.record_evolve(key.agent_id, key.seq, payload)
             self.notices.event(key.agent_id, key.seq)
 
     async def until_idle(self, *, timeout_s: float = 30.0) -> None:

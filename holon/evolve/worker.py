@@ -33,6 +33,7 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from holon.clock import Clock, SystemClock
 from holon.config import EvolveSettings
@@ -147,11 +148,7 @@ def _same_text(a: str, b: str) -> bool:
 
 
 def active_entries(store: Store, owner: str) -> list[DurableState]:
-    rows = store.ledger.query(
-        "SELECT state FROM projection_rows WHERE kind = 'durable' AND status = 'active' AND label = ? ORDER BY seq",
-        (owner,),
-    )
-    return [DurableState.model_validate_json(r[0]) for r in rows]
+    return store.durable_entries((owner,), active_only=True)
 
 
 def proposals(store: Store, *, status: str | None = None) -> list[ProposalState]:
@@ -220,7 +217,7 @@ def plan(store: Store, agent: AgentState, job: Job, candidates: list[Candidate])
             _propose(store, job, c, pending, newer, add, report)
             continue
         eid = entry_id_for(job.key, e.owner, e.subject)
-        source = "model" if c.rule == "model" else "evolve"
+        source: Literal["model", "evolve"] = "model" if c.rule == "model" else "evolve"
         if newer:  # observed before the active entry (its job finished late): history, not news
             latest = max(newer, key=lambda s: (s.entry.observed_us, s.seq))
             add(ev.DurableRecorded(entry_id=eid, entry=e, source=source, superseded_by=latest.entry_id), f"record:{eid}")  # fmt: skip
@@ -275,11 +272,9 @@ def _skill_for(store: Store, agent: AgentState, owner: str, subject: str, text: 
     commands = procedure_commands(text)
     if not commands:
         return None
-    others = store.ledger.query("SELECT state FROM projection_rows WHERE kind = 'durable' AND label = ?", (owner,))
     titles = []
     ev_seqs = list(evidence)
-    for (raw,) in others:
-        other = DurableState.model_validate_json(raw)
+    for other in store.durable_entries((owner,)):
         if (
             other.entry.kind == "procedure"
             and other.entry.subject != subject

@@ -17,14 +17,16 @@ from __future__ import annotations
 import hashlib
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
 from holon.errors import EventValidationError
+from holon.ledger.envelope import HEADER_FIELDS
 from holon.ledger.events import PAYLOAD_TYPES, BlobRef, Payload, PayloadBase
 
 __all__ = [
@@ -131,38 +133,12 @@ def decode_payload(type_: str, version: int, text: str | bytes) -> Payload:
         raise EventValidationError(f"stored {type_} payload does not validate: {e.errors()[0]['msg']}") from e
 
 
-def envelope_header(
-    seq: int,
-    event_id: str,
-    agent_id: str,
-    type_: str,
-    version: int,
-    ts_us: int,
-    origin: str,
-    authority: str,
-    turn_id: str | None,
-    work_item_id: str | None,
-    task_id: str | None,
-    episode_id: str | None,
-    idempotency_key: str | None,
-) -> bytes:
-    return orjson.dumps(
-        [
-            seq,
-            event_id,
-            agent_id,
-            type_,
-            version,
-            ts_us,
-            origin,
-            authority,
-            turn_id,
-            work_item_id,
-            task_id,
-            episode_id,
-            idempotency_key,
-        ]
-    )
+_header_values = itemgetter(*HEADER_FIELDS)
+
+
+def envelope_header(envelope: Mapping[str, object]) -> bytes:
+    """The hash chain's header: the JSON list of the envelope's ``HEADER_FIELDS``, in their order."""
+    return orjson.dumps(_header_values(envelope))  # a tuple is a JSON list, as before
 
 
 def chain_hash(prev_hash: str, header: bytes, payload_text: str) -> str:

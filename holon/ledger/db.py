@@ -1,10 +1,14 @@
-"""Opening the SQLite database: one SQLAlchemy engine per home, pragmas on every connection.
+"""Opening the SQLite database: plain ``sqlite3`` connections, pragmas on every connection.
 
-Writes go through the engine's raw DB-API connection in autocommit mode so that holon issues
-``BEGIN IMMEDIATE`` / ``COMMIT`` itself: explicit write transactions that take the write lock up
-front and never deadlock on a lock upgrade. Typed reads may use SQLModel sessions on the same
-engine. WAL lets readers run beside the single writer; ``busy_timeout`` makes a second process
-wait for the lock instead of failing with "database is locked".
+The writer connection is in autocommit mode so that holon issues ``BEGIN IMMEDIATE`` / ``COMMIT``
+itself: explicit write transactions that take the write lock up front and never deadlock on a
+lock upgrade. WAL lets readers run beside the single writer; ``busy_timeout`` makes a second
+process wait for the lock instead of failing with "database is locked".
+
+SQLAlchemy and SQLModel are not imported here: they cost more start-up time than a CLI command
+takes (RFC 0001, "The storage seam"). ``session()`` imports them on first use, for the typed
+inspection reads of ``holon.ledger.schema``'s table classes; every hot path runs prepared
+statements on the connections below.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, event
-from sqlmodel import Session, create_engine
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlmodel import Session
 
 __all__ = ["Database"]
 
@@ -24,6 +29,7 @@ __all__ = ["Database"]
 class Database:
     def __init__(self, path: Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000) -> None:
         self.path = path
+        self._busy_timeout_s = busy_timeout_ms / 1000
         self._pragmas = (
             "PRAGMA journal_mode=WAL",
             f"PRAGMA synchronous={synchronous}",
@@ -33,51 +39,61 @@ class Database:
             # 64 MiB of page cache per connection (default 2 MiB): hot index pages stay in memory.
             "PRAGMA cache_size=-65536",
         )
-        self.engine: Engine = create_engine(
-            f"sqlite:///{path}",
-            connect_args={
-                "isolation_level": None,
-                "check_same_thread": False,
-                "timeout": busy_timeout_ms / 1000,
-            },
-            pool_size=2,
-            max_overflow=8,
-        )
-        event.listen(self.engine, "connect", self._on_connect)
-        self._raw: Any = None
-
-    def _on_connect(self, dbapi_conn: sqlite3.Connection, _record: object) -> None:
-        for pragma in self._pragmas:
-            dbapi_conn.execute(pragma)
+        self._conn: sqlite3.Connection | None = None
+        self._engine: Engine | None = None
 
     @property
     def pragmas(self) -> tuple[str, ...]:
         return self._pragmas
 
-    def connection(self) -> sqlite3.Connection:
-        """The writer connection (autocommit DB-API connection), opened on first use."""
-        if self._raw is None:
-            self._raw = self.engine.raw_connection()
-        conn: sqlite3.Connection = self._raw.driver_connection
+    def connect(self) -> sqlite3.Connection:
+        """A new autocommit connection with holon's pragmas (the caller closes it)."""
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout_s
+        )
+        try:
+            for pragma in self._pragmas:
+                conn.execute(pragma)
+        except BaseException:
+            conn.close()
+            raise
         return conn
+
+    def connection(self) -> sqlite3.Connection:
+        """The writer connection (autocommit), opened on first use."""
+        if self._conn is None:
+            self._conn = self.connect()
+        return self._conn
 
     @contextmanager
     def reader(self) -> Iterator[sqlite3.Connection]:
         """A connection of its own for a long read (stats over the whole ledger) from a worker
         thread: under WAL it reads a snapshot beside the writer and never holds the writer's lock."""
-        raw = self.engine.raw_connection()
+        conn = self.connect()
         try:
-            conn = raw.driver_connection
-            assert isinstance(conn, sqlite3.Connection)  # the engine is always SQLite's pysqlite
             yield conn
         finally:
-            raw.close()
+            conn.close()
+
+    @property
+    def engine(self) -> Engine:
+        """A SQLAlchemy engine on the same file (imported and built on first use; same pragmas)."""
+        if self._engine is None:
+            from sqlmodel import create_engine
+
+            self._engine = create_engine(f"sqlite:///{self.path}", creator=self.connect, pool_size=2, max_overflow=8)
+        return self._engine
 
     def session(self) -> Session:
+        """A SQLModel session for typed reads of ``holon.ledger.schema``'s tables (not a hot path)."""
+        from sqlmodel import Session
+
         return Session(self.engine)
 
     def close(self) -> None:
-        if self._raw is not None:
-            self._raw.close()
-            self._raw = None
-        self.engine.dispose()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None

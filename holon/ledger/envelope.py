@@ -1,12 +1,21 @@
-"""Event envelopes: what a caller appends (``NewEvent``) and what the ledger stores (``Event``)."""
+"""Event envelopes: what a caller appends (``NewEvent``) and what the ledger stores (``Event``).
+
+``Event``'s fields are the one definition of the envelope: their order is the column order of
+the ``events`` table and of the hash chain's header (``EVENT_FIELDS``, ``HEADER_FIELDS``); the
+ledger's column list, INSERT statement and row decoding, and the API's event model, are derived
+from them. The table's DDL is history (``holon.ledger.migrations``); ``tests/test_migrations.py``
+checks the two agree.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
+from typing import Any
 
 from holon.ledger.events import Authority, Payload
 
-__all__ = ["GENESIS_HASH", "Event", "NewEvent"]
+__all__ = ["EVENT_FIELDS", "GENESIS_HASH", "HEADER_FIELDS", "Event", "NewEvent", "header_of"]
 
 #: The ``previous hash`` of the first event.
 GENESIS_HASH = "0" * 64
@@ -52,3 +61,26 @@ class Event:
     idempotency_key: str | None
     payload: Payload
     hash: str
+
+
+EVENT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Event))
+"""The envelope's fields in column order: ``seq, id, agent_id, ..., payload, hash``."""
+
+HEADER_FIELDS: tuple[str, ...] = tuple(f for f in EVENT_FIELDS if f not in ("payload", "hash"))
+"""The fields the chain hash covers as its header (all but the payload text and the hash itself)."""
+
+_CARRIED: tuple[str, ...] = tuple(f for f in HEADER_FIELDS if f in {g.name for g in fields(NewEvent)})
+"""Header fields a ``NewEvent`` carries as they are; the ledger assigns the others."""
+_carried = attrgetter(*_CARRIED)
+
+
+def header_of(new: NewEvent, *, seq: int, event_id: str, ts_us: int) -> dict[str, Any]:
+    """The header (``HEADER_FIELDS`` by name) of ``new`` stored at ``seq`` with id ``event_id`` at ``ts_us``."""
+    header: dict[str, Any] = dict(zip(_CARRIED, _carried(new)))  # noqa: B905  # attrgetter gives one per name
+    payload = new.payload
+    header["seq"] = seq
+    header["id"] = event_id
+    header["type"] = payload.type
+    header["version"] = type(payload).VERSION
+    header["ts_us"] = ts_us
+    return header

@@ -28,18 +28,22 @@ class EventKey(NamedTuple):
 class EventQuery:
     """Events with ``after < seq <= upto`` that match every given field, in seq order.
 
-    ``types`` matches any of the listed event types; ``None`` fields do not filter. ``newest_first``
-    orders by descending seq (``limit`` then keeps the newest).
+    ``types`` matches any of the listed event types, ``turn_ids`` any of the listed turns;
+    ``since_us <= ts_us < until_us`` bounds the append time. ``None`` fields do not filter.
+    ``newest_first`` orders by descending seq (``limit`` then keeps the newest).
     """
 
     types: Collection[str] | None = None
     agent_id: str | None = None
     turn_id: str | None = None
+    turn_ids: Collection[str] | None = None
     origin: str | None = None
     idempotency_key: str | None = None
     seqs: Collection[int] | None = None
     after: int = 0
     upto: int | None = None
+    since_us: int | None = None
+    until_us: int | None = None
     limit: int | None = None
     newest_first: bool = False
 
@@ -49,6 +53,12 @@ class EventQuery:
         if self.upto is not None:
             clauses.append("seq <= ?")
             params.append(self.upto)
+        if self.since_us is not None:
+            clauses.append("ts_us >= ?")
+            params.append(self.since_us)
+        if self.until_us is not None:
+            clauses.append("ts_us < ?")
+            params.append(self.until_us)
         for column, value in (
             ("agent_id", self.agent_id),
             ("turn_id", self.turn_id),
@@ -62,6 +72,10 @@ class EventQuery:
             types = list(dict.fromkeys(self.types))
             clauses.append(f"type IN ({', '.join('?' for _ in types)})" if types else "0")
             params += types
+        if self.turn_ids is not None:
+            turns = list(dict.fromkeys(self.turn_ids))
+            clauses.append(f"turn_id IN ({', '.join('?' for _ in turns)})" if turns else "0")
+            params += turns
         if self.seqs is not None:
             seqs = sorted(set(self.seqs))
             clauses.append(f"seq IN ({', '.join('?' for _ in seqs)})" if seqs else "0")

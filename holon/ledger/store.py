@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any, Protocol
 
 from holon.clock import Clock
@@ -35,7 +36,7 @@ from holon.ledger.codec import (
 )
 from holon.ledger.damage import empty_file_error, file_state, inspect_existing, translate
 from holon.ledger.db import Database
-from holon.ledger.envelope import GENESIS_HASH, Event, NewEvent
+from holon.ledger.envelope import EVENT_FIELDS, GENESIS_HASH, Event, NewEvent, header_of
 from holon.ledger.events import BlobRef, LargeText, Payload
 from holon.ledger.migrations import create_database, migrate
 from holon.ledger.query import EventKey, EventQuery
@@ -45,6 +46,7 @@ from holon.paths import tighten
 __all__ = [
     "BlobText",
     "EVENT_COLUMNS",
+    "EVENT_INSERT",
     "EventKey",
     "EventQuery",
     "Ledger",
@@ -52,14 +54,14 @@ __all__ = [
     "Transaction",
     "TransactionHook",
     "VerifyResult",
+    "event_row",
     "row_to_event",
 ]
 
-EVENT_COLUMNS = (
-    "seq, id, agent_id, type, version, ts_us, origin, authority, turn_id, work_item_id, "
-    "task_id, episode_id, idempotency_key, payload, hash"
-)
-_INSERT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+EVENT_COLUMNS = ", ".join(EVENT_FIELDS)
+"""The ``events`` columns in ``Event`` field order (a row read with them decodes by ``row_to_event``)."""
+EVENT_INSERT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ({', '.join('?' for _ in EVENT_FIELDS)})"
+"""One row of ``events``: values in ``EVENT_FIELDS`` order (``event_row``)."""
 _INSERT_BLOB = (
     "INSERT INTO blobs(hash, size, body, created_us, referenced_us) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT(hash) DO UPDATE SET referenced_us = excluded.referenced_us, "
@@ -89,25 +91,19 @@ def _log() -> Any:  # structlog's logger is dynamically typed
     return get_logger("holon.ledger")
 
 
-def row_to_event(row: tuple) -> Event:  # type: ignore[type-arg]  # a sqlite3 row
-    (seq, eid, agent, type_, version, ts, origin, authority, turn, wi, task, ep, key, payload, h) = row
-    return Event(
-        seq=seq,
-        id=eid,
-        agent_id=agent,
-        type=type_,
-        version=version,
-        ts_us=ts,
-        origin=origin,
-        authority=authority,
-        turn_id=turn,
-        work_item_id=wi,
-        task_id=task,
-        episode_id=ep,
-        idempotency_key=key,
-        payload=_decode(seq, type_, version, payload),
-        hash=h,
-    )
+_row_values = itemgetter(*EVENT_FIELDS)
+
+
+def row_to_event(row: Sequence[Any]) -> Event:  # Any: a sqlite3 row's values
+    """An ``events`` row (``EVENT_COLUMNS``) as an ``Event``, its payload decoded and upcast."""
+    values = dict(zip(EVENT_FIELDS, row))  # noqa: B905  # rows come from EVENT_COLUMNS: same length
+    values["payload"] = _decode(values["seq"], values["type"], values["version"], values["payload"])
+    return Event(**values)
+
+
+def event_row(envelope: Mapping[str, Any], payload_text: str, hash_: str) -> tuple[Any, ...]:
+    """The ``events`` row (``EVENT_INSERT``'s values) of a header envelope, its payload text and hash."""
+    return _row_values({**envelope, "payload": payload_text, "hash": hash_})  # type: ignore[no-any-return]
 
 
 def _decode(seq: int, type_: str, version: int, payload: str | bytes) -> Payload:
@@ -154,7 +150,7 @@ class Transaction:
             if blobs:
                 now = self.ledger.clock.now_us()
                 self.conn.executemany(_INSERT_BLOB, [(b.hash, len(b.data), b.data, now, now) for b in blobs])
-            self.conn.executemany(_INSERT, rows)
+            self.conn.executemany(EVENT_INSERT, rows)
         except sqlite3.IntegrityError as e:
             raise LedgerError(f"append refused by the database: {e}") from e
         return out
@@ -182,21 +178,10 @@ class Transaction:
             seq = self.head_seq + 1
             eid = new_id("evt")
             ts = ledger.clock.now_us()
-            type_: str = ne.payload.type
-            version = type(ne.payload).VERSION
-            header = envelope_header(
-                seq, eid, ne.agent_id, type_, version, ts, ne.origin, ne.authority,
-                ne.turn_id, ne.work_item_id, ne.task_id, ne.episode_id, key,
-            )  # fmt: skip
-            h = chain_hash(self.head_hash, header, enc.text)
-            rows.append(
-                (seq, eid, ne.agent_id, type_, version, ts, ne.origin, ne.authority,
-                 ne.turn_id, ne.work_item_id, ne.task_id, ne.episode_id, key, enc.text, h)
-            )  # fmt: skip
-            event = Event(
-                seq, eid, ne.agent_id, type_, version, ts, ne.origin, ne.authority,
-                ne.turn_id, ne.work_item_id, ne.task_id, ne.episode_id, key, enc.payload, h,
-            )  # fmt: skip
+            envelope = header_of(ne, seq=seq, event_id=eid, ts_us=ts)
+            h = chain_hash(self.head_hash, envelope_header(envelope), enc.text)
+            rows.append(event_row(envelope, enc.text, h))
+            event = Event(**envelope, payload=enc.payload, hash=h)
             self.head_seq, self.head_hash = seq, h
             blobs.extend(enc.blobs)
             inserted.append(event)
@@ -539,6 +524,41 @@ class Ledger:
     def exists(self, q: EventQuery) -> bool:
         return bool(self.find_seqs(replace(q, limit=1)))
 
+    # Reads on the hot path of the API's reply tracking. They walk the covering index
+    # ``events_agent_type`` (migration 4) and look into the payload with SQLite's JSON functions,
+    # so nothing is decoded; the JSON layout stays the ledger's business.
+
+    def turn_taking(self, agent_id: str, input_seq: int) -> tuple[int, str] | None:
+        """``(seq, turn id)`` of the agent's latest ``turn.started`` after ``input_seq`` that took that input."""
+        sql = (
+            "SELECT seq, json_extract(payload, '$.turn_id') FROM events INDEXED BY events_agent_type "
+            "WHERE agent_id = ? AND type = 'turn.started' AND seq > ? "
+            "AND EXISTS (SELECT 1 FROM json_each(events.payload, '$.inputs') WHERE value = ?) "
+            "ORDER BY seq DESC LIMIT 1"
+        )
+        with self._lock:
+            row = self._conn.execute(sql, (agent_id, input_seq, input_seq)).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def turn_settled_seq(self, agent_id: str, turn_id: str, *, after: int) -> int | None:
+        """The seq of the ``turn.settled`` of ``turn_id`` (after seq ``after``), or ``None`` while it runs."""
+        sql = (
+            "SELECT seq FROM events INDEXED BY events_agent_type WHERE agent_id = ? AND type = 'turn.settled' "
+            "AND seq > ? AND json_extract(payload, '$.turn_id') = ? LIMIT 1"
+        )
+        with self._lock:
+            row = self._conn.execute(sql, (agent_id, after, turn_id)).fetchone()
+        return None if row is None else int(row[0])
+
+    def round_ended(self, turn_id: str, *, after: int, upto: int) -> bool:
+        """Whether a model round of ``turn_id`` ended (a ``model.responded``) in ``(after, upto]``."""
+        sql = (
+            "SELECT 1 FROM events WHERE seq > ? AND seq <= ? AND type = 'model.responded' "
+            "AND json_extract(payload, '$.turn_id') = ? LIMIT 1"
+        )
+        with self._lock:
+            return self._conn.execute(sql, (after, upto, turn_id)).fetchone() is not None
+
     def query(self, sql: str, params: tuple[object, ...] | list[object] = ()) -> list[tuple]:  # type: ignore[type-arg]
         """Run a read query on the ledger's connection (for projection reads on hot paths)."""
         with self._lock:
@@ -724,22 +744,6 @@ class Ledger:
 
 def canonical_event(event: Event) -> bytes:
     """Canonical JSON of an event (envelope and payload), for display and comparisons."""
-    return canonical_json(
-        {
-            "seq": event.seq,
-            "id": event.id,
-            "agent_id": event.agent_id,
-            "type": event.type,
-            "version": event.version,
-            "ts_us": event.ts_us,
-            "origin": event.origin,
-            "authority": event.authority,
-            "turn_id": event.turn_id,
-            "work_item_id": event.work_item_id,
-            "task_id": event.task_id,
-            "episode_id": event.episode_id,
-            "idempotency_key": event.idempotency_key,
-            "payload": event.payload.model_dump(mode="json"),
-            "hash": event.hash,
-        }
-    )
+    values: dict[str, Any] = {name: getattr(event, name) for name in EVENT_FIELDS}
+    values["payload"] = event.payload.model_dump(mode="json")
+    return canonical_json(values)

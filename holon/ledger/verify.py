@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from holon.errors import EventValidationError
 from holon.ledger.anchor import AnchorMark
 from holon.ledger.codec import chain_hash, decode_payload, envelope_header
 from holon.ledger.damage import database_error
-from holon.ledger.envelope import GENESIS_HASH
+from holon.ledger.envelope import EVENT_FIELDS, GENESIS_HASH
 
 __all__ = [
     "MAX_REPORTED",
@@ -42,17 +42,16 @@ QUICK_CHECK_SKIPPED = "quick_check skipped: over its time budget"
 MAX_REPORTED = 100
 """At most this many bad rows are listed (all are counted)."""
 
-_TEXT = ("id", "agent_id", "type", "origin", "authority", "turn_id", "work_item_id", "task_id", "episode_id",
-         "idempotency_key", "payload", "hash")  # fmt: skip
+_INTEGERS = frozenset(("seq", "version", "ts_us"))
+"""Envelope columns stored as integers; every other column is text, read as bytes so that a
+damaged byte is reported instead of failing the read."""
 _SELECT = (
-    "SELECT seq, CAST(id AS BLOB), CAST(agent_id AS BLOB), CAST(type AS BLOB), version, ts_us, "
-    "CAST(origin AS BLOB), CAST(authority AS BLOB), CAST(turn_id AS BLOB), CAST(work_item_id AS BLOB), "
-    "CAST(task_id AS BLOB), CAST(episode_id AS BLOB), CAST(idempotency_key AS BLOB), CAST(payload AS BLOB), "
-    "CAST(hash AS BLOB) FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
+    f"SELECT {', '.join(f if f in _INTEGERS else f'CAST({f} AS BLOB)' for f in EVENT_FIELDS)} "
+    "FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
 )
 
 
-@dataclass(slots=True)
+@dataclass
 class RowCheck:
     """What ``verify_rows`` found."""
 
@@ -120,16 +119,15 @@ def _why(type_: str, version: int, payload: bytes) -> str:
     return "hash does not match its content"
 
 
-def _text(row: tuple[Any, ...], check: RowCheck) -> list[str | None] | None:
-    """The row's text columns decoded; ``None`` (and the row reported) when one is not UTF-8."""
-    out: list[str | None] = []
-    for name, i in zip(_TEXT, (1, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14), strict=True):
-        raw = row[i]
-        if raw is None:
-            out.append(None)
+def _values(row: Sequence[Any], check: RowCheck) -> dict[str, Any] | None:  # Any: a sqlite3 row's values
+    """The row by field name, its text columns decoded; ``None`` (and the row reported) when one is not UTF-8."""
+    out: dict[str, Any] = {}
+    for name, raw in zip(EVENT_FIELDS, row, strict=True):
+        if raw is None or name in _INTEGERS:
+            out[name] = raw
             continue
         try:
-            out.append(bytes(raw).decode("utf-8"))
+            out[name] = bytes(raw).decode("utf-8")
         except UnicodeDecodeError:
             check.add(row[0], f"column {name} is not valid UTF-8 (a damaged byte)")
             return None
@@ -154,21 +152,22 @@ def verify_rows(
         if gap:  # the row after a gap cannot be chained: its predecessor is what is missing
             check.add(prev_seq + 1, f"sequence gap: expected {prev_seq + 1}, found {seq}")
         prev_seq = seq
-        text = _text(row, check)
-        if text is None or gap:
-            stored = row[14]
+        values = _values(row, check)
+        stored_hash = values["hash"] if values is not None else None
+        if values is None or gap:
+            stored = row[-1]  # the hash, still bytes
             prev_hash = bytes(stored).decode("utf-8", "replace") if stored is not None else prev_hash
             continue
-        assert text is not None
-        eid, agent, type_, origin, authority, turn, wi, task, ep, key, payload, stored_hash = text
         try:
-            header = envelope_header(seq, eid, agent, type_, row[4], row[5], origin, authority, turn, wi, task, ep, key)  # type: ignore[arg-type]  # columns of a damaged row may be NULL or of another type: refused below
+            header = envelope_header(values)
         except (TypeError, orjson.JSONEncodeError):
             check.add(seq, "envelope columns hold values of the wrong type (a damaged row)")
             prev_hash = stored_hash or prev_hash
             continue
-        if chain_hash(prev_hash, header, payload or "") != stored_hash:
-            check.add(seq, _why(str(type_), int(row[4]) if isinstance(row[4], int) else 0, bytes(row[13] or b"")))
+        if chain_hash(prev_hash, header, values["payload"] or "") != stored_hash:
+            version = values["version"]
+            payload = row[EVENT_FIELDS.index("payload")]
+            check.add(seq, _why(str(values["type"]), version if isinstance(version, int) else 0, bytes(payload or b"")))
         prev_hash = stored_hash or prev_hash
     check.head_seq, check.head_hash = prev_seq, prev_hash
     return check

@@ -110,20 +110,12 @@ def render_scope_text(entries: Iterable[DurableState], scope: str) -> dict[str, 
 
 
 def _entries(store: Store, owner: str) -> list[DurableState]:
-    rows = store.ledger.query(
-        "SELECT state FROM projection_rows WHERE kind = 'durable' AND label = ? ORDER BY seq", (owner,)
-    )
-    return [DurableState.model_validate_json(r[0]) for r in rows]
+    return store.durable_entries((owner,))
 
 
 def _all_entries(store: Store) -> dict[str, list[DurableState]]:
     """Every owner's entries, read in one query (for ``render_all``)."""
-    out: dict[str, list[DurableState]] = {}
-    for label, raw in store.ledger.query(
-        "SELECT label, state FROM projection_rows WHERE kind = 'durable' ORDER BY seq"
-    ):  # fmt: skip
-        out.setdefault(label, []).append(DurableState.model_validate_json(raw))
-    return out
+    return store.durable_by_owner()
 
 
 def _write_view(root: Path, files: dict[str, str]) -> list[Path]:

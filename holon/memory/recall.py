@@ -104,7 +104,7 @@ def _score(s: DurableState, query: frozenset[str], now_us: int, indexed: float =
 def recall(store: Store, agent: AgentState, query: str, now_us: int, limits: RecallLimits | None = None) -> Recall:
     limits = limits or RecallLimits()
     owners = owners_for(agent)
-    active = store.active_durable_entries(owners)
+    active = store.durable_entries(owners, active_only=True)
     q = content_terms(query)
     indexed = durable_matches(store, owners, query)
     left: list[tuple[str, str]] = []

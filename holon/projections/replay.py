@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from holon.errors import EventValidationError
-from holon.ledger.store import EVENT_COLUMNS, row_to_event
+from holon.ledger.envelope import EVENT_FIELDS
+from holon.ledger.store import row_to_event
 from holon.projections.fold import Key, fold_event, folds, row_columns, state_json
 from holon.projections.framework import read_cursor
 from holon.projections.projector import CURSOR_NAME
@@ -24,7 +25,7 @@ __all__ = ["ReplayResult", "replay"]
 _COLS = "kind, key, agent_id, status, label, seq, state"
 # The payload as bytes: one that is no longer UTF-8 fails its own row's decoding, not the whole query.
 _SELECT = (
-    f"SELECT {EVENT_COLUMNS.replace(', payload,', ', CAST(payload AS BLOB),')} FROM events "
+    f"SELECT {', '.join('CAST(payload AS BLOB)' if f == 'payload' else f for f in EVENT_FIELDS)} FROM events "
     "WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000"
 )
 

@@ -1,24 +1,22 @@
 """``Store``: a home's ledger with its synchronous projections, and typed reads of them.
 
 Most code holds a ``Store``: it appends through ``store.append`` (events and projection rows
-commit together) and reads projections through SQLModel sessions on the same database.
+commit together) and reads projections through the named, typed reads below (plain prepared
+statements on the ledger's connection). SQLModel is imported only by ``projection_rows``, an
+inspection read.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
-
-from sqlmodel import col, select
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from holon.clock import Clock, SystemClock
 from holon.config import HomePaths, Settings
-from holon.errors import LedgerError, NotFoundError
+from holon.errors import NotFoundError
 from holon.ledger import Database, Event, Ledger, NewEvent
 from holon.ledger.anchor import Anchor
 from holon.ledger.damage import translate
-from holon.ledger.schema import ProjectionCursorRow, ProjectionRow
 from holon.paths import private_dir
 from holon.projections.durable import DurableState, ProposalState
 from holon.projections.fold import KINDS, working_memory_view
@@ -35,6 +33,9 @@ from holon.projections.state import (
     WorkingMemoryBaseline,
     WorkItemState,
 )
+
+if TYPE_CHECKING:
+    from holon.ledger.schema import ProjectionRow
 
 __all__ = ["Store"]
 
@@ -95,14 +96,15 @@ class Store:
     def catch_up(self) -> None:
         """Fold any events the projection cursor is missing (older databases, version bumps)."""
         cursor = self._cursor()
-        if cursor is not None and cursor.version == PROJECTOR_VERSION and cursor.seq == self.ledger.head():
+        if cursor == (self.ledger.head(), PROJECTOR_VERSION):
             return
         with self.ledger.transaction() as tx:
             self.projector.catch_up(tx)
 
-    def _cursor(self) -> ProjectionCursorRow | None:
-        with self.ledger.db.session() as s:
-            return s.get(ProjectionCursorRow, CURSOR_NAME)
+    def _cursor(self) -> tuple[int, int] | None:
+        """The synchronous projector's ``(seq, version)``, or ``None`` before its first fold."""
+        rows = self.ledger.query("SELECT seq, version FROM projection_cursors WHERE name = ?", (CURSOR_NAME,))
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     def append(self, *events: NewEvent) -> list[Event]:
         return self.ledger.append(*events)
@@ -179,18 +181,6 @@ class Store:
     def durable_entry(self, entry_id: str) -> DurableState | None:
         return self._one("durable", DurableState, entry_id)
 
-    def durable_entries(self, *, agent_id: str | None = None, status: str | None = None) -> list[DurableState]:
-        return self._all("durable", DurableState, agent_id, status)
-
-    def active_durable_entries(self, owners: Sequence[str]) -> list[DurableState]:
-        """Active durable entries whose owner is one of ``owners``, in storage order."""
-        marks = ", ".join("?" for _ in owners)
-        rows = self.ledger.query(
-            f"SELECT state FROM projection_rows WHERE kind = 'durable' AND status = 'active' AND label IN ({marks})",
-            list(owners),
-        )
-        return [DurableState.model_validate_json(r[0]) for r in rows]
-
     def proposal(self, proposal_id: str) -> ProposalState | None:
         return self._one("proposal", ProposalState, proposal_id)
 
@@ -238,8 +228,41 @@ class Store:
         order their rows were last changed. Prefer the typed accessors (``store.tasks(...)``)."""
         return self._all(kind, KINDS[kind].model, agent_id, status)
 
+    def durable_entries(
+        self, owners: Collection[str] | None = None, *, status: str | None = None, active_only: bool = False
+    ) -> list[DurableState]:
+        """Durable-memory entries, oldest change first: of ``owners`` (an agent id or ``shared``)
+        when given, else of everyone; only ``status`` ones (``active_only``: status ``active``)."""
+        if active_only:
+            status = "active"
+        if owners is None:
+            return self._all("durable", DurableState, None, status)
+        labels: list[object] = list(dict.fromkeys(owners))
+        if not labels:
+            return []
+        marks = ", ".join("?" for _ in labels)
+        where = " AND status = ?" if status is not None else ""
+        rows = self.ledger.query(
+            f"SELECT state FROM projection_rows WHERE kind = 'durable'{where} AND label IN ({marks}) ORDER BY seq",
+            [*([status] if status is not None else []), *labels],
+        )
+        return [DurableState.model_validate_json(r[0]) for r in rows]
+
+    def durable_by_owner(self) -> dict[str, list[DurableState]]:
+        """Every owner's durable-memory entries (all statuses), oldest change first, in one read."""
+        out: dict[str, list[DurableState]] = {}
+        for label, raw in self.ledger.query(
+            "SELECT label, state FROM projection_rows WHERE kind = 'durable' ORDER BY seq"
+        ):  # fmt: skip
+            out.setdefault(label, []).append(DurableState.model_validate_json(raw))
+        return out
+
     def projection_rows(self, kind: str) -> list[ProjectionRow]:
-        """Typed rows of one kind through SQLModel (admin and inspection paths)."""
+        """Typed rows of one kind through SQLModel (admin and inspection paths; imports SQLModel)."""
+        from sqlmodel import col, select
+
+        from holon.ledger.schema import ProjectionRow
+
         query = select(ProjectionRow).where(ProjectionRow.kind == kind).order_by(col(ProjectionRow.seq))
         with self.ledger.db.session() as s:
             return list(s.exec(query).all())
@@ -253,14 +276,8 @@ class Store:
 
     def replay(self, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
         try:
-            raw = self.ledger.db.engine.raw_connection()
-            try:
-                conn = raw.driver_connection
-                if not isinstance(conn, sqlite3.Connection):  # the pool gave back a detached connection
-                    raise LedgerError(f"replay: no open SQLite connection to {self.ledger.db.path}")
+            with self.ledger.db.reader() as conn:
                 return replay(conn, progress=progress)
-            finally:
-                raw.close()
         except Exception as e:  # a damaged file: one line naming it (exit 5), never a traceback
             err = translate(e, self.ledger.db.path)
             if err is None:

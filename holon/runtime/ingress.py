@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from holon.errors import IdempotencyConflict, UsageError
-from holon.ledger import Event, NewEvent
+from holon.ledger import Event, EventQuery, NewEvent
 from holon.ledger import events as ev
 from holon.ledger.events import Authority
 from holon.projections import Store
@@ -105,8 +105,7 @@ def deliver_input(
         with store.ledger.transaction() as tx:
             # Inside the write lock: a concurrent duplicate (another request, another process)
             # either committed before (found here) or waits for this transaction to end.
-            known = store.ledger.query("SELECT 1 FROM events WHERE idempotency_key = ?", (key,))
-            if known:
+            if store.ledger.exists(EventQuery(idempotency_key=key)):
                 stored = tx.append(_keyed(agent_id, message, origin, authority, key))
                 return stored[-1], True
             events = input_events(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from holon.ledger import BlobText, EventQuery
 from holon.ledger import events as ev
 from holon.projections import Store
 
@@ -25,12 +26,8 @@ def turn_reports(store: Store, turn_ids: list[str]) -> list[dict[str, Any]]:
     not settled yet are left out)."""
     if not turn_ids:
         return []
-    marks = ",".join("?" * len(turn_ids))
-    rows = store.ledger.query(
-        f"SELECT seq FROM events WHERE type = 'turn.settled' AND turn_id IN ({marks}) ORDER BY seq", list(turn_ids)
-    )
     found: dict[str, dict[str, Any]] = {}
-    for e in store.ledger.get_many([seq for (seq,) in rows]):
+    for e in store.ledger.find(EventQuery(types=("turn.settled",), turn_ids=turn_ids)):
         p = e.payload
         if not isinstance(p, ev.TurnSettled):
             continue
@@ -55,5 +52,6 @@ def briefs_of(store: Store, agent_id: str, turn_ids: set[str]) -> list[dict[str,
     for e in store.ledger.recent(agent_id, ("brief.delivered",), limit=50):
         if e.turn_id in turn_ids and isinstance(e.payload, ev.BriefDelivered):
             text = store.ledger.resolve(e.payload.text)
-            out.append({"kind": e.payload.kind, "text": text if isinstance(text, str) else text.preview})
+            shown = text.preview if isinstance(text, BlobText) else text or ""
+            out.append({"kind": e.payload.kind, "text": shown})
     return out

@@ -36,7 +36,7 @@ from pydantic import Field
 
 from holon.clock import SystemClock, format_us
 from holon.errors import ConflictError, NotFoundError, UsageError
-from holon.ledger import NewEvent
+from holon.ledger import EventQuery, NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
 from holon.runtime.agents import create_agent
@@ -506,8 +506,7 @@ _RETIRED = "retired: each holon diagnose run starts from a clean context (its re
 
 def _diagnostic_agents(store: Store) -> set[str]:
     """Every diagnostic agent's id, retired ones included: their turns are diagnoses, not traces to study."""
-    seqs = [int(s) for (s,) in store.ledger.query("SELECT seq FROM events WHERE type = 'agent.created' ORDER BY seq")]
-    created = {e.agent_id for e in store.ledger.get_many(seqs)
+    created = {e.agent_id for e in store.ledger.find(EventQuery(types=("agent.created",)))
                if isinstance(e.payload, ev.AgentCreated) and e.payload.settings.get("diagnostic")}  # fmt: skip
     return created | {a.agent_id for a in store.agents() if a.settings.get("diagnostic")}
 

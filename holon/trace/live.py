@@ -41,6 +41,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from holon import __version__
 from holon.config import TraceSettings
+from holon.ledger import EventQuery
 from holon.logs import get_logger
 from holon.projections import Store
 from holon.trace.formats import SCOPE, otlp_request
@@ -252,24 +253,20 @@ class LiveExporter:
 
     def _queue_settled_since(self, seq: int) -> int:
         try:
-            rows = self.store.ledger.query(
-                "SELECT agent_id, turn_id FROM events WHERE seq > ? AND type = 'turn.settled' ORDER BY seq", (seq,)
-            )
+            keys = self.store.ledger.find_keys(EventQuery(types=("turn.settled",), after=seq))
         except Exception as e:  # export must never fail what started it
             log.warning("trace.live_export_failed", since_seq=seq, error=str(e))
             return 0
-        return sum(self.queue_turn(str(agent_id), str(turn_id)) for agent_id, turn_id in rows)
+        return sum(self.queue_turn(k.agent_id, str(k.turn_id)) for k in keys)
 
     def queue_turn(self, agent_id: str, turn_id: str) -> int:
         """Build a settled turn's spans and hand them to the processor; how many (0 when anything went wrong)."""
         try:
-            rows = self.store.ledger.query(
-                "SELECT seq FROM events WHERE agent_id = ? AND type = 'turn.started' AND turn_id = ? LIMIT 1",
-                (agent_id, turn_id),
-            )
-            if not rows:
+            q = EventQuery(types=("turn.started",), agent_id=agent_id, turn_id=turn_id, limit=1)
+            seqs = self.store.ledger.find_seqs(q)
+            if not seqs:
                 return 0
-            turn = TraceReader(self.store).turn(int(rows[0][0]), agent_id, turn_id)
+            turn = TraceReader(self.store).turn(seqs[0], agent_id, turn_id)
             spans = turn_spans(turn, project=self.settings.project, store=self.store)
             for s in spans:
                 self.processor.on_end(self._readable(s))

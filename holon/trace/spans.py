@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from holon.ledger import Event
+from holon.ledger import Event, EventQuery
 from holon.ledger import events as ev
 from holon.projections import Store
 
@@ -402,19 +402,9 @@ class TraceReader:
 
     def turn_starts(self) -> list[tuple[int, str, str]]:
         """(seq, agent id, turn id) of every turn.started the filter selects."""
-        sql = "SELECT seq, agent_id, turn_id FROM events WHERE type = 'turn.started'"
-        params: list[object] = []
         f = self.flt
-        if f.agent_id is not None:
-            sql += " AND agent_id = ?"
-            params.append(f.agent_id)
-        if f.since_us is not None:
-            sql += " AND ts_us >= ?"
-            params.append(f.since_us)
-        if f.until_us is not None:
-            sql += " AND ts_us < ?"
-            params.append(f.until_us)
-        return [(int(s), str(a), str(t)) for s, a, t in self.store.ledger.query(sql + " ORDER BY seq", params)]
+        q = EventQuery(types=("turn.started",), agent_id=f.agent_id, since_us=f.since_us, until_us=f.until_us)
+        return [(k.seq, k.agent_id, str(k.turn_id)) for k in self.store.ledger.find_keys(q)]
 
     def turn(self, seq: int, agent_id: str, turn_id: str) -> Turn:
         events: list[Event] = []
@@ -435,13 +425,7 @@ class TraceReader:
 
     def episodes(self) -> list[Event]:
         """``episode.sealed`` events of the filter's agents, in order."""
-        sql = "SELECT seq FROM events WHERE type = 'episode.sealed'"
-        params: list[object] = []
-        if self.flt.agent_id is not None:
-            sql += " AND agent_id = ?"
-            params.append(self.flt.agent_id)
-        seqs = [int(s) for (s,) in self.store.ledger.query(sql + " ORDER BY seq", params)]
-        return self.store.ledger.get_many(seqs)
+        return self.store.ledger.find(EventQuery(types=("episode.sealed",), agent_id=self.flt.agent_id))
 
 
 def episode_traces(reader: TraceReader, *, project: str) -> Iterator[list[Span]]:
