@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated home per test, a FakeClock, and an open ``Store``."""
+"""Shared fixtures: an isolated home per test, a FakeClock, an open ``Store``, the API server; and
+the reaper (tests/helpers/reaper.py), which stops every process a test leaves behind."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from helpers import reaper
 from hypothesis import settings as hypothesis_settings
 
 from holon.clock import FakeClock
@@ -15,6 +17,10 @@ from holon.projections import Store
 # Property tests build real databases; a per-example deadline only adds flakiness on slow CI.
 hypothesis_settings.register_profile("holon", deadline=None, print_blob=True)
 hypothesis_settings.load_profile("holon")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    reaper.pytest_configure(config)
 
 
 @pytest.fixture(autouse=True)

@@ -15,8 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,22 +151,6 @@ def kill_group(home: Path) -> None:
     """Kill the process groups of the commands a killed holon left behind (cleanup, never a check)."""
     for identity in command_processes(home):
         stop_orphan(identity)
-
-
-def wait_for(
-    what: str, cond: Callable[[], Any], *, timeout: float = 60, proc: subprocess.Popen[str] | None = None
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"process exited ({proc.returncode}) before {what}:\n{out}\n{err}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def db_rows(home: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
