@@ -18,18 +18,6 @@ from holon.errors import UsageError
 TOKEN = "s3cret-token-for-tests"
 
 
-@pytest.fixture
-def server(tmp_path, fast_ledger) -> Iterator[ApiServer]:
-    with api_server(tmp_path / "home", clock=FakeClock()) as s:
-        yield s
-
-
-@pytest.fixture
-def client(server: ApiServer) -> Iterator[httpx.Client]:
-    with server.client() as c:
-        yield c
-
-
 def _error(r: httpx.Response, status: int, code: str) -> str:
     assert r.status_code == status, r.text
     body = r.json()

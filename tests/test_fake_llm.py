@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,12 +36,6 @@ def chat(**extra: Any) -> dict[str, Any]:
 
 def sse_events(raw: bytes) -> list[str]:
     return [line.removeprefix("data: ") for line in raw.decode().split("\n\n") if line.startswith("data: ")]
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as f:
-        yield f
 
 
 def test_models_endpoint_and_url(fake: FakeLLM) -> None:

@@ -133,16 +133,6 @@ def test_parse_ref_refuses_malformed_refs_clearly(ref: str, problem: str) -> Non
 # --- resolution and ownership --------------------------------------------------------------------
 
 
-@pytest.fixture
-def alice(store: Store) -> AgentState:
-    return create_agent(store, "alice")
-
-
-@pytest.fixture
-def bob(store: Store) -> AgentState:
-    return create_agent(store, "bob")
-
-
 def same_refusal(store: Store, agent: AgentState, ref: str, missing: str) -> None:
     """``ref`` (another agent's) is refused exactly like ``missing`` (nothing at all)."""
     with pytest.raises(NotFoundError) as theirs:

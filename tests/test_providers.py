@@ -8,7 +8,6 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,12 +33,6 @@ TOOLS = [
         },
     }
 ]
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as f:
-        yield f
 
 
 def request(fake_or_url: FakeLLM | str, *, tools: list[dict[str, Any]] | None = None, **settings: Any) -> ModelRequest:

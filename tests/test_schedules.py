@@ -45,12 +45,6 @@ def server(tmp_path: Path, fast_ledger: None) -> Iterator[ApiServer]:
         yield s
 
 
-@pytest.fixture
-def client(server: ApiServer) -> Iterator[httpx.Client]:
-    with server.client() as c:
-        yield c
-
-
 def _home(server: ApiServer) -> Path:
     assert server.port is not None
     return server.port.store.paths.root

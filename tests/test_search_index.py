@@ -39,16 +39,6 @@ INDEXER = Path(__file__).parent / "helpers" / "indexer.py"
 HOUR = 3600.0
 
 
-@pytest.fixture
-def alice(store: Store) -> AgentState:
-    return create_agent(store, "alice")
-
-
-@pytest.fixture
-def bob(store: Store) -> AgentState:
-    return create_agent(store, "bob")
-
-
 def refs(store: Store, agent: AgentState, query: str, **options: object) -> list[str]:
     return [h.ref for h in search_memory(store, store.agent(agent.agent_id), query, **options).hits]  # type: ignore[arg-type]
 

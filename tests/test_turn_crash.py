@@ -50,12 +50,6 @@ FIRST = "Please do task X-1137."
 SECOND = "Then task Y-2248."
 
 
-@pytest.fixture
-def fake() -> Any:
-    with FakeLLM() as f:
-        yield f
-
-
 def _setup(tmp_path: Path, fake: FakeLLM) -> Path:
     return quick_home(tmp_path, "bob", model="openai/fake", api_base=fake.url)
 

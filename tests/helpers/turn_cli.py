@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from helpers.wait import wait_for  # noqa: F401 (the turn tests import it from here)
 from holon.config import load_settings, resolve_home
 from holon.ledger import Event
 from holon.projections import Store
