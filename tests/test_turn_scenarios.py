@@ -29,6 +29,7 @@ from helpers.runtime import (
     tool_messages,
     turn_events,
 )
+from helpers.wait import await_for
 
 from holon.clock import FakeClock
 from holon.ledger import Event
@@ -708,7 +709,7 @@ def test_turns_of_one_agent_are_serialized_and_different_agents_overlap(store: S
             host.submit("bob", "hello")
             host.schedule(a.agent_id)
             host.schedule(b.agent_id)
-            await asyncio.sleep(0.05)  # ann's first turn is in its model call now
+            await await_for("ann's first turn in its model call", lambda: active["ann"] == 1)
             second_a = host.submit("ann", "second").seq
             host.schedule(a.agent_id)  # no-op: already running
             rival = asyncio.create_task(host.run_agent(a.agent_id))  # must queue behind the lock
