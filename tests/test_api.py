@@ -199,6 +199,7 @@ def test_hook_enqueues_external_input(client: httpx.Client, server: ApiServer) -
     _error(client.get("/v1/agents/nobody/hook"), 404, "not_found")
 
 
+@pytest.mark.slow
 def test_a_rotated_hook_refuses_the_old_url_from_the_api_and_the_cli(client: httpx.Client, server: ApiServer) -> None:
     _make(client)
     first = client.get("/v1/agents/ada/hook").json()["path"]

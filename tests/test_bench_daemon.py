@@ -7,7 +7,7 @@ from helpers.turn_cli import holon
 
 from holon.bench.daemon import format_report
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 def test_bench_daemon_tiny(tmp_path) -> None:  # type: ignore[no-untyped-def]

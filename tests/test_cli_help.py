@@ -22,7 +22,7 @@ from helpers.turn_cli import REPO, cli_env
 
 from holon.cli.main import app
 
-pytestmark = [pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 HEAVY = ("sqlmodel", "sqlalchemy", "litellm", "fastapi", "uvicorn", "starlette", "httpx", "rich", "structlog")
 #: typer (0.2x) checks every non-flag option's value with a pydantic TypeAdapter once it parses

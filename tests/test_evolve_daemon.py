@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from holon.clock import FakeClock
 from holon.config import load_settings, resolve_home
 from holon.daemon import Daemon
@@ -123,6 +125,7 @@ def _kill_a_job(home: Path) -> str:
         return job.key
 
 
+@pytest.mark.slow
 def test_dead_jobs_are_retried_from_the_cli_and_the_api(tmp_path: Path, fast_ledger: None) -> None:
     from helpers.api_server import api_server
     from helpers.turn_cli import holon, quick_home

@@ -144,6 +144,7 @@ def test_proposals_command_parsing_and_completion() -> None:
     assert asked == ["ids"]  # the daemon is asked only when an id is being typed
 
 
+@pytest.mark.slow
 def test_cli_inspect_export_forget_and_proposals(tmp_path: Path) -> None:
     home = quick_home(tmp_path, "bob")
     _seed(home)
@@ -208,6 +209,7 @@ def _propose(home: Path, agent: str, proposal_id: str, kind: Literal["preference
         store.append(NewEvent(agent_id, created, origin="evolve:test"))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_proposals_in_a_pty(tmp_path: Path) -> None:
     """``holon chat`` in a real terminal: accept with an edit prefilled at the prompt, then dismiss."""

@@ -262,6 +262,7 @@ def _seed_ages(home: Path, now_us: int) -> None:
         store.append(*[NewEvent(ada.agent_id, p, origin="test", authority="runtime") for p in events])
 
 
+@pytest.mark.slow
 def test_inspect_and_the_api_filter_stale_entries(tmp_path: Path, fast_ledger: None) -> None:
     home = tmp_path / "home"
     now = SystemClock().now_us()

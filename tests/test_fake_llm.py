@@ -207,6 +207,7 @@ def test_bad_json_and_unknown_route(fake: FakeLLM) -> None:
     conn.close()
 
 
+@pytest.mark.slow
 def test_command_line_server(tmp_path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"content": "from a file"}]))
@@ -228,6 +229,7 @@ def test_command_line_server(tmp_path) -> None:
         assert proc.wait(timeout=5) == 0
 
 
+@pytest.mark.slow
 def test_testing_package_imports_nothing_else_from_holon() -> None:
     code = (
         "import sys, holon.testing.fake_llm; "

@@ -94,6 +94,7 @@ def test_a_server_that_never_answers_is_killed(tmp_path: Path, monkeypatch: pyte
     assert _gone(int(pid_file.read_text()))
 
 
+@pytest.mark.slow
 def test_local_module_does_not_import_llama_cpp() -> None:
     code = (
         "import sys, holon.runtime.providers.local as l; l.local_model_available(); print('llama_cpp' in sys.modules)"

@@ -404,6 +404,7 @@ def test_each_agent_sees_only_the_scopes_it_may_write(store: Store, tmp_path: Pa
 # --- the CLI ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_holon_memory_get(tmp_path: Path) -> None:
     home = tmp_path / "h"
     assert holon(home, "init").code == 0

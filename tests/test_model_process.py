@@ -22,6 +22,8 @@ from holon.runtime.providers.litellm_provider import LiteLLMProvider
 from holon.runtime.providers.model_process import ProcessProvider
 from holon.testing import FakeLLM
 
+pytestmark = pytest.mark.slow  # every test here starts a process
+
 MESSAGES = [{"role": "user", "content": "hello"}]
 
 

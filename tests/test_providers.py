@@ -215,6 +215,7 @@ def test_classify_without_http() -> None:
     assert str(error) == "m: failed: line one line two [redacted]"
 
 
+@pytest.mark.slow
 def test_importing_the_provider_does_not_import_litellm() -> None:
     code = """
 import asyncio, sys

@@ -25,7 +25,7 @@ from holon.repl.client import ApiClient
 from holon.runtime.agents import create_agent
 from holon.testing.fake_llm import FakeLLM
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from helpers.turn_cli import cli_env, holon, holon_argv
 from holon.api.server import free_port
 from holon.testing.fake_llm import FakeLLM
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 
 PROMPT = "alice>"
 _ESC = r"(?:\x1b\[[0-9;?]*[A-Za-z])*"

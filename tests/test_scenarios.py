@@ -89,6 +89,7 @@ def test_a_scenario_must_end_with_an_input() -> None:
         run_scenario(Scenario(id="no-input", budgets=[4096], events=events), fresh_check=False)
 
 
+@pytest.mark.slow
 def test_cli_runs_a_scenario_and_reports_per_budget(tmp_path: Path) -> None:
     path = SCENARIOS[0]
     out = subprocess.run(

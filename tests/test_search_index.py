@@ -365,6 +365,7 @@ def _kill_mid_catch_up(home: HomePaths, store: Store, rng: random.Random) -> Non
             proc.communicate()
 
 
+@pytest.mark.slow
 def test_sigkill_during_catch_up_loses_and_repeats_nothing(
     home: HomePaths, store: Store, clock: FakeClock, alice: AgentState
 ) -> None:

@@ -281,6 +281,7 @@ def _log_events(home: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.startswith("{")]
 
 
+@pytest.mark.slow
 def test_holon_run_pushes_the_turn_it_settled(tmp_path: Path, collector: str) -> None:
     with FakeLLM(
         [{"tool_calls": [{"name": "memory_search", "arguments": {"query": "notes"}}]}, {"content": "Done."}]
@@ -298,6 +299,7 @@ def test_holon_run_pushes_the_turn_it_settled(tmp_path: Path, collector: str) ->
     assert all(s["trace"] == root["trace"] for s in spans)
 
 
+@pytest.mark.slow
 def test_holon_run_with_a_dead_or_silent_endpoint_exits_within_its_timeout(tmp_path: Path, blackhole: str) -> None:
     timeout_s = 2.0
     refused_url = closed_port_url() + "/v1/traces"
@@ -315,6 +317,7 @@ def test_holon_run_with_a_dead_or_silent_endpoint_exits_within_its_timeout(tmp_p
     # `close` allows, never a hang: `holon()`'s deadline says so (no stopwatch asserts).
 
 
+@pytest.mark.slow
 def test_a_turn_settled_by_recovery_at_daemon_start_is_pushed(tmp_path: Path, collector: str) -> None:
     calls = []
 

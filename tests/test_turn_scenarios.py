@@ -475,6 +475,7 @@ def _git(cwd: Path, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_child_of_a_git_workspace_works_in_its_own_worktree(store: Store, clock: FakeClock, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -101,6 +101,7 @@ def test_a_warmed_child_answers_without_a_start_and_a_cold_one_reports_its_wait(
     assert idle is None
 
 
+@pytest.mark.slow
 def test_a_child_stopped_while_it_starts_is_killed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(START_DELAY_ENV, "60")
 
@@ -250,6 +251,7 @@ def test_the_daemon_starts_the_model_process_without_a_message_and_honours_its_i
 # --- traces -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_cold_start_is_its_own_span_and_stats_line_not_model_latency(tmp_path: Path) -> None:
     from helpers.ctx_ledger import Script
 
