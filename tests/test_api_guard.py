@@ -260,6 +260,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     mp.undo()
 
 
+@pytest.mark.slow  # a long property run (fuzzing)
 @given(
     host=st.one_of(
         st.none(),
