@@ -150,6 +150,7 @@ def _check_answer(r: httpx.Response, ok: int) -> None:
 _names = itertools.count()
 
 
+@pytest.mark.slow  # a long property run (fuzzing)
 @hsettings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(create=_settings, change=_settings, unset=st.lists(_keys, max_size=2))
 def test_arbitrary_settings_over_http_are_201_or_400_and_never_echoed(
