@@ -13,6 +13,7 @@ import dataclasses
 import re
 import subprocess
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -423,13 +424,17 @@ def _child_scenario(
     return seen
 
 
-async def _slow_answer(request: ModelRequest) -> ModelReply:
-    await asyncio.sleep(0.2)  # the parent has registered its wait by then
-    return reply("1 2 3")
+def _answer_once_the_parent_waits(store: Store) -> Callable[[ModelRequest], Awaitable[ModelReply]]:
+    async def answer(request: ModelRequest) -> ModelReply:
+        boss = store.agent("boss").agent_id
+        await await_for("the parent's wait", lambda: store.rows("wait", agent_id=boss, status="pending"), timeout=20)
+        return reply("1 2 3")
+
+    return answer
 
 
 def test_child_agent_answers_its_parents_task(store: Store, clock: FakeClock) -> None:
-    seen = _child_scenario(store, clock, None, [_slow_answer])
+    seen = _child_scenario(store, clock, None, [_answer_once_the_parent_waits(store)])
     parent, child, task = seen["parent"], seen["child"], seen["task"]
     pid, task_id = parent.agent_id, task.task_id
     # Right after spawn_agent: a child with its parent, and a running child_agent task.
@@ -490,7 +495,7 @@ def test_child_of_a_git_workspace_works_in_its_own_worktree(store: Store, clock:
         str(repo),
         [
             tool_call("run_command", {"command": "pwd; cat README.md"}, "call_pwd"),
-            _slow_answer,
+            _answer_once_the_parent_waits(store),
         ],
     )
     child = store.agent("kid")
