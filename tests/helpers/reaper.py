@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -136,16 +137,31 @@ def _file_of(item: pytest.Item | None) -> str | None:
     return None if item is None else item.nodeid.split("::", 1)[0]
 
 
+_SPAWNS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "pty.spawn"})
+_spawned = [0]
+
+
+def _count_spawns(event: str, args: tuple[Any, ...]) -> None:
+    if event in _SPAWNS:
+        _spawned[0] += 1
+
+
 class Reaper:
-    """The plugin: see the module docstring."""
+    """The plugin: see the module docstring.
+
+    Scanning ``/proc`` costs milliseconds, so a test during which nothing started a process (an
+    audit hook counts process starts, whatever the thread) is not scanned at all."""
 
     def __init__(self) -> None:
         self.root = os.getpid()
         self.tag = f"{uuid.uuid4().hex}-{self.root}"
         os.environ[TAG_VAR] = self.tag  # inherited by every child from here on
         self.baseline = ours(self.root, self.tag)
+        self.last: set[Proc] = set()  # what ran after the last scan and reaping
         self.kept: set[Proc] = set()  # started by setup: module- or class-scoped fixtures' processes
+        self.dirty = False  # a process was started since the current file began
         self.reaped: list[tuple[str, list[str]]] = []
+        sys.addaudithook(_count_spawns)
 
     def _reap(self, procs: set[Proc], why: str) -> None:
         procs = {p for p in procs if alive(p)}
@@ -154,26 +170,35 @@ class Reaper:
             reap(procs)
 
     def now(self) -> set[Proc]:
-        return ours(self.root, self.tag) - self.baseline
+        self.last = ours(self.root, self.tag) - self.baseline
+        return self.last
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-        before = self.now()
+        before = self.last
+        item.stash[_SPAWNED_BEFORE] = _spawned[0]
         yield
-        left = self.now()
-        started_in_setup = item.stash.get(_AFTER_SETUP, before) - before
+        spawned = _spawned[0] != item.stash[_SPAWNED_BEFORE]
+        self.dirty |= spawned
         if _file_of(nextitem) == _file_of(item):
+            if not spawned:
+                return
+            left = self.now()
             # setup's processes may be a longer-scoped fixture's, still needed by the next test
+            started_in_setup = item.stash.get(_AFTER_SETUP, before) - before
             self.kept |= started_in_setup & left
             self._reap(left - before - started_in_setup, item.nodeid)
+            self.last = left & (before | started_in_setup)
         else:
-            self._reap(left, item.nodeid)
-            self.kept = set()
+            if self.dirty or self.kept:
+                self._reap(self.now(), item.nodeid)
+            self.last, self.kept, self.dirty = set(), set(), False
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Iterator[None]:
         yield
-        item.stash[_AFTER_SETUP] = self.now()
+        if _spawned[0] != item.stash.get(_SPAWNED_BEFORE, _spawned[0]):
+            item.stash[_AFTER_SETUP] = self.now()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._reap(self.now(), "session end")
@@ -193,6 +218,7 @@ class Reaper:
 
 
 _AFTER_SETUP = pytest.StashKey[set[Proc]]()
+_SPAWNED_BEFORE = pytest.StashKey[int]()
 
 
 def _wrap_thread_timeout(reaper: Reaper) -> None:
