@@ -174,6 +174,7 @@ def test_verify_beside_a_busy_writer_never_reports_a_false_loss(tmp_path: Path, 
     assert results[-1].events >= 300 and len(results) > 5  # the writer really wrote during the checks
 
 
+@pytest.mark.slow
 def test_a_damaged_anchor_is_reported_not_fatal(copy: Path) -> None:
     (copy / "ledger.anchor").write_bytes(b"\x00garbage" * 30)
     r = holon("--home", copy, "ledger", "verify")
