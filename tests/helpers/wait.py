@@ -11,13 +11,17 @@ from typing import Any
 __all__ = ["await_for", "wait_for"]
 
 POLL_S = 0.02
+MIN_TIMEOUT_S = 60.0
+"""The shortest deadline: one only a failing test waits out, so it is generous for loaded machines
+(two workers, a busy CI host), where starting a daemon alone can take half a minute."""
 
 
 def wait_for(
     what: str, cond: Callable[[], Any], *, timeout: float = 60, proc: subprocess.Popen[str] | None = None
 ) -> Any:
     """``cond()``'s first truthy value; AssertionError naming ``what`` after ``timeout`` seconds, or
-    as soon as ``proc`` (when given) exits, with what it printed."""
+    as soon as ``proc`` (when given) exits, with what it printed. ``timeout`` is at least ``MIN_TIMEOUT_S``."""
+    timeout = max(timeout, MIN_TIMEOUT_S)
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
@@ -33,6 +37,7 @@ def wait_for(
 
 async def await_for(what: str, cond: Callable[[], Any | Awaitable[Any]], *, timeout: float = 60) -> Any:
     """``wait_for`` inside an event loop: ``cond`` may be a coroutine function; the loop keeps running."""
+    timeout = max(timeout, MIN_TIMEOUT_S)
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
