@@ -241,8 +241,8 @@ def _wrap_thread_timeout(reaper: Reaper) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if not PROC.is_dir() or config.pluginmanager.has_plugin("holon-reaper"):
         return
-    if config.pluginmanager.has_plugin("dsession"):
-        return  # an xdist controller runs no tests: each worker reaps its own
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # an xdist controller runs no tests (its workers are its children): each worker reaps its own
     reaper = Reaper()
     config.pluginmanager.register(reaper, "holon-reaper")
     _wrap_thread_timeout(reaper)
