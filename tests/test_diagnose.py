@@ -201,6 +201,7 @@ def _refusal(result: str, params: type[ToolParams]) -> list[dict[str, Any]]:
     return calls
 
 
+@pytest.mark.slow  # runs the diagnose model's code in a subprocess per call
 def test_every_refusal_leads_to_a_call_that_fits(tmp_path: Path) -> None:
     home = quick_home(tmp_path, "zed")
     alice_turn = _busy_history(home)
@@ -256,6 +257,7 @@ def test_every_refusal_leads_to_a_call_that_fits(tmp_path: Path) -> None:
     assert part == value[3000:6000] + f"…[characters 3,000-6,000 of {len(value):,}]"
 
 
+@pytest.mark.slow  # runs the diagnose model's code in a subprocess per call
 def test_a_search_too_large_is_refused_with_scopes_that_fit_and_the_overview_leaves_diagnose_out(
     tmp_path: Path,
 ) -> None:

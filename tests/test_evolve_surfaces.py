@@ -252,6 +252,7 @@ def test_proposals_in_a_pty(tmp_path: Path) -> None:
     assert decided == {"prop-pref-1": "accepted", "prop-ident-1": "dismissed"}
 
 
+@pytest.mark.slow  # a daemon with confined commands
 def test_hostile_requests_get_4xx(server: ApiServer) -> None:
     """Ids of 10 KB, unicode, control characters, ambiguous prefixes, odd bodies: a 4xx, never a 5xx."""
     huge, odd = "x" * 10_000, "ünï💥\u202e"

@@ -37,6 +37,7 @@ def test_the_suite_covers_what_the_issue_asks_for() -> None:
     assert all(set(load_scenario(p).budgets) >= {2048, 4096, 16384} for p in SCENARIOS)
 
 
+@pytest.mark.slow  # each scenario runs in a subprocess
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_scenario_passes_at_every_budget(path: Path) -> None:
     result = run_scenario(load_scenario(path))

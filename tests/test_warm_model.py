@@ -153,6 +153,7 @@ def _store(tmp_path: Path) -> Store:
     return Store.open(paths, load_settings(paths), clock=FakeClock())
 
 
+@pytest.mark.slow  # the local model server
 def test_the_local_server_starts_only_for_agents_that_use_it_and_stops_when_idle(fake_llama: Path) -> None:
     with _store(fake_llama) as store:
         on_fake = create_agent(
@@ -190,6 +191,7 @@ def test_the_local_server_starts_only_for_agents_that_use_it_and_stops_when_idle
     assert heard == [("local model", "starting"), ("local model", "ready")]
 
 
+@pytest.mark.slow  # the local model server
 def test_idle_stop_zero_keeps_the_local_server_and_warm_starts_it_for_a_local_agent(fake_llama: Path) -> None:
     with _store(fake_llama) as store:
         on_local = create_agent(store, "smol")
