@@ -219,7 +219,7 @@ def test_proposals_in_a_pty(tmp_path: Path) -> None:
         _propose(home, "alice", "prop-ident-1", "identity", "My name is Zed.")
         env = cli_env(HOLON_API_PORT=str(free_port()), PROMPT_TOOLKIT_NO_CPR="1")
         argv = holon_argv("--home", home, "chat")
-        child = pexpect.spawn(argv[0], argv[1:], env=env, encoding="utf-8", timeout=30, dimensions=(40, 160))
+        child = pexpect.spawn(argv[0], argv[1:], env=env, encoding="utf-8", timeout=120, dimensions=(40, 160))
         child.logfile_read = sys.stdout  # shown by pytest when the test fails
         try:
             child.expect("alice>")

@@ -59,7 +59,7 @@ def home(tmp_path: Path) -> Iterator[Path]:
 def test_chat_in_a_pty(home: Path) -> None:
     env = cli_env(HOLON_API_PORT=str(free_port()), PROMPT_TOOLKIT_NO_CPR="1")
     argv = holon_argv("--home", home, "chat")
-    child = pexpect.spawn(argv[0], argv[1:], env=env, encoding="utf-8", timeout=30, dimensions=(40, 120))
+    child = pexpect.spawn(argv[0], argv[1:], env=env, encoding="utf-8", timeout=120, dimensions=(40, 120))
     child.logfile_read = sys.stdout  # shown by pytest when the test fails
     try:
         child.expect("starting a daemon")
