@@ -210,7 +210,7 @@ def _propose(home: Path, agent: str, proposal_id: str, kind: Literal["preference
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(300)
 def test_proposals_in_a_pty(tmp_path: Path) -> None:
     """``holon chat`` in a real terminal: accept with an edit prefilled at the prompt, then dismiss."""
     with FakeLLM(lambda body: {"content": "ok"}) as fake:

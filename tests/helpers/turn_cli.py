@@ -32,7 +32,9 @@ TURN_HOST = Path(__file__).resolve().parent / "turn_host.py"
 
 
 def cli_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOLON_")}
+    # Nor the runner's terminal size: pytest-xdist's workers set COLUMNS=80 LINES=24, which would
+    # override a pty's own size (tests that want a width set it).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOLON_") and k not in ("COLUMNS", "LINES")}
     env["HOLON_LEDGER_SYNCHRONOUS"] = "NORMAL"
     # `holon serve` logs JSON lines to a stderr that is not a terminal; a test that reads its pipe
     # only at the end would see the daemon block once the pipe is full. Log tests set it back.
