@@ -34,9 +34,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _hermetic_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test sees the developer's HOLON_* variables."""
+    """No test sees the developer's HOLON_* variables, nor the terminal size pytest-xdist's workers
+    set (COLUMNS=80 LINES=24: a serial run has none), so both runs format output alike."""
     for var in list(os.environ):
-        if var.startswith("HOLON_"):
+        if var.startswith("HOLON_") or var in ("COLUMNS", "LINES"):
             monkeypatch.delenv(var)
 
 
