@@ -12,7 +12,6 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +32,6 @@ from holon.runtime.models import model_settings
 from holon.runtime.settings import OPERATOR_KEYS, AgentSettings, read_settings, validate_settings
 
 SECRET = "sk-canary-5f0c1d2e3a4b5c6d7e8f"
-
-
-@pytest.fixture
-def server(tmp_path: Path, fast_ledger: None) -> Iterator[ApiServer]:
-    with api_server(tmp_path / "home", clock=FakeClock()) as s:
-        yield s
-
-
-@pytest.fixture
-def client(server: ApiServer) -> Iterator[httpx.Client]:
-    with server.client() as c:
-        yield c
 
 
 def _bad_request(r: httpx.Response, field: str) -> str:
@@ -163,6 +150,7 @@ def _check_answer(r: httpx.Response, ok: int) -> None:
 _names = itertools.count()
 
 
+@pytest.mark.slow  # a long property run (fuzzing)
 @hsettings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(create=_settings, change=_settings, unset=st.lists(_keys, max_size=2))
 def test_arbitrary_settings_over_http_are_201_or_400_and_never_echoed(

@@ -28,6 +28,7 @@ def _one_error_line(err: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_the_readme_command_works_out_of_the_box(tmp_path: Path) -> None:
     home = tmp_path / "home"
     assert holon(home, "init").code == 0
@@ -57,6 +58,7 @@ BAD = [
 ]
 
 
+@pytest.mark.slow
 def test_bad_values_are_exit_2_with_one_line_naming_the_setting(tmp_path: Path) -> None:
     home = quick_home(tmp_path, "bob")
     before = db_rows(home, "SELECT count(*) FROM events")
@@ -76,6 +78,7 @@ def test_bad_values_are_exit_2_with_one_line_naming_the_setting(tmp_path: Path) 
         assert SECRET not in log.read_text(errors="replace"), log
 
 
+@pytest.mark.slow
 def test_an_allowed_variable_from_the_environment_config(tmp_path: Path) -> None:
     home = quick_home(tmp_path, "bob")
     env = cli_env(HOLON_MODEL_ALLOWED_KEY_ENVS='["MY_KEY"]', HOLON_MODEL_ALLOWED_API_BASES='["llm.example.com"]')

@@ -18,18 +18,6 @@ from holon.errors import UsageError
 TOKEN = "s3cret-token-for-tests"
 
 
-@pytest.fixture
-def server(tmp_path, fast_ledger) -> Iterator[ApiServer]:
-    with api_server(tmp_path / "home", clock=FakeClock()) as s:
-        yield s
-
-
-@pytest.fixture
-def client(server: ApiServer) -> Iterator[httpx.Client]:
-    with server.client() as c:
-        yield c
-
-
 def _error(r: httpx.Response, status: int, code: str) -> str:
     assert r.status_code == status, r.text
     body = r.json()
@@ -211,6 +199,7 @@ def test_hook_enqueues_external_input(client: httpx.Client, server: ApiServer) -
     _error(client.get("/v1/agents/nobody/hook"), 404, "not_found")
 
 
+@pytest.mark.slow
 def test_a_rotated_hook_refuses_the_old_url_from_the_api_and_the_cli(client: httpx.Client, server: ApiServer) -> None:
     _make(client)
     first = client.get("/v1/agents/ada/hook").json()["path"]

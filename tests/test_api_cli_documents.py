@@ -3,32 +3,16 @@ the daemon"): each answers the document the CLI prints in-process, computed by t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import httpx
 import pytest
-from helpers.api_server import ApiServer, api_server
+from helpers.api_server import ApiServer
 from helpers.turn_cli import wait_for
 
-from holon.clock import FakeClock
 from holon.evolve.export import export_doc
 from holon.runtime.run_report import turn_reports
 from holon.runtime.transcript import transcript_entries
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def server(tmp_path: Any, fast_ledger: None) -> Iterator[ApiServer]:
-    with api_server(tmp_path / "home", clock=FakeClock()) as s:
-        yield s
-
-
-@pytest.fixture
-def client(server: ApiServer) -> Iterator[httpx.Client]:
-    with server.client() as c:
-        yield c
 
 
 def _error(r: httpx.Response, status: int, code: str) -> str:

@@ -53,6 +53,7 @@ def _propose(s: ApiServer) -> None:
     store.append(NewEvent(ada.agent_id, ev.DurableRecorded(entry_id="mem-fuzz", entry=entry)))
 
 
+@pytest.mark.slow  # a long property run (fuzzing)
 def test_no_server_errors(live: ApiServer) -> None:
     schema = schemathesis.openapi.from_url(f"{live.url}/v1/openapi.json", headers=AUTH)
     # The stream never ends by itself; its JSON page (stream=false) and errors are tested elsewhere.

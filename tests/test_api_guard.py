@@ -201,6 +201,7 @@ def test_token_file_is_private_made_once_and_never_followed(tmp_path: Path) -> N
         read_token(root)
 
 
+@pytest.mark.slow
 def test_the_daemon_makes_a_token_and_its_clients_use_it(tmp_path: Path) -> None:
     """``holon serve`` on loopback with no token_env: api.token appears (0600); without it 401."""
     from helpers.daemon import fake_home, state
@@ -259,6 +260,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     mp.undo()
 
 
+@pytest.mark.slow  # a long property run (fuzzing)
 @given(
     host=st.one_of(
         st.none(),

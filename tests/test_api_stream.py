@@ -10,26 +10,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 import pytest
-from helpers.api_server import ApiServer, api_server
-
-from holon.clock import FakeClock
-
-
-@pytest.fixture
-def server(tmp_path, fast_ledger) -> Iterator[ApiServer]:
-    with api_server(tmp_path / "home", clock=FakeClock()) as s:
-        yield s
-
-
-@pytest.fixture
-def client(server: ApiServer) -> Iterator[httpx.Client]:
-    with server.client() as c:
-        yield c
+from helpers.api_server import ApiServer
 
 
 @dataclass

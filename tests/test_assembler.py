@@ -116,6 +116,7 @@ limits = st.integers(-20, 2_800)
 # --- budget, refusal, degradation sequences ----------------------------------------------------
 
 
+@pytest.mark.slow  # a long property run (fuzzing)
 @settings(max_examples=200, deadline=None)
 @given(section_sets(), limits)
 def test_fits_the_budget_or_refuses_only_when_the_pinned_minimum_cannot_fit(sections, limit) -> None:
@@ -178,6 +179,7 @@ def tokens_at(sections: list[Section], level: dict[str, int]) -> int:
     return sum(s.renderings[level[s.key]].tokens for s in sections if level[s.key] < len(s.renderings))
 
 
+@pytest.mark.slow  # a long property run (fuzzing)
 @settings(max_examples=200, deadline=None)
 @given(section_sets(), limits)
 def test_each_tier_group_degrades_along_its_fixed_sequence(sections, limit) -> None:
@@ -204,6 +206,7 @@ def test_each_tier_group_degrades_along_its_fixed_sequence(sections, limit) -> N
             assert taken == first
 
 
+@pytest.mark.slow  # a long property run (fuzzing)
 @settings(max_examples=150, deadline=None)
 @given(section_sets(max_size=6), section_sets(max_size=6, prefix="r"), limits)
 def test_the_stable_tier_is_chosen_from_the_budget_alone(sections, others, limit) -> None:
@@ -238,6 +241,7 @@ def interesting_limits(sections: list[Section]) -> st.SearchStrategy[int]:
     return st.integers(min(pinned_minimum(sections), high) - 5, high)
 
 
+@pytest.mark.slow  # a long property run (fuzzing)
 @settings(max_examples=200, deadline=None)
 @given(section_sets(), st.data())
 def test_a_smaller_budget_never_includes_what_a_larger_one_dropped(sections, data) -> None:

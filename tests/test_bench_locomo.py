@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from holon.bench.locomo import load_conversation, run_locomo_bench
 
 SENTINEL = "ANNOTATIONSENTINEL"
@@ -64,6 +66,7 @@ def test_loader_reads_turns_and_questions_only(tmp_path: Path) -> None:
     assert all(SENTINEL not in t.text for t in conv.turns)
 
 
+@pytest.mark.slow  # a benchmark run
 def test_bench_finds_the_evidence(tmp_path: Path) -> None:
     _conversation(tmp_path)
     result = run_locomo_bench(tmp_path, k=5)
@@ -72,6 +75,7 @@ def test_bench_finds_the_evidence(tmp_path: Path) -> None:
     assert set(result["by_category"]) == {"single_hop", "multi_hop"}
 
 
+@pytest.mark.slow
 def test_cli_json(tmp_path: Path) -> None:
     _conversation(tmp_path)
     out = subprocess.run(
@@ -86,6 +90,7 @@ def test_cli_json(tmp_path: Path) -> None:
         assert key in report
 
 
+@pytest.mark.slow
 def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "holon.cli.main", "bench", "locomo", "--data", str(tmp_path / "nope")],
@@ -97,6 +102,7 @@ def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
     assert out.returncode == 2 and "does not exist" in out.stderr
 
 
+@pytest.mark.slow
 def test_cli_set_overrides_a_weight_and_refuses_unknown_names(tmp_path: Path) -> None:
     _conversation(tmp_path)
     base = [sys.executable, "-m", "holon.cli.main", "bench", "locomo", "--data", str(tmp_path), "--json"]

@@ -35,6 +35,7 @@ def _holon(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_bench_search_json(tmp_path: Path) -> None:
     r = _holon("bench", "search", "--json", "--docs", "1500,3000", "--queries", "4", tmp=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -82,6 +83,7 @@ def test_bench_on_a_terminal_shows_a_progress_bar(tmp_path: Path) -> None:
     assert ", done, " not in seen, "no plain lines on a terminal"
 
 
+@pytest.mark.slow
 def test_bench_search_rejects_bad_sizes(tmp_path: Path) -> None:
     r = _holon("bench", "search", "--docs", "abc", tmp=tmp_path)
     assert r.returncode == 2, r

@@ -99,6 +99,7 @@ def home_copy(populated: Path, tmp_path: Path) -> Path:
 # --- init -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_init_creates_home_and_is_idempotent(tmp_path: Path) -> None:
     home = tmp_path / "h"
     r = holon("--home", home, "--json", "init")
@@ -129,6 +130,7 @@ def test_init_creates_home_and_is_idempotent(tmp_path: Path) -> None:
     assert human.code == 0 and "already initialised" in human.out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [
@@ -143,6 +145,7 @@ def test_commands_on_uninitialised_home_exit_3(tmp_path: Path, argv: list[str]) 
     assert not home.exists(), "a read command must not create the home"
 
 
+@pytest.mark.slow
 def test_home_from_environment(tmp_path: Path) -> None:
     home = tmp_path / "envhome"
     env = cli_env(HOLON_HOME=str(home))
@@ -153,6 +156,7 @@ def test_home_from_environment(tmp_path: Path) -> None:
 # --- agents ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_agent_create_list_show(tmp_path: Path) -> None:
     home = tmp_path / "h"
     assert holon("--home", home, "init").code == 0
@@ -207,6 +211,7 @@ def event_count(home: Path) -> int:
         db.close()
 
 
+@pytest.mark.slow
 def test_agent_errors(home_copy: Path) -> None:
     assert_error(holon("--home", home_copy, "agent", "create", "alice"), 4, "alice")
     assert_error(holon("--home", home_copy, "agent", "create", "../Bad Name"), 2, "Bad Name")
@@ -221,6 +226,7 @@ def test_agent_errors(home_copy: Path) -> None:
 # --- reading the ledger ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ledger_tail_json(populated: Path) -> None:
     events = holon("--home", populated, "--json", "ledger", "tail").json_lines()
     assert [e["seq"] for e in events] == [1, 2, 3]
@@ -242,6 +248,7 @@ def test_ledger_tail_json(populated: Path) -> None:
     assert line.split()[0] == "3" and "carol" in line and "agent.created" in line
 
 
+@pytest.mark.slow
 def test_ledger_show(populated: Path) -> None:
     event = holon("--home", populated, "--json", "ledger", "show", "2").json()
     assert event["seq"] == 2
@@ -256,6 +263,7 @@ def test_ledger_show(populated: Path) -> None:
     assert_error(holon("--home", populated, "ledger", "show", "99"), 3, "99")
 
 
+@pytest.mark.slow
 def test_ledger_stats(populated: Path) -> None:
     stats = holon("--home", populated, "ledger", "stats", "--json").json()
     assert stats["events"] == 3
@@ -269,6 +277,7 @@ def test_ledger_stats(populated: Path) -> None:
     assert human.code == 0 and "agent.created" in human.out
 
 
+@pytest.mark.slow
 def test_ledger_verify_and_replay_ok(populated: Path) -> None:
     r = holon("--home", populated, "--json", "ledger", "verify")
     assert r.code == 0, r
@@ -293,6 +302,7 @@ def test_ledger_verify_and_replay_ok(populated: Path) -> None:
 # --- tampering ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_verify_detects_a_tampered_event(home_copy: Path) -> None:
     db = sqlite3.connect(home_copy / "holon.db")
     try:
@@ -317,6 +327,7 @@ def test_verify_detects_a_tampered_event(home_copy: Path) -> None:
     assert human.code == 1 and human.out.startswith("NOT OK")
 
 
+@pytest.mark.slow
 def test_replay_detects_a_tampered_projection(home_copy: Path) -> None:
     db = sqlite3.connect(home_copy / "holon.db")
     try:
@@ -352,6 +363,7 @@ def test_replay_detects_a_tampered_projection(home_copy: Path) -> None:
 # --- follow ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tail_follow_prints_new_events(home_copy: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "holon.cli.main", "--home", str(home_copy), "--json", "ledger", "tail", "--follow"],
@@ -403,6 +415,7 @@ def test_tail_follow_prints_new_events(home_copy: Path) -> None:
 # --- blobs and prune ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_prune_drops_blob_bodies_but_keeps_the_chain(home_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from holon.config import load_settings, resolve_home
     from holon.ledger import NewEvent
@@ -455,6 +468,7 @@ def test_prune_drops_blob_bodies_but_keeps_the_chain(home_copy: Path, monkeypatc
 # --- configuration errors -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unknown_config_key_is_one_line_exit_2(home_copy: Path) -> None:
     (home_copy / "holon.toml").write_text('[ledger]\nsynchronous = "NORMAL"\nbogus_key = 1\n', encoding="utf-8")
     line = assert_error(holon("--home", home_copy, "agent", "list"), 2, "bogus_key")
@@ -463,6 +477,7 @@ def test_unknown_config_key_is_one_line_exit_2(home_copy: Path) -> None:
     assert_error(holon("--home", home_copy, "ledger", "stats"), 2, "holon.toml")
 
 
+@pytest.mark.slow
 def test_bad_environment_setting_is_exit_2(populated: Path) -> None:
     bogus = cli_env(HOLON_LEDGER_SYNCHRONOUS="bogus")
     assert_error(holon("--home", populated, "agent", "list", env=bogus), 2, "HOLON_LEDGER_SYNCHRONOUS")
@@ -489,6 +504,7 @@ USAGE_ERRORS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["ledger", "show", "abc"], ["ledger", "tail", "-n", str(2**64)], ["agent"]])
 def test_usage_errors_exit_2_without_traceback(populated: Path, argv: list[str]) -> None:
     r = holon("--home", populated, *argv)
@@ -498,6 +514,7 @@ def test_usage_errors_exit_2_without_traceback(populated: Path, argv: list[str])
     assert r.err.strip() or "Usage" in r.out, r
 
 
+@pytest.mark.slow
 def test_usage_errors_in_process(
     populated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -513,6 +530,7 @@ def test_usage_errors_in_process(
         assert err.strip() or "Usage" in out, (argv, out, err)
 
 
+@pytest.mark.slow
 def test_help_and_version() -> None:
     r = holon("--help")
     assert r.code == 0, r
@@ -529,6 +547,7 @@ def test_help_and_version() -> None:
         assert proc.returncode == 0 and "ledger" in proc.stdout
 
 
+@pytest.mark.slow
 def test_cli_import_is_lazy() -> None:
     code = (
         "import json, sys\n"
@@ -545,6 +564,7 @@ def test_cli_import_is_lazy() -> None:
 # --- bench ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bench_ledger_json(tmp_path: Path) -> None:
     r = holon("bench", "ledger", "--json", "--events", "3000", "--rounds", "1", env=cli_env(TMPDIR=str(tmp_path)))
     assert r.code == 0, r

@@ -22,7 +22,7 @@ from helpers.turn_cli import REPO, cli_env
 
 from holon.cli.main import app
 
-pytestmark = [pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 HEAVY = ("sqlmodel", "sqlalchemy", "litellm", "fastapi", "uvicorn", "starlette", "httpx", "rich", "structlog")
 #: typer (0.2x) checks every non-flag option's value with a pydantic TypeAdapter once it parses
@@ -113,6 +113,8 @@ def test_shell_completion_is_offered() -> None:
     assert "--install-completion" in proc.stdout and "--show-completion" in proc.stdout, proc.stdout
     shown = subprocess.run(
         [sys.executable, "-m", "holon.cli.main", "--show-completion", "bash"],
-        capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=120, check=False,
+        # The shell named, not guessed from the parent processes (a detached run has no shell above it).
+        capture_output=True, text=True, env=cli_env(_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1"), cwd=REPO,
+        timeout=120, check=False,
     )  # fmt: skip
     assert shown.returncode == 0 and "complete" in shown.stdout, (shown.stdout, shown.stderr)

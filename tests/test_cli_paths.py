@@ -16,6 +16,8 @@ from test_cli import assert_error, holon
 
 from holon.cli.main import main
 
+pytestmark = pytest.mark.slow  # every test here starts a process
+
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -17,6 +17,8 @@ from holon.clock import FakeClock
 from holon.config import HomePaths, load_settings
 from holon.projections import Store
 
+pytestmark = pytest.mark.slow  # every test here starts a process
+
 APPENDER = Path(__file__).parent / "helpers" / "appender.py"
 WORKERS = 4
 PER_WORKER = 5_000

@@ -283,6 +283,7 @@ def _load_only_config_errors(paths: HomePaths) -> Settings | None:
         return None
 
 
+@pytest.mark.slow  # a long property run (fuzzing)
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=st.dictionaries(keys, toml_values, max_size=4))
 def test_junk_config_only_raises_config_error(doc: dict[str, Any]) -> None:

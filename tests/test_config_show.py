@@ -6,7 +6,10 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
 from helpers.turn_cli import cli_env, holon
+
+pytestmark = pytest.mark.slow  # every test here starts a process
 
 PASTED = "ghp_Canary0123456789abcdef"  # a token pasted where a variable's name belongs
 

@@ -126,6 +126,7 @@ def test_dockerignore_lets_in_everything_the_build_copies() -> None:
         assert (REPO / src).exists(), src
 
 
+@pytest.mark.slow
 def test_without_the_token_the_container_refuses_to_start(
     image: tuple[dict[str, str], list[str]], tmp_path: Path, reaped: list[subprocess.Popen[str]]
 ) -> None:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from holon.testing.fake_llm import FakeLLM
 from tests.helpers.turn_cli import holon
+
+pytestmark = pytest.mark.slow  # every test here starts a process
 
 
 def test_context_show_explains_and_renders_what_the_model_saw(tmp_path: Path) -> None:

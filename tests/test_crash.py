@@ -11,11 +11,15 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from holon.clock import FakeClock
 from holon.config import HomePaths, load_settings
 from holon.ledger import Event
 from holon.ledger.events import BlobRef
 from holon.projections import Store
+
+pytestmark = pytest.mark.slow  # every test here starts a process
 
 CRASHER = Path(__file__).parent / "helpers" / "crasher.py"
 ROUNDS = 5

@@ -38,6 +38,7 @@ def _turn_span(home: Path, agent_id: str) -> tuple[int, int]:
     return started[0], settled[0]
 
 
+@pytest.mark.slow
 def test_start_status_restart_stop_and_two_agents_at_once(tmp_path: Path, fake: FakeLLM) -> None:
     home = fake_home(tmp_path, fake, "alice", "bob")
     r = holon(home, "daemon", "start", "--no-http", "--json")
@@ -72,6 +73,7 @@ def test_start_status_restart_stop_and_two_agents_at_once(tmp_path: Path, fake: 
     assert_ledger_ok(home)
 
 
+@pytest.mark.slow
 def test_sigterm_lets_the_running_turn_finish(tmp_path: Path) -> None:
     with FakeLLM(lambda body: {"content": "Slow but complete.", "delay": 2.0}) as fake:
         home = fake_home(tmp_path, fake, "alice")
@@ -91,6 +93,7 @@ def test_sigterm_lets_the_running_turn_finish(tmp_path: Path) -> None:
     assert state(home)["state"] == "stopped"
 
 
+@pytest.mark.slow
 def test_background_agent_fires_runs_out_of_budget_and_coalesces_missed_firings(tmp_path: Path) -> None:
     with FakeLLM(lambda body: {"content": "Checked: nothing new."}) as fake:
         home = fake_home(tmp_path, fake, "alice")
@@ -147,6 +150,7 @@ def db_keys(home: Path) -> list[str]:
     return [k for (k,) in db_rows(home, "SELECT idempotency_key FROM events WHERE type = 'timer.fired'")]
 
 
+@pytest.mark.slow
 def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
     with FakeLLM() as fake:
         home = fake_home(tmp_path, fake, "alice")
@@ -269,6 +273,7 @@ def _agent_rows(home: Path) -> dict[str, dict[str, Any]]:
     return {a["name"]: a for a in (state(home).get("status") or {}).get("agents", [])}
 
 
+@pytest.mark.slow
 def test_status_shows_waits_sleep_failures_budgets_and_no_wake_source(tmp_path: Path) -> None:
     from helpers.turn_cli import open_store
 
@@ -351,6 +356,7 @@ def _get(url: str, token: str | None = None) -> int:
         return e.code
 
 
+@pytest.mark.slow
 def test_serve_with_a_token_on_any_address_and_refuses_an_unset_token(tmp_path: Path) -> None:
     from helpers.turn_cli import cli_env
 
@@ -385,6 +391,7 @@ def test_serve_with_a_token_on_any_address_and_refuses_an_unset_token(tmp_path: 
 # --- grace period expiry (subprocess) -----------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_turn_past_the_grace_period_is_interrupted_requeued_and_answered_after_restart(
     tmp_path: Path, sig: signal.Signals
@@ -512,6 +519,7 @@ def test_child_agents_spend_their_background_roots_budget(store: Any) -> None:
 # --- holon daemon logs ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_logs_are_readable_lines_by_default_and_raw_with_json(tmp_path: Path) -> None:
     """Pretty: time, level, event, key=value, logger; no JSON, no colour in a pipe; lines that are
     not JSON (a traceback in daemon.out) as they are. ``--json``: the file's lines. ``-f`` follows
@@ -560,6 +568,7 @@ def test_logs_are_readable_lines_by_default_and_raw_with_json(tmp_path: Path) ->
         proc.communicate(timeout=10)
 
 
+@pytest.mark.slow
 def test_logs_show_and_follow_the_log_and_the_process_output(tmp_path: Path) -> None:
     import select
 
@@ -592,6 +601,7 @@ def test_logs_show_and_follow_the_log_and_the_process_output(tmp_path: Path) -> 
         proc.communicate(timeout=10)
 
 
+@pytest.mark.slow
 def test_daemon_json_names_a_url_clients_can_reach_on_ipv6_and_port_0(tmp_path: Path) -> None:
     from holon.daemon.process import api_url
 

@@ -25,7 +25,7 @@ from holon.api.server import free_port
 from holon.api.token import read_token
 from holon.testing.fake_llm import FakeLLM
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 AGENTS = [f"agent-{i}" for i in range(10)]
 

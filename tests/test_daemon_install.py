@@ -55,6 +55,7 @@ def _verify(unit: Path) -> None:
     assert r.returncode == 0 and not problems, (r.returncode, r.stdout, r.stderr)
 
 
+@pytest.mark.slow
 def test_install_writes_the_unit_for_this_holon_and_home(tmp_path: Path) -> None:
     user_home, holon_home = tmp_path / "user", tmp_path / "holon home"
     r = _install(user_home, "--user", "--home", str(holon_home))
@@ -79,6 +80,7 @@ def test_install_writes_the_unit_for_this_holon_and_home(tmp_path: Path) -> None
     _verify(unit)
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_unit_and_writes_nothing(tmp_path: Path) -> None:
     r = _install(tmp_path, "--user", "--dry-run", "--home", str(tmp_path / "h"))
     assert r.returncode == 0, r.stderr
@@ -87,6 +89,7 @@ def test_dry_run_prints_the_unit_and_writes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / ".config").exists()
 
 
+@pytest.mark.slow
 def test_install_needs_user(tmp_path: Path) -> None:
     r = _install(tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("holon: error:") and "--user" in r.stderr, r
@@ -99,6 +102,7 @@ def test_the_shipped_unit_runs_the_user_installed_holon_on_the_default_home() ->
     assert settings["Environment"] == ["HOLON_HOME=%h/.holon"]
 
 
+@pytest.mark.slow
 def test_paths_with_blanks_percent_and_dollar_stay_one_argument(tmp_path: Path) -> None:
     exe = tmp_path / "my tools" / "holon"
     exe.parent.mkdir()

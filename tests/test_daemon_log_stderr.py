@@ -99,6 +99,7 @@ def test_daemon_start_writes_the_log_file_only(tmp_path: Path) -> None:
     assert r.err == "" or not _json_lines(r.err), r.err
 
 
+@pytest.mark.slow
 def test_serve_help_shows_the_init_flag_but_not_the_internal_one() -> None:
     r = subprocess.run(
         holon_argv("serve", "--help"),

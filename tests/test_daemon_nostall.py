@@ -18,7 +18,7 @@ from helpers.turn_cli import assert_ledger_ok, event_types, holon, wait_for
 
 from holon.testing.fake_llm import FakeLLM
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
 def test_the_daemon_runs_queued_inputs_after_a_rejected_turn_without_a_new_input(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from holon.config import HomePaths
 from holon.daemon.process import read_state, state_file
 from holon.testing.fake_llm import FakeLLM
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from helpers.turn_cli import REPO, cli_env, holon_argv, quick_home, wait_for
 from holon.config import HomePaths
 from holon.daemon.process import read_state
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ async def _waits(client: httpx.AsyncClient, agent: str) -> list[dict[str, Any]]:
 # --- external events --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a confined command, a daemon, a hook
 def test_a_hook_event_resolves_the_external_wait_and_wakes_the_agent(store: Store) -> None:
     seen: list[str] = []
 

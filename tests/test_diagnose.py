@@ -66,6 +66,7 @@ def _turn_id(body: dict[str, Any]) -> str:
     return _seen["failed"]
 
 
+@pytest.mark.slow
 def test_diagnose_uses_every_trace_tool_and_reports(tmp_path: Path) -> None:
     _seen.clear()
     steps = iter([
@@ -200,6 +201,7 @@ def _refusal(result: str, params: type[ToolParams]) -> list[dict[str, Any]]:
     return calls
 
 
+@pytest.mark.slow  # runs the diagnose model's code in a subprocess per call
 def test_every_refusal_leads_to_a_call_that_fits(tmp_path: Path) -> None:
     home = quick_home(tmp_path, "zed")
     alice_turn = _busy_history(home)
@@ -255,6 +257,7 @@ def test_every_refusal_leads_to_a_call_that_fits(tmp_path: Path) -> None:
     assert part == value[3000:6000] + f"…[characters 3,000-6,000 of {len(value):,}]"
 
 
+@pytest.mark.slow  # runs the diagnose model's code in a subprocess per call
 def test_a_search_too_large_is_refused_with_scopes_that_fit_and_the_overview_leaves_diagnose_out(
     tmp_path: Path,
 ) -> None:
@@ -281,6 +284,7 @@ def test_a_search_too_large_is_refused_with_scopes_that_fit_and_the_overview_lea
     assert found["searched"]["characters"] == sizes[smaller] and found["matches"] > 0
 
 
+@pytest.mark.slow
 def test_cli_scopes_by_agent_and_since_and_exits_non_zero_when_the_turn_fails(tmp_path: Path) -> None:
     home = quick_home(tmp_path, "zed")
     _history(home)  # alice's second turn and bob's start an hour after alice's first
@@ -303,6 +307,7 @@ def test_cli_scopes_by_agent_and_since_and_exits_non_zero_when_the_turn_fails(tm
 # --- every run starts from a clean context --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_diagnosis_sees_nothing_of_the_first(tmp_path: Path) -> None:
     """Two runs; the second's prompts hold nothing of the first's question or report (neither in
     its history nor through its tools: earlier diagnoses are not traces), while both reports stay

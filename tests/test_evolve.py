@@ -24,13 +24,6 @@ from holon.projections.durable import DurableState
 from holon.runtime.agents import create_agent
 
 
-@pytest.fixture
-def ada(store: Store, tmp_path: Path):  # type: ignore[no-untyped-def]
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return create_agent(store, "ada", workspace=str(ws))
-
-
 def _msg(seq: int, text: str, authority: str = "operator") -> Event:
     p = ev.MessageReceived(text=text)
     return Event(

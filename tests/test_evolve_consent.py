@@ -8,10 +8,8 @@ merge of both paths (the same subject found twice is decided once, never a confl
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-import pytest
 from helpers.evolve import run_turns
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,7 +22,6 @@ from holon.evolve.worker import Evolver
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.projections import Store
-from holon.runtime.agents import create_agent
 
 #: How an operator introduces something to keep (the fact rule reads what follows them).
 LEADS = ["", "Remember that ", "Remember: ", "Note that ", "FYI, ", "FYI ", "For the record, ", "Keep in mind that ",
@@ -100,13 +97,6 @@ def test_facts_about_the_workspace_are_still_facts() -> None:
     ):
         [c] = extract(_facts(text))
         assert (c.entry.kind, c.proposal, c.entry.scope) == ("fact", False, "workspace"), text
-
-
-@pytest.fixture
-def ada(store: Store, tmp_path: Path):  # type: ignore[no-untyped-def]
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return create_agent(store, "ada", workspace=str(ws))
 
 
 def test_nothing_durable_appears_before_the_operator_accepts(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]

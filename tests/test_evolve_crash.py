@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers.evolve import run_turns
 from helpers.turn_cli import wait_for
 
@@ -17,6 +18,8 @@ from holon.evolve import review
 from holon.evolve.worker import Evolver
 from holon.projections import Store
 from holon.runtime.agents import create_agent
+
+pytestmark = pytest.mark.slow  # every test here starts a process
 
 HELPER = Path(__file__).parent / "helpers" / "evolve_crasher.py"
 

@@ -11,11 +11,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from holon.clock import FakeClock
 from holon.config import load_settings, resolve_home
 from holon.daemon import Daemon
 from holon.evolve.jobs import JobQueue
 from holon.evolve.model_extract import PROMPT
+from holon.ledger import events as ev
 from holon.memory.index import SearchIndex
 from holon.projections import Store
 from holon.runtime.agents import create_agent
@@ -23,9 +26,10 @@ from holon.runtime.providers.base import ModelSettings
 from holon.runtime.providers.litellm_provider import LiteLLMProvider
 from holon.testing import FakeLLM
 
-SLOW_S = 4.0
+SLOW_S = 15.0  # long enough for a loaded machine to run a turn meanwhile; the stop waits for it
 
 
+@pytest.mark.slow  # waits out the slow model call at the stop
 def test_a_slow_evolve_job_delays_neither_a_turn_nor_maintenance(tmp_path: Path) -> None:
     home = resolve_home(tmp_path / "home")
     base = load_settings(home)
@@ -58,21 +62,19 @@ def test_a_slow_evolve_job_delays_neither_a_turn_nor_maintenance(tmp_path: Path)
                         break
                     await asyncio.sleep(0.025)
                 assert extraction_started
-                started = time.monotonic()
                 daemon.submit("ada", "the second question", origin="operator:test", authority="operator", sender="operator", channel="test")  # fmt: skip
                 await daemon.until_idle()
-                turn_s = time.monotonic() - started
                 # Maintenance keeps ticking: the search index catches up with the second turn.
                 index = SearchIndex(store)
                 for _ in range(200):
                     if index.cursor() >= store.ledger.head():
                         break
                     await asyncio.sleep(0.02)
-                caught_up = time.monotonic()
                 assert index.cursor() >= store.ledger.head()
-                # Both happened while the extraction call was still waiting on the model.
-                assert caught_up < extraction_started[0] + SLOW_S - 0.5, (turn_s, caught_up - extraction_started[0])
-                assert turn_s < SLOW_S - 1
+                # Both happened while the extraction call was still waiting on the model (a state,
+                # not a stopwatch): its job still runs and has recorded no model use.
+                assert JobQueue(store).counts()["running"] == 1
+                assert not [e for e in store.ledger.read(0) if isinstance(e.payload, ev.EvolveModelUsed)]
                 # The daemon stops cleanly with a job in flight: it finishes within the grace.
 
         asyncio.run(go())
@@ -123,6 +125,7 @@ def _kill_a_job(home: Path) -> str:
         return job.key
 
 
+@pytest.mark.slow
 def test_dead_jobs_are_retried_from_the_cli_and_the_api(tmp_path: Path, fast_ledger: None) -> None:
     from helpers.api_server import api_server
     from helpers.turn_cli import holon, quick_home

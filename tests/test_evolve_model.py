@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.evolve import run_turns
+from helpers.wait import await_for
 
 from holon.clock import FakeClock
 from holon.config import load_settings, resolve_home
@@ -129,14 +130,19 @@ def test_the_daemon_asks_the_agents_own_model_through_litellm(tmp_path: Path) ->
                     if review.list_entries(store):
                         break
                     await asyncio.sleep(0.025)
-                await asyncio.sleep(0.2)  # the watcher sees the job's events
                 # The extraction call counts in the agent's daily tokens, like its turn's calls.
-                spent = daemon.budgets.spent(store.agent("ada").agent_id)
-                events = list(store.ledger.read(0))
-                [used] = [e.payload for e in events if isinstance(e.payload, ev.EvolveModelUsed)]
-                turns = [e.payload for e in events if isinstance(e.payload, ev.TurnSettled)]
+                def counted() -> bool:
+                    events = list(store.ledger.read(0))
+                    used = [e.payload for e in events if isinstance(e.payload, ev.EvolveModelUsed)]
+                    turns = [e.payload for e in events if isinstance(e.payload, ev.TurnSettled)]
+                    spent = daemon.budgets.spent(store.agent("ada").agent_id)
+                    return bool(used) and spent.tokens == used[0].usage.total_tokens + sum(
+                        t.usage.total_tokens for t in turns
+                    )
+
+                await await_for("the watcher to count the job's tokens", counted, timeout=30)
+                [used] = [e.payload for e in store.ledger.read(0) if isinstance(e.payload, ev.EvolveModelUsed)]
                 assert used.usage.total_tokens > 0 and (used.candidates, used.kept) == (1, 1)
-                assert spent.tokens == used.usage.total_tokens + sum(t.usage.total_tokens for t in turns)
 
         asyncio.run(go())
         assert [s.entry.text for s in review.list_entries(store)] == [GOOD["text"]]

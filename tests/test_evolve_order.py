@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from helpers.evolve import run_turns
 
 from holon.clock import FakeClock
@@ -17,13 +16,6 @@ from holon.evolve.worker import Evolver
 from holon.memory.recall import recall
 from holon.projections import Store
 from holon.runtime.agents import create_agent
-
-
-@pytest.fixture
-def ada(store: Store, tmp_path: Path):  # type: ignore[no-untyped-def]
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return create_agent(store, "ada", workspace=str(ws))
 
 
 def _turns(store: Store, clock: FakeClock, agent_id: str, *texts: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from helpers.evolve import run_turns
 
 from holon.clock import FakeClock
@@ -16,15 +15,6 @@ from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.memory.recall import TYPE_CAPS, RecallLimits, recall
 from holon.projections import Store
-from holon.runtime.agents import create_agent
-
-
-@pytest.fixture
-def ada(store: Store, tmp_path: Path):  # type: ignore[no-untyped-def]
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return create_agent(store, "ada", workspace=str(ws))
-
 
 # --- the backoff schedule ----------------------------------------------------------------------
 

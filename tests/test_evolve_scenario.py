@@ -11,6 +11,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from holon.clock import SystemClock
 from holon.config import load_settings, resolve_home
 from holon.context.sections import build_sections
@@ -63,6 +65,7 @@ def _model(body: dict[str, Any]) -> dict[str, Any]:
     return {"content": "Noted."}
 
 
+@pytest.mark.slow  # fifty turns with commands
 def test_fifty_turns_preference_changed_fact_and_recurring_blocker(tmp_path: Path) -> None:
     home = resolve_home(tmp_path / "home")
     base = load_settings(home)

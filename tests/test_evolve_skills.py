@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from helpers.evolve import run_turns
 
@@ -31,13 +29,6 @@ def _item(title: str) -> tuple[str, list[object]]:
             "done",
         ],
     )
-
-
-@pytest.fixture
-def ada(store: Store, tmp_path: Path):  # type: ignore[no-untyped-def]
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return create_agent(store, "ada", workspace=str(ws))
 
 
 def _proposed_skill(store: Store, clock: FakeClock, agent_id: str) -> str:

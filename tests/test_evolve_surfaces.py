@@ -144,6 +144,7 @@ def test_proposals_command_parsing_and_completion() -> None:
     assert asked == ["ids"]  # the daemon is asked only when an id is being typed
 
 
+@pytest.mark.slow
 def test_cli_inspect_export_forget_and_proposals(tmp_path: Path) -> None:
     home = quick_home(tmp_path, "bob")
     _seed(home)
@@ -208,7 +209,8 @@ def _propose(home: Path, agent: str, proposal_id: str, kind: Literal["preference
         store.append(NewEvent(agent_id, created, origin="evolve:test"))
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_proposals_in_a_pty(tmp_path: Path) -> None:
     """``holon chat`` in a real terminal: accept with an edit prefilled at the prompt, then dismiss."""
     with FakeLLM(lambda body: {"content": "ok"}) as fake:
@@ -217,7 +219,7 @@ def test_proposals_in_a_pty(tmp_path: Path) -> None:
         _propose(home, "alice", "prop-ident-1", "identity", "My name is Zed.")
         env = cli_env(HOLON_API_PORT=str(free_port()), PROMPT_TOOLKIT_NO_CPR="1")
         argv = holon_argv("--home", home, "chat")
-        child = pexpect.spawn(argv[0], argv[1:], env=env, encoding="utf-8", timeout=30, dimensions=(40, 160))
+        child = pexpect.spawn(argv[0], argv[1:], env=env, encoding="utf-8", timeout=120, dimensions=(40, 160))
         child.logfile_read = sys.stdout  # shown by pytest when the test fails
         try:
             child.expect("alice>")
@@ -250,6 +252,7 @@ def test_proposals_in_a_pty(tmp_path: Path) -> None:
     assert decided == {"prop-pref-1": "accepted", "prop-ident-1": "dismissed"}
 
 
+@pytest.mark.slow  # a daemon with confined commands
 def test_hostile_requests_get_4xx(server: ApiServer) -> None:
     """Ids of 10 KB, unicode, control characters, ambiguous prefixes, odd bodies: a 4xx, never a 5xx."""
     huge, odd = "x" * 10_000, "ünï💥\u202e"

@@ -71,6 +71,7 @@ def _remembered(store: Store, clock: FakeClock, ws: Path) -> tuple[AgentState, A
     return store.agent("ada"), store.agent("bob")
 
 
+@pytest.mark.slow  # a daemon start with its model processes
 def test_a_daemon_start_rebuilds_views_deleted_or_edited_by_hand_byte_for_byte(
     store: Store, clock: FakeClock, ws: Path
 ) -> None:
@@ -95,6 +96,7 @@ def test_a_daemon_start_rebuilds_views_deleted_or_edited_by_hand_byte_for_byte(
     assert _views(store.agent("bob")) == before_bob
 
 
+@pytest.mark.slow  # a daemon start with its model processes
 def test_a_crash_between_the_append_and_the_render_is_repaired_at_start(
     store: Store, clock: FakeClock, ws: Path
 ) -> None:
@@ -262,6 +264,7 @@ def _seed_ages(home: Path, now_us: int) -> None:
         store.append(*[NewEvent(ada.agent_id, p, origin="test", authority="runtime") for p in events])
 
 
+@pytest.mark.slow
 def test_inspect_and_the_api_filter_stale_entries(tmp_path: Path, fast_ledger: None) -> None:
     home = tmp_path / "home"
     now = SystemClock().now_us()

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,12 +36,6 @@ def chat(**extra: Any) -> dict[str, Any]:
 
 def sse_events(raw: bytes) -> list[str]:
     return [line.removeprefix("data: ") for line in raw.decode().split("\n\n") if line.startswith("data: ")]
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as f:
-        yield f
 
 
 def test_models_endpoint_and_url(fake: FakeLLM) -> None:
@@ -197,10 +190,9 @@ def test_stop_does_not_wait_for_a_hanging_step() -> None:
     t.start()
     while not fake.requests:
         time.sleep(0.01)
-    started = time.monotonic()
     fake.stop()
-    t.join(timeout=5)
-    assert time.monotonic() - started < 3
+    t.join(timeout=20)  # the client's own timeout is 30 s: only stop() can end the call before this
+    assert not t.is_alive(), "stop() left a hung call hanging"
     assert outcome, "the hung call ends with a dropped connection, not an answer"
 
 
@@ -215,6 +207,7 @@ def test_bad_json_and_unknown_route(fake: FakeLLM) -> None:
     conn.close()
 
 
+@pytest.mark.slow
 def test_command_line_server(tmp_path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"content": "from a file"}]))
@@ -236,6 +229,7 @@ def test_command_line_server(tmp_path) -> None:
         assert proc.wait(timeout=5) == 0
 
 
+@pytest.mark.slow
 def test_testing_package_imports_nothing_else_from_holon() -> None:
     code = (
         "import sys, holon.testing.fake_llm; "

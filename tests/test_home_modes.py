@@ -55,6 +55,7 @@ def test_a_home_with_a_running_daemon_and_an_agent_is_private(tmp_path: Path) ->
     assert _loose(home) == []
 
 
+@pytest.mark.slow
 def test_an_older_looser_home_is_tightened_when_opened(tmp_path: Path) -> None:
     home = tmp_path / "home"
     assert holon("--home", home, "init").code == 0

@@ -61,6 +61,7 @@ def killed_writer(copy: Path) -> Iterator[tuple[Path, int]]:
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_the_anchor_follows_each_commit(killed_writer: tuple[Path, int]) -> None:
     home, head = killed_writer
     mark = read_anchor(home / "ledger.anchor")
@@ -70,6 +71,7 @@ def test_the_anchor_follows_each_commit(killed_writer: tuple[Path, int]) -> None
     assert "anchor at seq 51" in holon("--home", home, "ledger", "verify").out
 
 
+@pytest.mark.slow
 def test_a_deleted_wal_is_noticed_and_counted(killed_writer: tuple[Path, int]) -> None:
     home, head = killed_writer
     assert head == 51
@@ -86,6 +88,7 @@ def test_a_deleted_wal_is_noticed_and_counted(killed_writer: tuple[Path, int]) -
     assert "the ledger ends at seq 1 but its anchor says 51 was committed: 50 events lost" in human.out, human
 
 
+@pytest.mark.slow
 def test_a_truncated_wal_is_noticed(killed_writer: tuple[Path, int]) -> None:
     home, head = killed_writer
     wal = home / "holon.db-wal"
@@ -98,6 +101,7 @@ def test_a_truncated_wal_is_noticed(killed_writer: tuple[Path, int]) -> None:
     assert 0 < data["lost"] < 50 and data["events"] == head - data["lost"], data
 
 
+@pytest.mark.slow
 def test_a_damaged_wal_frame_is_noticed(killed_writer: tuple[Path, int]) -> None:
     home, _head = killed_writer
     wal = home / "holon.db-wal"
@@ -170,6 +174,7 @@ def test_verify_beside_a_busy_writer_never_reports_a_false_loss(tmp_path: Path, 
     assert results[-1].events >= 300 and len(results) > 5  # the writer really wrote during the checks
 
 
+@pytest.mark.slow
 def test_a_damaged_anchor_is_reported_not_fatal(copy: Path) -> None:
     (copy / "ledger.anchor").write_bytes(b"\x00garbage" * 30)
     r = holon("--home", copy, "ledger", "verify")

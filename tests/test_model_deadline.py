@@ -49,6 +49,7 @@ def test_a_server_that_keeps_the_call_alive_is_cut_at_the_deadline(stream: bool)
     assert texts == []
 
 
+@pytest.mark.slow
 def test_the_model_process_cuts_the_call_too() -> None:
     async def call(server: PingLLM) -> None:
         provider = ProcessProvider(processes=1, idle_s=60)
@@ -62,6 +63,7 @@ def test_the_model_process_cuts_the_call_too() -> None:
     _assert_deadline(info.value)
 
 
+@pytest.mark.slow
 def test_a_turn_on_a_pinging_server_settles_failed_with_the_reason(tmp_path: Path) -> None:
     with PingLLM() as server:
         home = make_home(tmp_path, "bob", "--model", "openai/fake", "--api-base", server.url)

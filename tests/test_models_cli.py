@@ -19,7 +19,7 @@ from helpers.turn_cli import REPO, Result, cli_env, holon, holon_argv
 
 from holon.testing.fake_llm import FakeLLM
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 SECRET = "sk-test-7f3a9c21e4b8d05566aa"
 

@@ -8,7 +8,6 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,12 +33,6 @@ TOOLS = [
         },
     }
 ]
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as f:
-        yield f
 
 
 def request(fake_or_url: FakeLLM | str, *, tools: list[dict[str, Any]] | None = None, **settings: Any) -> ModelRequest:
@@ -222,6 +215,7 @@ def test_classify_without_http() -> None:
     assert str(error) == "m: failed: line one line two [redacted]"
 
 
+@pytest.mark.slow
 def test_importing_the_provider_does_not_import_litellm() -> None:
     code = """
 import asyncio, sys

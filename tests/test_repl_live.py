@@ -25,7 +25,7 @@ from holon.repl.client import ApiClient
 from holon.runtime.agents import create_agent
 from holon.testing.fake_llm import FakeLLM
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def test_a_background_brief_appears_while_the_operator_waits_at_the_prompt(home:
         nightly = create_agent(store, "nightly", settings={"background": True})
     env = cli_env(HOLON_API_PORT=str(free_port()), PROMPT_TOOLKIT_NO_CPR="1")
     argv = holon_argv("--home", home, "chat", "alice")
-    child = pexpect.spawn(argv[0], argv[1:], env=env, encoding="utf-8", timeout=30, dimensions=(40, 160))
+    child = pexpect.spawn(argv[0], argv[1:], env=env, encoding="utf-8", timeout=120, dimensions=(40, 160))
     child.logfile_read = sys.stdout
     try:
         child.expect("alice>")

@@ -18,7 +18,7 @@ from helpers.turn_cli import Result, cli_env, db_rows, holon, make_home
 from holon.runtime.providers.local import local_model_available
 from holon.testing.fake_llm import FakeLLM
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 NOLOCAL = Path(__file__).parent / "helpers" / "turn_nolocal.py"
 

@@ -37,6 +37,7 @@ def test_the_suite_covers_what_the_issue_asks_for() -> None:
     assert all(set(load_scenario(p).budgets) >= {2048, 4096, 16384} for p in SCENARIOS)
 
 
+@pytest.mark.slow  # each scenario runs in a subprocess
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_scenario_passes_at_every_budget(path: Path) -> None:
     result = run_scenario(load_scenario(path))
@@ -89,6 +90,7 @@ def test_a_scenario_must_end_with_an_input() -> None:
         run_scenario(Scenario(id="no-input", budgets=[4096], events=events), fresh_check=False)
 
 
+@pytest.mark.slow
 def test_cli_runs_a_scenario_and_reports_per_budget(tmp_path: Path) -> None:
     path = SCENARIOS[0]
     out = subprocess.run(

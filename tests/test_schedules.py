@@ -45,12 +45,6 @@ def server(tmp_path: Path, fast_ledger: None) -> Iterator[ApiServer]:
         yield s
 
 
-@pytest.fixture
-def client(server: ApiServer) -> Iterator[httpx.Client]:
-    with server.client() as c:
-        yield c
-
-
 def _home(server: ApiServer) -> Path:
     assert server.port is not None
     return server.port.store.paths.root
@@ -131,6 +125,7 @@ def test_a_schedule_added_over_http_fires_and_stops_when_cancelled(client: httpx
 # --- schedules from the CLI, while the daemon runs -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_schedule_added_by_the_cli_fires_in_the_running_daemon(client: httpx.Client, server: ApiServer) -> None:
     home = _home(server)
     assert client.post("/v1/agents", json={"name": "ada"}).status_code == 201

@@ -39,16 +39,6 @@ INDEXER = Path(__file__).parent / "helpers" / "indexer.py"
 HOUR = 3600.0
 
 
-@pytest.fixture
-def alice(store: Store) -> AgentState:
-    return create_agent(store, "alice")
-
-
-@pytest.fixture
-def bob(store: Store) -> AgentState:
-    return create_agent(store, "bob")
-
-
 def refs(store: Store, agent: AgentState, query: str, **options: object) -> list[str]:
     return [h.ref for h in search_memory(store, store.agent(agent.agent_id), query, **options).hits]  # type: ignore[arg-type]
 
@@ -375,6 +365,7 @@ def _kill_mid_catch_up(home: HomePaths, store: Store, rng: random.Random) -> Non
             proc.communicate()
 
 
+@pytest.mark.slow
 def test_sigkill_during_catch_up_loses_and_repeats_nothing(
     home: HomePaths, store: Store, clock: FakeClock, alice: AgentState
 ) -> None:

@@ -183,6 +183,7 @@ def home(tmp_path: Path) -> Path:
     return home
 
 
+@pytest.mark.slow
 def test_halo_jsonl_lines_are_valid_structured_and_deterministic(home: Path, tmp_path: Path) -> None:
     out = tmp_path / "traces.jsonl"
     r = holon(home, "trace", "export", "--format", "halo-jsonl", "--out", str(out), "--json")
@@ -224,6 +225,7 @@ def test_halo_jsonl_lines_are_valid_structured_and_deterministic(home: Path, tmp
     assert again.read_bytes() == out.read_bytes()  # byte-identical: ids derive from ledger ids
 
 
+@pytest.mark.slow
 def test_out_dash_writes_the_traces_to_stdout_and_the_summary_to_stderr(home: Path, tmp_path: Path) -> None:
     """``--out -`` (issue 15, item 10) is stdout, as for other tools, not a file named ``-``."""
     out = tmp_path / "traces.jsonl"
@@ -240,6 +242,7 @@ def test_out_dash_writes_the_traces_to_stdout_and_the_summary_to_stderr(home: Pa
     assert len(r.out.splitlines()) == 3 and all("resourceSpans" in json.loads(line) for line in r.out.splitlines())
 
 
+@pytest.mark.slow
 def test_otlp_json_and_filters(home: Path, tmp_path: Path) -> None:
     out = tmp_path / "otlp.jsonl"
     assert holon(home, "trace", "export", "--format", "otlp-json", "--agent", "bob", "--out", str(out)).code == 0
@@ -281,6 +284,7 @@ def test_the_validator_catches_what_breaks_halo() -> None:
     assert check_halo_trace([ok, {**orphan, "parent_span_id": "b" * 16}]) == []
 
 
+@pytest.mark.slow
 def test_stats_equal_the_scripted_run(home: Path) -> None:
     paths = resolve_home(str(home))
     with Store.open(paths, load_settings(paths)) as store:
@@ -315,6 +319,7 @@ def _turn_starts(home: Path) -> list[tuple[str, int]]:
         return [(names[e.agent_id], e.ts_us) for e in store.ledger.read(0) if e.type == "turn.started"]
 
 
+@pytest.mark.slow
 def test_by_episode_and_until(home: Path, tmp_path: Path) -> None:
     out = tmp_path / "episodes.jsonl"
     r = holon(home, "trace", "export", "--by", "episode", "--out", str(out), "--json")
@@ -358,6 +363,7 @@ def _attrs(span: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow
 def test_otlp_json_for_every_agent(home: Path, tmp_path: Path) -> None:
     out, again, halo = tmp_path / "otlp.jsonl", tmp_path / "otlp2.jsonl", tmp_path / "halo.jsonl"
     assert holon(home, "trace", "export", "--format", "otlp-json", "--out", str(out)).code == 0
@@ -396,6 +402,7 @@ def _percentile(values: list[float], q: float) -> float:
     return round(values[low] + (values[high] - values[low]) * (pos - low), 3)
 
 
+@pytest.mark.slow
 def test_stats_json_and_since_through_the_cli(home: Path) -> None:
     paths = resolve_home(str(home))
     with Store.open(paths, load_settings(paths)) as store:
@@ -429,6 +436,7 @@ def test_stats_json_and_since_through_the_cli(home: Path) -> None:
     assert holon(home, "trace", "stats", "--since", "soon").code == 2
 
 
+@pytest.mark.slow
 def test_export_after_ledger_prune(tmp_path: Path) -> None:
     """Blob bodies pruned by `holon ledger prune`: the export still succeeds, with pruned markers."""
     home = quick_home(tmp_path, "zed")

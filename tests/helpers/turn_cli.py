@@ -15,12 +15,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from helpers.wait import wait_for  # noqa: F401 (the turn tests import it from here)
 from holon.config import load_settings, resolve_home
 from holon.ledger import Event
 from holon.projections import Store
@@ -32,7 +32,9 @@ TURN_HOST = Path(__file__).resolve().parent / "turn_host.py"
 
 
 def cli_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOLON_")}
+    # Nor the runner's terminal size: pytest-xdist's workers set COLUMNS=80 LINES=24, which would
+    # override a pty's own size (tests that want a width set it).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOLON_") and k not in ("COLUMNS", "LINES")}
     env["HOLON_LEDGER_SYNCHRONOUS"] = "NORMAL"
     # `holon serve` logs JSON lines to a stderr that is not a terminal; a test that reads its pipe
     # only at the end would see the daemon block once the pipe is full. Log tests set it back.
@@ -152,22 +154,6 @@ def kill_group(home: Path) -> None:
     """Kill the process groups of the commands a killed holon left behind (cleanup, never a check)."""
     for identity in command_processes(home):
         stop_orphan(identity)
-
-
-def wait_for(
-    what: str, cond: Callable[[], Any], *, timeout: float = 60, proc: subprocess.Popen[str] | None = None
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"process exited ({proc.returncode}) before {what}:\n{out}\n{err}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def db_rows(home: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

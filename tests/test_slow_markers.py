@@ -1,0 +1,113 @@
+"""Every test that starts a process is marked ``slow``, so ``pytest -m "not slow"`` stays the fast inner loop.
+
+Read from the source (no test runs): a test starts a process when it, a fixture it takes from its
+own file, or a function of its file that it calls names one of the process starters below (the
+``holon`` CLI helpers, ``serve_home``, ``subprocess``, ``pexpect``, a model ``ProcessProvider``).
+Tools' commands that an in-process agent runs are the subject of their tests, not counted.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+STARTERS_FROM = {
+    "helpers.turn_cli": {"holon", "spawn_holon", "spawn", "run_host", "make_home", "holon_argv"},
+    "tests.helpers.turn_cli": {"holon", "spawn_holon", "spawn", "run_host", "make_home", "holon_argv"},
+    "helpers.served": {"serve_home"},
+    "tests.helpers.served": {"serve_home"},
+    "test_cli": {"holon"},
+    "holon.runtime.providers.model_process": {"ProcessProvider"},
+}
+STARTER_MODULES = {"subprocess", "pexpect", "multiprocessing", "pty"}
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def _starters(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in STARTERS_FROM:
+            names |= {a.asname or a.name for a in node.names if a.name in STARTERS_FROM[node.module]}
+        elif isinstance(node, ast.ImportFrom) and node.module in STARTER_MODULES:
+            names |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] in STARTER_MODULES}
+    return names
+
+
+def _is_slow(decorators: list[ast.expr]) -> bool:
+    return any("mark.slow" in ast.unparse(d) for d in decorators)
+
+
+def unmarked_process_tests(path: Path) -> list[str]:
+    """The tests of ``path`` that start a process and are not marked ``slow``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    starters = _starters(tree)
+    if not starters:
+        return []
+    module_slow = any(
+        isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in n.targets)
+        and "mark.slow" in ast.unparse(n.value)
+        for n in tree.body
+    )  # fmt: skip
+    if module_slow:
+        return []
+    defs: dict[str, ast.AST] = {}
+    tests: list[tuple[str, Function, ast.ClassDef | None]] = []
+    for node in tree.body:
+        if isinstance(node, Function):
+            defs[node.name] = node
+            if node.name.startswith("test"):
+                tests.append((node.name, node, None))
+        elif isinstance(node, ast.ClassDef):
+            defs[node.name] = node
+            for sub in node.body:
+                if isinstance(sub, Function):
+                    defs.setdefault(sub.name, sub)
+                    if sub.name.startswith("test") and node.name.startswith("Test"):
+                        tests.append((f"{node.name}::{sub.name}", sub, node))
+    memo: dict[str, bool] = {}
+
+    def starts(name: str, stack: tuple[str, ...] = ()) -> bool:
+        if name in memo or name in stack:
+            return memo.get(name, False)
+        node = defs[name]
+        found = False
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and (
+                sub.id in starters or (sub.id in defs and sub.id != name and starts(sub.id, (*stack, name)))
+            ):
+                found = True
+                break
+        if not found and isinstance(node, Function):
+            found = any(a.arg in defs and a.arg != name and starts(a.arg, (*stack, name)) for a in node.args.args)
+        memo[name] = found
+        return found
+
+    autouse = any(
+        starts(n) for n, f in defs.items() if isinstance(f, Function) and "autouse=True" in str([ast.unparse(d) for d in f.decorator_list])
+    )  # fmt: skip
+    return [
+        name
+        for name, node, cls in tests
+        if (autouse or starts(node.name)) and not _is_slow(node.decorator_list) and not (cls and _is_slow(cls.decorator_list))
+    ]
+
+
+def test_every_test_that_starts_a_process_is_marked_slow() -> None:
+    found = {p.name: bad for p in sorted(TESTS.glob("test_*.py")) if (bad := unmarked_process_tests(p))}
+    assert not found, f"mark these slow (pytestmark = pytest.mark.slow, or @pytest.mark.slow): {found}"
+
+
+def test_the_check_sees_a_cli_test(tmp_path: Path) -> None:
+    sample = tmp_path / "test_sample.py"
+    sample.write_text(
+        "import pytest\nfrom helpers.turn_cli import holon\n\n"
+        "@pytest.fixture\ndef home(tmp_path):\n    holon(tmp_path, 'init')\n    return tmp_path\n\n"
+        "def test_uses_the_fixture(home):\n    pass\n\n"
+        "@pytest.mark.slow\ndef test_marked(home):\n    pass\n\n"
+        "def test_pure():\n    assert 1\n"
+    )
+    assert unmarked_process_tests(sample) == ["test_uses_the_fixture"]
