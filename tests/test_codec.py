@@ -227,4 +227,3 @@ def test_catalog_is_derived_from_the_union() -> None:
         assert model.model_fields["type"].default == tag
     assert ev.tags_of(ev.TaskCreated | ev.TaskResulted) == {"task.created", "task.resulted"}
     assert ev.tags_of(ev.TimerFired) == {"timer.fired"}
-

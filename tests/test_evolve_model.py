@@ -130,6 +130,7 @@ def test_the_daemon_asks_the_agents_own_model_through_litellm(tmp_path: Path) ->
                     if review.list_entries(store):
                         break
                     await asyncio.sleep(0.025)
+
                 # The extraction call counts in the agent's daily tokens, like its turn's calls.
                 def counted() -> bool:
                     events = list(store.ledger.read(0))

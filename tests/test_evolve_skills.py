@@ -69,7 +69,9 @@ def test_a_skill_ref_is_the_owners_only_and_well_formed(store: Store, clock: Fak
     skill_id = _proposed_skill(store, clock, ada.agent_id)
     [proposal] = [p for p in review.list_proposals(store) if p.kind == "skill"]
     review.accept(store, proposal.proposal_id, text="---\nname: edited\n---\n\n# Edited\n\n1. `make`\n")
-    read = memory_get(store, store.agent("ada"), MemoryGetRequest(ref=f"skill:{skill_id}", mode="section", heading="Edited"))
+    read = memory_get(
+        store, store.agent("ada"), MemoryGetRequest(ref=f"skill:{skill_id}", mode="section", heading="Edited")
+    )
     assert read.content is not None and "`make`" in read.content and read.kind == "skill"
     bob = create_agent(store, "bob")
     with pytest.raises(NotFoundError):  # another agent's skill, like a missing one

@@ -110,7 +110,9 @@ def test_a_crash_between_the_append_and_the_render_is_repaired_at_start(
 
     _start_and_stop(store, clock)
     for name in ("ada", "bob"):
-        assert "The cache is redis." in (Path(store.agent(name).home) / "memory/durable/workspace/MEMORY.md").read_text()
+        assert (
+            "The cache is redis." in (Path(store.agent(name).home) / "memory/durable/workspace/MEMORY.md").read_text()
+        )
 
 
 def test_rendering_again_writes_nothing(store: Store, clock: FakeClock, ws: Path) -> None:
@@ -160,9 +162,7 @@ def _indexed_ids(store: Store) -> set[str]:
     return {r[0] for r in store.ledger.query("SELECT entry_id FROM search_durable_docs")}
 
 
-def test_recall_finds_through_the_index_an_entry_sharing_no_word_with_the_input(
-    store: Store, clock: FakeClock
-) -> None:
+def test_recall_finds_through_the_index_an_entry_sharing_no_word_with_the_input(store: Store, clock: FakeClock) -> None:
     ada = create_agent(store, "ada")
     now = clock.now_us()
     for i, text in enumerate(["Answer in short paragraphs.", "Use metric units.", "Cite the source of numbers."]):
@@ -286,6 +286,7 @@ def test_inspect_and_the_api_filter_stale_entries(tmp_path: Path, fast_ledger: N
     assert "The db is postgres 14." in table.out and "GitHub Actions" not in table.out, table
 
     with api_server(home, clock=FakeClock(start_us=now)) as server, server.client() as c:
+
         def api(**params: str) -> list[str]:
             r = c.get("/v1/agents/ada/memory/durable", params=params)
             assert r.status_code == 200, r.text

@@ -293,7 +293,9 @@ def test_a_file_past_100_kb_is_archived_with_a_deterministic_summary(
     # The archive stays readable through MemoryGet.
     read = memory_get(store, bob, MemoryGetRequest(ref=result.archive_ref, mode="tail", lines=2))
     assert read.content == "## " + archived.rsplit("\n## ", 1)[1]
-    assert memory_get(store, bob, MemoryGetRequest(ref=result.archive_ref, mode="section", heading="Stable facts")).content
+    assert memory_get(
+        store, bob, MemoryGetRequest(ref=result.archive_ref, mode="section", heading="Stable facts")
+    ).content
     assert any(f.path.startswith("archive/self-") for f in list_files(store.paths, bob))
     replayed = replay_files(store)
     assert replayed.problems == [] and replayed.files[archive] == archived and replayed.files[path] == summary
@@ -430,6 +432,9 @@ def test_list_files_gives_scope_path_size_and_headings(store: Store, alice: Agen
 def test_a_missing_operator_file_is_recreated_from_the_template(store: Store, bob: AgentState) -> None:
     target = store.paths.root / "memory" / "operator.md"
     assert not target.exists()  # a home opened without 'holon init' has none until it is used
-    assert memory_get(store, bob, MemoryGetRequest(ref="file:operator/operator.md")).content == (TEMPLATE / "operator.md").read_text()
+    assert (
+        memory_get(store, bob, MemoryGetRequest(ref="file:operator/operator.md")).content
+        == (TEMPLATE / "operator.md").read_text()
+    )
     with pytest.raises(NotFoundError, match=r"no file file:agent/notes/none\.md"):
         memory_get(store, bob, MemoryGetRequest(ref="file:agent/notes/none.md"))

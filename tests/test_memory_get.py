@@ -173,7 +173,10 @@ def test_work_items_and_tasks_resolve_for_their_agent_only(store: Store, alice: 
 
 def test_file_refs_are_relative_to_the_reader(store: Store, alice: AgentState, bob: AgentState) -> None:
     write_file(store, alice, "agent", None, "replace", "# Alice\n## Facts\nalice only\n", origin="t", authority="agent")
-    assert memory_get(store, alice, MemoryGetRequest(ref="file:agent/self.md")).content == "# Alice\n## Facts\nalice only\n"
+    assert (
+        memory_get(store, alice, MemoryGetRequest(ref="file:agent/self.md")).content
+        == "# Alice\n## Facts\nalice only\n"
+    )
     assert "alice only" not in (memory_get(store, bob, MemoryGetRequest(ref="file:agent/self.md")).content or "")
     with pytest.raises(UsageError, match="no workspace memory"):
         memory_get(store, bob, MemoryGetRequest(ref="file:workspace/memory.md"))
@@ -181,7 +184,9 @@ def test_file_refs_are_relative_to_the_reader(store: Store, alice: AgentState, b
 
 def test_options_that_do_not_fit_are_refused(store: Store, alice: AgentState) -> None:
     ref = "file:agent/self.md"
-    assert memory_get(store, alice, MemoryGetRequest(ref=ref, heading="Pitfalls")).content == "## Pitfalls\n(none yet)\n"
+    assert (
+        memory_get(store, alice, MemoryGetRequest(ref=ref, heading="Pitfalls")).content == "## Pitfalls\n(none yet)\n"
+    )
     assert memory_get(store, alice, MemoryGetRequest(ref=ref, lines=1)).content == "(none yet)\n"
     with pytest.raises(UsageError, match="heading goes with mode 'section', not mode 'tail'"):
         memory_get(store, alice, MemoryGetRequest(ref=ref, mode="tail", heading="Role"))

@@ -318,7 +318,9 @@ def test_hits_are_well_formed_and_resolve_through_memory_get(
         rendered = h.as_dict()
         assert rendered["source_ref"] == h.ref
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", str(rendered["time"]))
-        read = memory_get(store, agent, MemoryGetRequest(ref=h.ref))  # refused with NotFoundError if it were not alice's
+        read = memory_get(
+            store, agent, MemoryGetRequest(ref=h.ref)
+        )  # refused with NotFoundError if it were not alice's
         assert read.content is not None or read.next_calls
         if h.ref.startswith("event:"):
             assert read.content is not None and h.snippet.rstrip("…")[:20] in read.content

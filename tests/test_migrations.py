@@ -206,7 +206,10 @@ def _shape(db: Path) -> dict[str, object]:
     out: dict[str, object] = {}
     tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
     for table in tables:
-        cols = [(name, bool(notnull) or bool(pk)) for _c, name, _t, notnull, _d, pk in conn.execute(f"PRAGMA table_info({table})")]
+        cols = [
+            (name, bool(notnull) or bool(pk))
+            for _c, name, _t, notnull, _d, pk in conn.execute(f"PRAGMA table_info({table})")
+        ]
         indexes = []
         for _seq, name, unique, origin, partial in conn.execute(f"PRAGMA index_list({table})"):
             if origin == "c":  # named indexes (a UNIQUE or PRIMARY KEY constraint's index is the table's business)
@@ -247,4 +250,7 @@ def test_the_schema_renders_for_postgresql() -> None:
     statements = ddl("postgresql")
     events = next(s for s in statements if s.startswith("CREATE TABLE events"))
     assert "seq BIGINT NOT NULL" in events and "ts_us BIGINT NOT NULL" in events
-    assert "CREATE UNIQUE INDEX events_idempotency ON events (idempotency_key) WHERE idempotency_key IS NOT NULL" in statements
+    assert (
+        "CREATE UNIQUE INDEX events_idempotency ON events (idempotency_key) WHERE idempotency_key IS NOT NULL"
+        in statements
+    )

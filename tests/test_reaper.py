@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).resolve().parent
 
-SUBTESTS = '''
+SUBTESTS = """
 import os, subprocess, sys, time
 from pathlib import Path
 
@@ -93,7 +93,7 @@ def test_module_child_still_there(module_child):
 def test_zz_times_out_by_thread_with_a_child():
     start("thread")
     time.sleep(60)  # the scenario: a test stuck past its timeout
-'''
+"""
 
 
 def test_a_failed_or_timed_out_test_leaves_no_process(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 _CODE = """
 from holon.cli import agent_cmd, schedules
 from holon.runtime.schedule import parse_schedule, timer_event
@@ -14,6 +16,7 @@ timer_event("@daily", now_us=1_900_000_000_000_000)
 """
 
 
+@pytest.mark.slow
 def test_the_cli_parses_schedules_without_importing_apscheduler() -> None:
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", _CODE], capture_output=True, text=True, timeout=120, check=True

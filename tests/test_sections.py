@@ -126,7 +126,9 @@ def test_a_huge_input_is_shortened_but_kept_when_the_budget_is_tight(counter) ->
         content = input_message(a)["content"]
         seen.add("ref" if content == referenced else "short" if content == shortened else "full")
         if content == referenced:
-            assert all(x["representation"] == "omitted" for x in a.manifest.to_json()["sections"] if x["key"] not in pinned)
+            assert all(
+                x["representation"] == "omitted" for x in a.manifest.to_json()["sections"] if x["key"] not in pinned
+            )
     assert seen == {"ref", "short", "full"}
 
 

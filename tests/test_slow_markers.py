@@ -92,7 +92,9 @@ def unmarked_process_tests(path: Path) -> list[str]:
     return [
         name
         for name, node, cls in tests
-        if (autouse or starts(node.name)) and not _is_slow(node.decorator_list) and not (cls and _is_slow(cls.decorator_list))
+        if (autouse or starts(node.name))
+        and not _is_slow(node.decorator_list)
+        and not (cls and _is_slow(cls.decorator_list))
     ]
 
 

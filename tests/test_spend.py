@@ -48,7 +48,9 @@ def test_the_window_walk_counts_only_the_day(tmp_path: Path, monkeypatch: pytest
         got = spent_in_window(ledger, "a", start_us=day_start, end_us=day_start + DAY_US, upto=head)
         assert got == Spend(3, 65, 1.75)
         # ``upto`` bounds the read; ``base`` is added to.
-        first = spent_in_window(ledger, "a", start_us=day_start, end_us=day_start + DAY_US, upto=3, base=Spend(1, 1, 1.0))
+        first = spent_in_window(
+            ledger, "a", start_us=day_start, end_us=day_start + DAY_US, upto=3, base=Spend(1, 1, 1.0)
+        )
         assert first == Spend(2, 11, 1.5)
     finally:
         ledger.close()

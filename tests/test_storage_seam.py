@@ -17,6 +17,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import holon
 
 ROOT = Path(holon.__file__).parent
@@ -137,6 +139,7 @@ g = json.loads(body)
     assert sorted(_payload_loads(tree)) == [7, 8]
 
 
+@pytest.mark.slow
 def test_opening_a_home_and_appending_imports_no_sqlalchemy(tmp_path: Path) -> None:
     """SQLAlchemy and SQLModel cost more start-up than a CLI command: the ledger, the projections
     and a round trip through them run on plain ``sqlite3`` (RFC 0001, "The storage seam")."""

@@ -45,7 +45,12 @@ def test_any_text_tokenises(text: str) -> None:
 def test_memory_get_request_is_checked_once_and_frozen() -> None:
     r = MemoryGetRequest(ref="file:agent/self.md", heading="Role")
     assert r.chosen == "section"
-    assert r.params() == {"ref": "file:agent/self.md", "heading": "Role", "expand": False, "max_chars": DEFAULT_MAX_CHARS}
+    assert r.params() == {
+        "ref": "file:agent/self.md",
+        "heading": "Role",
+        "expand": False,
+        "max_chars": DEFAULT_MAX_CHARS,
+    }
     assert MemoryGetRequest(**r.params()) == r
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.mode = "tail"  # type: ignore[misc]

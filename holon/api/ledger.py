@@ -49,9 +49,7 @@ def _event_types(types: list[str]) -> tuple[str, ...]:
 
 def tail_query(n: int, *, after: int | None, agent_id: str | None, types: tuple[str, ...]) -> EventQuery:
     """The filter of a tail: forwards from ``after`` (ascending), else back from the head."""
-    return EventQuery(
-        types=types or None, agent_id=agent_id, after=after or 0, limit=n, newest_first=after is None
-    )
+    return EventQuery(types=types or None, agent_id=agent_id, after=after or 0, limit=n, newest_first=after is None)
 
 
 def ledger_router(port: DaemonPort) -> APIRouter:

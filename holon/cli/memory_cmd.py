@@ -96,7 +96,10 @@ def search(
 
     scopes = _scopes(scope)
     c = ctx_of(ctx, home, json_out)
-    since_us, until_us = parse_iso(since, field="--since"), parse_iso(until, field="--until")  # checked here, before any call
+    since_us, until_us = (
+        parse_iso(since, field="--since"),
+        parse_iso(until, field="--until"),
+    )  # checked here, before any call
     with backend.daemon(c) as api:
         if api is not None:
             found = api.read(f"/agents/{agent}/memory/search", q=query, kind=list(kind or ()) or None, since=since,

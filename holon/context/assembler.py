@@ -154,7 +154,11 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         """The recorded form. Its layout is stored in the ledger: keep it stable."""
         return {
-            "budget": {"context_window": self.context_window, "output_reserve": self.output_reserve, "limit": self.limit},
+            "budget": {
+                "context_window": self.context_window,
+                "output_reserve": self.output_reserve,
+                "limit": self.limit,
+            },
             "used_tokens": self.used_tokens,
             "digest": self.digest,
             "sections": [s.to_json() for s in self.sections],

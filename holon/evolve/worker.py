@@ -267,7 +267,9 @@ def _propose(
     report.proposed += 1
 
 
-def _skill_for(store: Store, agent: AgentState, owner: str, subject: str, text: str, evidence: list[int]) -> SkillDraft | None:
+def _skill_for(
+    store: Store, agent: AgentState, owner: str, subject: str, text: str, evidence: list[int]
+) -> SkillDraft | None:
     """A skill draft when the same commands already completed another work item, else ``None``."""
     commands = procedure_commands(text)
     if not commands:
@@ -288,8 +290,7 @@ def _skill_for(store: Store, agent: AgentState, owner: str, subject: str, text: 
     if (Path(agent.home) / "skills" / draft.skill_id).exists():
         return None
     if any(
-        p.skill is not None and p.skill.skill_id == draft.skill_id
-        for p in store.proposals(agent_id=agent.agent_id)
+        p.skill is not None and p.skill.skill_id == draft.skill_id for p in store.proposals(agent_id=agent.agent_id)
     ):
         return None
     return draft

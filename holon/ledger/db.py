@@ -48,9 +48,7 @@ class Database:
 
     def connect(self) -> sqlite3.Connection:
         """A new autocommit connection with holon's pragmas (the caller closes it)."""
-        conn = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout_s
-        )
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout_s)
         try:
             for pragma in self._pragmas:
                 conn.execute(pragma)

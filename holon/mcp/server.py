@@ -112,7 +112,13 @@ def build_server(store: Store, agent_ref: str) -> MCPServer:
         with _clear_errors():
             reader = agent()
             request = MemoryGetRequest(
-                ref=ref, mode=mode, heading=heading, start=start, end=end, lines=lines, expand=expand,
+                ref=ref,
+                mode=mode,
+                heading=heading,
+                start=start,
+                end=end,
+                lines=lines,
+                expand=expand,
                 max_chars=max_chars,
             )
             return memory_get(store, reader, request).as_json()

@@ -370,7 +370,9 @@ class _Planner:
         if not ranked:
             return ()
         marks = ",".join("?" * len(ranked))
-        texts: dict[int, str] = dict(self._q(f"SELECT id, text FROM search_docs WHERE id IN ({marks})", [c.id for c in ranked]))
+        texts: dict[int, str] = dict(
+            self._q(f"SELECT id, text FROM search_docs WHERE id IN ({marks})", [c.id for c in ranked])
+        )
         return tuple(
             Hit(c.ref, c.kind, c.title, snippet(texts.get(c.id, ""), plan), c.score, c.ts_us, c.sender, c.seq)
             for c in ranked

@@ -25,7 +25,11 @@ __all__ = [
     "DurableState",
     "ProposalEvent",
     "ProposalState",
-    "apply_durable", "apply_proposal", "is_stale", "stale_at_us"]
+    "apply_durable",
+    "apply_proposal",
+    "is_stale",
+    "stale_at_us",
+]
 
 DurableEvent = ev.DurableRecorded | ev.DurableVerified | ev.DurableForgotten
 ProposalEvent = ev.ProposalCreated | ev.ProposalAccepted | ev.ProposalDismissed

@@ -79,7 +79,9 @@ def ours(root: int, tag: str | None) -> set[Proc]:
         needle = f"{TAG_VAR}={tag}\0".encode()
         own_start = table.get(root, (0, "", 0))[2]
         # Only processes started since this session began can carry its tag: skip the rest cheaply.
-        found.update(p for p, (_, _, start) in table.items() if start >= own_start and p not in found and _tagged(p, needle))
+        found.update(
+            p for p, (_, _, start) in table.items() if start >= own_start and p not in found and _tagged(p, needle)
+        )
     found.discard(root)
     return {(p, table[p][2]) for p in found if table[p][1] not in ("Z", "X")}
 
@@ -137,7 +139,9 @@ def _file_of(item: pytest.Item | None) -> str | None:
     return None if item is None else item.nodeid.split("::", 1)[0]
 
 
-_SPAWNS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "pty.spawn"})
+_SPAWNS = frozenset(
+    {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "pty.spawn"}
+)
 _spawned = [0]
 
 
