@@ -118,6 +118,7 @@ def _until(what: str, cond: Callable[[], bool], timeout: float = 20) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # waits on real time (a daemon's timers, a collector's timeout, a client's disconnect)
 def test_waits_end_when_the_client_goes_away(tmp_path: Path, fast_ledger: None) -> None:
     """A request waiting for a turn (here: of a paused agent, which never comes) holds a
     subscription; when the client disconnects, the wait ends and the subscription is dropped."""

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers.evolve import run_turns
 from helpers.wait import await_for
 
@@ -97,6 +98,7 @@ def test_a_failing_or_rambling_model_leaves_the_deterministic_path_working(store
     assert [(u.candidates, u.kept, u.error) for u in used] == [(0, 0, None), (0, 0, "TimeoutError: model down")]
 
 
+@pytest.mark.slow  # waits on real time (a daemon's timers, a collector's timeout, a client's disconnect)
 def test_the_daemon_asks_the_agents_own_model_through_litellm(tmp_path: Path) -> None:
     home = resolve_home(tmp_path / "home")
     base = load_settings(home)

@@ -207,6 +207,7 @@ def test_hand_edits_are_recorded_before_the_next_write(store: Store, bob: AgentS
     assert [(e.origin, e.authority) for e in (adoptions[0], adoptions[3])] == [("runtime:memory", "runtime")] * 2
 
 
+@pytest.mark.slow  # waits on real time (a daemon's timers, a collector's timeout, a client's disconnect)
 def test_readers_never_see_a_partial_or_empty_file(store: Store, bob: AgentState) -> None:
     path = Path(bob.home) / "memory" / "self.md"
     big = "# Big\n" + "a long line of facts that takes some time to write\n" * 1_500

@@ -78,6 +78,7 @@ def _error(r: httpx.Response, status: int, code: str) -> str:
 # --- schedules over HTTP ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # waits on real time (a daemon's timers, a collector's timeout, a client's disconnect)
 def test_a_schedule_added_over_http_fires_and_stops_when_cancelled(client: httpx.Client, server: ApiServer) -> None:
     home = _home(server)
     assert client.post("/v1/agents", json={"name": "ada"}).status_code == 201

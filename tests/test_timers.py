@@ -503,6 +503,7 @@ def test_a_cron_timer_fires_and_its_next_due_time_comes_from_the_cron(store: Sto
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # waits on real time (a daemon's timers, a collector's timeout, a client's disconnect)
 def test_a_one_shot_timer_fires_once_and_is_done(store: Store) -> None:
     provider = ScriptedProvider([reply("Reminder delivered.")])
 
@@ -549,6 +550,7 @@ def test_reconcile_drops_the_job_of_a_timer_cancelled_while_down(store: Store) -
     assert _jobs(store) == {keep}
 
 
+@pytest.mark.slow  # waits on real time (a daemon's timers, a collector's timeout, a client's disconnect)
 def test_firings_while_paused_coalesce_into_the_one_queued_input(store: Store) -> None:
     provider = ScriptedProvider([reply("Checked once, as asked.")])
 

@@ -198,6 +198,7 @@ def _warnings(logs: list[dict[str, Any]], endpoint: str) -> set[str]:
 
 
 @pytest.mark.parametrize("protocol", ["http/json", "http/protobuf"])
+@pytest.mark.slow  # waits on real time (a daemon's timers, a collector's timeout, a client's disconnect)
 def test_a_dead_or_silent_collector_never_holds_up_a_turn(tmp_path: Path, blackhole: str, protocol: str) -> None:
     timeout_s = 3.0  # an export that blocked a turn would cost at least this much per turn
     baseline = _run(tmp_path / "none", "")
