@@ -71,7 +71,7 @@ def _with_bearer(app: FastAPI) -> Any:
 def install_docs(app: FastAPI) -> None:
     """Serve ``/docs`` and its static files from this machine. Without the files (a broken
     install) the daemon still runs and ``/docs`` answers 503 saying what is missing."""
-    app.openapi = _with_bearer(app)  # type: ignore[method-assign]
+    app.openapi = _with_bearer(app)  # type: ignore[method-assign]  # FastAPI's documented way to extend the schema
     try:
         static = swagger_static_dir()
     except ConfigError as e:

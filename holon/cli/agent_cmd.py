@@ -148,7 +148,7 @@ def _schedule_line(made: object, zone: str) -> str:
     """``  schedule: cron '0 9 * * *' (Europe/Paris), next 2026-03-30 09:00:00 CEST (Europe/Paris)``."""
     from holon.runtime.schedule import describe, format_local, split_cron
 
-    kind, spec, due = made.kind, made.spec, made.next_fire_us  # type: ignore[attr-defined]
+    kind, spec, due = made.kind, made.spec, made.next_fire_us  # type: ignore[attr-defined]  # a TimerCreated or TimerProjection: both carry these
     where = split_cron(spec)[0] if kind == "cron" else zone
     return f"  schedule: {describe(kind, spec)}, next {format_local(due, where) if due is not None else '-'}"
 
@@ -309,7 +309,7 @@ def _timer_line(timer: dict[str, object]) -> str:
     """One timer for ``holon agent schedule``: id, schedule, next fire time (in its zone), firings, prompt."""
     from holon.runtime.schedule import describe
 
-    what = describe(timer["kind"], str(timer["spec"]))  # type: ignore[arg-type]
+    what = describe(timer["kind"], str(timer["spec"]))  # type: ignore[arg-type]  # a TimerProjection dumped to JSON: kind is a TimerKind
     nxt = timer.get("next_fire_local") or "-"
     prompt = timer.get("prompt")
     line = f"{timer['timer_id']}  {what}  next: {nxt}  fired: {timer['fired']}"
@@ -360,8 +360,8 @@ def schedule(
         data: dict[str, object] = timer.model_dump(mode="json")
         due = data.get("next_fire_us")
         data["next_fire"] = format_us(due) if isinstance(due, int) else None
-        data["zone"] = timer_zone(timer, zone)
-        data["next_fire_local"] = format_local(due, data["zone"]) if isinstance(due, int) else None  # type: ignore[arg-type]
+        data["zone"] = where = timer_zone(timer, zone)
+        data["next_fire_local"] = format_local(due, where) if isinstance(due, int) else None
         return data
 
     with backend.daemon(c) as api:

@@ -105,7 +105,7 @@ class ZonedCron(BaseTrigger):
         return {"spec": self.spec}
 
     def __setstate__(self, state: dict[str, str]) -> None:
-        self.__init__(state["spec"])  # type: ignore[misc]
+        self.__init__(state["spec"])  # type: ignore[misc]  # unpickling: rebuild the trigger from its spec
 
     def __str__(self) -> str:
         return f"cron[{self.spec}]"

@@ -103,7 +103,8 @@ def row_to_event(row: Sequence[Any]) -> Event:  # Any: a sqlite3 row's values
 
 def event_row(envelope: Mapping[str, Any], payload_text: str, hash_: str) -> tuple[Any, ...]:
     """The ``events`` row (``EVENT_INSERT``'s values) of a header envelope, its payload text and hash."""
-    return _row_values({**envelope, "payload": payload_text, "hash": hash_})  # type: ignore[no-any-return]
+    values: tuple[Any, ...] = _row_values({**envelope, "payload": payload_text, "hash": hash_})
+    return values
 
 
 def _decode(seq: int, type_: str, version: int, payload: str | bytes) -> Payload:
@@ -129,7 +130,7 @@ class Transaction:
 
     def _insert(self, new: Sequence[NewEvent]) -> list[Event]:
         """Encode, chain, fold and store ``new`` plus whatever the hooks derive, in one statement."""
-        rows: list[tuple] = []  # type: ignore[type-arg]
+        rows: list[tuple[Any, ...]] = []
         blobs: list[BlobBody] = []
         out, inserted = self._prepare(new, rows, blobs)
         fresh = inserted
@@ -158,7 +159,7 @@ class Transaction:
     def _prepare(
         self,
         new: Sequence[NewEvent],
-        rows: list[tuple],  # type: ignore[type-arg]
+        rows: list[tuple[Any, ...]],
         blobs: list[BlobBody],
     ) -> tuple[list[Event], list[Event]]:
         """Turn ``new`` into rows (appended to ``rows``); returns (result per input, newly inserted)."""
@@ -298,10 +299,11 @@ class Ledger:
         if state == "absent":
             if not create:
                 raise LedgerError(f"there is no ledger database at {path} (run 'holon init')")
-            mark = self.anchor.read() if self.anchor is not None else None
-            if mark is not None and mark.seq > 0:
+            anchor = self.anchor
+            mark = anchor.read() if anchor is not None else None
+            if anchor is not None and mark is not None and mark.seq > 0:
                 raise LedgerError(
-                    f"the ledger database {path} is missing, but its anchor {self.anchor.path} (a file beside it) "  # type: ignore[union-attr]
+                    f"the ledger database {path} is missing, but its anchor {anchor.path} (a file beside it) "
                     f"says {mark.seq} events were committed: restore the database from a backup, or remove the "
                     "anchor to start an empty ledger"
                 )
@@ -425,14 +427,14 @@ class Ledger:
 
     def read_rows(
         self, after: int = 0, *, agent_id: str | None = None, limit: int | None = None, chunk: int = 2_000
-    ) -> Iterator[tuple]:  # type: ignore[type-arg]
+    ) -> Iterator[tuple[Any, ...]]:  # Any: a sqlite3 row's values
         """Raw rows (columns as in ``EVENT_COLUMNS``) with ``seq > after``; for verify, replay, export."""
         remaining = limit
         cursor = after
         where = "seq > ?" + (" AND agent_id = ?" if agent_id else "")
         while remaining is None or remaining > 0:
             n = chunk if remaining is None else min(chunk, remaining)
-            params: tuple = (cursor, agent_id, n) if agent_id else (cursor, n)  # type: ignore[type-arg]
+            params: tuple[object, ...] = (cursor, agent_id, n) if agent_id else (cursor, n)
             with self._lock:
                 rows = self._conn.execute(
                     f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} ORDER BY seq LIMIT ?", params
@@ -446,7 +448,7 @@ class Ledger:
 
     def tail(self, n: int, *, agent_id: str | None = None) -> list[Event]:
         where = "WHERE agent_id = ?" if agent_id else ""
-        params: tuple = (agent_id, n) if agent_id else (n,)  # type: ignore[type-arg]
+        params: tuple[object, ...] = (agent_id, n) if agent_id else (n,)
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM events {where} ORDER BY seq DESC LIMIT ?", params
@@ -559,7 +561,9 @@ class Ledger:
         with self._lock:
             return self._conn.execute(sql, (after, upto, turn_id)).fetchone() is not None
 
-    def query(self, sql: str, params: tuple[object, ...] | list[object] = ()) -> list[tuple]:  # type: ignore[type-arg]
+    def query(
+        self, sql: str, params: tuple[object, ...] | list[object] = ()
+    ) -> list[tuple[Any, ...]]:  # Any: a sqlite3 row's values
         """Run a read query on the ledger's connection (for projection reads on hot paths)."""
         with self._lock:
             return self._conn.execute(sql, params).fetchall()

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from holon.clock import format_us
+from holon.ledger.events import MemoryScope
 from holon.logs import get_logger
 from holon.memory.access import owner_of
 from holon.memory.files import atomic_write
@@ -44,7 +45,7 @@ __all__ = [
 
 log = get_logger("holon.memory.views")
 
-SCOPES = ("operator", "workspace", "agent")
+SCOPES: tuple[MemoryScope, ...] = ("operator", "workspace", "agent")
 KIND_ORDER = ("preference", "identity", "fact", "procedure", "blocker", "reference")
 
 #: Owner -> its durable entries in seq order (every status), as read once for many homes.
@@ -152,7 +153,7 @@ def render_scopes(
     for scope in SCOPES:
         if scope not in wanted or (scope == "workspace" and not agent.workspace):
             continue
-        owner = owner_of(agent, scope)  # type: ignore[arg-type]
+        owner = owner_of(agent, scope)
         mine = entries.get(owner, []) if entries is not None else _entries(store, owner)
         root = durable_dir(agent, scope)
         if not mine and not root.is_dir():
@@ -169,7 +170,7 @@ def sharers(store: Store, scope: str, owner: str) -> list[AgentState]:
         return []
     return [
         a for a in store.agents()
-        if (scope != "workspace" or a.workspace) and owner_of(a, scope) == owner  # type: ignore[arg-type]
+        if (scope != "workspace" or a.workspace) and owner_of(a, scope) == owner
     ]  # fmt: skip
 
 
@@ -189,7 +190,7 @@ def render_for_sharers(store: Store, agent: AgentState, scopes: Iterable[str]) -
     written = []
     for scope in SCOPES:
         if scope in scopes and (scope != "workspace" or agent.workspace):
-            written += render_owner(store, scope, owner_of(agent, scope))  # type: ignore[arg-type]
+            written += render_owner(store, scope, owner_of(agent, scope))
     return written
 
 

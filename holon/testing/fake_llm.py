@@ -238,7 +238,7 @@ class _Server(ThreadingHTTPServer):
         # A client that timed out or hung up is normal here; anything else is a bug worth seeing.
         if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
             return
-        super().handle_error(request, client_address)  # type: ignore[arg-type]
+        super().handle_error(request, client_address)  # type: ignore[arg-type]  # passed through as the server gave them
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -231,7 +231,7 @@ def write_tool(scopes: tuple[MemoryScope, ...] = SCOPES, background: bool = Fals
             "WriteParams",
             __base__=WriteParams,
             scope=(
-                Literal[scopes],  # type: ignore[arg-type]
+                Literal[scopes],  # type: ignore[arg-type]  # a Literal built from data (see above)
                 Field("agent", description="Which file: " + ", ".join(scopes) + "."),
             ),
         )

@@ -84,7 +84,7 @@ def context_event(
         budget_tokens=budget.limit,
         used_tokens=a.used_tokens,
         manifest_digest=a.digest,
-        summary=summary,  # type: ignore[arg-type]
+        summary=dict(summary),
         manifest=canonical_json(a.manifest.to_json()).decode(),
         prompt=prompt,
         tools=tools,
