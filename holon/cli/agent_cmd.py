@@ -17,7 +17,8 @@ from holon.cli.schedules import warn_unless_daemon
 if TYPE_CHECKING:
     from pydantic import JsonValue
 
-    from holon.projections.state import AgentState
+    from holon.ledger import events as ev
+    from holon.projections.state import AgentState, TimerProjection
 
 app = typer.Typer(help="Create, list and inspect agents.", no_args_is_help=True)
 
@@ -89,7 +90,7 @@ def create(
         budget_tokens_per_day=budget_tokens_per_day,
         budget_cost_per_day_usd=budget_cost_per_day_usd,
     )
-    made = None
+    made: ev.TimerScheduled | TimerProjection | None = None
     if prompt is not None and schedule is None:
         raise UsageError("--prompt goes with --schedule (what the agent is told when the schedule fires)")
     if schedule is not None:  # checked here, before any daemon or store is asked
@@ -135,7 +136,7 @@ def create(
                     schedule=schedule, prompt=prompt, now_us=now if made is not None else None,
                 )  # fmt: skip
                 if made is not None:  # as stored
-                    made = store.rows("timer", agent_id=agent.agent_id)[0]
+                    made = store.timers(agent_id=agent.agent_id)[0]
     human = f"created agent {agent.name} ({agent.agent_id})\n  home: {agent.home}"
     if made is not None:
         human += "\n" + _schedule_line(made, zone)
@@ -144,11 +145,11 @@ def create(
         warn_unless_daemon(c)
 
 
-def _schedule_line(made: object, zone: str) -> str:
+def _schedule_line(made: ev.TimerScheduled | TimerProjection, zone: str) -> str:
     """``  schedule: cron '0 9 * * *' (Europe/Paris), next 2026-03-30 09:00:00 CEST (Europe/Paris)``."""
     from holon.runtime.schedule import describe, format_local, split_cron
 
-    kind, spec, due = made.kind, made.spec, made.next_fire_us  # type: ignore[attr-defined]  # a TimerCreated or TimerProjection: both carry these
+    kind, spec, due = made.kind, made.spec, made.next_fire_us
     where = split_cron(spec)[0] if kind == "cron" else zone
     return f"  schedule: {describe(kind, spec)}, next {format_local(due, where) if due is not None else '-'}"
 

@@ -45,9 +45,9 @@ def descendants(store: Store, agent_id: str) -> list[AgentState]:
 def delete_records(store: Store, state: AgentState, *, origin: str) -> None:
     """One agent's deletion in the ledger (one transaction), then its home and hook token."""
     agent_id = state.agent_id
-    open_tasks = [t for s in ("running", "pending") for t in store.rows("task", agent_id=agent_id, status=s)]
-    waits = store.rows("wait", agent_id=agent_id, status="pending")
-    timers = store.rows("timer", agent_id=agent_id, status="scheduled")
+    open_tasks = [t for s in ("running", "pending") for t in store.tasks(agent_id=agent_id, status=s)]
+    waits = store.waits(agent_id=agent_id, status="pending")
+    timers = store.timers(agent_id=agent_id, status="scheduled")
     store.append(
         *[NewEvent(agent_id, ev.TaskResulted(task_id=t.task_id, state="cancelled", output=REASON), origin=origin, authority="operator", task_id=t.task_id) for t in open_tasks],
         *[NewEvent(agent_id, ev.WaitResolved(wait_id=w.wait_id, resolution="cancelled"), origin=origin, authority="operator") for w in waits],
@@ -80,7 +80,7 @@ def _tell_parent(store: Store, child: AgentState) -> None:
     task_id = child.settings.get("parent_task_id")
     if child.parent_id is None or not isinstance(task_id, str):
         return
-    if getattr(store.state("task", task_id), "state", None) != "running":
+    if getattr(store.task(task_id), "state", None) != "running":
         return
     try:
         store.agent(child.parent_id)

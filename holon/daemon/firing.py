@@ -41,7 +41,7 @@ class TimerFiring:
         records it (coalesced)."""
         if self.phase.draining:
             return
-        timer = self.store.state("timer", timer_id)
+        timer = self.store.timer(timer_id)
         if not isinstance(timer, TimerProjection) or timer.status != "scheduled":
             return
         last, count = due_firings(timer, self.clock.now_us() + EARLY_US)

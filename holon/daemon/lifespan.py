@@ -89,10 +89,10 @@ class Lifespan:
     async def _start_timers(self, stack: AsyncExitStack) -> None:
         r = self.rooms
         now = r.clock.now_us()
-        for timer in r.store.rows("timer", status="scheduled"):  # missed while down: one coalesced firing each
+        for timer in r.store.timers(status="scheduled"):  # missed while down: one coalesced firing each
             if timer.next_fire_us is not None and timer.next_fire_us <= now:
                 await r.firing.fire(timer.timer_id)
-        r.timers.start(r.store.rows("timer", status="scheduled"))
+        r.timers.start(r.store.timers(status="scheduled"))
         stack.callback(r.timers.stop)
 
     def _stop_input(self) -> None:

@@ -147,6 +147,6 @@ class Maintenance:
         queue = self.evolver.queue
         dead = [{"job": j.key, "agent_id": j.agent_id, "attempts": j.attempts, "error": j.last_error}
                 for j in queue.jobs(status="dead", limit=20)]  # fmt: skip
-        pending = len(self.store.rows("proposal", status="pending"))
+        pending = len(self.store.proposals(status="pending"))
         return {"enabled": True, "jobs": queue.counts(), "dead": dead, "error": self.evolve_error,
                 "pending_proposals": pending}  # fmt: skip

@@ -47,9 +47,9 @@ class StatusView:
         and scheduled timers when the caller read them already (``status`` reads them for all
         agents in two queries)."""
         if waits is None:
-            waits = self.store.rows("wait", agent_id=agent.agent_id, status="pending")
+            waits = self.store.waits(agent_id=agent.agent_id, status="pending")
         if timers is None:
-            timers = self.store.rows("timer", agent_id=agent.agent_id, status="scheduled")
+            timers = self.store.timers(agent_id=agent.agent_id, status="scheduled")
         live = Live(running=self.host.is_running(agent.agent_id), retry_at_us=self.host.retry_at(agent.agent_id))
         return decide(
             agent, now_us=self.clock.now_us(), waits=waits, timers=timers, live=live,
@@ -78,10 +78,10 @@ class StatusView:
         cursors = self.store.cursors()
         now = self.clock.now_us()
         waits: dict[str, list[WaitProjection]] = {}
-        for w in self.store.rows("wait", status="pending"):
+        for w in self.store.waits(status="pending"):
             waits.setdefault(w.agent_id, []).append(w)
         timers: dict[str, list[TimerProjection]] = {}
-        for t in self.store.rows("timer", status="scheduled"):
+        for t in self.store.timers(status="scheduled"):
             timers.setdefault(t.agent_id, []).append(t)
         started = self.phase.started_us
         sandbox = self.host.tasks.sandbox

@@ -183,7 +183,7 @@ class Wakes:
                 self.dirty.add(key.agent_id)
             payload = payloads.get(key.seq)
             if isinstance(payload, _TIMER_EVENTS) and not self.phase.draining and self._timers is not None:
-                timer = self.store.state("timer", payload.timer_id)
+                timer = self.store.timer(payload.timer_id)
                 self._timers.sync(timer if isinstance(timer, TimerProjection) else None, payload.timer_id)
             if key.type in ("agent.created", "agent.configured"):
                 self.on_agents_changed()  # a new agent, or one given the local model: its model warms now

@@ -101,7 +101,7 @@ class DocMaker:
 
     def work_item_doc(self, event: Event) -> Iterable[Doc]:
         item_id = getattr(event.payload, "work_item_id", "")
-        state = self.store.state("work_item", item_id)
+        state = self.store.work_item(item_id)
         if not isinstance(state, WorkItemState):
             return
         lines = [state.objective, *state.plan, *state.constraints, *(t.text for t in state.todos)]
@@ -114,7 +114,7 @@ class DocMaker:
 
     def task_doc(self, event: Event) -> Iterable[Doc]:
         task_id = getattr(event.payload, "task_id", "")
-        state = self.store.state("task", task_id)
+        state = self.store.task(task_id)
         if not isinstance(state, TaskProjection):
             return
         command = state.spec.get("command") or state.spec.get("task") or ""

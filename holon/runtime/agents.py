@@ -251,7 +251,7 @@ def add_timer(
         events.append(NewEvent(state.agent_id, ev.AgentConfigured(changes={"background": True}), origin=origin, authority="operator"))  # fmt: skip
     events.append(NewEvent(state.agent_id, made, origin=origin, authority="operator"))
     store.append(*events)
-    timer = store.state("timer", made.timer_id)
+    timer = store.timer(made.timer_id)
     assert isinstance(timer, TimerProjection)
     return timer
 
@@ -260,12 +260,12 @@ def cancel_timer(store: Store, agent: str, timer_id: str, *, origin: str) -> Tim
     """Cancel one of an agent's timers (``timer.cancelled``): ``NotFoundError`` for a timer id the
     agent does not have, ``ConflictError`` for one that is already over (fired once, cancelled)."""
     state = store.agent(agent)
-    timer = store.state("timer", timer_id)
+    timer = store.timer(timer_id)
     if not isinstance(timer, TimerProjection) or timer.agent_id != state.agent_id:
         raise NotFoundError(f"agent {state.name} has no timer {timer_id!r} (see 'holon agent schedule {state.name}')")
     if timer.status != "scheduled":
         raise ConflictError(f"timer {timer_id} of {state.name} is already {timer.status}")
     store.append(NewEvent(state.agent_id, ev.TimerCancelled(timer_id=timer_id), origin=origin, authority="operator"))
-    cancelled = store.state("timer", timer_id)
+    cancelled = store.timer(timer_id)
     assert isinstance(cancelled, TimerProjection)
     return cancelled

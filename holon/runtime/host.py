@@ -156,7 +156,7 @@ class AgentHost:
     def _report_interrupted(self, task_id: str) -> None:
         """Tell the agent that a task the shutdown killed was interrupted, as recovery would after a
         crash; the input waits in the ledger for the next start (nothing is scheduled now)."""
-        task = self.store.state("task", task_id)
+        task = self.store.task(task_id)
         if not isinstance(task, TaskProjection):
             return
         output = self.store.ledger.resolve(task.output)
@@ -300,7 +300,7 @@ class AgentHost:
                 else:
                     self.schedule(agent_id)
                 woken += 1
-        for wait in self.store.rows("wait", status="pending"):
+        for wait in self.store.waits(status="pending"):
             if wait.recheck_at_us > now:
                 continue
             what = f"{wait.on} {wait.target}" if wait.target else wait.on
@@ -319,7 +319,7 @@ class AgentHost:
     # --- tasks and child agents -------------------------------------------------------------
 
     async def _task_done(self, agent_id: str, task_id: str) -> None:
-        task = self.store.state("task", task_id)
+        task = self.store.task(task_id)
         state = getattr(task, "state", "?")
         output = self.store.ledger.resolve(getattr(task, "output", None))
         body = output if isinstance(output, str) or output is None else (output.text or output.preview)
@@ -384,7 +384,7 @@ class AgentHost:
         task_id = child.settings.get("parent_task_id")
         if child.parent_id is None or not isinstance(task_id, str):
             return
-        if getattr(self.store.state("task", task_id), "state", None) != "running":
+        if getattr(self.store.task(task_id), "state", None) != "running":
             return
         try:
             self.store.agent(child.parent_id)
@@ -404,7 +404,7 @@ class AgentHost:
         task_id = agent.settings.get("parent_task_id")
         if agent.parent_id is None or not isinstance(task_id, str):
             return
-        task = self.store.state("task", task_id)
+        task = self.store.task(task_id)
         if task is None or getattr(task, "state", None) != "running":
             return
         answer = result.reply if result.outcome == "completed" else f"the child agent failed: {result.reason}"
