@@ -122,7 +122,7 @@ def _ctx(store: Store, host: AgentHost, name: str) -> ToolContext:
         home=Path(agent.home),
         workspace=Path(agent.home),
         views=StoreViews(store, agent.agent_id),
-        services=host,
+        services=host.services,
     )
 
 

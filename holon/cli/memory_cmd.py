@@ -17,7 +17,7 @@ from holon.cli import backend
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit, open_store
 
 if TYPE_CHECKING:
-    from holon.ledger.events import MemoryScope
+    pass
 
 app = typer.Typer(
     help="Search and read an agent's memory (conversations, curated files, events, episodes, work items, tasks); "
@@ -91,10 +91,11 @@ def search(
     """Search AGENT's memory exactly as its memory_search tool would (same scopes, same ranking)."""
     from holon.clock import parse_iso
     from holon.memory.access import search_memory
+    from holon.memory.refs import parse_scope
     from holon.runtime.embedders import embedder_from_settings
     from holon.runtime.tools.memory import render_search_json
 
-    scopes = _scopes(scope)
+    scopes = parse_scope(scope)
     c = ctx_of(ctx, home, json_out)
     since_us, until_us = (
         parse_iso(since, field="--since"),
@@ -121,18 +122,6 @@ def search(
         )
     found = result.as_dict()
     emit(c, found, render_search_json(found))
-
-
-def _scopes(scope: str | None) -> tuple[MemoryScope, ...]:
-    """``--scope`` as the scopes to search (every scope when none is named)."""
-    from holon.errors import UsageError
-
-    match scope:
-        case None:
-            return ()
-        case "agent" | "operator" | "workspace":
-            return (scope,)
-    raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
 
 
 @app.command("reindex")

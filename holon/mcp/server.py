@@ -28,10 +28,10 @@ from pydantic import Field
 
 from holon import __version__
 from holon.clock import parse_iso
-from holon.errors import HolonError, UsageError
-from holon.ledger.events import MemoryScope
+from holon.errors import HolonError
 from holon.memory.access import search_memory
 from holon.memory.get import DEFAULT_MAX_CHARS, MAX_MAX_CHARS, MIN_MAX_CHARS, MemoryGetRequest, memory_get
+from holon.memory.refs import parse_scope
 from holon.projections import Store
 from holon.runtime.embedders import embedder_from_settings
 from holon.runtime.ingress import MAX_KEY_CHARS, deliver_input
@@ -50,16 +50,6 @@ def _clear_errors() -> Iterator[None]:
         yield
     except HolonError as e:
         raise ToolError(str(e)) from e
-
-
-def _scopes(scope: str | None) -> tuple[MemoryScope, ...]:
-    """The ``scope`` argument as the scopes to search (every scope when none is named)."""
-    match scope:
-        case None:
-            return ()
-        case "agent" | "operator" | "workspace":
-            return (scope,)
-    raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
 
 
 def build_server(store: Store, agent_ref: str) -> MCPServer:
@@ -87,7 +77,7 @@ def build_server(store: Store, agent_ref: str) -> MCPServer:
         work_item: Annotated[str | None, Field(max_length=200, description="Only documents of this work item.")] = None,
     ) -> dict[str, Any]:
         with _clear_errors():
-            scopes = _scopes(scope)
+            scopes = parse_scope(scope)
             result = search_memory(
                 store, agent(), query, kinds=tuple(kinds or ()), scopes=scopes,
                 since_us=parse_iso(since, field="since"), until_us=parse_iso(until, field="until"), work_item_id=work_item,

@@ -39,6 +39,7 @@ __all__ = [
     "WorkItemRef",
     "check_relative_path",
     "parse_ref",
+    "parse_scope",
 ]
 
 MAX_REF_CHARS = 1_000
@@ -47,6 +48,18 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 _SKILL_ID = re.compile(r"^[a-z0-9][a-z0-9\-]{0,63}$")  # as ``SkillDraft.skill_id``: one directory name
 _SEGMENT = re.compile(r"^[^\x00-\x1f\x7f/\\:*?\"<>|]+$")
 SCOPES: tuple[MemoryScope, ...] = ("agent", "operator", "workspace")
+
+
+def parse_scope(scope: str | None) -> tuple[MemoryScope, ...]:
+    """A ``scope`` argument (CLI ``--scope``, MCP, API) as the scopes to search: every scope when
+    none is named; ``UsageError`` for an unknown one."""
+    match scope:
+        case None:
+            return ()
+        case "agent" | "operator" | "workspace":
+            return (scope,)
+    raise UsageError(f"unknown scope {scope!r}; scopes: agent, operator, workspace")
+
 
 RefKind = Literal["event", "episode", "work_item", "task", "file", "durable", "skill"]
 _EXAMPLES = (

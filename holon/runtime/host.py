@@ -42,8 +42,9 @@ from holon.runtime.providers.retry import RetryPolicy
 from holon.runtime.recovery import RecoveryReport, interrupted_task_input, recover
 from holon.runtime.sandbox import harden_process
 from holon.runtime.settings import read_settings
-from holon.runtime.tasks import CommandOutcome, TaskManager
+from holon.runtime.tasks import TaskManager
 from holon.runtime.tools import ToolRegistry, builtin_registry
+from holon.runtime.tools.services import TaskServices
 from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnRunner
 
 __all__ = ["RETRY_BASE_S", "RETRY_MAX_S", "AgentHost", "retry_delay"]
@@ -91,12 +92,14 @@ class AgentHost:
         ``schedule`` it here."""
         self.clock = clock
         self.tasks = TaskManager.for_store(store, clock, on_done=self._task_done)
+        self.services = TaskServices(self.tasks, spawn=self.spawn_child)
+        """What this host's tools may ask of it (``ToolServices``)."""
         self.runner = TurnRunner(
             store,
             registry or builtin_registry(),
             resolve_provider,
             clock=clock,
-            services=self,
+            services=self.services,
             limits=limits,
             retry=retry,
             observer=observer,
@@ -339,23 +342,9 @@ class AgentHost:
         self._stalled.pop(agent_id, None)
         self.schedule(agent_id)
 
-    # --- tool services (``ToolServices``): what tools may ask of the host -------------------
+    # --- child agents (the ``spawn`` of this host's ``TaskServices``) ------------------------
 
-    def command_refusal(self) -> str | None:
-        return self.tasks.sandbox.refusal
-
-    async def run_command(
-        self, agent_id: str, home: Path, workspace: Path, cwd: Path, command: str, *, wait_s: float, timeout_s: float
-    ) -> CommandOutcome:
-        return await self.tasks.run_command(agent_id, home, workspace, cwd, command, wait_s=wait_s, timeout_s=timeout_s)
-
-    def live_output(self, task_id: str) -> str | None:
-        return self.tasks.live_output(task_id)
-
-    def stop_task(self, task_id: str) -> bool:
-        return self.tasks.stop(task_id)
-
-    async def spawn_child(self, parent_id: str, task_text: str, *, name: str | None, template: str) -> tuple[str, str]:
+    async def spawn_child(self, parent_id: str, task_text: str, name: str | None, template: str) -> tuple[str, str]:
         parent = self.store.agent(parent_id)
         child_name = name or f"{parent.name}-child-{new_id('c')[-6:]}"
         task_id = new_id("task")

@@ -1,8 +1,10 @@
-"""``TaskServices``: the tool services of a turn run without an agent host (``holon diagnose``,
-``holon bench turn``): commands and background tasks, no child agents."""
+"""``TaskServices``: the tool services (``ToolServices``) over a ``TaskManager``: commands and
+background tasks, and child agents when a host gives a way to spawn them (``AgentHost`` does;
+``holon diagnose`` and ``holon bench turn`` run turns without one)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,9 +16,12 @@ __all__ = ["TaskServices"]
 
 @dataclass(frozen=True, slots=True)
 class TaskServices:
-    """``ToolServices`` over a ``TaskManager``; ``spawn_agent`` is refused (there is no host to run a child)."""
+    """``ToolServices`` over a ``TaskManager``; without ``spawn`` the ``spawn_agent`` tool is refused
+    (there is no host to run a child)."""
 
     tasks: TaskManager
+    spawn: Callable[[str, str, str | None, str], Awaitable[tuple[str, str]]] | None = None
+    """``(parent_id, task_text, name, template) -> (child name, task id)``."""
 
     def command_refusal(self) -> str | None:
         return self.tasks.sandbox.refusal
@@ -33,4 +38,6 @@ class TaskServices:
         return self.tasks.stop(task_id)
 
     async def spawn_child(self, parent_id: str, task_text: str, *, name: str | None, template: str) -> tuple[str, str]:
-        raise ToolRetry("child agents are not available here")
+        if self.spawn is None:
+            raise ToolRetry("child agents are not available here")
+        return await self.spawn(parent_id, task_text, name, template)
