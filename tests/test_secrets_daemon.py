@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.daemon import completed_inputs, payloads, submit
@@ -43,8 +44,13 @@ def test_a_stored_secret_is_read_at_call_time_and_never_written_elsewhere(tmp_pa
             assert f"nor in holon secrets: run `holon secrets set {VAR}`" in text, text
             if pid:
                 assert f"(pid {pid})" in text, text
-            status = holon(home, "daemon", "status", "--json", env=env).json()
-            row = next(a for a in status["status"]["agents"] if a["name"] == "alice")
+
+            def alice() -> dict[str, Any]:  # daemon.json follows the ledger within a writer tick
+                status = holon(home, "daemon", "status", "--json", env=env).json()
+                return next(a for a in status["status"]["agents"] if a["name"] == "alice")
+
+            wait_for("alice's status to say failed", lambda: alice()["state"] == "failed", timeout=60)
+            row = alice()
             assert row["state"] == "failed" and f"holon secrets set {VAR}" in row["detail"], row
 
             stored = subprocess.run(
