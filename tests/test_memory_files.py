@@ -21,7 +21,7 @@ from holon.context.view import gather
 from holon.errors import ModelError, NotFoundError, UsageError
 from holon.ledger import events as ev
 from holon.memory import files, markdown
-from holon.memory.files import is_background, list_files, locate, permissions
+from holon.memory.files import atomic_create, is_background, list_files, locate, permissions
 from holon.memory.get import MemoryGetRequest, memory_get
 from holon.memory.writes import (
     ARCHIVE_AT_BYTES,
@@ -252,6 +252,17 @@ def test_concurrent_writers_serialise_on_a_shared_file(store: Store, alice: Agen
     replayed = replay_files(store)
     assert replayed.problems == []
     assert replayed.files[locate(store.paths, alice, "operator").location] == text
+
+
+def test_creating_the_operator_file_never_overwrites_one_a_writer_made_meanwhile(store: Store, tmp_path: Path) -> None:
+    # Two writers can both see no operator.md; the second one's creation must not clobber the
+    # first one's file and the entry appended to it (a lost write under load before).
+    target = tmp_path / "operator.md"
+    assert atomic_create(target, b"# Operator\n")
+    target.write_bytes(b"# Operator\n\n## entry appended meanwhile\n")
+    assert not atomic_create(target, b"# Operator\n")
+    assert target.read_bytes() == b"# Operator\n\n## entry appended meanwhile\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["operator.md"]  # no temporary file left
 
 
 # --- archiving -----------------------------------------------------------------------------------

@@ -84,6 +84,10 @@ def test_the_daemon_knows_what_runs_and_when_a_failed_agent_is_retried() -> None
         "failed", "provider unreachable", NOW + 8_000_000,
     )  # fmt: skip
     assert state(failing, live=Live(running=True))[0] == "running"
+    # Between two attempts (the retry time came, the next turn not yet started) it is still failed.
+    requeued = agent(last_error="provider unreachable", pending_inputs=[5])
+    assert state(requeued, live=Live(retrying=True)) == ("failed", "provider unreachable", None)
+    assert state(requeued, live=Live())[0] == "idle"  # recovered: a turn settled well since
 
 
 def test_a_bad_stored_setting_is_appended_to_the_detail() -> None:

@@ -50,7 +50,11 @@ class StatusView:
             waits = self.store.waits(agent_id=agent.agent_id, status="pending")
         if timers is None:
             timers = self.store.timers(agent_id=agent.agent_id, status="scheduled")
-        live = Live(running=self.host.is_running(agent.agent_id), retry_at_us=self.host.retry_at(agent.agent_id))
+        agent_id = agent.agent_id
+        live = Live(
+            running=self.host.is_running(agent_id), retry_at_us=self.host.retry_at(agent_id),
+            retrying=self.host.is_failing(agent_id),
+        )  # fmt: skip
         return decide(
             agent, now_us=self.clock.now_us(), waits=waits, timers=timers, live=live,
             budget=lambda: self.budgets.exhausted(agent), problem=settings_problem(agent.settings, self.store.settings.model),
@@ -71,7 +75,7 @@ class StatusView:
         cursors = tuple(self.store.cursors().items())
         m = self.maintenance
         return (self.store.ledger.head(), cursors, self.phase.accepting, len(self.host.active_runs()),
-                m.index_error, m.evolve_error, self.budgets.today())  # fmt: skip
+                self.host.held_back(), m.index_error, m.evolve_error, self.budgets.today())  # fmt: skip
 
     def status(self) -> dict[str, Any]:
         head = self.store.ledger.head()

@@ -47,6 +47,7 @@ __all__ = [
     "MemoryFile",
     "Op",
     "Permissions",
+    "atomic_create",
     "atomic_write",
     "ensure_operator_file",
     "is_background",
@@ -118,7 +119,7 @@ def ensure_operator_file(paths: HomePaths) -> Path:
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         template = agent_home_template() / "memory" / "operator.md"
-        atomic_write(target, template.read_bytes())
+        atomic_create(target, template.read_bytes())
     return target
 
 
@@ -309,6 +310,29 @@ def atomic_write(target: Path, data: bytes) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(target.parent)
+
+
+def atomic_create(target: Path, data: bytes) -> bool:
+    """Create ``target`` with ``data`` unless it exists; False when it did (it is left alone).
+
+    ``atomic_write`` would replace a file another writer created and appended to meanwhile; this
+    links a complete temporary file into place, which fails instead of overwriting.
+    """
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+    finally:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+    _fsync_dir(target.parent)
+    return True
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -253,6 +253,15 @@ class AgentHost:
         """When an agent held back after a transient failure runs again (clock µs), else None."""
         return self._stalled.get(agent_id)
 
+    def is_failing(self, agent_id: str) -> bool:
+        """Its last turn failed transiently and no turn has settled well since (held back, or its
+        retry about to start)."""
+        return agent_id in self._fail_reason
+
+    def held_back(self) -> tuple[tuple[str, int | None], ...]:
+        """Every failing agent and its retry time (``None``: retrying now), for status keys."""
+        return tuple(sorted((a, self._stalled.get(a)) for a in self._fail_reason))
+
     def active_runs(self) -> list[asyncio.Task[list[TurnResult]]]:
         return [run for run in self._runs.values() if not run.done()]
 

@@ -69,6 +69,9 @@ class Live:
     """A turn of the agent runs now."""
     retry_at_us: int | None = None
     """The agent is held back after a transient failure (its inputs re-queued) until then."""
+    retrying: bool = False
+    """Its retry time came and the retry is about to start: still failed until a turn settles well
+    (without this, a failing agent would show ``idle`` for the moment between two attempts)."""
 
 
 def is_internal(agent: AgentState) -> bool:
@@ -128,7 +131,7 @@ def _decide(
     budget = budget_of() if budget_of is not None else None
     if budget is not None:
         return out("asleep", f"daily budget used: {budget}", (now // DAY_US + 1) * DAY_US)
-    if live is not None and live.retry_at_us is not None:
+    if live is not None and (live.retry_at_us is not None or live.retrying):
         return out("failed", agent.last_error or "", live.retry_at_us)
     if agent.status == "failed":
         if agent.last_error == ABORTED_REASON:
