@@ -364,7 +364,8 @@ def test_operator_rules_and_decisions_are_kept_as_key_points_of_the_thread(store
     assert s.drafts().thread != d.thread
     head = store.ledger.head()
     view = gather(store, s.agent_id, inputs=[], started_seq=head + 1, tools=[])
-    assert view.key_points == ()
+    # The decision stays with its thread; rules set in plain conversation hold in every thread.
+    assert [k.text for k in view.key_points] == KEY[1:3]
     assert_sound(store)
 
 

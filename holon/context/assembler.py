@@ -27,7 +27,7 @@ pinned section's ``last_resort`` renderings, such as a long input shown only by 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import orjson
@@ -40,6 +40,7 @@ __all__ = [
     "ContextOverflow",
     "Manifest",
     "ManifestSection",
+    "Part",
     "Rendering",
     "Section",
     "STABLE_SHARE",
@@ -61,6 +62,21 @@ class ContextOverflow(HolonError):
 
 
 @dataclass(frozen=True, slots=True)
+class Part:
+    """A line of a text rendering that quotes or derives from ledger events (``refs``).
+
+    When every one of its refs is already shown by another section of the prompt (a past turn,
+    the input, a higher-priority summary), the part is left out at layout: the same evidence is
+    never shown twice, and a summary stands in exactly for what the budget cut. A section whose
+    ``essential`` parts are all left out is left out whole.
+    """
+
+    text: str
+    refs: tuple[str, ...] = ()
+    essential: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Rendering:
     form: Literal["full", "compact"]
     tokens: int
@@ -73,6 +89,8 @@ class Rendering:
     """Tool schemas (the tools section only)."""
     refs: tuple[str, ...] = ()
     """Ledger references this rendering carries (``event:42``, ``episode:ep_..``, ``file:memory/self.md``)."""
+    parts: tuple[Part, ...] = ()
+    """For a text rendering made of lines that quote events: its lines (``text`` is them joined)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,8 +292,46 @@ def assemble(sections: list[Section], budget: Budget) -> Assembly:
     return _layout(plan, budget, total, reasons)
 
 
+def _chosen(plan: _Plan) -> dict[str, Rendering]:
+    out = {}
+    for s in plan.sections:
+        level = plan.level[s.key]
+        if level < len(s.renderings):
+            out[s.key] = s.renderings[level]
+    return out
+
+
+def _deduplicate(plan: _Plan, chosen: dict[str, Rendering], reasons: dict[str, str]) -> None:
+    """Leave out the parts of text renderings whose events other sections already show.
+
+    Messages (past turns, the input, this turn's rounds) show their events verbatim, so they come
+    first; text sections with parts follow, highest priority first, each seeing what the ones
+    before it showed. A rendering that keeps only some parts is rebuilt from them; tokens stay
+    counted at the rendering's full size (an upper bound: the budget still holds)."""
+    shown = {ref for s in plan.sections if s.key in chosen and not chosen[s.key].parts for ref in chosen[s.key].refs}
+    with_parts = sorted(
+        (s for s in plan.sections if s.key in chosen and chosen[s.key].parts), key=lambda s: (-s.priority, s.key)
+    )
+    for s in with_parts:
+        r = chosen[s.key]
+        kept = tuple(p for p in r.parts if not (p.refs and set(p.refs) <= shown))
+        if len(kept) == len(r.parts):
+            shown.update(r.refs)
+            continue
+        if not any(p.essential for p in kept):
+            del chosen[s.key]
+            reasons[s.key] = "left out: other sections of this prompt show its evidence"
+            continue
+        refs = tuple(sorted({ref for p in kept for ref in p.refs}))
+        chosen[s.key] = replace(r, text="\n".join(p.text for p in kept), parts=kept, refs=refs)
+        reasons.setdefault(s.key, "fits; lines other sections show are left out")
+        shown.update(refs)
+
+
 def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) -> Assembly:
     ordered = sorted(plan.sections, key=lambda s: (_TIER_RANK[s.tier], _SLOT_RANK[s.slot], s.order, s.key))
+    picked = _chosen(plan)
+    _deduplicate(plan, picked, reasons)
     system_parts: list[str] = []
     context_parts: list[str] = []
     history: list[dict[str, Any]] = []
@@ -283,8 +339,7 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) ->
     tools: list[dict[str, Any]] = []
     manifest_sections: list[ManifestSection] = []
     for s in ordered:
-        level = plan.level[s.key]
-        chosen = s.renderings[level] if level < len(s.renderings) else None
+        chosen = picked.get(s.key)
         full = s.renderings[0]
         included = set(chosen.refs) if chosen else set()
         manifest_sections.append(
@@ -307,8 +362,10 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) ->
             system_parts.append(chosen.text)
         elif s.slot == "context" and chosen.text:
             context_parts.append(chosen.text)
-        elif s.slot == "history":
+        elif s.slot == "history" and chosen.messages:
             history.extend(chosen.messages)
+        elif s.slot == "history" and chosen.text:
+            context_parts.append(chosen.text)  # a summary standing in for past turns
         else:
             tail.extend(chosen.messages)
     stable_prefix = "\n\n".join(system_parts)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from holon.clock import format_us
+from holon.projections import dialogue
 
 __all__ = [
     "INPUT_PREVIEW_CHARS",
@@ -107,19 +107,10 @@ def render_inputs(
     return "\n\n".join(blocks) or "(no input)"
 
 
-_SHORT_WORDS = 6
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
-
-
 def is_short_reply(inputs: list[InputView] | tuple[InputView, ...]) -> bool:
-    """An operator reply too short to stand on its own ("yes", "ok", "the second one", "好的")."""
+    """One operator reply too short to stand on its own ("yes", "ok", "the second one", "好的")."""
     operator = [i for i in inputs if i.authority == "operator"]
-    if len(operator) != 1:
-        return False
-    text = operator[0].text.strip()
-    if _CJK.search(text):
-        return len(text) <= 12
-    return len(text.split()) <= _SHORT_WORDS
+    return len(operator) == 1 and dialogue.is_short(operator[0].text)
 
 
 def with_cache_markers(messages: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:

@@ -18,9 +18,11 @@ from typing import Any
 from holon.context.render import InputView
 from holon.ledger import Event
 from holon.ledger import events as ev
+from holon.ledger.query import EventQuery
 from holon.memory.files import prompt_files
 from holon.memory.recall import Recall, RecallLimits, recall
 from holon.projections import Store
+from holon.projections.episodes import flat_excerpt
 from holon.projections.state import (
     AgentState,
     EpisodeDrafts,
@@ -30,7 +32,7 @@ from holon.projections.state import (
     WorkItemState,
 )
 
-__all__ = ["EpisodeView", "HistoryTurn", "RoundView", "ToolEvidence", "TurnView", "gather", "refresh"]
+__all__ = ["EpisodeLine", "EpisodeView", "HistoryTurn", "RoundView", "ToolEvidence", "TurnView", "gather", "refresh"]
 
 MAX_HISTORY = 60
 """Candidate past turns, newest first, of any thread (the sections decide which fit the turn)."""
@@ -51,6 +53,14 @@ class HistoryTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class EpisodeLine:
+    """A line of an episode's summary and the events it quotes (none for what it only counts)."""
+
+    text: str
+    refs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class EpisodeView:
     episode_id: str
     seq: int
@@ -60,6 +70,11 @@ class EpisodeView:
     topic: str
     summary: str
     boundary: str
+    lines: tuple[EpisodeLine, ...] = ()
+    """The summary as lines with the events each quotes, so a prompt can leave out what its
+    past turns already show."""
+    thread: str = ""
+    """The work item, or the conversation thread the episode began in (``conv:<seq>``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +174,49 @@ def _read_turn(store: Store, started_seq: int, settled_seq: int) -> HistoryTurn 
     return HistoryTurn(p.turn_id, start.seq, settled.seq, start.work_item_id, inputs, _text(store, p.reply), p.outcome)
 
 
-def _thread_of(turn: HistoryTurn, conv_starts: list[KeyPoint], conv_seqs: list[int]) -> str:
-    if turn.work_item_id is not None:
-        return turn.work_item_id
-    at = bisect.bisect_right(conv_seqs, turn.started_seq)
+def _thread_of(work_item_id: str | None, seq: int, conv_starts: list[KeyPoint], conv_seqs: list[int]) -> str:
+    if work_item_id is not None:
+        return work_item_id
+    at = bisect.bisect_right(conv_seqs, seq)
     return conv_starts[at - 1].thread if at else "conv:0"
+
+
+def _episode_view(store: Store, e: Event) -> EpisodeView:
+    """A sealed episode as lines, each with the events it quotes: the operator's requests (matched
+    to their messages in the range) and the last reply (its ``turn.settled``)."""
+    p = e.payload
+    assert isinstance(p, ev.EpisodeSealed)
+    said: dict[str, int] = {}
+    last_settled: int | None = None
+    for m in store.ledger.find(
+        EventQuery(
+            agent_id=e.agent_id, types=("message.received", "turn.settled"), after=p.seq_start - 1, upto=p.seq_end
+        )
+    ):
+        if isinstance(m.payload, ev.MessageReceived) and m.authority == "operator":
+            said.setdefault(flat_excerpt(m.payload.text, 160), m.seq)
+        elif isinstance(m.payload, ev.TurnSettled) and m.payload.reply is not None:
+            last_settled = m.seq
+    ended = p.boundary.replace("_", " ")
+    lines = [EpisodeLine(f"# Episode {p.episode_id} ({p.topic or 'conversation'}; events {p.seq_start}-{p.seq_end}): "
+                         f"{p.turns} turns, {p.tool_calls} tool calls; ended: {ended}.")]  # fmt: skip
+    lines += [EpisodeLine(f"Operator: {x}", (f"event:{said[x]}",) if x in said else ()) for x in p.excerpts]
+    if p.commands:
+        shown = "; ".join(f"{str(c.get('command', ''))[:80]} (exit {c.get('exit_code')})" for c in p.commands[-5:])
+        lines.append(EpisodeLine(f"Commands: {shown}."))
+    if p.files:
+        lines.append(EpisodeLine("Files: " + ", ".join(p.files) + "."))
+    if p.decisions:
+        lines.append(EpisodeLine("Decisions: " + "; ".join(p.decisions[-5:]) + "."))
+    if p.follow_ups:
+        lines.append(EpisodeLine("Follow-ups: " + "; ".join(p.follow_ups[-5:]) + "."))
+    if p.last_reply:
+        refs = (f"event:{last_settled}",) if last_settled is not None else ()
+        lines.append(EpisodeLine(f"Last reply: {p.last_reply}", refs))
+    return EpisodeView(
+        p.episode_id, e.seq, p.seq_start, p.seq_end, p.work_item_id, p.topic or "", p.summary, p.boundary,
+        lines=tuple(lines),
+    )  # fmt: skip
 
 
 def _rounds(store: Store, events: list[Event]) -> tuple[RoundView, ...]:
@@ -218,12 +271,21 @@ def gather(
     thread = drafts.thread if drafts is not None and drafts.thread else (active or f"conv:{started_seq}")
     if active:
         thread = active
-    key_points = tuple(k for k in drafts.key_points if k.thread == thread) if isinstance(drafts, EpisodeDrafts) else ()
+    # The decisions of this thread, and the rules set in plain conversation, which hold in every
+    # thread (a work item's rules stay with it). Superseded ones too: the prompt marks them so.
+    key_points = (
+        tuple(k for k in drafts.key_points if k.thread == thread or (k.kind == "rule" and k.thread.startswith("conv:")))
+        if isinstance(drafts, EpisodeDrafts)
+        else ()
+    )
     conv = (
         [k for k in drafts.thread_starts if k.thread.startswith("conv:")] if isinstance(drafts, EpisodeDrafts) else []
     )
     seqs = [k.seq for k in conv]
-    history = [dataclasses.replace(t, thread=_thread_of(t, conv, seqs)) for t in _history(store, agent_id, started_seq)]
+    history = [
+        dataclasses.replace(t, thread=_thread_of(t.work_item_id, t.started_seq, conv, seqs))
+        for t in _history(store, agent_id, started_seq)
+    ]
     episodes = []
     memo = _memo(store)
     for seq, _type, _turn in store.ledger.recent_index(
@@ -231,13 +293,9 @@ def gather(
     ):
         key = ("episode", seq)
         if key not in memo:
-            e = store.ledger.get(seq)
-            p = e.payload
-            assert isinstance(p, ev.EpisodeSealed)
-            memo[key] = EpisodeView(
-                p.episode_id, e.seq, p.seq_start, p.seq_end, p.work_item_id, p.topic or "", p.summary, p.boundary
-            )
-        episodes.append(memo[key])
+            memo[key] = _episode_view(store, store.ledger.get(seq))
+        view = memo[key]
+        episodes.append(dataclasses.replace(view, thread=_thread_of(view.work_item_id, view.seq_start, conv, seqs)))
     resumed: tuple[RoundView, ...] = ()
     if agent.resume_from_seq is not None:
         interrupted = [

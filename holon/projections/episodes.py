@@ -10,8 +10,15 @@ event order, and moves it to ``ready``:
   conversation began (the event starts the next episode);
 * ``wait_began``: the agent registered a wait (the event ends the episode);
 * ``turn_cap``: ``TURN_CAP`` turns in one episode;
-* ``idle_gap``: plain conversation resumed after ``IDLE_GAP_US`` of silence;
-* ``topic_switched``: the operator changed the subject explicitly ("New topic: ...", "回到 ...").
+* ``idle_gap``: plain conversation resumed after ``IDLE_GAP_US`` of silence (the thread stays
+  unless the message moves it);
+* ``topic_switched`` / ``topic_returned``: an operator message moved plain conversation to a new
+  subject, or back to an earlier thread. ``holon.projections.dialogue.next_move`` decides from
+  structure and the threads' vocabularies, not from marker words (a short reply or an answer to
+  the assistant's question stays; a message that shares more distinctive words with an earlier
+  thread returns to it; one that shares nothing with the current thread and brings a subject of
+  its own starts a new one). Messages the operator sends in a row, with no reply between, are one
+  utterance and stay together.
 
 The projector's derive step turns each ready draft into an immutable ``episode.sealed`` event whose
 content (operator requests, commands with exit codes, files, decisions, follow-ups, last reply) is
@@ -19,8 +26,11 @@ read from the draft's ledger range at that moment, so the per-event fold stays s
 sealed event removes the draft from ``ready``. No model is involved; a model-written summary may be
 added later as a separate event, and nothing depends on it.
 
-The same reducer keeps the operator's **key points** (decisions, rules, preferences, recognised by
-marker words in English and Chinese) and where recent threads began, for context assembly.
+The same reducer keeps, for context assembly, the **key points** of the conversation
+(``dialogue.settles``): decisions and rules the operator stated, answers to the assistant's
+questions, and proposals of the assistant the operator accepted, explicitly or by carrying on
+without objecting; a later key point on the same subject marks the earlier one superseded. It also
+keeps where threads began or were returned to, and each recent conversation thread's vocabulary.
 """
 
 from __future__ import annotations
@@ -32,7 +42,8 @@ from typing import Any
 
 from holon.ledger import Event
 from holon.ledger import events as ev
-from holon.projections.state import Draft, EpisodeDrafts, KeyPoint, WorkItemState
+from holon.projections import dialogue
+from holon.projections.state import Draft, EpisodeDrafts, KeyPoint, ThreadVocabulary, WorkItemState
 
 __all__ = [
     "CONTENT_TYPES",
@@ -43,6 +54,7 @@ __all__ = [
     "KEY_POINTS",
     "TURN_CAP",
     "apply_episode_drafts",
+    "flat_excerpt",
     "is_key_point",
     "is_topic_switch",
     "sealed_payload",
@@ -50,8 +62,11 @@ __all__ = [
 
 TURN_CAP = 20
 IDLE_GAP_US = 30 * 60 * 1_000_000
-KEY_POINTS = 24
+KEY_POINTS = 40
 THREAD_STARTS = 24
+#: Conversation threads whose vocabulary is kept, and terms kept per thread.
+THREADS = 12
+THREAD_TERMS = 48
 _KEEP = 8
 _EXCERPTS = 3
 _EXIT = re.compile(r"^exit code: (-?\d+)")
@@ -119,6 +134,11 @@ def _short(value: ev.LargeText | None, n: int) -> str:
     return flat if len(flat) <= n else flat[: n - 1] + "…"
 
 
+def flat_excerpt(value: ev.LargeText | None, n: int) -> str:
+    """How an episode quotes a text: whitespace flattened, at most ``n`` characters."""
+    return _short(value, n)
+
+
 def _operator_text(event: Event) -> str | None:
     p = event.payload
     if isinstance(p, ev.MessageReceived) and event.authority == "operator":
@@ -136,26 +156,75 @@ def _close(state: EpisodeDrafts, boundary: str, seq_end: int) -> EpisodeDrafts:
     return state.model_copy(update={"current": None, "ready": [*state.ready, done]})
 
 
-def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str, str]:
-    """(thread after this event, boundary name if it is a change of subject)."""
+def _vocabulary(s: EpisodeDrafts, thread: str) -> frozenset[str]:
+    found = next((v for v in s.vocabularies if v.thread == thread), None)
+    return frozenset(found.terms) if found is not None else frozenset()
+
+
+def _learn(s: EpisodeDrafts, thread: str, text: str) -> list[ThreadVocabulary]:
+    """The vocabularies with ``text``'s terms added to ``thread``'s (newest last, bounded)."""
+    new = sorted(dialogue.terms(text))
+    if not new or not thread.startswith("conv:"):
+        return s.vocabularies
+    old = next((v.terms for v in s.vocabularies if v.thread == thread), [])
+    kept = [w for w in old if w not in new] + new
+    rest = [v for v in s.vocabularies if v.thread != thread]
+    return [*rest, ThreadVocabulary(thread=thread, terms=kept[-THREAD_TERMS:])][-THREADS:]
+
+
+def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str, str, bool]:
+    """(thread after this event, boundary name if the episode ends, whether it ends even though
+    the thread stays: an idle gap)."""
     p = event.payload
     now = s.thread or f"conv:{event.seq}"
     moving = isinstance(p, ev.WorkItemPicked) or (isinstance(p, ev.WorkItemOpened) and p.activate)
     target = p.work_item_id if moving and isinstance(p, ev.WorkItemPicked | ev.WorkItemOpened) else None
     if target is not None:
-        return target, "work_switched"
+        return target, "work_switched", False
     if isinstance(p, ev.TurnStarted):
         if event.work_item_id is not None:
-            return event.work_item_id, "work_switched"
+            return event.work_item_id, "work_switched", False
         if not now.startswith("conv:"):  # the work item ended: a new conversation begins
-            return f"conv:{event.seq}", "work_switched"
+            return f"conv:{event.seq}", "work_switched", False
     cur = s.current
-    if said is not None and now.startswith("conv:") and cur is not None and cur.turns > 0:
-        if event.ts_us - cur.last_us >= IDLE_GAP_US:
-            return f"conv:{event.seq}", "idle_gap"
-        if is_topic_switch(said):
-            return f"conv:{event.seq}", "topic_switched"
-    return now, ""
+    if said is None or not now.startswith("conv:") or not s.vocabularies:
+        return now, "", False
+    idle = cur is not None and cur.turns > 0 and event.ts_us - cur.last_us >= IDLE_GAP_US
+    if s.last_reply_seq is None and not dialogue.says_switch(said):
+        # The operator's message follows their own, with no reply between: one utterance in parts.
+        return now, "idle_gap" if idle else "", idle
+    others = [(v.thread, frozenset(v.terms)) for v in s.vocabularies if v.thread != now]
+    move = dialogue.next_move(said, _vocabulary(s, now), others, s.last_reply or None, idle=idle)
+    if move.kind == "switch":
+        return f"conv:{event.seq}", "idle_gap" if idle else "topic_switched", False
+    if move.kind == "return" and move.target is not None:
+        return move.target, "topic_returned", False
+    return now, "idle_gap" if idle else "", idle
+
+
+def _key_points(s: EpisodeDrafts, event: Event, said: str, thread: str, moved: bool) -> list[KeyPoint]:
+    """The key points after an operator message: what it settles, and what it supersedes."""
+    reply = s.last_reply or None
+    found = dialogue.settles(said, reply)
+    if found is None and not moved:
+        found = dialogue.carried_on(said, reply)
+    if found is None:
+        return s.key_points
+    point = KeyPoint(
+        seq=event.seq, text=_short(found.text, 240), thread=thread, kind=found.kind, speaker=found.speaker,
+        source_seq=s.last_reply_seq if found.speaker == "assistant" else None,
+    )  # fmt: skip
+    points = [
+        k.model_copy(update={"superseded_by": event.seq})
+        if k.superseded_by is None and (k.thread == thread or k.kind == point.kind == "rule")
+        and dialogue.supersedes(point.text, k.text)
+        else k
+        for k in s.key_points
+    ]  # fmt: skip
+    out = [*points, point]
+    while len(out) > KEY_POINTS:  # superseded ones go first, then the oldest
+        out.remove(next((k for k in out if k.superseded_by is not None), out[0]))
+    return out
 
 
 def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDrafts | None:
@@ -169,7 +238,7 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
     if event.type in _CONTENT_TYPES and s.current is not None:
         return state  # read from the range when sealing
     said = _operator_text(event)
-    thread, boundary = _next_thread(s, event, said)
+    thread, boundary, idle = _next_thread(s, event, said)
     points, starts = s.key_points, s.thread_starts
     cur = s.current
     if cur is not None and thread != cur.thread:
@@ -179,15 +248,29 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
             points = [k.model_copy(update={"thread": thread}) if k.seq >= cur.seq_start else k for k in points]
         else:
             s = _close(s, boundary or "work_switched", event.seq - 1)
+    elif idle:
+        s = _close(s, boundary, event.seq - 1)
     if isinstance(p, ev.TurnStarted) and thread != s.thread:
         # A turn's inputs are instructions for the thread the turn runs in (e.g. the first turn
         # after a work item completed), not for the thread that was current when they arrived.
+        # An accepted proposal stays with the thread of the reply that made it.
         taken = set(p.inputs)
-        points = [k.model_copy(update={"thread": thread}) if k.seq in taken else k for k in points]
+        points = [
+            k.model_copy(update={"thread": thread}) if k.seq in taken and k.speaker == "operator" else k for k in points
+        ]
     if thread != s.thread:
         starts = [*starts, KeyPoint(seq=event.seq, text="", thread=thread)][-THREAD_STARTS:]
-    if said is not None and is_key_point(said):
-        points = [*points, KeyPoint(seq=event.seq, text=_short(said, 240), thread=thread)][-KEY_POINTS:]
+    # A reply belongs to the thread it was given in: once another thread is current, it is no
+    # longer what the operator's next message answers (nor a proposal it could accept).
+    up_state: dict[str, Any] = {"last_reply": ""} if thread != s.thread and said is None else {}
+    if said is not None:
+        points = _key_points(s.model_copy(update={"key_points": points}), event, said, thread, thread != s.thread)
+        up_state = {"vocabularies": _learn(s, thread, said), "last_reply": "", "last_reply_seq": None}
+    elif isinstance(p, ev.TurnSettled) and not p.requeue and p.outcome != "interrupted":
+        reply = "" if p.reply is None else p.reply if isinstance(p.reply, str) else p.reply.preview
+        up_state = {
+            "vocabularies": _learn(s, thread, reply), "last_reply": _short(reply, 600), "last_reply_seq": event.seq,
+        }  # fmt: skip
     d = s.current or Draft(seq_start=event.seq, thread=thread, last_us=event.ts_us)
     up: dict[str, Any] = {"thread": thread}
     if said is not None or isinstance(p, ev.TurnSettled):
@@ -200,8 +283,11 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
     if work_item is not None:
         up["work_item_id"] = work_item
     s = s.model_copy(
-        update={"current": d.model_copy(update=up), "thread": thread, "key_points": points, "thread_starts": starts}
-    )
+        update={
+            "current": d.model_copy(update=up), "thread": thread, "key_points": points, "thread_starts": starts,
+            **up_state,
+        }
+    )  # fmt: skip
     # Boundaries that end the episode with this event.
     if isinstance(p, ev.WorkItemCompleted):
         s = _close(s, "work_item_completed", event.seq)

@@ -28,6 +28,7 @@ __all__ = [
     "Draft",
     "EpisodeDrafts",
     "KeyPoint",
+    "ThreadVocabulary",
 ]
 
 
@@ -171,11 +172,31 @@ class TimerProjection(State):
 
 
 class KeyPoint(State):
-    """An operator statement that must outlive the turns around it (a decision, a rule)."""
+    """A statement that must outlive the turns around it (a decision, a rule), with who stated it.
+
+    Also used, with ``text`` empty, for where a thread (re)starts (``EpisodeDrafts.thread_starts``).
+    """
 
     seq: int
+    """The operator message that stated or accepted it."""
     text: str
     thread: str
+    kind: str = "decision"
+    """``decision`` (holds in its thread) or ``rule`` (holds in every thread)."""
+    speaker: str = "operator"
+    """Who stated it: the ``operator``, or the ``assistant`` whose proposal the operator accepted."""
+    source_seq: int | None = None
+    """The assistant's reply (``turn.settled``) that proposed it, when the operator accepted it."""
+    superseded_by: int | None = None
+    """The later key point on the same subject that replaced it."""
+
+
+class ThreadVocabulary(State):
+    """The recent content terms of one conversation thread (operator messages and replies)."""
+
+    thread: str
+    terms: list[str] = []
+    """Newest last, at most ``episodes.THREAD_TERMS``."""
 
 
 class Draft(State):
@@ -204,4 +225,10 @@ class EpisodeDrafts(State):
     key_points: list[KeyPoint] = []
     """The latest operator decisions and rules, across threads (at most ``KEY_POINTS``)."""
     thread_starts: list[KeyPoint] = []
-    """Where recent threads began (``seq``, ``thread``; ``text`` unused), oldest first."""
+    """Where recent threads began or were returned to (``seq``, ``thread``; ``text`` unused),
+    oldest first."""
+    vocabularies: list[ThreadVocabulary] = []
+    """Recent conversation threads' vocabularies, most recently used last."""
+    last_reply: str = ""
+    """The assistant's last reply (its start), while no operator message has answered it yet."""
+    last_reply_seq: int | None = None

@@ -1,0 +1,301 @@
+"""The structure of a conversation, read without a model: questions and answers, proposals and
+acceptances, and changes of subject.
+
+The episode reducer (``holon.projections.episodes``) asks this module two things about each
+operator message, given what the assistant said last and the vocabulary of recent threads:
+
+* **Where does it belong?** (``next_move``) Structure decides first: a short reply ("yes",
+  "option B", "好的") answers the message before it and stays in its thread; an answer to a
+  question stays. Otherwise the message's content terms are compared with each recent thread's
+  vocabulary, every term weighted by how few threads use it (a word every thread uses says
+  nothing about which one this is): the message **returns** to an earlier thread it shares more
+  with than with the current one, **switches** to a new thread when it shares nothing with the
+  current one and brings content of its own, and stays otherwise. Marker words ("new topic",
+  "back to", "换个话题") only settle a tie; they never override what the words show.
+* **Does it settle something?** (``settles``) A decision or rule stated by the operator (an
+  answer to the assistant's question, a statement with a rule or decision cue), or one the
+  assistant proposed and the operator accepted, explicitly ("yes") or by carrying on without
+  objecting.
+
+Everything here is a pure function of its arguments: the reducer stays a deterministic fold.
+English and Chinese are covered alike; scripts without spaces are compared by character bigrams.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from holon.memory.text import CHATTER, content_words, is_unsegmented
+
+__all__ = [
+    "Move",
+    "Settled",
+    "is_question",
+    "is_short",
+    "next_move",
+    "proposal_of",
+    "question_of",
+    "reaction",
+    "says_switch",
+    "carried_on",
+    "settles",
+    "supersedes",
+    "terms",
+]
+
+#: Words of conversation management: they say that the subject changes or continues, not what it is.
+DISCOURSE = frozenset(
+    """again ago already anyway back begin bit continue done else ever fine get give go going good got
+    great help keep know left let lets look make maybe much need now next nice okay right said say see
+    something start stuff sure talk tell thing things think time today try want way well where work yeah
+    yet""".split()  # noqa: SIM905  # a word list reads better as text
+)
+
+_CJK_DISCOURSE = frozenset("我们 你们 一下 这个 那个 现在 继续 开始 回到 一个 什么 怎么 可以 好的 就这 这样".split())  # noqa: SIM905
+
+
+@functools.lru_cache(maxsize=20_000)
+def terms(text: str) -> frozenset[str]:
+    """The words that say what ``text`` is about: content words of three letters or more (less
+    chatter and conversation management), and bigrams of scripts written without spaces."""
+    out = set()
+    for w in content_words(text, drop=CHATTER):
+        if is_unsegmented(w):
+            if len(w) == 2 and w not in _CJK_DISCOURSE:
+                out.add(w)
+        elif len(w) >= 3 and w not in DISCOURSE and not w.isdigit():
+            out.add(w)
+    return frozenset(out)
+
+
+_SENTENCE = re.compile("[^.!?\u3002\uff01\uff1f\n]+[.!?\u3002\uff01\uff1f]*")
+_QUESTION_END = re.compile("(\\?|\uff1f|\u5417[\u3002.]?|\u5462[\u3002.]?)\\s*$")  # ?, the full-width ?, 吗, 呢
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+
+
+def is_question(text: str) -> bool:
+    return bool(_QUESTION_END.search(text.strip()))
+
+
+def question_of(reply: str) -> str | None:
+    """The last question the assistant asked in ``reply``, if any."""
+    asked = [s for s in sentences(reply) if is_question(s)]
+    return asked[-1] if asked else None
+
+
+_WORDS = re.compile(r"\w+", re.UNICODE)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+SHORT_WORDS = 6
+
+
+def is_short(text: str) -> bool:
+    """Too short to stand on its own ("yes", "the second one", "好的"): it answers what came before."""
+    text = text.strip()
+    if _CJK.search(text):
+        return len(text) <= 12
+    return len(_WORDS.findall(text)) <= SHORT_WORDS
+
+
+_ACCEPT = re.compile(
+    r"^\s*(yes|yeah|yep|yup|sure|ok(ay)?|fine|agreed|sounds good|go ahead|go for it|do it|please do|that works|"
+    r"works for me|correct|right|exactly|perfect|great|good|absolutely|definitely|deal|let'?s do (it|that)|"
+    r"option\b|the (first|second|third|last) one|that one|好|行|可以|对|是的|没问题|就这样|同意|嗯|就按|照这个)",
+    re.IGNORECASE,
+)
+_REJECT = re.compile(
+    r"^\s*(no\b|nope|nah|not\b|don'?t|do not|never mind|hold on|wait\b|stop\b|instead|rather|"
+    r"不\b|不要|不用|不行|别|算了|等等|先别)|\b(instead|rather than)\b|而不是|改成|换成",
+    re.IGNORECASE,
+)
+
+
+def reaction(text: str) -> Literal["accept", "reject", "other"]:
+    """How an operator message answers a proposal: accepts, rejects, or neither."""
+    if _REJECT.search(text):
+        return "reject"
+    if _ACCEPT.search(text):
+        return "accept"
+    return "other"
+
+
+# Cues of a proposal or a plan in the assistant's words. They pick the sentence to keep; whether it
+# became a decision is decided by what the operator did next.
+_PROPOSAL = re.compile(
+    r"\b(i('ll| will| would| suggest| recommend| propose| plan| can)|we('ll| will| should| could| can)|let'?s|"
+    r"shall (i|we)|should (i|we)|how about|what about|my (suggestion|recommendation|plan)|the plan is|"
+    r"i'?d (suggest|go|use|recommend))\b|我(建议|会|打算|们可以|们就|来|先)|要不要|不如|那就|可以先",
+    re.IGNORECASE,
+)
+_OPTIONS = re.compile(r"\b(or|either|option|choose|which)\b|还是|或者|哪个|选", re.IGNORECASE)
+
+
+def proposal_of(reply: str) -> str | None:
+    """What the assistant proposed in ``reply``: the last sentence offering a choice or a plan."""
+    found = [s for s in sentences(reply) if _PROPOSAL.search(s) or (is_question(s) and _OPTIONS.search(s))]
+    return found[-1] if found else None
+
+
+_RULE = re.compile(
+    r"(\b(always|never|must|do not|don'?t ever|from now on|the rule is|make sure|i prefer|no more)\b|"
+    r"必须|不要|总是|永远|以后都|规则|我更喜欢|一律|务必)",
+    re.IGNORECASE,
+)
+_DECISION = re.compile(
+    r"(\b(decid\w*|decision|we('ll| will) (use|go with)|let'?s (use|go with)|go with|settled|final(ly)?|then)\b|"
+    r"决定|定了|就用|就定|那就)",
+    re.IGNORECASE,
+)
+_CHANGE = re.compile(
+    r"\b(instead|actually|change|changed|move|moved|switch|no longer|not .* anymore|rather)\b|改|换成|不再|改成|推迟|提前",
+    re.IGNORECASE,
+)
+
+Kind = Literal["decision", "rule"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A statement that settles something, with who stated it and the text to keep."""
+
+    kind: Kind
+    speaker: Literal["operator", "assistant"]
+    text: str
+
+
+def _declarative(text: str) -> bool:
+    return not is_question(text) and not is_short(text)
+
+
+def settles(text: str, last_reply: str | None) -> Settled | None:
+    """Whether an operator message (``text``), after the assistant said ``last_reply``, settles
+    a decision or a rule: its own statement, or the assistant's proposal it accepts."""
+    stripped = text.strip()
+    if _RULE.search(stripped) and not is_question(stripped):
+        return Settled("rule", "operator", stripped)
+    proposal = proposal_of(last_reply) if last_reply else None
+    if proposal is not None and reaction(stripped) == "accept" and is_short(stripped):
+        return Settled("decision", "assistant", proposal)
+    if _DECISION.search(stripped) and not is_question(stripped) and terms(stripped):
+        return Settled("decision", "operator", stripped)
+    if not _declarative(stripped):
+        return None
+    asked = question_of(last_reply) if last_reply else None
+    if asked is not None and terms(stripped) & terms(asked):
+        return Settled("decision", "operator", stripped)  # an answer to the assistant's question
+    return None
+
+
+def carried_on(text: str, last_reply: str | None) -> Settled | None:
+    """The assistant's proposal the operator accepted by carrying on: the operator's next message
+    (``text``) neither rejects it nor asks about it, and it was a plan, not a question."""
+    if not last_reply or reaction(text) == "reject":
+        return None
+    proposal = proposal_of(last_reply)
+    if proposal is None or is_question(proposal):
+        return None
+    return Settled("decision", "assistant", proposal)
+
+
+def supersedes(new: str, old: str) -> bool:
+    """A later statement replaces an earlier one on the same subject: they share most of the
+    earlier one's terms, or the later one says it changes something they share."""
+    a, b = terms(new), terms(old)
+    shared = a & b
+    if not shared:
+        return False
+    return len(shared) * 2 >= min(len(a), len(b)) or bool(_CHANGE.search(new))
+
+
+# --- threads --------------------------------------------------------------------------------------
+
+MoveKind = Literal["stay", "switch", "return"]
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    kind: MoveKind
+    target: str | None = None
+    """The thread returned to."""
+    why: str = ""
+
+
+_OPENING = re.compile(
+    r"^\s*((ok(ay)?|so|alright|right|now|next)[,.!\s]+)*(let'?s|can we|could we|i (want|need|'d like)|"
+    r"help me|please (help|write|draft|prepare|plan|review|check|look|make|create|set)|moving on|on to|"
+    r"switching|new|another|different|接下来|现在|开始|我们来|帮我|请帮|来看|换个|另外)",
+    re.IGNORECASE,
+)
+_MARK_SWITCH = re.compile(
+    r"^\s*(new topic|different topic|change of topic|another (topic|question|thing)|switching (topics?|gears)|"
+    r"unrelated|换个话题|另一个问题|换个问题|新话题|说点别的)",
+    re.IGNORECASE,
+)
+_MARK_RETURN = re.compile(r"\b(back to|going back|returning to|again|where were we|as before)\b|回到|再说|刚才", re.I)
+
+#: A return needs at least this much weight of shared terms (one term used by no other thread: 1).
+RETURN_MIN = 0.5
+#: A message that shares nothing with the thread starts a new one when it opens a subject ("let's",
+#: "help me", "接下来") or brings at least this many content terms of its own. Fewer, and it stays:
+#: a false switch hides the recent turns, a missed one only keeps a few turns too many.
+SWITCH_TERMS = 3
+
+
+def _weights(others: Sequence[frozenset[str]], current: frozenset[str]) -> dict[str, float]:
+    """Each term's weight: 1 / the number of threads whose vocabulary has it."""
+    count: dict[str, int] = {}
+    for profile in (*others, current):
+        for w in profile:
+            count[w] = count.get(w, 0) + 1
+    return {w: 1.0 / n for w, n in count.items()}
+
+
+def says_switch(text: str) -> bool:
+    """The operator says outright that the subject changes ("New topic: ...", "换个话题")."""
+    return bool(_MARK_SWITCH.search(text))
+
+
+def next_move(
+    text: str,
+    current: frozenset[str],
+    others: Sequence[tuple[str, frozenset[str]]],
+    last_reply: str | None,
+    *,
+    idle: bool = False,
+) -> Move:
+    """Where an operator message goes, given the current thread's vocabulary (``current``, the
+    assistant's last reply included), recent other threads' (``others``, newest last), what
+    the assistant said last and whether a long silence came before it (``idle``: a short
+    message then answers nothing, unless the assistant had asked something)."""
+    said = terms(text)
+    marked_switch = bool(_MARK_SWITCH.search(text))
+    asked = question_of(last_reply) if last_reply else None
+    if is_short(text) and not marked_switch and (not idle or asked is not None or said & current):
+        return Move("stay", why="a short reply answers the message before it")
+    weight = _weights([p for _t, p in others], current)
+    here = sum(weight[w] for w in said & current)
+    best_thread, best = None, 0.0
+    for thread, profile in others:
+        score = sum(weight[w] for w in said & profile)
+        if score >= best:  # the newest thread wins a tie
+            best_thread, best = thread, score
+    if best_thread is not None and best >= RETURN_MIN and (best > here or (best == here and _MARK_RETURN.search(text))):
+        return Move(
+            "return", best_thread, f"shares more with {best_thread} ({best:.2f}) than with this thread ({here:.2f})"
+        )
+    if here > 0 and not marked_switch:
+        return Move("stay", why=f"continues this thread ({here:.2f})")
+    if marked_switch:
+        return Move("switch", why="says the subject changes")
+    opening = bool(_OPENING.search(text)) or idle
+    if asked is not None and not opening and len(said) <= 4:
+        return Move("stay", why="answers the assistant's question")
+    if said and (len(said) >= SWITCH_TERMS or opening):
+        return Move("switch", why="shares nothing with this thread and brings a subject of its own")
+    return Move("stay", why="nothing says the subject changed")
