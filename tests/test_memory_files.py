@@ -257,12 +257,13 @@ def test_concurrent_writers_serialise_on_a_shared_file(store: Store, alice: Agen
 def test_creating_the_operator_file_never_overwrites_one_a_writer_made_meanwhile(store: Store, tmp_path: Path) -> None:
     # Two writers can both see no operator.md; the second one's creation must not clobber the
     # first one's file and the entry appended to it (a lost write under load before).
-    target = tmp_path / "operator.md"
+    (tmp_path / "op").mkdir()
+    target = tmp_path / "op" / "operator.md"
     assert atomic_create(target, b"# Operator\n")
     target.write_bytes(b"# Operator\n\n## entry appended meanwhile\n")
     assert not atomic_create(target, b"# Operator\n")
     assert target.read_bytes() == b"# Operator\n\n## entry appended meanwhile\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["operator.md"]  # no temporary file left
+    assert [p.name for p in target.parent.iterdir()] == ["operator.md"]  # no temporary file left
 
 
 # --- archiving -----------------------------------------------------------------------------------

@@ -35,11 +35,13 @@ __all__ = [
     "Move",
     "Settled",
     "is_question",
+    "is_reply",
     "is_short",
     "next_move",
     "proposal_of",
     "question_of",
     "reaction",
+    "revises",
     "says_switch",
     "carried_on",
     "settles",
@@ -49,10 +51,10 @@ __all__ = [
 
 #: Words of conversation management: they say that the subject changes or continues, not what it is.
 DISCOURSE = frozenset(
-    """again ago already anyway back begin bit continue done else ever fine get give go going good got
-    great help keep know left let lets look make maybe much need now next nice okay right said say see
-    something start stuff sure talk tell thing things think time today try want way well where work yeah
-    yet""".split()  # noqa: SIM905  # a word list reads better as text
+    """again ago already always anyway back begin bit continue done else ever fine get give go going
+    good got great help keep know left let lets look make maybe much must need never now next nice okay
+    right said say see should something start stuff sure talk tell thing things think time today try
+    want way well where work yeah yet""".split()  # noqa: SIM905  # a word list reads better as text
 )
 
 _CJK_DISCOURSE = frozenset("我们 你们 一下 这个 那个 现在 继续 开始 回到 一个 什么 怎么 可以 好的 就这 这样".split())  # noqa: SIM905
@@ -103,6 +105,12 @@ def is_short(text: str) -> bool:
     return len(_WORDS.findall(text)) <= SHORT_WORDS
 
 
+def is_reply(text: str) -> bool:
+    """A short reply that only answers what came before ("yes", "option B", "that one",
+    "好的"): short, with at most one content term of its own."""
+    return is_short(text) and len(terms(text)) <= 1
+
+
 _ACCEPT = re.compile(
     r"^\s*(yes|yeah|yep|yup|sure|ok(ay)?|fine|agreed|sounds good|go ahead|go for it|do it|please do|that works|"
     r"works for me|correct|right|exactly|perfect|great|good|absolutely|definitely|deal|let'?s do (it|that)|"
@@ -138,8 +146,14 @@ _OPTIONS = re.compile(r"\b(or|either|option|choose|which)\b|还是|或者|哪个
 
 def proposal_of(reply: str) -> str | None:
     """What the assistant proposed in ``reply``: the last sentence offering a choice or a plan."""
-    found = [s for s in sentences(reply) if _PROPOSAL.search(s) or (is_question(s) and _OPTIONS.search(s))]
-    return found[-1] if found else None
+    said = sentences(reply)
+    found = [i for i, s in enumerate(said) if _PROPOSAL.search(s) or (is_question(s) and _OPTIONS.search(s))]
+    if not found:
+        return None
+    last = found[-1]
+    if last > 0 and is_question(said[last]) and len(terms(said[last])) <= 2:  # "Shall I set that up?"
+        return f"{said[last - 1]} {said[last]}"
+    return said[last]
 
 
 _RULE = re.compile(
@@ -190,6 +204,15 @@ def settles(text: str, last_reply: str | None) -> Settled | None:
     if asked is not None and terms(stripped) & terms(asked):
         return Settled("decision", "operator", stripped)  # an answer to the assistant's question
     return None
+
+
+def revises(text: str, earlier: Sequence[str]) -> bool:
+    """An operator message that changes one of the ``earlier`` key points ("Actually, move the
+    release to Monday instead"): a change cue, and a subject they share."""
+    if is_question(text) or not _CHANGE.search(text):
+        return False
+    said = terms(text)
+    return any(said & terms(k) for k in earlier)
 
 
 def carried_on(text: str, last_reply: str | None) -> Settled | None:
@@ -276,7 +299,7 @@ def next_move(
     said = terms(text)
     marked_switch = bool(_MARK_SWITCH.search(text))
     asked = question_of(last_reply) if last_reply else None
-    if is_short(text) and not marked_switch and (not idle or asked is not None or said & current):
+    if is_reply(text) and not marked_switch and (not idle or asked is not None or said & current):
         return Move("stay", why="a short reply answers the message before it")
     weight = _weights([p for _t, p in others], current)
     here = sum(weight[w] for w in said & current)

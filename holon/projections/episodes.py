@@ -206,6 +206,10 @@ def _key_points(s: EpisodeDrafts, event: Event, said: str, thread: str, moved: b
     """The key points after an operator message: what it settles, and what it supersedes."""
     reply = s.last_reply or None
     found = dialogue.settles(said, reply)
+    if found is None:
+        active = [k.text for k in s.key_points if k.superseded_by is None and k.thread == thread]
+        if dialogue.revises(said, active):
+            found = dialogue.Settled("decision", "operator", said.strip())
     if found is None and not moved:
         found = dialogue.carried_on(said, reply)
     if found is None:

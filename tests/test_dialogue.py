@@ -1,0 +1,91 @@
+"""Conversation structure without a model (holon.projections.dialogue): where an operator message
+belongs and what it settles, in English and Chinese, with and without marker words."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from holon.projections import dialogue as d
+
+INVOICE = d.terms(
+    "Please prepare the ACME invoice for the March consulting work. I will send the ACME invoice "
+    "tomorrow morning once the hours are confirmed. The hours are 42, rate 100 EUR."
+)
+OFFSITE = d.terms("Let's plan the agenda for the team offsite in Lisbon. How many days is the offsite?")
+
+
+def test_short_replies_stay_whatever_their_language() -> None:
+    for text in ["yes", "option B", "that one", "the second one", "对，就这样", "好的", "ok, do it"]:  # noqa: RUF001
+        assert d.is_reply(text), text
+        assert d.next_move(text, OFFSITE, [("conv:1", INVOICE)], "Which option do you prefer?").kind == "stay"
+    assert not d.is_reply("What expiry did the cache get?")  # short, but it names its subject
+
+
+def test_a_new_subject_switches_without_a_marker() -> None:
+    for text in [
+        "Let's start on the quarterly report.",
+        "Help me plan the agenda for the team offsite in Lisbon.",
+        "接下来帮我写季度报告。",
+        "The staging database keeps running out of disk space overnight.",
+    ]:
+        move = d.next_move(text, INVOICE, [], "Noted: 42 hours at 100 EUR.")
+        assert move.kind == "switch", (text, move)
+
+
+def test_a_follow_up_that_shares_the_subject_stays() -> None:
+    assert d.next_move("Two days, twelve people, mostly engineers.", OFFSITE, [], "How many days?").kind == "stay"
+    # An answer to the assistant's question may use words of its own.
+    assert d.next_move("About 5000 euros, flexible.", OFFSITE, [], "What is the budget?").kind == "stay"
+    # Few new words and no opening: a false switch would hide the recent turns, so it stays.
+    assert d.next_move("never deploy on Fridays", INVOICE, [], "noted").kind == "stay"
+
+
+def test_a_return_to_an_earlier_thread_needs_no_marker() -> None:
+    for text in ["ok, the invoice again — where were we?", "Did the hours for ACME get confirmed?", "回到发票的事"]:
+        zh = d.terms("请准备ACME的发票") if "发票" in text else frozenset()
+        move = d.next_move(text, OFFSITE, [("conv:1", INVOICE | zh)], "Then a hack day works well.")
+        assert (move.kind, move.target) == ("return", "conv:1"), (text, move)
+
+
+def test_words_every_thread_uses_do_not_decide_a_return() -> None:
+    deploy = d.terms("deploy server nginx")
+    report = d.terms("deploy report quarterly")
+    # "deploy" is in both threads; "quarterly" is only in the report thread.
+    move = d.next_move("Where is the quarterly deploy summary?", deploy, [("conv:9", report)], None)
+    assert (move.kind, move.target) == ("return", "conv:9")
+    assert d.next_move("Restart the deploy now please", deploy, [("conv:9", report)], None).kind == "stay"
+
+
+def test_what_settles_a_decision_or_a_rule() -> None:
+    asked = "Thursday is risky because of the freeze; Friday gives QA a day. Which do you prefer?"
+    found = d.settles("The release goes out on Friday then.", asked)
+    assert found is not None and (found.kind, found.speaker) == ("decision", "operator")
+    found = d.settles("yes", "I suggest PostgreSQL with one append-only table. Shall I set that up?")
+    assert found is not None and found.speaker == "assistant" and "PostgreSQL" in found.text
+    assert d.settles("no, use SQLite", "I suggest PostgreSQL. Shall I set that up?") is None or (
+        d.settles("no, use SQLite", "I suggest PostgreSQL. Shall I set that up?").speaker == "operator"  # type: ignore[union-attr]
+    )
+    rule = d.settles("以后都用中文回答", None)
+    assert rule is not None and rule.kind == "rule"
+    assert d.settles("what did we decide?", None) is None
+    assert d.settles("how is the build going?", "The build is green.") is None
+    carried = d.carried_on("Good. Also the rate limiter needs work.", "I will use Redis with a 5 minute expiry.")
+    assert carried is not None and carried.speaker == "assistant" and "Redis" in carried.text
+    assert d.carried_on("No, not Redis.", "I will use Redis with a 5 minute expiry.") is None
+
+
+def test_a_later_statement_on_the_same_subject_supersedes() -> None:
+    assert d.supersedes("Actually, move the release to Monday instead.", "The release goes out on Friday then.")
+    assert not d.supersedes("Use Redis for the cache.", "The release goes out on Friday then.")
+    assert d.revises("Actually, move the release to Monday instead.", ["The release goes out on Friday then."])
+    assert not d.revises("Move the meeting to noon.", ["The release goes out on Friday then."])
+
+
+@given(st.text(max_size=300), st.text(max_size=300))
+def test_any_text_gets_an_answer_never_an_error(text: str, reply: str) -> None:
+    move = d.next_move(text, INVOICE, [("conv:1", OFFSITE)], reply or None, idle=len(text) % 2 == 0)
+    assert move.kind in ("stay", "switch", "return")
+    d.settles(text, reply or None)
+    d.carried_on(text, reply or None)
+    d.supersedes(text, reply)
