@@ -108,22 +108,27 @@ def test_switching_work_items_after_a_settled_turn(store: Store, how: str) -> No
     s.run("make export", 0)
     s.settle("Started on the export.")
     assert s.sealed() == [], "adopting the first work item inside a turn does not split"
-    s.say("Switch to the docs now")
+    ask = s.say("Switch to the docs now")
     started = s.start()
     assert started.work_item_id == "wi_a"
-    switch = s.open_item("wi_b", "Write docs") if how == "open" else s.pick("wi_b")
-    called = next(e for e in switch if e.type == "tool.called")
-    moved = next(e for e in switch if e.type in ("work_item.opened", "work_item.picked"))
+    _ = s.open_item("wi_b", "Write docs") if how == "open" else s.pick("wi_b")
     [p] = sealed_after(s, 0)
     assert p.boundary == "work_switched"
-    # The switching event starts the next episode; this one ends on the event before it.
-    assert (p.seq_start, p.seq_end) == (first.seq, called.seq)
+    # The turn that switched starts the next episode (its input is the request for wi_b); this
+    # one ends on the event before that turn.
+    assert (p.seq_start, p.seq_end) == (first.seq, started.seq - 1)
     assert p.work_item_id == "wi_a" and p.last_reply == "Started on the export."
-    assert s.drafts().current is not None and s.drafts().current.seq_start == moved.seq
+    assert "Switch to the docs" not in p.summary
+    assert s.drafts().current is not None and s.drafts().current.seq_start == started.seq
     assert s.drafts().thread == "wi_b"
     assert next(e for e in s.sealed()).turn_id == s.turn_id
     s.settle("Switched.")
     assert len(s.sealed()) == 1
+    s.start()
+    s.wait("wait_review")
+    [_, docs] = sealed_after(s, 0)
+    assert docs.work_item_id == "wi_b" and docs.excerpts == ["Switch to the docs now"]
+    assert docs.sources is not None and ask.seq in docs.sources
     assert_contiguous(store, s.agent_id)
     assert_sound(store)
 

@@ -31,11 +31,12 @@ from typing import Any
 
 from holon.clock import format_us
 from holon.context.assembler import Rendering, Section
-from holon.context.render import is_short_reply, render_inputs, shorten
+from holon.context.render import InputView, is_short_reply, render_inputs, shorten
 from holon.context.tokens import MESSAGE_OVERHEAD, TokenCounter
 from holon.context.view import EpisodeView, HistoryTurn, RoundView, ToolEvidence, TurnView
 from holon.memory import markdown
 from holon.memory.text import CHATTER, content_words, is_unsegmented
+from holon.projections.state import KeyPoint
 
 __all__ = ["INPUT_COMPACT_CHARS", "PREAMBLE", "build_sections", "input_tokens", "pinned_minimum", "relevance"]
 
@@ -355,6 +356,8 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
     # older ones are listed here.
     window_start = min((t.started_seq for t, _p, _r in plan.candidates), default=None)
     points = [k for k in view.key_points if window_start is None or k.seq < window_start]
+    episodes, carried = _episode_sections(view, counter, plan, points)
+    points = [k for k in points if k.seq not in carried]  # an episode quoting one carries it
     if points:
         full = "# Decisions and rules the operator set\n" + "\n".join(f"- {k.text}" for k in points)
         compact = "# Decisions and rules the operator set\n" + "\n".join(
@@ -376,7 +379,7 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
     tw = _tasks_waits(view)
     if tw is not None:
         s.append(_text_section(counter, "tasks_waits", "turn", "context", 4, 600, tw[0], tw[1]))
-    s += _episode_sections(view, counter, plan)
+    s += episodes
     s += _history_sections(view, counter, plan)
     s.append(_input_section(view, counter))
     s += _round_sections(view, counter)
@@ -464,13 +467,30 @@ def _paused(view: TurnView) -> set[str]:
     return {i.work_item_id for i in view.open_items} - {view.thread}
 
 
-def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan) -> list[Section]:
+def _quotes_inputs(e: EpisodeView, inputs: tuple[InputView, ...]) -> list[int]:
+    """The current inputs an episode's summary quotes. An episode sealed before sources were
+    recorded may quote any operator message of its range (even one still pending then)."""
+    if e.sources is None:
+        return [i.seq for i in inputs if i.authority == "operator" and e.seq_start <= i.seq <= e.seq_end]
+    return sorted({i.seq for i in inputs}.intersection(e.sources))
+
+
+def _episode_sections(
+    view: TurnView, counter: TokenCounter, plan: _HistoryPlan, points: list[KeyPoint]
+) -> tuple[list[Section], set[int]]:
+    """Episode candidates, and the seqs of the ``points`` (decisions listed on their own) that a
+    candidate quotes: like a turn holding a decision, such an episode carries it (no evidence
+    twice), so it must outlive the decisions section and keep it in its compact rendering."""
     query = _query(view)
     paused = _paused(view)
     covered = [t.started_seq for t, _p, _r in plan.candidates]
     scored = []
     for n, e in enumerate(view.episodes):
         own = e.work_item_id is not None and e.work_item_id == view.thread
+        quoted = _quotes_inputs(e, view.inputs)
+        if quoted:
+            scored.append((e, -1.0, f"quotes the current input {', '.join(f'event:{q}' for q in quoted)}"))
+            continue
         if e.work_item_id in paused:
             scored.append((e, -1.0, f"belongs to paused work item {e.work_item_id}"))
             continue
@@ -485,22 +505,29 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
     ranked = sorted((x for x in scored if x[1] >= 0.2), key=lambda x: -x[1])
     rank = {x[0].episode_id: i for i, x in enumerate(ranked)}
     out = []
-    for e, _score, reason in scored:
+    carried: set[int] = set()
+    for e, _score, why in scored:
+        reason = why
         full = f"# Episode {e.episode_id} ({e.topic}; events {e.seq_start}-{e.seq_end})\n{e.summary}"
         compact = f"# Episode {e.episode_id}: {e.topic} ({e.boundary.replace('_', ' ')})"
-        refs = (f"episode:{e.episode_id}",)
+        refs = (f"episode:{e.episode_id}", *(f"event:{q}" for q in e.sources or ()))
         key = f"episode:{e.episode_id}"
         if e.episode_id not in rank:
             rendering = Rendering("full", 0, text=full, refs=refs)
             out.append(Section(key, "turn", "context", 10 + e.seq, 0, (rendering,), reason=reason, excluded=True))
             continue
         priority = 399 - min(rank[e.episode_id], 98)
+        carries = [k for k in points if k.seq in (e.sources or ())]
+        if carries:
+            carried.update(k.seq for k in carries)
+            priority, reason = 810, f"{reason} (holds a decision)"
+            compact += "".join(f"\n- {shorten(k.text, 120)}" for k in carries)
         out.append(
             _text_section(
                 counter, key, "turn", "context", 10 + e.seq, priority, full, compact, refs=refs, reason=reason
             )
         )
-    return out
+    return out, carried
 
 
 @dataclass(frozen=True, slots=True)

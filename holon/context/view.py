@@ -60,6 +60,8 @@ class EpisodeView:
     topic: str
     summary: str
     boundary: str
+    sources: tuple[int, ...] | None = None
+    """Seqs of the events the summary quotes; ``None`` for episodes sealed before they were recorded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +237,15 @@ def gather(
             p = e.payload
             assert isinstance(p, ev.EpisodeSealed)
             memo[key] = EpisodeView(
-                p.episode_id, e.seq, p.seq_start, p.seq_end, p.work_item_id, p.topic or "", p.summary, p.boundary
+                p.episode_id,
+                e.seq,
+                p.seq_start,
+                p.seq_end,
+                p.work_item_id,
+                p.topic or "",
+                p.summary,
+                p.boundary,
+                None if p.sources is None else tuple(p.sources),
             )
         episodes.append(memo[key])
     resumed: tuple[RoundView, ...] = ()

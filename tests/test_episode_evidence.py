@@ -1,0 +1,280 @@
+"""Issue 17, bugs 3 and 4: what a sealed episode quotes and which thread it is labelled with.
+
+Bug 3: a request the operator sent while a turn ran, pending when that turn registered a wait,
+was quoted by the episode the wait sealed, and came back in the next prompt twice (in the episode
+summary and as the current input), unseen by the duplicate check. Now an episode quotes only the
+inputs of the turns starting in its range, lists what it quotes in ``sources``, and the prompt
+declares those events; an episode quoting a current input (an old one, sealed before ``sources``)
+is left out of the prompt.
+
+Bug 4: a work item opened before any turn of the open draft had settled relabelled the draft, so
+conversation from before the work item existed carried its id and title; and the request that
+made the agent open a work item after a settled turn was quoted by the earlier episode. The
+labelling rule is in ``holon.projections.episodes.apply_episode_drafts`` and RFC 0003.
+
+Everything runs through a real ``Store`` (SQLite, the append path, the projector's derive step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import orjson
+import pytest
+from helpers.ctx_ledger import Script, sealed
+from helpers.ctx_views import budget_for, episode, history_turn, inp, make_view
+from test_episodes import assert_contiguous, assert_sound, payload
+
+from holon.context.assembler import Assembly, assemble
+from holon.context.sections import build_sections
+from holon.context.tokens import TokenCounter
+from holon.context.view import gather
+from holon.ledger import Event, NewEvent
+from holon.ledger import events as ev
+from holon.ledger.codec import canonical_json, decode_payload, encode_payload
+from holon.projections import Store
+from holon.projections.state import KeyPoint
+from holon.runtime.scenarios import _refs
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    return TokenCounter("gpt-4o")
+
+
+def episodes(s: Script) -> list[ev.EpisodeSealed]:
+    return [payload(e) for e in s.sealed()]
+
+
+def manifest(a: Assembly) -> dict[str, dict[str, object]]:
+    return {m["key"]: m for m in a.manifest.to_json()["sections"]}
+
+
+def operator_opens(s: Script, work_item_id: str, title: str) -> Event:
+    """A work item opened outside any turn (as the scenario runner's ``work_item_create`` does)."""
+    opened = ev.WorkItemOpened(work_item_id=work_item_id, title=title, objective=f"Objective of {title}")
+    [stored] = s.append_new(
+        NewEvent(s.agent_id, opened, origin="operator:cli", authority="operator", work_item_id=work_item_id)
+    )
+    return stored
+
+
+# --- bug 3: duplicated evidence -----------------------------------------------------------------
+
+
+def test_a_request_pending_at_a_wait_is_quoted_by_the_episode_of_the_turn_that_takes_it(
+    store: Store, counter: TokenCounter
+) -> None:
+    s = Script(store)
+    a = s.say("Deploy the staging build")
+    s.start()
+    deploy = s.run("make deploy-staging", 0)
+    b = s.say("Also bump the version to 2.1")  # sent while the turn runs: pending
+    s.wait("wait_ci")
+    [first] = episodes(s)
+    assert first.boundary == "wait_began" and first.seq_start <= b.seq <= first.seq_end
+    assert first.excerpts == ["Deploy the staging build"]
+    assert "bump the version" not in first.summary
+    called, resulted = (next(e.seq for e in deploy if e.type == t) for t in ("tool.called", "tool.resulted"))
+    assert first.sources == [a.seq, called, resulted]
+    s.settle(None, "waiting")
+    started = s.start()
+    assert isinstance(started.payload, ev.TurnStarted) and started.payload.inputs == [b.seq]
+
+    # The next prompt: b is the current input and nothing else shows it.
+    view = gather(store, s.agent_id, inputs=[b.seq], started_seq=started.seq, tools=[])
+    [ep] = view.episodes
+    assert ep.sources == (a.seq, called, resulted)
+    sections = build_sections(view, counter)
+    refs = {x.key: set(x.renderings[0].refs) for x in sections}
+    assert refs[f"episode:{first.episode_id}"] == {
+        f"episode:{first.episode_id}",
+        f"event:{a.seq}",
+        f"event:{called}",
+        f"event:{resulted}",
+    }
+    assembly = assemble(sections, budget_for(50_000))
+    seen, duplicate = _refs(assembly)
+    assert not duplicate and f"event:{b.seq}" in seen
+    assert sum("bump the version" in str(m["content"]) for m in assembly.messages) == 1
+
+    # The turn that took b seals the next episode, which quotes b although b precedes its range.
+    s.run("bump-version 2.1", 0)
+    s.wait("wait_release")
+    second = episodes(s)[1]
+    assert second.seq_start > b.seq and second.excerpts == ["Also bump the version to 2.1"]
+    assert b.seq in (second.sources or [])
+    assert_contiguous(store, s.agent_id)
+    assert_sound(store)
+
+
+def test_an_episode_quoting_a_current_input_is_left_out_and_its_sources_are_declared(counter: TokenCounter) -> None:
+    current = inp(95, "Also bump the version to 2.1")
+    summary = "Operator: Deploy the staging build / Also bump the version to 2.1."
+    old = replace(episode("ep_80", 99, "Deploy", summary), seq_start=80, seq_end=98)  # sealed before sources
+    new_quoting = replace(old, episode_id="ep_81", seq=100, sources=(81, 95))
+    clean = "Deploy: bumped the version before. Operator: Deploy the staging build."
+    new_clean = replace(old, episode_id="ep_82", seq=101, summary=clean, sources=(82, 84))
+    view = make_view(inputs=(current,), episodes=(old, new_quoting, new_clean))
+    a = assemble(build_sections(view, counter), budget_for(50_000))
+    m = manifest(a)
+    assert m["episode:ep_80"]["excluded"] and m["episode:ep_80"]["reason"] == "quotes the current input event:95"
+    assert m["episode:ep_81"]["excluded"] and m["episode:ep_81"]["reason"] == "quotes the current input event:95"
+    assert not m["episode:ep_82"]["excluded"]
+    assert set(m["episode:ep_82"]["refs_included"]) == {"episode:ep_82", "event:82", "event:84"}  # type: ignore[arg-type]
+    seen, duplicate = _refs(a)
+    assert {"event:82", "event:84", "event:95"} <= seen and not duplicate
+    # An external input inside an old episode's range was never quoted by it (only operator words were).
+    external = inp(95, "build finished", authority="external", origin="external:ci")
+    m = manifest(assemble(build_sections(make_view(inputs=(external,), episodes=(old,)), counter), budget_for(50_000)))
+    assert "quotes the current input" not in str(m["episode:ep_80"]["reason"])
+
+
+def test_the_duplicate_check_sees_an_event_shown_by_an_episode_and_a_turn(counter: TokenCounter) -> None:
+    """An episode whose summary quotes a turn that is also shown: the check now sees the overlap."""
+    turn = history_turn("turn_a", 120, (inp(119, "Deploy the staging build"),), "Deployed.", thread="conv:1")
+    quoting = episode("ep_10", 60, "Deploy", "Operator: Deploy the staging build. Last reply: Deployed.")
+    quoting = replace(quoting, sources=(119, 123))  # 123: turn_a's settle
+    view = make_view(
+        history=(turn,), last_turn=turn, inputs=(inp(130, "Deploy the staging build again"),), episodes=(quoting,)
+    )
+    _seen, duplicate = _refs(assemble(build_sections(view, counter), budget_for(50_000)))
+    assert duplicate
+
+
+def test_old_sealed_events_decode_without_sources_and_keep_their_bytes() -> None:
+    new = ev.EpisodeSealed(episode_id="ep_3", seq_start=3, seq_end=9, boundary="wait_began", sources=[3, 5])
+    text = encode_payload(new, blob_threshold=1 << 20, preview_chars=100).text
+    data = orjson.loads(text)
+    assert data["sources"] == [3, 5]
+    del data["sources"]  # a row written before sources existed
+    old_text = canonical_json(data).decode()
+    old = decode_payload("episode.sealed", ev.EpisodeSealed.VERSION, old_text)
+    assert isinstance(old, ev.EpisodeSealed) and old.sources is None
+    assert ev.EpisodeSealed.VERSION == 1, "an optional field: no upcaster, old rows decode as they are"
+
+
+# --- bug 4: episode labelling -------------------------------------------------------------------
+
+
+def test_a_conversation_turn_that_never_settled_keeps_its_label_when_a_work_item_opens(store: Store) -> None:
+    """Reproduction: a conversation turn started (the process died before it settled), then a work
+    item was opened: the draft used to adopt the work item, so the sealed episode gave the work
+    item's id and title to the conversation before it."""
+    s = Script(store)
+    chat = s.say("What's the weather like in Paris?")
+    s.start()
+    s.run("curl wttr.in/Paris", 0, "sunny")
+    s.turn_id = None  # the process dies in this turn: it never settles
+    opened = operator_opens(s, "wi_inv", "Prepare the ACME invoice")
+    request = s.say("Start with the invoice totals")
+    s.start()
+    s.run("make totals", 0)
+    s.settle("Totals done.")
+    s.start()
+    s.complete("wi_inv", "invoice sent")
+    conversation, work = episodes(s)
+    assert (conversation.seq_start, conversation.seq_end) == (chat.seq, opened.seq - 1)
+    assert conversation.work_item_id is None and conversation.boundary == "work_switched"
+    assert conversation.topic == "What's the weather like in Paris?"
+    assert [c["command"] for c in conversation.commands] == ["curl wttr.in/Paris"]
+    assert work.work_item_id == "wi_inv" and work.topic == "Prepare the ACME invoice"
+    assert work.seq_start == opened.seq and work.excerpts == ["Start with the invoice totals"]
+    assert "weather" not in work.summary.lower() and "curl" not in work.summary
+    assert request.seq in (work.sources or [])
+    assert_contiguous(store, s.agent_id)
+    assert_sound(store)
+
+
+@pytest.mark.parametrize("before", ["settled", "requeued"])
+def test_the_request_that_made_the_agent_open_a_work_item_belongs_to_it(store: Store, before: str) -> None:
+    s = Script(store)
+    chat = s.say("How are you today?")
+    s.start()
+    if before == "settled":
+        s.settle("Fine, thanks.")
+        ask = s.say("Please fix the flaky login test")
+    else:  # the turn was interrupted: its input goes back to the queue and the next turn takes it
+        s.run("uptime", 0)
+        s.append(ev.TurnSettled(turn_id=s.turn_id or "", outcome="interrupted", requeue=True))
+        s.turn_id = None
+        ask = chat
+    opener = s.start()
+    assert isinstance(opener.payload, ev.TurnStarted) and ask.seq in opener.payload.inputs
+    s.run("git status", 0)  # looked around before opening it: part of the work
+    s.open_item("wi_login", "Fix flaky login test")
+    s.run("pytest tests/test_login.py", 0)
+    s.settle("Fixed.")
+    s.start()
+    s.complete("wi_login")
+    conversation, work = episodes(s)
+    assert conversation.work_item_id is None and conversation.seq_end == opener.seq - 1
+    assert work.work_item_id == "wi_login" and work.topic == "Fix flaky login test"
+    assert work.seq_start == opener.seq
+    assert work.excerpts == [("Please fix the flaky login test" if before == "settled" else "How are you today?")]
+    assert ask.seq in (work.sources or [])
+    assert [c["command"] for c in work.commands] == ["git status", "pytest tests/test_login.py"]
+    if before == "settled":
+        assert conversation.excerpts == ["How are you today?"] and conversation.last_reply == "Fine, thanks."
+    else:  # the interrupted turn took nothing for good: its conversation episode quotes no request
+        assert conversation.excerpts == [] and conversation.work_item_id is None
+        assert [c["command"] for c in conversation.commands] == ["uptime"]
+    assert_contiguous(store, s.agent_id)
+    assert_sound(store)
+
+
+def test_messages_heard_before_any_turn_go_with_the_turn_that_takes_them(store: Store) -> None:
+    """No turn ran before the work item opened: nothing happened in the draft, it adopts the work
+    item, and the pending request is quoted by the work item's first turn, which takes it."""
+    s = Script(store)
+    ask = s.say("The invoice for ACME is overdue, please send it")
+    opened = operator_opens(s, "wi_inv", "Send the ACME invoice")
+    s.start()
+    s.run("make invoice", 0)
+    s.complete("wi_inv")
+    [work] = episodes(s)
+    assert work.seq_start == ask.seq and work.work_item_id == "wi_inv" and opened.seq <= work.seq_end
+    assert work.excerpts == ["The invoice for ACME is overdue, please send it"]
+    assert_sound(store)
+
+
+def test_sealed_episodes_replay_identically(store: Store) -> None:
+    """The drafts' new fields fold the same way from scratch (replay compares rows byte for byte)."""
+    s = Script(store)
+    s.say("hello")
+    s.start()
+    s.settle("hi")
+    s.say("open the docs work")
+    s.start()
+    s.open_item("wi_docs", "Docs")
+    s.settle("opened")
+    assert len(sealed(store, s.agent_id)) == 1
+    assert_sound(store)
+
+
+def test_an_episode_quoting_an_old_decision_carries_it_instead_of_the_decisions_list(counter: TokenCounter) -> None:
+    """Declaring an episode's sources surfaced a real duplicate: a decision older than the history
+    window was listed with the decisions and quoted by the episode it was made in. Like a turn
+    holding a decision, the episode now carries it, outliving the list and keeping it when compacted."""
+    said = "We will use PostgreSQL for the orders service"
+    decision = KeyPoint(seq=12, text=said, thread="conv:1")
+    other = KeyPoint(seq=30, text="Never deploy on Fridays", thread="conv:1")
+    ep = replace(
+        episode("ep_10", 60, "orders service", f"orders service: 20 turns. Operator: {said}."),
+        seq_start=10,
+        seq_end=59,
+        sources=(12, 40),
+    )
+    view = make_view(
+        key_points=(decision, other), episodes=(ep,), inputs=(inp(90, "which database for the orders service?"),)
+    )
+    sections = {x.key: x for x in build_sections(view, counter)}
+    carrier = sections["episode:ep_10"]
+    assert carrier.priority > sections["decisions"].priority and "holds a decision" in carrier.reason
+    assert said in (carrier.renderings[-1].text or "")
+    assert "PostgreSQL" not in (sections["decisions"].renderings[0].text or "")
+    assert "Never deploy on Fridays" in (sections["decisions"].renderings[0].text or "")
+    for limit in (400, 50_000):
+        a = assemble(list(sections.values()), budget_for(limit))
+        assert not _refs(a)[1]
+        assert sum(said in str(m["content"]) for m in a.messages) == 1
