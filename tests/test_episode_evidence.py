@@ -17,14 +17,20 @@ Everything runs through a real ``Store`` (SQLite, the append path, the projector
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import orjson
 import pytest
 from helpers.ctx_ledger import Script, sealed
 from helpers.ctx_views import budget_for, episode, history_turn, inp, make_view
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_episodes import assert_contiguous, assert_sound, payload
 
+from holon.clock import FakeClock
+from holon.config import load_settings, resolve_home
 from holon.context.assembler import Assembly, assemble
 from holon.context.sections import build_sections
 from holon.context.tokens import TokenCounter
@@ -33,6 +39,7 @@ from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.ledger.codec import canonical_json, decode_payload, encode_payload
 from holon.projections import Store
+from holon.projections.episodes import IDLE_GAP_US
 from holon.projections.state import KeyPoint
 from holon.runtime.scenarios import _refs
 
@@ -278,3 +285,98 @@ def test_an_episode_quoting_an_old_decision_carries_it_instead_of_the_decisions_
         a = assemble(list(sections.values()), budget_for(limit))
         assert not _refs(a)[1]
         assert sum(said in str(m["content"]) for m in a.messages) == 1
+
+
+# --- properties under random histories ------------------------------------------------------------
+
+
+_ACTIONS = st.one_of(
+    st.tuples(st.just("say"), st.sampled_from(["hello", "we will use Postgres", "换个话题", "deploy it"])),
+    st.tuples(st.just("hear"), st.sampled_from(["external", "timer"])),
+    st.tuples(st.just("start")),
+    st.tuples(st.just("settle"), st.sampled_from(["completed", "interrupted", "failed", "waiting"])),
+    st.tuples(st.just("run")),
+    st.tuples(st.just("open"), st.sampled_from(["wi_1", "wi_2"]), st.booleans()),
+    st.tuples(st.just("pick"), st.sampled_from(["wi_1", "wi_2"])),
+    st.tuples(st.just("operator_opens"), st.sampled_from(["wi_3", "wi_4"])),
+    st.tuples(st.just("complete")),
+    st.tuples(st.just("wait")),
+    st.tuples(st.just("idle")),
+)
+
+
+def _play(s: Script, clock: FakeClock, action: tuple[object, ...], n: int) -> None:
+    active = s.store.working_memory(s.agent_id).get("active_work_item")
+    match action:
+        case ("say", text):
+            s.say(str(text))
+        case ("hear", authority):
+            s.say(f"{authority} news", authority=authority)  # type: ignore[arg-type]
+        case ("start",):
+            s.start()  # a turn still running is left unsettled: the process died in it
+        case ("settle", outcome) if s.turn_id is not None:
+            s.settle("reply", str(outcome))
+        case ("run",) if s.turn_id is not None:
+            s.run(f"make step{n}", n % 3)
+        case ("open", wid, activate) if s.turn_id is not None:
+            s.open_item(str(wid), f"Title of {wid}", activate=bool(activate))
+        case ("pick", wid) if s.turn_id is not None:
+            s.pick(str(wid))
+        case ("operator_opens", wid):
+            operator_opens(s, str(wid), f"Title of {wid}")
+        case ("complete",) if s.turn_id is not None and active:
+            s.complete(str(active))
+        case ("wait",) if s.turn_id is not None:
+            s.wait(f"wait_{n}")
+        case ("idle",):
+            clock.advance(seconds=IDLE_GAP_US // 1_000_000 + 1)
+        case _:
+            pass  # needs a running turn (or an active work item): skipped
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(_ACTIONS, min_size=1, max_size=40))
+def test_random_histories_quote_only_taken_requests_and_label_by_thread(actions) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = resolve_home(Path(tmp) / "home")
+        cfg = load_settings(home)
+        cfg = cfg.model_copy(update={"ledger": cfg.ledger.model_copy(update={"synchronous": "NORMAL"})})
+        clock = FakeClock()
+        with Store.open(home, cfg, clock=clock) as store:
+            s = Script(store)
+            for n, action in enumerate(actions):
+                _play(s, clock, action, n)
+            mine = {e.seq: e for e in store.ledger.read(agent_id=s.agent_id)}
+            for p in episodes(s):
+                inside = [mine[q] for q in sorted(mine) if p.seq_start <= q <= p.seq_end]
+                starts = [e for e in inside if isinstance(e.payload, ev.TurnStarted)]
+                taken = {i for e in starts if isinstance(e.payload, ev.TurnStarted) for i in e.payload.inputs}
+                assert p.sources is not None and p.sources == sorted(set(p.sources))
+                assert all(q <= p.seq_end and q in mine for q in p.sources)
+                quoted = [q for q in p.sources if mine[q].type == "message.received"]
+                assert set(quoted) <= taken, "an episode quotes only requests its turns took"
+                assert all(mine[q].authority == "operator" for q in quoted)
+                if p.work_item_id is None:
+                    continue
+                # Every turn in a work item's episode ran in it, or is the turn that moved to it.
+                moved_by = {
+                    e.turn_id
+                    for e in inside
+                    if isinstance(e.payload, ev.WorkItemOpened | ev.WorkItemPicked)
+                    and e.payload.work_item_id == p.work_item_id
+                }
+                for e in starts:
+                    assert e.work_item_id == p.work_item_id or e.turn_id in moved_by, (p, e)
+            assert_contiguous(store, s.agent_id)
+            assert_sound(store)
+
+
+def test_a_work_item_opened_for_later_does_not_label_the_conversation(store: Store) -> None:
+    s = Script(store)
+    s.say("Note the docs work for later, and tell me the time")
+    s.start()
+    s.open_item("wi_docs", "Write docs", activate=False)
+    s.wait("wait_x")
+    [p] = episodes(s)
+    assert p.work_item_id is None and p.topic == "Note the docs work for later, and tell me the time"
+    assert_sound(store)

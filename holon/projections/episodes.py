@@ -255,7 +255,9 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
         up.update(turn_id=p.turn_id, turn_seq=event.seq, turn_inputs=list(p.inputs))
         if d.first_turn_seq is None:
             up["first_turn_seq"] = event.seq
-    work_item = p.work_item_id if isinstance(p, ev.WorkItemOpened | ev.WorkItemPicked) else None
+    # Only a work item the agent moves to labels the draft: one opened for later does not.
+    moved = isinstance(p, ev.WorkItemPicked) or (isinstance(p, ev.WorkItemOpened) and p.activate)
+    work_item = p.work_item_id if moved and isinstance(p, ev.WorkItemOpened | ev.WorkItemPicked) else None
     if isinstance(p, ev.TurnStarted) and event.work_item_id is not None:
         work_item = event.work_item_id
     if work_item is not None:
