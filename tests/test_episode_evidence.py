@@ -380,3 +380,24 @@ def test_a_work_item_opened_for_later_does_not_label_the_conversation(store: Sto
     [p] = episodes(s)
     assert p.work_item_id is None and p.topic == "Note the docs work for later, and tell me the time"
     assert_sound(store)
+
+
+def test_a_request_its_turn_gave_back_after_the_boundary_keeps_the_episode_out_of_the_prompt(
+    store: Store, counter: TokenCounter
+) -> None:
+    """The turn registered a wait (sealing the episode, which quotes its request), then was
+    interrupted: the request went back to the queue and is the next turn's current input. The
+    episode cannot know that when sealed, so the prompt leaves it out."""
+    s = Script(store)
+    ask = s.say("Deploy the staging build")
+    s.start()
+    s.wait("wait_ci")
+    [p] = episodes(s)
+    assert p.sources is not None and ask.seq in p.sources
+    s.settle(None, "interrupted")
+    assert store.agent(s.agent_id).pending_inputs == [ask.seq]
+    started = s.start()
+    view = gather(store, s.agent_id, inputs=[ask.seq], started_seq=started.seq, tools=[])
+    m = manifest(assemble(build_sections(view, counter), budget_for(50_000)))
+    assert m[f"episode:{p.episode_id}"]["excluded"]
+    assert m[f"episode:{p.episode_id}"]["reason"] == f"quotes the current input event:{ask.seq}"
