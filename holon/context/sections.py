@@ -13,7 +13,7 @@ Priorities (higher survives longer under a tight budget):
      700  working memory
      600  active tasks and waits
      450  curated memory files
-     810  a recent turn of this thread that holds an operator rule
+     810  a recent turn of this thread that holds an operator rule, an episode quoting an older one
      400+ recent turns of this thread (newer higher)
      300+ relevant episodes (more relevant higher)
      200+ older rounds of this turn (compact: a recap of call and result together)
