@@ -561,3 +561,41 @@ def test_digest_covers_messages_and_tools() -> None:
     b = assemble(changed, budget_for(10_000))
     assert a.digest != b.digest and len(a.digest) == 64
     assert a.stable_prefix == b.stable_prefix
+
+
+def test_parts_other_sections_show_are_left_out_at_layout() -> None:
+    """A text rendering made of parts: a part whose refs a message section shows is left out; a
+    section left with no essential part is left out whole; refs follow what is shown."""
+    from holon.context.assembler import Part
+
+    turn = Section(
+        "turn:a",
+        "turn",
+        "history",
+        1,
+        500,
+        (Rendering("full", 10, messages=({"role": "user", "content": "A"},), refs=("event:1",)),),
+    )
+    parts = (Part("# Episode", ("episode:e",), essential=False), Part("Operator: A", ("event:1",)), Part("Files: x.py"))
+    text = "\n".join(p.text for p in parts)
+    summary = Section(
+        "episode:e",
+        "turn",
+        "context",
+        5,
+        300,
+        (Rendering("full", 10, text=text, refs=("episode:e", "event:1"), parts=parts),),
+    )
+    a = assemble([turn, summary], Budget(context_window=1_000, output_reserve=100))
+    m = {s.key: s for s in a.manifest.sections}
+    assert "Operator: A" not in str(a.messages) and "Files: x.py" in str(a.messages)
+    assert m["episode:e"].refs_included == ("episode:e",) and m["episode:e"].refs_omitted == ("event:1",)
+    only_quotes = Section(
+        "episode:f", "turn", "context", 6, 300, (Rendering("full", 10, text="x", refs=("event:1",), parts=parts[:2]),)
+    )
+    b = assemble([turn, only_quotes], Budget(context_window=1_000, output_reserve=100))
+    gone = next(s for s in b.manifest.sections if s.key == "episode:f")
+    assert gone.representation == "omitted" and "show its evidence" in gone.reason
+    # Without the turn, every part is shown.
+    c = assemble([summary], Budget(context_window=1_000, output_reserve=100))
+    assert "Operator: A" in str(c.messages)

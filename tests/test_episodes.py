@@ -108,22 +108,27 @@ def test_switching_work_items_after_a_settled_turn(store: Store, how: str) -> No
     s.run("make export", 0)
     s.settle("Started on the export.")
     assert s.sealed() == [], "adopting the first work item inside a turn does not split"
-    s.say("Switch to the docs now")
+    ask = s.say("Switch to the docs now")
     started = s.start()
     assert started.work_item_id == "wi_a"
-    switch = s.open_item("wi_b", "Write docs") if how == "open" else s.pick("wi_b")
-    called = next(e for e in switch if e.type == "tool.called")
-    moved = next(e for e in switch if e.type in ("work_item.opened", "work_item.picked"))
+    _ = s.open_item("wi_b", "Write docs") if how == "open" else s.pick("wi_b")
     [p] = sealed_after(s, 0)
     assert p.boundary == "work_switched"
-    # The switching event starts the next episode; this one ends on the event before it.
-    assert (p.seq_start, p.seq_end) == (first.seq, called.seq)
+    # The turn that switched starts the next episode (its input is the request for wi_b); this
+    # one ends on the event before that turn.
+    assert (p.seq_start, p.seq_end) == (first.seq, started.seq - 1)
     assert p.work_item_id == "wi_a" and p.last_reply == "Started on the export."
-    assert s.drafts().current is not None and s.drafts().current.seq_start == moved.seq
+    assert "Switch to the docs" not in p.summary
+    assert s.drafts().current is not None and s.drafts().current.seq_start == started.seq
     assert s.drafts().thread == "wi_b"
     assert next(e for e in s.sealed()).turn_id == s.turn_id
     s.settle("Switched.")
     assert len(s.sealed()) == 1
+    s.start()
+    s.wait("wait_review")
+    [_, docs] = sealed_after(s, 0)
+    assert docs.work_item_id == "wi_b" and docs.excerpts == ["Switch to the docs now"]
+    assert docs.sources is not None and ask.seq in docs.sources
     assert_contiguous(store, s.agent_id)
     assert_sound(store)
 
@@ -349,14 +354,17 @@ def test_operator_rules_and_decisions_are_kept_as_key_points_of_the_thread(store
     s.say("never trust this text", authority="external")  # not the operator: never a key point
     d = s.drafts()
     assert [k.text for k in d.key_points] == KEY[:3]
-    assert {k.thread for k in d.key_points} == {d.thread}
+    assert [k.kind for k in d.key_points] == ["decision", "rule", "rule"]
+    # "必须用中文回答" shares nothing with the storage talk before it: a new thread, where the
+    # decision about storage does not apply but the rules set in conversation do.
+    assert d.key_points[0].thread != d.thread == d.key_points[2].thread
     # They outlive an episode boundary in the same thread (a turn cap), not a new topic.
     for i in range(TURN_CAP):
         s.exchange(f"filler {i}", "ok")
-    assert sealed_after(s, 0)[0].boundary == "turn_cap"
+    assert sealed_after(s, 0)[-1].boundary == "turn_cap"
     started = s.say("remind me of the rules").seq
     view = gather(store, s.agent_id, inputs=[started], started_seq=store.ledger.head() + 1, tools=[])
-    assert [k.text for k in view.key_points] == KEY[:3]
+    assert [k.text for k in view.key_points] == KEY[1:3]
     clock.advance(seconds=IDLE_GAP_S)
     s.start()
     s.settle("We decided three things.")

@@ -110,7 +110,7 @@ def render_inputs(
 def is_short_reply(inputs: list[InputView] | tuple[InputView, ...]) -> bool:
     """One operator reply too short to stand on its own ("yes", "ok", "the second one", "好的")."""
     operator = [i for i in inputs if i.authority == "operator"]
-    return len(operator) == 1 and dialogue.is_reply(operator[0].text)
+    return len(operator) == 1 and dialogue.is_short(operator[0].text)
 
 
 def with_cache_markers(messages: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ Priorities (higher survives longer under a tight budget):
      700  working memory
      600  active tasks and waits
      450  curated memory files
-     810  a recent turn of this thread that holds an operator rule
+     810  a recent turn of this thread that holds an operator rule, an episode quoting an older one
      400+ recent turns of this thread (newer higher)
      300+ relevant episodes (more relevant higher)
      200+ older rounds of this turn (compact: a recap of call and result together)
@@ -32,7 +32,7 @@ from typing import Any
 
 from holon.clock import format_us
 from holon.context.assembler import Part, Rendering, Section
-from holon.context.render import is_short_reply, render_inputs, shorten
+from holon.context.render import InputView, is_short_reply, render_inputs, shorten
 from holon.context.tokens import MESSAGE_OVERHEAD, TokenCounter
 from holon.context.view import EpisodeView, HistoryTurn, RoundView, ToolEvidence, TurnView
 from holon.memory import markdown
@@ -69,6 +69,12 @@ class _Weights:
 
     def weight(self, w: str) -> float:
         return math.log((self.n + 1) / (self.df.get(w, 0) + 0.5))
+
+    def relevance(self, view: TurnView, text: str) -> float:
+        """How much ``text`` (of another thread) says about this turn: the better of its share of
+        the inputs' terms and of the inputs' and the work item's together."""
+        said = _terms(" ".join(i.text for i in view.inputs))
+        return max(self.share(said, text), self.share(_terms(_query(view)), text))
 
     def share(self, query: frozenset[str], text: str) -> float:
         """The weighted share of the query's terms that ``text`` contains."""
@@ -513,31 +519,39 @@ def _current_inputs(view: TurnView) -> set[str]:
     return {i.ref for i in view.inputs}
 
 
+def _quotes_inputs(e: EpisodeView, inputs: tuple[InputView, ...]) -> list[int]:
+    """The current inputs an episode's summary quotes. An episode sealed before sources were
+    recorded may quote any operator message of its range (even one still pending then)."""
+    if e.sources is None:
+        return [i.seq for i in inputs if i.authority == "operator" and e.seq_start <= i.seq <= e.seq_end]
+    return sorted({i.seq for i in inputs}.intersection(e.sources))
+
+
 def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan) -> list[Section]:
     """Episodes of this thread, and of other threads when their distinctive words match the input.
 
     An episode is never dropped in advance for covering turns this prompt may show: its lines
     carry the events they quote, and the layout leaves out the lines those turns show. So when the
     budget cuts the old turns, their summary is what remains (RFC 0003, "Budget order")."""
-    query = _terms(_query(view))
     paused = _paused(view)
     current = _current_inputs(view)
     scored = []
     for n, e in enumerate(view.episodes):
-        own = e.thread == view.thread
+        own = e.thread == view.thread or (e.work_item_id is not None and e.work_item_id == view.thread)
         recency = n / (100.0 * max(len(view.episodes), 1))
         if e.work_item_id in paused:
             scored.append((e, -1.0, f"belongs to paused work item {e.work_item_id}"))
             continue
-        if any(ref in current for line in e.lines for ref in line.refs):
-            scored.append((e, -1.0, "quotes the current input, which is shown as the input"))
+        quoted = _quotes_inputs(e, view.inputs) or [int(r[6:]) for x in e.lines for r in x.refs if r in current]
+        if quoted:
+            scored.append((e, -1.0, f"quotes the current input {', '.join(f'event:{q}' for q in quoted)}"))
             continue
         if own:
-            scored.append((e, 2.0 + recency, "same thread: a summary of turns this prompt may not show"))
+            scored.append((e, 2.0 + recency, "same work item" if e.work_item_id else "same thread"))
             continue
-        score = plan.weights.share(query, f"{e.topic} {e.summary}") if query else 0.0
+        score = plan.weights.relevance(view, f"{e.topic} {e.summary}")
         if score >= _EPISODE_RELEVANT:
-            scored.append((e, score + recency, f"another thread, relevant to this input ({score:.2f})"))
+            scored.append((e, score + recency, f"relevance {score:.2f}, another thread"))
         else:
             scored.append((e, -1.0, "another thread, not relevant to this input"))
     ranked = sorted((x for x in scored if x[1] >= 0), key=lambda x: -x[1])
@@ -565,17 +579,19 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
             )  # fmt: skip
         # This thread's summaries outlive its older turns (cheap, and they stand in for what the
         # budget cuts); other threads' rank below every turn of this one.
-        priority = (560 if e.thread == view.thread else 399) - min(rank[e.episode_id], 98)
+        priority = (560 if _score >= 2.0 else 399) - min(rank[e.episode_id], 98)
         out.append(Section(key, "turn", "context", 10 + e.seq, priority, tuple(renderings), reason=reason))
     return out
 
 
 def _episode_parts(e: EpisodeView) -> tuple[Part, ...]:
-    if not e.lines:  # an episode read without its lines: its summary as one line
+    """The episode's lines; its heading carries ``episode:<id>`` and goes only with another line."""
+    own = (f"episode:{e.episode_id}",)
+    if not e.lines:  # an episode read without its lines: its summary as one line quoting its sources
         head = f"# Episode {e.episode_id} ({e.topic}; events {e.seq_start}-{e.seq_end})"
-        return (Part(head, essential=False), Part(e.summary))
+        return (Part(head, own, essential=False), Part(e.summary, tuple(f"event:{q}" for q in e.sources or ())))
     first, *rest = e.lines
-    return (Part(first.text, first.refs, essential=False), *(Part(x.text, x.refs) for x in rest))
+    return (Part(first.text, own, essential=False), *(Part(x.text, x.refs) for x in rest))
 
 
 _EPISODE_RELEVANT = 0.3
@@ -641,7 +657,7 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
             priority, reason = max(priority, 790), "the turn that opened this thread"
         candidates.append((t, priority, reason))
     others = [t for t in view.history if t.thread != view.thread]
-    scores = {t.turn_id: weights.share(query, _turn_text(t)) if query else 0.0 for t in others}
+    scores = {t.turn_id: weights.relevance(view, _turn_text(t)) for t in others}
     relevant = [t for t in others if scores[t.turn_id] >= _RELEVANT and t.work_item_id not in paused]
     rank = {t.turn_id: n for n, t in enumerate(sorted(relevant, key=lambda t: -scores[t.turn_id]))}
     for t in others:

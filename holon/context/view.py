@@ -75,6 +75,8 @@ class EpisodeView:
     past turns already show."""
     thread: str = ""
     """The work item, or the conversation thread the episode began in (``conv:<seq>``)."""
+    sources: tuple[int, ...] | None = None
+    """Seqs of the events the summary quotes; ``None`` for episodes sealed before they were recorded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,18 +183,40 @@ def _thread_of(work_item_id: str | None, seq: int, conv_starts: list[KeyPoint], 
     return conv_starts[at - 1].thread if at else "conv:0"
 
 
+#: Which line of an episode's summary quotes an event of each type (besides requests and the last reply).
+_LINE_OF_TYPE = {
+    "tool.called": "commands",
+    "tool.resulted": "commands",
+    "task.created": "commands",
+    "task.resulted": "commands",
+    "file.touched": "files",
+    "decision.recorded": "decisions",
+    "follow_up.changed": "follow_ups",
+}
+
+
 def _episode_view(store: Store, e: Event) -> EpisodeView:
     """A sealed episode as lines, each with the events it quotes: the operator's requests (matched
-    to their messages in the range) and the last reply (its ``turn.settled``)."""
+    to the messages among its ``sources``, or in its range for episodes sealed before sources were
+    recorded) and the last reply (its ``turn.settled``)."""
     p = e.payload
     assert isinstance(p, ev.EpisodeSealed)
     said: dict[str, int] = {}
     last_settled: int | None = None
-    for m in store.ledger.find(
-        EventQuery(
-            agent_id=e.agent_id, types=("message.received", "turn.settled"), after=p.seq_start - 1, upto=p.seq_end
+    quoted = (
+        store.ledger.get_many(p.sources)
+        if p.sources is not None
+        else store.ledger.find(
+            EventQuery(
+                agent_id=e.agent_id, types=("message.received", "turn.settled"), after=p.seq_start - 1, upto=p.seq_end
+            )
         )
-    ):
+    )
+    by_kind: dict[str, list[str]] = {}
+    for m in quoted:
+        kind = _LINE_OF_TYPE.get(m.type)
+        if kind is not None:
+            by_kind.setdefault(kind, []).append(f"event:{m.seq}")
         if isinstance(m.payload, ev.MessageReceived) and m.authority == "operator":
             said.setdefault(flat_excerpt(m.payload.text, 160), m.seq)
         elif isinstance(m.payload, ev.TurnSettled) and m.payload.reply is not None:
@@ -203,19 +227,22 @@ def _episode_view(store: Store, e: Event) -> EpisodeView:
     lines += [EpisodeLine(f"Operator: {x}", (f"event:{said[x]}",) if x in said else ()) for x in p.excerpts]
     if p.commands:
         shown = "; ".join(f"{str(c.get('command', ''))[:80]} (exit {c.get('exit_code')})" for c in p.commands[-5:])
-        lines.append(EpisodeLine(f"Commands: {shown}."))
+        lines.append(EpisodeLine(f"Commands: {shown}.", tuple(by_kind.get("commands", ()))))
     if p.files:
-        lines.append(EpisodeLine("Files: " + ", ".join(p.files) + "."))
+        lines.append(EpisodeLine("Files: " + ", ".join(p.files) + ".", tuple(by_kind.get("files", ()))))
     if p.decisions:
-        lines.append(EpisodeLine("Decisions: " + "; ".join(p.decisions[-5:]) + "."))
+        lines.append(
+            EpisodeLine("Decisions: " + "; ".join(p.decisions[-5:]) + ".", tuple(by_kind.get("decisions", ())))
+        )
     if p.follow_ups:
-        lines.append(EpisodeLine("Follow-ups: " + "; ".join(p.follow_ups[-5:]) + "."))
+        text = "Follow-ups: " + "; ".join(p.follow_ups[-5:]) + "."
+        lines.append(EpisodeLine(text, tuple(by_kind.get("follow_ups", ()))))
     if p.last_reply:
         refs = (f"event:{last_settled}",) if last_settled is not None else ()
         lines.append(EpisodeLine(f"Last reply: {p.last_reply}", refs))
     return EpisodeView(
         p.episode_id, e.seq, p.seq_start, p.seq_end, p.work_item_id, p.topic or "", p.summary, p.boundary,
-        lines=tuple(lines),
+        lines=tuple(lines), sources=None if p.sources is None else tuple(p.sources),
     )  # fmt: skip
 
 

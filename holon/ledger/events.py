@@ -430,6 +430,10 @@ class EpisodeSealed(PayloadBase):
     excerpts: list[str] = Field(default_factory=list)
     """The first operator messages of the episode, shortened."""
     last_reply: str = ""
+    sources: list[int] | None = None
+    """Seqs of the events the summary quotes (operator messages, commands and their results, files,
+    decisions, follow-ups, the last reply), ascending. ``None`` on rows written before sources were
+    recorded: such a summary may quote any operator message of its range, even one still pending."""
 
 
 class BriefDelivered(PayloadBase):

@@ -57,6 +57,8 @@ DISCOURSE = frozenset(
     want way well where work yeah yet""".split()  # noqa: SIM905  # a word list reads better as text
 )
 
+#: Particles and measure words: a bigram holding one spans two words, and says nothing by itself.
+_CJK_PARTICLES = frozenset("的了是在吗呢吧啊和就也都还个这那")
 _CJK_DISCOURSE = frozenset("我们 你们 一下 这个 那个 现在 继续 开始 回到 一个 什么 怎么 可以 好的 就这 这样".split())  # noqa: SIM905
 
 
@@ -67,7 +69,7 @@ def terms(text: str) -> frozenset[str]:
     out = set()
     for w in content_words(text, drop=CHATTER):
         if is_unsegmented(w):
-            if len(w) == 2 and w not in _CJK_DISCOURSE:
+            if len(w) == 2 and w not in _CJK_DISCOURSE and not (set(w) & _CJK_PARTICLES):
                 out.add(w)
         elif len(w) >= 3 and w not in DISCOURSE and not w.isdigit():
             out.add(w)
@@ -279,6 +281,12 @@ def _weights(others: Sequence[frozenset[str]], current: frozenset[str]) -> dict[
     return {w: 1.0 / n for w, n in count.items()}
 
 
+def _units(said: frozenset[str]) -> float:
+    """How much content ``said`` carries: a word counts 1, a bigram of an unsegmented script half
+    (a Chinese clause yields a bigram per character, about two per word)."""
+    return sum(0.5 if is_unsegmented(w) else 1.0 for w in said)
+
+
 def says_switch(text: str) -> bool:
     """The operator says outright that the subject changes ("New topic: ...", "换个话题")."""
     return bool(_MARK_SWITCH.search(text))
@@ -319,6 +327,6 @@ def next_move(
     opening = bool(_OPENING.search(text)) or idle
     if asked is not None and not opening and len(said) <= 4:
         return Move("stay", why="answers the assistant's question")
-    if said and (len(said) >= SWITCH_TERMS or opening):
+    if said and (_units(said) >= SWITCH_TERMS or opening):
         return Move("switch", why="shares nothing with this thread and brings a subject of its own")
     return Move("stay", why="nothing says the subject changed")

@@ -20,10 +20,21 @@ event order, and moves it to ``ready``:
   its own starts a new one). Messages the operator sends in a row, with no reply between, are one
   utterance and stay together.
 
+Which episode owns what (the labelling rule, see ``apply_episode_drafts``): a message belongs to
+the episode of the turn that takes it, and a turn to the thread it ran in. When the thread
+changes, a draft in which a turn already ran is closed before the change: at the start of the turn
+making the change when that turn began in this draft (its inputs are the request that made it open
+or pick the work item, so they go with the work item), else at the changing event. A draft in
+which no turn ran yet has only heard messages: it adopts the new thread, and its messages go to
+the turn that takes them.
+
 The projector's derive step turns each ready draft into an immutable ``episode.sealed`` event whose
 content (operator requests, commands with exit codes, files, decisions, follow-ups, last reply) is
 read from the draft's ledger range at that moment, so the per-event fold stays small; folding the
-sealed event removes the draft from ``ready``. No model is involved; a model-written summary may be
+sealed event removes the draft from ``ready``. The requests it quotes are the operator inputs of
+the turns that start in its range (read from before the range when they were said earlier): a
+message still pending at the boundary is left to the episode of the turn that takes it. The sealed
+event lists the seqs of every event its summary quotes (``sources``), which the prompt declares. No model is involved; a model-written summary may be
 added later as a separate event, and nothing depends on it.
 
 The same reducer keeps, for context assembly, the **key points** of the conversation
@@ -54,6 +65,7 @@ __all__ = [
     "KEY_POINTS",
     "TURN_CAP",
     "apply_episode_drafts",
+    "consumed_inputs",
     "flat_excerpt",
     "is_key_point",
     "is_topic_switch",
@@ -115,7 +127,7 @@ EPISODE_TYPES = ev.tags_of(EpisodeEvent)
 
 
 #: Event types an episode's content is read from when it is sealed.
-CONTENT_TYPES = ("message.received", "turn.settled", *sorted(_CONTENT_TYPES))
+CONTENT_TYPES = ("message.received", "turn.started", "turn.settled", *sorted(_CONTENT_TYPES))
 
 
 def is_key_point(text: str) -> bool:
@@ -150,7 +162,8 @@ def _close(state: EpisodeDrafts, boundary: str, seq_end: int) -> EpisodeDrafts:
     d = state.current
     if d is None:
         return state
-    if seq_end < d.seq_start or (d.turns == 0 and boundary not in ("work_item_completed", "wait_began")):
+    idle = d.turns == 0 and d.first_turn_seq is None  # no turn ran in it: only messages heard
+    if seq_end < d.seq_start or (idle and boundary not in ("work_item_completed", "wait_began")):
         return state.model_copy(update={"current": None})  # nothing happened worth an episode
     done = d.model_copy(update={"boundary": boundary, "seq_end": seq_end})
     return state.model_copy(update={"current": None, "ready": [*state.ready, done]})
@@ -231,7 +244,61 @@ def _key_points(s: EpisodeDrafts, event: Event, said: str, thread: str, moved: b
     return out
 
 
+def _split_at(d: Draft, event: Event) -> int:
+    """Where the next thread's episode begins when ``event`` changes thread: at the start of the
+    turn making the change when that turn began in this draft (its inputs are the request that
+    made it open or pick the work item), else at the event itself."""
+    if event.turn_id is not None and event.turn_id == d.turn_id and d.turn_seq is not None:
+        return d.turn_seq
+    return event.seq
+
+
+def _change_thread(
+    s: EpisodeDrafts, cur: Draft, event: Event, thread: str, boundary: str, points: list[KeyPoint]
+) -> tuple[EpisodeDrafts, list[KeyPoint]]:
+    """The open draft ``cur`` meets a change of thread (see ``apply_episode_drafts``)."""
+    split = _split_at(cur, event)
+    if cur.turns == 0 and (cur.first_turn_seq is None or cur.first_turn_seq >= split):
+        # No turn ran before the change (messages heard, or only the turn making it): the draft
+        # belongs to the new thread, and so does what it heard (quoted by the turn that takes it).
+        s = s.model_copy(update={"current": cur.model_copy(update={"thread": thread})})
+        return s, [
+            k.model_copy(update={"thread": thread}) if k.seq >= cur.seq_start and k.speaker == "operator" else k
+            for k in points
+        ]
+    # Work of the earlier thread happened in the draft: it ends before the change. The turn
+    # making the change (begun in this draft) goes on in the new thread's draft.
+    s = _close(s, boundary, split - 1)
+    if split < event.seq:
+        new = Draft(
+            seq_start=split,
+            last_us=cur.last_us,
+            first_turn_seq=split,
+            turn_id=cur.turn_id,
+            turn_seq=split,
+            turn_inputs=cur.turn_inputs,
+        )
+        s = s.model_copy(update={"current": new})
+        taken = set(cur.turn_inputs)
+        points = [
+            k.model_copy(update={"thread": thread}) if k.seq in taken and k.speaker == "operator" else k for k in points
+        ]
+    return s, points
+
+
 def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDrafts | None:
+    """Fold one event into the agent's drafts.
+
+    Labelling rule on a change of thread (a work item opened or picked, a turn starting in
+    another thread): conversation that happened before a work item existed never takes its id
+    or title. If a turn ran in the open draft before the change (started, settled or not, put
+    back in the queue or not), the draft closes before the change and keeps its thread; the
+    next draft begins at the ``turn.started`` of the turn making the change when that turn began
+    in this draft (the request that made the agent open the work item belongs to the work item),
+    else at the changing event. If no turn ran yet (only messages heard), the draft adopts the
+    new thread: nothing happened in it, and its messages are quoted by the episode of the turn
+    that takes them (the work item's first turn, whose request they are).
+    """
     p = event.payload
     if not isinstance(p, EpisodeEvent):
         return state
@@ -246,12 +313,7 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
     points, starts = s.key_points, s.thread_starts
     cur = s.current
     if cur is not None and thread != cur.thread:
-        if cur.turns == 0:
-            # Nothing settled yet: the draft (and what it heard) belongs to the new thread.
-            s = s.model_copy(update={"current": cur.model_copy(update={"thread": thread})})
-            points = [k.model_copy(update={"thread": thread}) if k.seq >= cur.seq_start else k for k in points]
-        else:
-            s = _close(s, boundary or "work_switched", event.seq - 1)
+        s, points = _change_thread(s, cur, event, thread, boundary or "work_switched", points)
     elif idle:
         s = _close(s, boundary, event.seq - 1)
     if isinstance(p, ev.TurnStarted) and thread != s.thread:
@@ -281,7 +343,13 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
         up["last_us"] = event.ts_us
     if isinstance(p, ev.TurnSettled):
         up["turns"] = d.turns + 1
-    work_item = p.work_item_id if isinstance(p, ev.WorkItemOpened | ev.WorkItemPicked) else None
+    if isinstance(p, ev.TurnStarted):
+        up.update(turn_id=p.turn_id, turn_seq=event.seq, turn_inputs=list(p.inputs))
+        if d.first_turn_seq is None:
+            up["first_turn_seq"] = event.seq
+    # Only a work item the agent moves to labels the draft: one opened for later does not.
+    moved = isinstance(p, ev.WorkItemPicked) or (isinstance(p, ev.WorkItemOpened) and p.activate)
+    work_item = p.work_item_id if moved and isinstance(p, ev.WorkItemOpened | ev.WorkItemPicked) else None
     if isinstance(p, ev.TurnStarted) and event.work_item_id is not None:
         work_item = event.work_item_id
     if work_item is not None:
@@ -302,23 +370,46 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
     return s
 
 
+def consumed_inputs(events: Sequence[Event]) -> set[int]:
+    """Inputs taken by the turns that start among ``events`` (and were not put back in the queue)."""
+    taken: dict[str, list[int]] = {}
+    out: set[int] = set()
+    for e in events:
+        p = e.payload
+        if isinstance(p, ev.TurnStarted):
+            taken[p.turn_id] = list(p.inputs)
+            out.update(p.inputs)
+        elif isinstance(p, ev.TurnSettled) and (p.requeue or p.outcome == "interrupted"):  # as the agent reducer
+            out.difference_update(taken.get(p.turn_id, ()))
+    return out
+
+
 def _content(events: Sequence[Event]) -> dict[str, Any]:
-    """What an episode's events say: requests, commands, files, decisions, follow-ups, replies."""
-    excerpts: list[str] = []
+    """What an episode's events say: requests, commands, files, decisions, follow-ups, replies.
+
+    Each item comes with the seqs of the events it quotes (``*_src``). An operator message is
+    quoted only when a turn starting in the episode took it: a message still pending at the
+    boundary is left to the episode of the turn that takes it (it is that turn's input, and may be
+    the current input of the next prompt)."""
+    consumed = consumed_inputs(events)
+    excerpts: list[tuple[str, int]] = []
     commands: dict[str, dict[str, Any]] = {}
-    files: list[str] = []
-    decisions: list[str] = []
-    follow_ups: list[str] = []
-    last_reply, turns, tool_calls = "", 0, 0
+    command_src: dict[str, list[int]] = {}
+    files: dict[str, int] = {}
+    decisions: list[tuple[str, int]] = []
+    follow_ups: list[tuple[str, int]] = []
+    last_reply: tuple[str, int] | None = None
+    turns, tool_calls = 0, 0
     for e in events:
         p = e.payload
         match p:
-            case ev.MessageReceived() if e.authority == "operator" and len(excerpts) < _EXCERPTS:
-                excerpts.append(_short(p.text, 160))
+            case ev.MessageReceived() if e.authority == "operator" and e.seq in consumed:
+                if len(excerpts) < _EXCERPTS:
+                    excerpts.append((_short(p.text, 160), e.seq))
             case ev.TurnSettled():
                 turns += 1
                 if p.reply is not None:
-                    last_reply = _short(p.reply, 300)
+                    last_reply = (_short(p.reply, 300), e.seq)
             case ev.ToolCalled():
                 tool_calls += 1
                 if p.tool == "run_command" and isinstance(p.arguments, str):
@@ -328,25 +419,29 @@ def _content(events: Sequence[Event]) -> dict[str, Any]:
                         command = None
                     if isinstance(command, str):
                         commands[p.call_id] = {"command": command[:160], "exit_code": None}
+                        command_src[p.call_id] = [e.seq]
             case ev.ToolResulted() if p.call_id in commands:
                 found = _EXIT.match(_short(p.output, 40))
                 commands[p.call_id]["exit_code"] = int(found.group(1)) if found else None
+                command_src[p.call_id].append(e.seq)
             case ev.TaskCreated() if isinstance(p.spec.get("command"), str):
                 commands[p.task_id] = {"command": str(p.spec["command"])[:160], "exit_code": None}
+                command_src[p.task_id] = [e.seq]
             case ev.TaskResulted() if p.task_id in commands:
                 commands[p.task_id]["exit_code"] = p.exit_code
+                command_src[p.task_id].append(e.seq)
             case ev.FileTouched() if p.path not in files:
-                files.append(p.path)
+                files[p.path] = e.seq
             case ev.DecisionRecorded():
-                decisions.append(_short(p.text, 200))
+                decisions.append((_short(p.text, 200), e.seq))
             case ev.FollowUpChanged() if p.op == "add" and p.text:
-                follow_ups.append(_short(p.text, 200))
+                follow_ups.append((_short(p.text, 200), e.seq))
             case _:
                 pass  # a summary, not a fold: any other event (or case) adds nothing to it
     return {
         "excerpts": excerpts,
-        "commands": list(commands.values())[-_KEEP:],
-        "files": files[-_KEEP:],
+        "commands": [(c, command_src[k]) for k, c in commands.items()][-_KEEP:],
+        "files": list(files.items())[-_KEEP:],
         "decisions": decisions[-_KEEP:],
         "follow_ups": follow_ups[-_KEEP:],
         "last_reply": last_reply,
@@ -356,26 +451,41 @@ def _content(events: Sequence[Event]) -> dict[str, Any]:
 
 
 def sealed_payload(d: Draft, item: WorkItemState | None, events: Sequence[Event]) -> ev.EpisodeSealed:
-    """The immutable record of a ready draft, from its ledger range; ``item`` is its work item."""
+    """The immutable record of a ready draft; ``item`` is its work item. ``events`` are the content
+    events of its ledger range, plus the inputs (before the range) of the turns starting in it."""
     c = _content(events)
+    excerpts = [t for t, _ in c["excerpts"]]
+    commands = [x for x, _ in c["commands"]]
+    shown: list[tuple[Any, int | list[int]]] = [
+        *c["excerpts"],
+        *c["commands"][-5:],
+        *c["files"],
+        *c["decisions"][-5:],
+        *c["follow_ups"][-5:],
+    ]
     title = item.title if item is not None else None
-    topic = title or (c["excerpts"][0][:80] if c["excerpts"] else "conversation")
+    topic = title or (excerpts[0][:80] if excerpts else "conversation")
     parts = [f"{topic}: {c['turns']} turns, {c['tool_calls']} tool calls."]
-    if c["excerpts"]:
-        parts.append("Operator: " + " / ".join(c["excerpts"]) + ".")
-    if c["commands"]:
+    if excerpts:
+        parts.append("Operator: " + " / ".join(excerpts) + ".")
+    if commands:
         parts.append(
-            "Commands: " + "; ".join(f"{x['command'][:80]} (exit {x['exit_code']})" for x in c["commands"][-5:]) + "."
+            "Commands: " + "; ".join(f"{x['command'][:80]} (exit {x['exit_code']})" for x in commands[-5:]) + "."
         )
     if c["files"]:
-        parts.append("Files: " + ", ".join(c["files"]) + ".")
+        parts.append("Files: " + ", ".join(f for f, _ in c["files"]) + ".")
     if c["decisions"]:
-        parts.append("Decisions: " + "; ".join(c["decisions"][-5:]) + ".")
+        parts.append("Decisions: " + "; ".join(t for t, _ in c["decisions"][-5:]) + ".")
     if c["follow_ups"]:
-        parts.append("Follow-ups: " + "; ".join(c["follow_ups"][-5:]) + ".")
+        parts.append("Follow-ups: " + "; ".join(t for t, _ in c["follow_ups"][-5:]) + ".")
     parts.append(f"Ended: {d.boundary.replace('_', ' ')}.")
-    if c["last_reply"]:
-        parts.append(f"Last reply: {c['last_reply']}")
+    last_reply = ""
+    if c["last_reply"] is not None:
+        last_reply = c["last_reply"][0]
+        if last_reply:
+            shown.append(c["last_reply"])
+            parts.append(f"Last reply: {last_reply}")
+    sources = sorted({s for _, src in shown for s in (src if isinstance(src, list) else [src])})
     assert d.seq_end is not None
     return ev.EpisodeSealed(
         episode_id=f"ep_{d.seq_start}",
@@ -386,12 +496,13 @@ def sealed_payload(d: Draft, item: WorkItemState | None, events: Sequence[Event]
         topic=topic,
         objective=item.objective if item is not None else "",
         summary=" ".join(parts),
-        files=c["files"],
-        commands=c["commands"],
-        decisions=c["decisions"],
-        follow_ups=c["follow_ups"],
+        files=[f for f, _ in c["files"]],
+        commands=commands,
+        decisions=[t for t, _ in c["decisions"]],
+        follow_ups=[t for t, _ in c["follow_ups"]],
         turns=c["turns"],
         tool_calls=c["tool_calls"],
-        excerpts=c["excerpts"],
-        last_reply=c["last_reply"],
+        excerpts=excerpts,
+        last_reply=last_reply,
+        sources=sources,
     )

@@ -24,7 +24,7 @@ from holon.projections.durable import (
     apply_durable,
     apply_proposal,
 )
-from holon.projections.episodes import EPISODE_TYPES, apply_episode_drafts, sealed_payload
+from holon.projections.episodes import EPISODE_TYPES, apply_episode_drafts, consumed_inputs, sealed_payload
 from holon.projections.state import (
     AgentState,
     EpisodeDrafts,
@@ -288,6 +288,11 @@ def _seal_ready(
             item = states.get(("work_item", d.work_item_id)) if d.work_item_id else None
             assert d.seq_end is not None
             covered = read(agent, d.seq_start, d.seq_end) if read is not None else []
+            # The inputs its turns took before the range are their requests: quoted here too.
+            earlier = sorted(s for s in consumed_inputs(covered) if s < d.seq_start)
+            if earlier and read is not None:
+                wanted = set(earlier)
+                covered = [e for e in read(agent, earlier[0], d.seq_start - 1) if e.seq in wanted] + covered
             payload = sealed_payload(d, item if isinstance(item, WorkItemState) else None, covered)
             out.append(
                 NewEvent(

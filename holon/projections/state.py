@@ -212,6 +212,14 @@ class Draft(State):
     """Time of the last operator message or settled turn (for the idle gap)."""
     seq_end: int | None = None
     boundary: str = ""
+    first_turn_seq: int | None = None
+    """Seq of the first ``turn.started`` in the range: a draft where no turn ran yet only heard messages."""
+    turn_id: str | None = None
+    """The latest turn begun in this draft (its ``turn.started`` is in the range), if any."""
+    turn_seq: int | None = None
+    """Seq of that turn's ``turn.started``: where a thread change made by the turn splits the draft."""
+    turn_inputs: list[int] = []
+    """That turn's inputs: the request that made it change thread, if it does."""
 
 
 class EpisodeDrafts(State):
