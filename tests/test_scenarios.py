@@ -18,7 +18,9 @@ REQUIRED_ASSERTIONS = {
     "short_reply_predecessor_present",
     "required_refs_present",
     "forbidden_refs_absent",
+    "superseded_marked",
     "no_duplicate_evidence",
+    "no_duplicate_shown",
     "provenance_kept",
     "monotone_degradation",
     "restart_identical",
@@ -102,7 +104,7 @@ def test_cli_runs_a_scenario_and_reports_per_budget(tmp_path: Path) -> None:
     assert data["passed"] is True
     (b,) = data["budgets"]
     assert b["budget"] == 4096 and b["passed"] is True
-    assert {"included_refs", "omitted_refs", "assertions"} <= set(b)
+    assert {"included_refs", "omitted_refs", "observed", "assertions"} <= set(b)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"id": "x", "events": [{"kind": "nonsense"}]}))
     out = subprocess.run(
