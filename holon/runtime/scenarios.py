@@ -45,6 +45,7 @@ import random
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,7 +64,7 @@ from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
 from holon.runtime.agents import create_agent
-from holon.runtime.observe import Seen, observe
+from holon.runtime.observe import Seen, observe, tokens
 from holon.runtime.recovery import recover
 from holon.runtime.scenario_variants import AUTHORED, AUTOMATIC, FILLER_SCALE, PREFIX_PAIRS, VARIANTS, Variant
 from holon.runtime.tools import builtin_registry
@@ -160,8 +161,7 @@ def variant_events(scenario: Scenario, variant: Variant) -> list[ScenarioEvent]:
     if variant not in VARIANTS:
         raise UsageError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
     events = [
-        e.model_copy(update={"text": e.variants[variant]}) if variant in e.variants else e
-        for e in scenario.events
+        e.model_copy(update={"text": e.variants[variant]}) if variant in e.variants else e for e in scenario.events
     ]
     if variant == "prefix30":
         prefix = [
@@ -463,6 +463,10 @@ def _assess(d: _Driver, windows: list[int]) -> tuple[dict[str, Any], dict[str, A
     seq_of = {label: int(ref.removeprefix("event:")) for label, ref in d.labels.items()}
     episodes = d.episodes()
     superseded = [seq_of[r] for r in scenario.superseded_refs if r in seq_of]
+    # A message whose words another message repeats ("ok", "yes") cannot be told apart from it:
+    # the duplicate check covers the messages with words of their own.
+    said = Counter(tokens(d.texts[s]) for s in d.messages)
+    unique = {s for s in d.messages if said[tokens(d.texts[s])] == 1}
     results: list[dict[str, Any]] = []
     previous: set[str] | None = None
     for window in windows:
@@ -499,7 +503,7 @@ def _assess(d: _Driver, windows: list[int]) -> tuple[dict[str, Any], dict[str, A
             "forbidden_refs_absent": not any(shown(seq_of.get(r)) for r in scenario.forbidden_refs),
             "superseded_marked": all(not seen[s].shown or seen[s].marked_superseded for s in superseded if s in seen),
             "no_duplicate_evidence": not duplicate,
-            "no_duplicate_shown": not any(len({k for k, _h in seen[s].places}) > 1 for s in d.messages if s in seen),
+            "no_duplicate_shown": not any(len({k for k, _h in seen[s].places}) > 1 for s in unique if s in seen),
             "provenance_kept": _provenance_kept(a, non_operator),
             "monotone_degradation": previous is None or declared <= previous,
         }
@@ -510,7 +514,7 @@ def _assess(d: _Driver, windows: list[int]) -> tuple[dict[str, Any], dict[str, A
         }
         duplicates = {
             _label(d, s): [k for k, _h in seen[s].places]
-            for s in sorted(d.messages)
+            for s in sorted(unique)
             if s in seen and len({k for k, _h in seen[s].places}) > 1
         }
         results.append(
