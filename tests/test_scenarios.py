@@ -94,14 +94,14 @@ def test_a_scenario_must_end_with_an_input() -> None:
 
 @pytest.mark.slow
 def test_cli_runs_a_scenario_and_reports_per_budget(tmp_path: Path) -> None:
-    path = SCENARIOS[0]
+    path = Path(__file__).parent / "scenarios" / "background-wakes.json"
     out = subprocess.run(
-        [sys.executable, "-m", "holon.cli.main", "scenario", "run", str(path), "--budget", "4096", "--json"],
+        [sys.executable, "-m", "holon.cli.main", "scenario", "run", str(path), "--budget", "4096", "--variant", "zh", "--json"],
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["passed"] is True
+    assert data["passed"] is True and data["variant"] == "zh"
     (b,) = data["budgets"]
     assert b["budget"] == 4096 and b["passed"] is True
     assert {"included_refs", "omitted_refs", "observed", "assertions"} <= set(b)
