@@ -27,7 +27,9 @@ __all__ = ["DEFAULT_DIR", "METHOD", "format_report", "run_continuity_bench"]
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "scenarios"
 METHOD = (
     "Each scenario is replayed into a fresh ledger (real projections and episodes) under each applicable "
-    "variant, and the next turn's prompt is assembled at each budget; a cell passes when the rendered "
+    "variant (plain; paraphrase: other wording without marker words; zh: Chinese; long_filler: filler 3x "
+    "longer; prefix30: 30 earlier unrelated turn pairs) and the next turn's prompt is assembled at each "
+    "of its budgets (2,048, 4,096 and 16,384 tokens in the suite); a cell passes when the rendered "
     "prompt shows every required event (its text, or a summary derived from it), no forbidden event, "
     "the question a short reply answers, no message twice, fits the budget, keeps provenance, degrades "
     "monotonically and is byte-identical when rebuilt by a fresh process."
