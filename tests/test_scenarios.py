@@ -18,7 +18,9 @@ REQUIRED_ASSERTIONS = {
     "short_reply_predecessor_present",
     "required_refs_present",
     "forbidden_refs_absent",
+    "superseded_marked",
     "no_duplicate_evidence",
+    "no_duplicate_shown",
     "provenance_kept",
     "monotone_degradation",
     "restart_identical",
@@ -92,17 +94,17 @@ def test_a_scenario_must_end_with_an_input() -> None:
 
 @pytest.mark.slow
 def test_cli_runs_a_scenario_and_reports_per_budget(tmp_path: Path) -> None:
-    path = SCENARIOS[0]
+    path = Path(__file__).parent / "scenarios" / "background-wakes.json"
     out = subprocess.run(
-        [sys.executable, "-m", "holon.cli.main", "scenario", "run", str(path), "--budget", "4096", "--json"],
+        [sys.executable, "-m", "holon.cli.main", "scenario", "run", str(path), "--budget", "4096", "--variant", "zh", "--json"],
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["passed"] is True
+    assert data["passed"] is True and data["variant"] == "zh"
     (b,) = data["budgets"]
     assert b["budget"] == 4096 and b["passed"] is True
-    assert {"included_refs", "omitted_refs", "assertions"} <= set(b)
+    assert {"included_refs", "omitted_refs", "observed", "assertions"} <= set(b)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"id": "x", "events": [{"kind": "nonsense"}]}))
     out = subprocess.run(
@@ -112,3 +114,26 @@ def test_cli_runs_a_scenario_and_reports_per_budget(tmp_path: Path) -> None:
         check=False,
     )
     assert out.returncode == 2 and "events.0.kind" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_verdict_reports_what_the_prompt_shows_and_where() -> None:
+    events = [
+        ScenarioEvent(kind="operator", ref="message:ask", text="Renew the wildcard certificate for example.org."),
+        ScenarioEvent(kind="work_item_create", ref="work_item:cert", text="Renew the example.org certificate"),
+        ScenarioEvent(kind="assistant", owner="work_item:cert", text="Renewing it with certbot now."),
+        ScenarioEvent(kind="wait", ref="wait:dns", text="the DNS provider's API to answer again"),
+        ScenarioEvent(kind="operator", ref="message:now", text="ok"),
+        ScenarioEvent(kind="assistant", text="Done."),
+        ScenarioEvent(kind="operator", text="ok"),
+        ScenarioEvent(kind="assistant", text="Done."),
+        ScenarioEvent(kind="operator", ref="message:current", text="What is still open?"),
+    ]
+    scenario = Scenario(id="observed", budgets=[16384], events=events, required_refs=["work_item:cert", "wait:dns"])
+    (b,) = run_scenario(scenario, fresh_check=False)["budgets"]
+    assert b["observed"]["work_item:cert"] == {"shown": True, "how": "text", "section": "work_item"}
+    assert b["observed"]["wait:dns"]["shown"] and b["observed"]["wait:dns"]["how"] == "text"
+    assert b["observed"]["message:current"]["section"] == "input"
+    assert b["assertions"]["required_refs_present"]
+    # "ok" and "Done." said twice are two messages, not one message shown twice.
+    assert b["assertions"]["no_duplicate_shown"], b.get("duplicates")
+    assert set(b["included_refs"]) | set(b["omitted_refs"]) == set(b["observed"])

@@ -92,6 +92,27 @@ def context(
     emit(c, result, format_report(result))
 
 
+@app.command("continuity")
+def continuity(
+    ctx: typer.Context,
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="Directory of scenario files (default: the repo's tests/scenarios).")
+    ] = None,
+    fresh: Annotated[
+        bool, typer.Option("--fresh/--no-fresh", help="Check that a fresh process rebuilds the same prompts.")
+    ] = True,
+    json_out: JsonOpt = False,
+) -> None:
+    """Continuity scenarios under every variant (plain, paraphrase, zh, long filler, 30-turn prefix) at
+    every budget: cells passed per variant. What the rendered prompt shows is checked, not what was declared."""
+    from holon.bench.continuity import DEFAULT_DIR, format_report, run_continuity_bench
+
+    c = ctx_of(ctx, None, json_out)
+    with _progress("continuity"):
+        result = run_continuity_bench(directory or DEFAULT_DIR, fresh_check=fresh)
+    emit(c, result, format_report(result))
+
+
 def _sizes(text: str) -> tuple[int, ...]:
     from holon.errors import UsageError
 

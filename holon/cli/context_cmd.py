@@ -22,16 +22,26 @@ def scenario_run(
     budget: Annotated[
         list[int] | None, typer.Option("--budget", min=512, help="Budget(s) to check instead of the file's.")
     ] = None,
+    variant: Annotated[
+        str,
+        typer.Option("--variant", help="plain, paraphrase, zh, long_filler or prefix30 (see holon bench continuity)."),
+    ] = "plain",
     json_out: JsonOpt = False,
 ) -> None:
-    """Replay a scenario through the real ledger, projector and assembler; check every assertion."""
+    """Replay a scenario through the real ledger, projector and assembler; check every assertion
+    against what the rendered prompt shows."""
+    from holon.errors import UsageError
     from holon.logs import configure_logging
+    from holon.runtime.scenario_variants import VARIANTS
     from holon.runtime.scenarios import load_scenario, run_scenario
 
     configure_logging(console="off")
     c = ctx_of(ctx, None, json_out)
-    result = run_scenario(load_scenario(file), budgets=budget)
-    lines = [f"scenario {result['id']}: {'passed' if result['passed'] else 'FAILED'}"]
+    chosen = next((v for v in VARIANTS if v == variant), None)
+    if chosen is None:
+        raise UsageError(f"--variant takes one of {', '.join(VARIANTS)}, not {variant!r}")
+    result = run_scenario(load_scenario(file), variant=chosen, budgets=budget)
+    lines = [f"scenario {result['id']} ({result['variant']}): {'passed' if result['passed'] else 'FAILED'}"]
     if result["unknown_refs"]:
         lines.append(f"  refs no event carries: {', '.join(result['unknown_refs'])}")
     for b in result["budgets"]:
@@ -40,8 +50,15 @@ def scenario_run(
         lines.append(f"  budget {b['budget']:>6}: {status} ({b.get('used_tokens', '-')} tokens)")
         if b.get("error"):
             lines.append(f"    {b['error']}")
-        lines.append(f"    included: {', '.join(b['included_refs']) or '-'}")
-        lines.append(f"    omitted:  {', '.join(b['omitted_refs']) or '-'}")
+        observed = b.get("observed", {})
+        shown = [
+            label + (f" (summary in {o['section']})" if (o := observed.get(label, {})).get("how") == "summary" else "")
+            for label in b["included_refs"]
+        ]
+        lines.append(f"    shown:    {', '.join(shown) or '-'}")
+        lines.append(f"    not shown: {', '.join(b['omitted_refs']) or '-'}")
+        for label, where in sorted(b.get("duplicates", {}).items()):
+            lines.append(f"    shown twice: {label} in {', '.join(where)}")
     emit(c, result, "\n".join(lines))
     if not result["passed"]:
         raise typer.Exit(1)

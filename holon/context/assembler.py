@@ -202,6 +202,10 @@ class Assembly:
     used_tokens: int
     stable_prefix: str
     """The bytes of the stable tier, for prefix-stability checks and cache markers."""
+    chosen: dict[str, Rendering] = field(default_factory=dict)
+    """Section key -> the rendering used, for every section in the prompt (omitted and excluded
+    ones are absent). Not part of the manifest: it lets a reader attribute each piece of prompt
+    text to its section (the scenario verdict observes what the prompt shows, not what was declared)."""
 
     @property
     def digest(self) -> str:
@@ -338,6 +342,7 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) ->
     tail: list[dict[str, Any]] = []
     tools: list[dict[str, Any]] = []
     manifest_sections: list[ManifestSection] = []
+    used: dict[str, Rendering] = {}
     for s in ordered:
         chosen = picked.get(s.key)
         full = s.renderings[0]
@@ -357,6 +362,7 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) ->
         )
         if chosen is None:
             continue
+        used[s.key] = chosen
         tools.extend(chosen.tools)
         if s.slot == "system" and chosen.text:
             system_parts.append(chosen.text)
@@ -384,4 +390,4 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) ->
         digest=digest,
         sections=tuple(manifest_sections),
     )
-    return Assembly(messages, tools, manifest, total, stable_prefix)
+    return Assembly(messages, tools, manifest, total, stable_prefix, used)
