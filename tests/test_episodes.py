@@ -355,8 +355,8 @@ def test_operator_rules_and_decisions_are_kept_as_key_points_of_the_thread(store
     d = s.drafts()
     assert [k.text for k in d.key_points] == KEY[:3]
     assert [k.kind for k in d.key_points] == ["decision", "rule", "rule"]
-    # "必须用中文回答" shares nothing with the storage talk before it: a new thread, where the
-    # decision about storage does not apply but the rules set in conversation do.
+    # "必须用中文回答" shares nothing with the storage talk before it: a new thread. What the
+    # operator stated in plain conversation holds in every thread all the same.
     assert d.key_points[0].thread != d.thread == d.key_points[2].thread
     # They outlive an episode boundary in the same thread (a turn cap), not a new topic.
     for i in range(TURN_CAP):
@@ -364,7 +364,7 @@ def test_operator_rules_and_decisions_are_kept_as_key_points_of_the_thread(store
     assert sealed_after(s, 0)[-1].boundary == "turn_cap"
     started = s.say("remind me of the rules").seq
     view = gather(store, s.agent_id, inputs=[started], started_seq=store.ledger.head() + 1, tools=[])
-    assert [k.text for k in view.key_points] == KEY[1:3]
+    assert [k.text for k in view.key_points] == KEY[:3]
     clock.advance(seconds=IDLE_GAP_S)
     s.start()
     s.settle("We decided three things.")
@@ -372,8 +372,8 @@ def test_operator_rules_and_decisions_are_kept_as_key_points_of_the_thread(store
     assert s.drafts().thread != d.thread
     head = store.ledger.head()
     view = gather(store, s.agent_id, inputs=[], started_seq=head + 1, tools=[])
-    # The decision stays with its thread; rules set in plain conversation hold in every thread.
-    assert [k.text for k in view.key_points] == KEY[1:3]
+    # Stated in plain conversation, they hold in every thread.
+    assert [k.text for k in view.key_points] == KEY[:3]
     assert_sound(store)
 
 

@@ -298,10 +298,11 @@ def gather(
     thread = drafts.thread if drafts is not None and drafts.thread else (active or f"conv:{started_seq}")
     if active:
         thread = active
-    # The decisions of this thread, and the rules set in plain conversation, which hold in every
-    # thread (a work item's rules stay with it). Superseded ones too: the prompt marks them so.
+    # The key points of this thread, and those stated or accepted in words in plain conversation,
+    # which hold in every thread (a work item's stay with it, and so does a proposal accepted only
+    # by carrying on). Superseded ones too: the prompt marks them so.
     key_points = (
-        tuple(k for k in drafts.key_points if k.thread == thread or (k.kind == "rule" and k.thread.startswith("conv:")))
+        tuple(k for k in drafts.key_points if k.thread == thread or (k.explicit and k.thread.startswith("conv:")))
         if isinstance(drafts, EpisodeDrafts)
         else ()
     )

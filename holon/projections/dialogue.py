@@ -43,6 +43,7 @@ __all__ = [
     "reaction",
     "revises",
     "says_switch",
+    "acknowledged",
     "carried_on",
     "settles",
     "supersedes",
@@ -183,6 +184,8 @@ class Settled:
     kind: Kind
     speaker: Literal["operator", "assistant"]
     text: str
+    explicit: bool = True
+    """Stated or accepted in words (``False``: accepted only by the operator carrying on)."""
 
 
 def _declarative(text: str) -> bool:
@@ -225,7 +228,19 @@ def carried_on(text: str, last_reply: str | None) -> Settled | None:
     proposal = proposal_of(last_reply)
     if proposal is None or is_question(proposal):
         return None
-    return Settled("decision", "assistant", proposal)
+    return Settled("decision", "assistant", proposal, explicit=False)
+
+
+def acknowledged(said: str, reply: str) -> Settled | None:
+    """An operator statement the assistant's reply confirms by restating it ("Use the blue palette
+    for everything new." - "Blue palette, noted."): most of its content terms come back."""
+    stripped = said.strip()
+    if is_question(stripped) or is_short(stripped):
+        return None
+    asked, answer = terms(stripped), terms(reply)
+    if len(asked) < 2 or is_question(reply.strip()):
+        return None
+    return Settled("decision", "operator", stripped) if len(asked & answer) * 5 >= len(asked) * 3 else None
 
 
 def supersedes(new: str, old: str) -> bool:
@@ -320,13 +335,19 @@ def next_move(
         return Move(
             "return", best_thread, f"shares more with {best_thread} ({best:.2f}) than with this thread ({here:.2f})"
         )
-    if here > 0 and not marked_switch:
+    shared = said & current
+    if asked is not None and said & terms(asked) and not marked_switch:
+        return Move("stay", why="answers the assistant's question")
+    # One shared word ("job" in "export job" and "job posting") does not hold a message that
+    # brings a subject of its own; two shared words, or a third of its words, do.
+    holds = len(shared) >= 2 or len(shared) * 3 >= len(said) or _units(said - current) <= SWITCH_TERMS
+    if here > 0 and not marked_switch and holds:
         return Move("stay", why=f"continues this thread ({here:.2f})")
     if marked_switch:
         return Move("switch", why="says the subject changes")
     opening = bool(_OPENING.search(text)) or idle
     if asked is not None and not opening and len(said) <= 4:
         return Move("stay", why="answers the assistant's question")
-    if said and (_units(said) >= SWITCH_TERMS or opening):
-        return Move("switch", why="shares nothing with this thread and brings a subject of its own")
+    if said and (_units(said - current) >= SWITCH_TERMS or opening):
+        return Move("switch", why="shares little or nothing with this thread and brings a subject of its own")
     return Move("stay", why="nothing says the subject changed")

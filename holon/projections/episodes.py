@@ -229,14 +229,22 @@ def _key_points(s: EpisodeDrafts, event: Event, said: str, thread: str, moved: b
         return s.key_points
     point = KeyPoint(
         seq=event.seq, text=_short(found.text, 240), thread=thread, kind=found.kind, speaker=found.speaker,
-        source_seq=s.last_reply_seq if found.speaker == "assistant" else None,
+        source_seq=s.last_reply_seq if found.speaker == "assistant" else None, explicit=found.explicit,
     )  # fmt: skip
+    return _add_point(s.key_points, point)
+
+
+def _add_point(key_points: list[KeyPoint], point: KeyPoint) -> list[KeyPoint]:
+    """``key_points`` with ``point`` added: the earlier ones it supersedes marked, the list bounded."""
+    thread = point.thread
+    if any(k.seq == point.seq for k in key_points):
+        return key_points
     points = [
-        k.model_copy(update={"superseded_by": event.seq})
+        k.model_copy(update={"superseded_by": point.seq})
         if k.superseded_by is None and (k.thread == thread or k.kind == point.kind == "rule")
         and dialogue.supersedes(point.text, k.text)
         else k
-        for k in s.key_points
+        for k in key_points
     ]  # fmt: skip
     out = [*points, point]
     while len(out) > KEY_POINTS:  # superseded ones go first, then the oldest
@@ -286,6 +294,33 @@ def _change_thread(
     return s, points
 
 
+def _remember(
+    s: EpisodeDrafts, event: Event, said: str | None, thread: str, points: list[KeyPoint]
+) -> tuple[dict[str, Any], list[KeyPoint]]:
+    """What the reducer keeps of an operator message or a reply (vocabularies, the last reply and
+    the last message said), and the key points after it."""
+    p = event.payload
+    # A reply belongs to the thread it was given in: once another thread is current, it is no
+    # longer what the operator's next message answers (nor a proposal it could accept).
+    up_state: dict[str, Any] = {"last_reply": ""} if thread != s.thread and said is None else {}
+    if said is not None:
+        points = _key_points(s.model_copy(update={"key_points": points}), event, said, thread, thread != s.thread)
+        up_state = {
+            "vocabularies": _learn(s, thread, said), "last_reply": "", "last_reply_seq": None,
+            "last_said": _short(said, 600), "last_said_seq": event.seq,
+        }  # fmt: skip
+    elif isinstance(p, ev.TurnSettled) and not p.requeue and p.outcome != "interrupted":
+        reply = "" if p.reply is None else p.reply if isinstance(p.reply, str) else p.reply.preview
+        up_state = {
+            "vocabularies": _learn(s, thread, reply), "last_reply": _short(reply, 600), "last_reply_seq": event.seq,
+            "last_said": "", "last_said_seq": None,
+        }  # fmt: skip
+        confirmed = dialogue.acknowledged(s.last_said, reply) if s.last_said else None
+        if confirmed is not None and s.last_said_seq is not None:
+            points = _add_point(points, KeyPoint(seq=s.last_said_seq, text=_short(confirmed.text, 240), thread=thread))
+    return up_state, points
+
+
 def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDrafts | None:
     """Fold one event into the agent's drafts.
 
@@ -326,17 +361,7 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
         ]
     if thread != s.thread:
         starts = [*starts, KeyPoint(seq=event.seq, text="", thread=thread)][-THREAD_STARTS:]
-    # A reply belongs to the thread it was given in: once another thread is current, it is no
-    # longer what the operator's next message answers (nor a proposal it could accept).
-    up_state: dict[str, Any] = {"last_reply": ""} if thread != s.thread and said is None else {}
-    if said is not None:
-        points = _key_points(s.model_copy(update={"key_points": points}), event, said, thread, thread != s.thread)
-        up_state = {"vocabularies": _learn(s, thread, said), "last_reply": "", "last_reply_seq": None}
-    elif isinstance(p, ev.TurnSettled) and not p.requeue and p.outcome != "interrupted":
-        reply = "" if p.reply is None else p.reply if isinstance(p.reply, str) else p.reply.preview
-        up_state = {
-            "vocabularies": _learn(s, thread, reply), "last_reply": _short(reply, 600), "last_reply_seq": event.seq,
-        }  # fmt: skip
+    up_state, points = _remember(s, event, said, thread, points)
     d = s.current or Draft(seq_start=event.seq, thread=thread, last_us=event.ts_us)
     up: dict[str, Any] = {"thread": thread}
     if said is not None or isinstance(p, ev.TurnSettled):

@@ -189,6 +189,9 @@ class KeyPoint(State):
     """The assistant's reply (``turn.settled``) that proposed it, when the operator accepted it."""
     superseded_by: int | None = None
     """The later key point on the same subject that replaced it."""
+    explicit: bool = True
+    """Stated or accepted in words; ``False`` for a proposal accepted only by carrying on, which
+    holds in its own thread alone."""
 
 
 class ThreadVocabulary(State):
@@ -240,3 +243,6 @@ class EpisodeDrafts(State):
     last_reply: str = ""
     """The assistant's last reply (its start), while no operator message has answered it yet."""
     last_reply_seq: int | None = None
+    last_said: str = ""
+    """The operator's last message (its start), until a reply answers it."""
+    last_said_seq: int | None = None
