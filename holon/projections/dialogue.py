@@ -231,6 +231,12 @@ def carried_on(text: str, last_reply: str | None) -> Settled | None:
     return Settled("decision", "assistant", proposal, explicit=False)
 
 
+_ACK = re.compile(
+    r"\b(noted|got it|understood|will do|roger|agreed|confirmed|sounds good|ok(ay)?|sure)\b|记下|明白|收到|好的|了解|没问题",
+    re.IGNORECASE,
+)
+
+
 def acknowledged(said: str, reply: str) -> Settled | None:
     """An operator statement the assistant's reply confirms by restating it ("Use the blue palette
     for everything new." - "Blue palette, noted."): most of its content terms come back."""
@@ -240,7 +246,10 @@ def acknowledged(said: str, reply: str) -> Settled | None:
     asked, answer = terms(stripped), terms(reply)
     if len(asked) < 2 or is_question(reply.strip()):
         return None
-    return Settled("decision", "operator", stripped) if len(asked & answer) * 5 >= len(asked) * 3 else None
+    shared = asked & answer
+    restated = len(shared) >= 2 and len(shared) * 2 >= len(asked)
+    confirms = bool(_ACK.search(reply)) or len(answer - asked) <= 1  # says so, or says nothing else
+    return Settled("decision", "operator", stripped) if restated and confirms else None
 
 
 def supersedes(new: str, old: str) -> bool:

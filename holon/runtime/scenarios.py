@@ -23,7 +23,8 @@ sections declare:
 * ``no_duplicate_shown``: no message's text is shown by two sections (an episode summary quoting
   the current input, say);
 * ``provenance_kept``: no non-operator input reads as operator text;
-* ``monotone_degradation``: nothing declared at this budget was left out at a larger one;
+* ``monotone_degradation``: nothing declared at this budget was left out at a larger one (an
+  episode's own id aside: a summary stands in for turns a larger budget shows in full);
 * ``restart_identical``: a fresh process rebuilding from the ledger gives the same manifest digest.
 
 Each budget's result reports ``observed``: for every labelled ref, ``{"shown", "how", "section"}``
@@ -505,7 +506,7 @@ def _assess(d: _Driver, windows: list[int]) -> tuple[dict[str, Any], dict[str, A
             "no_duplicate_evidence": not duplicate,
             "no_duplicate_shown": not any(len({k for k, _h in seen[s].places}) > 1 for s in unique if s in seen),
             "provenance_kept": _provenance_kept(a, non_operator),
-            "monotone_degradation": previous is None or declared <= previous,
+            "monotone_degradation": previous is None or _evidence(declared) <= _evidence(previous),
         }
         previous = declared
         observed = {
@@ -547,6 +548,12 @@ def _assess(d: _Driver, windows: list[int]) -> tuple[dict[str, Any], dict[str, A
         "windows": [r["budget"] for r in results if "digest" in r],
     }
     return result, job
+
+
+def _evidence(refs: set[str]) -> set[str]:
+    """The refs monotone degradation compares: an episode's own id is left out, since a smaller
+    budget shows a summary (``episode:<id>``) exactly where a larger one shows its turns in full."""
+    return {r for r in refs if not r.startswith("episode:")}
 
 
 def _label(d: _Driver, seq: int) -> str:
