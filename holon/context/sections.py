@@ -539,7 +539,7 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
     for n, e in enumerate(view.episodes):
         own = e.thread == view.thread or (e.work_item_id is not None and e.work_item_id == view.thread)
         recency = n / (100.0 * max(len(view.episodes), 1))
-        if e.work_item_id in paused:
+        if e.work_item_id in paused and plan.weights.relevance(view, f"{e.topic} {e.summary}") < _ASKED_FOR:
             scored.append((e, -1.0, f"belongs to paused work item {e.work_item_id}"))
             continue
         quoted = _quotes_inputs(e, view.inputs) or [int(r[6:]) for x in e.lines for r in x.refs if r in current]
@@ -610,6 +610,8 @@ class _HistoryPlan:
 
 
 _RELEVANT = 0.34
+#: The input asks for what a paused work item's evidence says: most of its weighted terms are there.
+_ASKED_FOR = 0.5
 #: How far back a short reply's question is looked for, past turns that were not the operator's.
 _QUESTION_LOOKBACK = 4
 
@@ -658,12 +660,16 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         candidates.append((t, priority, reason))
     others = [t for t in view.history if t.thread != view.thread]
     scores = {t.turn_id: weights.relevance(view, _turn_text(t)) for t in others}
-    relevant = [t for t in others if scores[t.turn_id] >= _RELEVANT and t.work_item_id not in paused]
+    # A paused work item's turns stay out unless the input asks for what they say.
+    relevant = [
+        t for t in others
+        if scores[t.turn_id] >= (_ASKED_FOR if t.work_item_id in paused else _RELEVANT)
+    ]  # fmt: skip
     rank = {t.turn_id: n for n, t in enumerate(sorted(relevant, key=lambda t: -scores[t.turn_id]))}
     for t in others:
         if t.turn_id == pinned:
             candidates.append((t, 880, "the message this short reply answers"))
-        elif t.work_item_id in paused:
+        elif t.work_item_id in paused and t.turn_id not in rank:
             excluded.append((t, f"belongs to paused work item {t.work_item_id}"))
         elif t.turn_id in rank:
             why = f"relevant to this input ({scores[t.turn_id]:.2f}), from another thread"

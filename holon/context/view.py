@@ -222,7 +222,10 @@ def _episode_view(store: Store, e: Event) -> EpisodeView:
         elif isinstance(m.payload, ev.TurnSettled) and m.payload.reply is not None:
             last_settled = m.seq
     ended = p.boundary.replace("_", " ")
-    lines = [EpisodeLine(f"# Episode {p.episode_id} ({p.topic or 'conversation'}; events {p.seq_start}-{p.seq_end}): "
+    # A conversation's topic is its first request, which a line below quotes (with its ref): the
+    # heading names only a work item's title, so the layout can leave that line out alone.
+    title = p.topic if p.work_item_id is not None and p.topic else "conversation"
+    lines = [EpisodeLine(f"# Episode {p.episode_id} ({title}; events {p.seq_start}-{p.seq_end}): "
                          f"{p.turns} turns, {p.tool_calls} tool calls; ended: {ended}.")]  # fmt: skip
     lines += [EpisodeLine(f"Operator: {x}", (f"event:{said[x]}",) if x in said else ()) for x in p.excerpts]
     if p.commands:

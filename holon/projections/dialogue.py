@@ -160,8 +160,9 @@ def proposal_of(reply: str) -> str | None:
 
 
 _RULE = re.compile(
-    r"(\b(always|never|must|do not|don'?t ever|from now on|the rule is|make sure|i prefer|no more)\b|"
-    r"必须|不要|总是|永远|以后都|规则|我更喜欢|一律|务必)",
+    r"(\b(always|never|must|do not|don'?t ever|from now on|the rule is|make sure|i prefer|no more|"
+    r"capped|at most|at least|no more than|no later than|maximum|minimum|limit(ed)? to|deadline|budget is)\b|"
+    r"必须|不要|总是|永远|以后都|规则|我更喜欢|一律|务必|不超过|上限|最多|至少|截止|预算是)",
     re.IGNORECASE,
 )
 _DECISION = re.compile(

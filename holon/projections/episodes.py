@@ -317,7 +317,10 @@ def _remember(
         }  # fmt: skip
         confirmed = dialogue.acknowledged(s.last_said, reply) if s.last_said else None
         if confirmed is not None and s.last_said_seq is not None:
-            points = _add_point(points, KeyPoint(seq=s.last_said_seq, text=_short(confirmed.text, 240), thread=thread))
+            # The statement with what the assistant said it did about it.
+            text = f"{_short(confirmed.text, 200)} (confirmed: {_short(reply, 160)})"
+            point = KeyPoint(seq=s.last_said_seq, text=text, thread=thread, source_seq=event.seq)
+            points = _add_point(points, point)
     return up_state, points
 
 
