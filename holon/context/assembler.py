@@ -318,8 +318,12 @@ def _deduplicate(plan: _Plan, chosen: dict[str, Rendering], reasons: dict[str, s
     )
     for s in with_parts:
         r = chosen[s.key]
-        kept = tuple(p for p in r.parts if not (p.refs and set(p.refs) <= shown))
-        if len(kept) == len(r.parts):
+        kept = tuple(
+            Part(p.text, tuple(x for x in p.refs if x not in shown), p.essential)
+            for p in r.parts
+            if not (p.refs and set(p.refs) <= shown)
+        )  # a kept part cites only what no other section shows
+        if kept == r.parts:
             shown.update(r.refs)
             continue
         if not any(p.essential for p in kept):

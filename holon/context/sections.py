@@ -419,7 +419,7 @@ def _decisions_section(view: TurnView, counter: TokenCounter) -> Section | None:
     recent = points[-12:]
     compact_parts = (
         head,
-        *(Part(shorten(p.text, 160), p.refs) for p in (_key_point_line(k) for k in recent)),
+        *(Part(shorten(p.text, 300), p.refs) for p in (_key_point_line(k) for k in recent)),
     )
 
     def rendering(form: Any, parts: tuple[Part, ...]) -> Rendering:
@@ -428,7 +428,7 @@ def _decisions_section(view: TurnView, counter: TokenCounter) -> Section | None:
         return Rendering(form, counter.count(text) + MESSAGE_OVERHEAD, text=text, refs=refs, parts=parts)
 
     renderings = [rendering("full", full_parts)]
-    if len(points) > len(recent) or any(len(p.text) > 160 for p in full_parts):
+    if len(points) > len(recent) or any(len(p.text) > 300 for p in full_parts):
         renderings.append(rendering("compact", compact_parts))
     why = "decisions and rules settled in this conversation: they hold whatever the budget"
     return Section("decisions", "turn", "context", 1, 800, tuple(renderings), reason=why)

@@ -200,13 +200,20 @@ def settles(text: str, last_reply: str | None) -> Settled | None:
     if _RULE.search(stripped) and not is_question(stripped):
         return Settled("rule", "operator", stripped)
     proposal = proposal_of(last_reply) if last_reply else None
-    if proposal is not None and reaction(stripped) == "accept" and is_short(stripped):
-        return Settled("decision", "assistant", proposal)
+    if last_reply and reaction(stripped) == "accept" and is_short(stripped):
+        # An explicit yes accepts what the assistant put forward: its proposal, or failing a cue
+        # ("Frankfurt looks best to me: ..."), what it said last.
+        said = sentences(last_reply)
+        accepted = proposal or (" ".join(said[-2:]) if said else None)
+        if accepted:
+            return Settled("decision", "assistant", accepted)
     if _DECISION.search(stripped) and not is_question(stripped) and terms(stripped):
         return Settled("decision", "operator", stripped)
     if not _declarative(stripped):
         return None
     asked = question_of(last_reply) if last_reply else None
+    if asked is None and proposal is not None and _OPTIONS.search(proposal):
+        asked = proposal  # "We could ship Thursday evening or Friday morning."
     if asked is not None and terms(stripped) & terms(asked):
         return Settled("decision", "operator", stripped)  # an answer to the assistant's question
     return None
@@ -233,7 +240,8 @@ def carried_on(text: str, last_reply: str | None) -> Settled | None:
 
 
 _ACK = re.compile(
-    r"\b(noted|got it|understood|will do|roger|agreed|confirmed|sounds good|ok(ay)?|sure)\b|记下|明白|收到|好的|了解|没问题",
+    r"\b(noted|got it|understood|will do|roger|agreed|confirmed|sounds good|ok(ay)?|sure)\b|记下|明白|收到|好的|了解|没问题|"
+    r"^\s*(right|yes|yep|done|perfect|great|good|correct|exactly|fine|行|可以|知道了|好)\b",
     re.IGNORECASE,
 )
 
@@ -356,7 +364,9 @@ def next_move(
     if marked_switch:
         return Move("switch", why="says the subject changes")
     opening = bool(_OPENING.search(text)) or idle
-    if asked is not None and not opening and len(said) <= 4:
+    if asked is not None and not opening:
+        # After a question the next message answers it, in words of its own if need be ("How
+        # many are coming?" - "Twelve engineers, two days."), unless it opens a subject.
         return Move("stay", why="answers the assistant's question")
     if said and (_units(said - current) >= SWITCH_TERMS or opening):
         return Move("switch", why="shares little or nothing with this thread and brings a subject of its own")

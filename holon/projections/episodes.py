@@ -237,8 +237,11 @@ def _key_points(s: EpisodeDrafts, event: Event, said: str, thread: str, moved: b
 def _add_point(key_points: list[KeyPoint], point: KeyPoint) -> list[KeyPoint]:
     """``key_points`` with ``point`` added: the earlier ones it supersedes marked, the list bounded."""
     thread = point.thread
-    if any(k.seq == point.seq for k in key_points):
+    same = next((k for k in key_points if k.seq == point.seq), None)
+    if same is not None and (same.explicit or not point.explicit):
         return key_points
+    if same is not None:  # an explicit reading of the same message replaces one inferred from carrying on
+        key_points = [k for k in key_points if k.seq != point.seq]
     points = [
         k.model_copy(update={"superseded_by": point.seq})
         if k.superseded_by is None and (k.thread == thread or k.kind == point.kind == "rule")
