@@ -246,13 +246,21 @@ _ACK = re.compile(
 )
 
 
+def _signs(text: str) -> frozenset[str]:
+    """What a restatement keeps of a text: its content terms, with unsegmented scripts taken a
+    character at a time (bigrams would count "先安卓" and "只上安卓" as sharing nothing but one)."""
+    out = {w for w in terms(text) if not is_unsegmented(w)}
+    out.update(c for c in "".join(_CJK.findall(text)) if c not in _CJK_PARTICLES)
+    return frozenset(out)
+
+
 def acknowledged(said: str, reply: str) -> Settled | None:
     """An operator statement the assistant's reply confirms by restating it ("Use the blue palette
     for everything new." - "Blue palette, noted."): most of its content terms come back."""
     stripped = said.strip()
     if is_question(stripped) or is_short(stripped):
         return None
-    asked, answer = terms(stripped), terms(reply)
+    asked, answer = _signs(stripped), _signs(reply)
     if len(asked) < 2 or is_question(reply.strip()):
         return None
     shared = asked & answer
@@ -332,11 +340,13 @@ def next_move(
     last_reply: str | None,
     *,
     idle: bool = False,
+    decided: Sequence[str] = (),
 ) -> Move:
     """Where an operator message goes, given the current thread's vocabulary (``current``, the
     assistant's last reply included), recent other threads' (``others``, newest last), what
-    the assistant said last and whether a long silence came before it (``idle``: a short
-    message then answers nothing, unless the assistant had asked something)."""
+    the assistant said last, whether a long silence came before it (``idle``: a short
+    message then answers nothing, unless the assistant had asked something) and the key points
+    in force in the current thread (``decided``)."""
     said = terms(text)
     marked_switch = bool(_MARK_SWITCH.search(text))
     asked = question_of(last_reply) if last_reply else None
@@ -357,9 +367,10 @@ def next_move(
     if asked is not None and said & terms(asked) and not marked_switch:
         return Move("stay", why="answers the assistant's question")
     # One shared word ("job" in "export job" and "job posting") does not hold a message that
-    # brings a subject of its own; two shared words, or a third of its words, do.
-    holds = len(shared) >= 2 or len(shared) * 3 >= len(said) or _units(said - current) <= SWITCH_TERMS
-    if here > 0 and not marked_switch and holds:
+    # brings a subject of its own; two shared words, or a third of its words, do. So does a
+    # revision of one of this thread's decisions ("move the release to Monday instead").
+    holds = _units(shared) >= 2 or _units(shared) * 3 >= _units(said) or _units(said - current) <= SWITCH_TERMS
+    if here > 0 and not marked_switch and (holds or revises(text, decided)):
         return Move("stay", why=f"continues this thread ({here:.2f})")
     if marked_switch:
         return Move("switch", why="says the subject changes")

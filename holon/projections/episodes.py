@@ -207,7 +207,8 @@ def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str,
         # The operator's message follows their own, with no reply between: one utterance in parts.
         return now, "idle_gap" if idle else "", idle
     others = [(v.thread, frozenset(v.terms)) for v in s.vocabularies if v.thread != now]
-    move = dialogue.next_move(said, _vocabulary(s, now), others, s.last_reply or None, idle=idle)
+    decided = [k.text for k in s.key_points if k.thread == now and k.superseded_by is None]
+    move = dialogue.next_move(said, _vocabulary(s, now), others, s.last_reply or None, idle=idle, decided=decided)
     if move.kind == "switch":
         return f"conv:{event.seq}", "idle_gap" if idle else "topic_switched", False
     if move.kind == "return" and move.target is not None:
