@@ -295,7 +295,8 @@ class Move:
 _OPENING = re.compile(
     r"^\s*((ok(ay)?|so|alright|right|now|next)[,.!\s]+)*(let'?s|can we|could we|i (want|need|'d like)|"
     r"help me|please (help|write|draft|prepare|plan|review|check|look|make|create|set)|moving on|on to|"
-    r"switching|new|another|different|接下来|现在|开始|我们来|帮我|请帮|来看|换个|另外)",
+    r"switching|new|another|different|接下来|现在|开始|我们来|帮我|请帮|来看|换个|另外)"
+    r"|^\s*((ok(ay)?|so|alright|right)[,.!\s]+)?(now|next)[,:\s]+(the|to|on|onto|for|about|with)?\s*\w",
     re.IGNORECASE,
 )
 _MARK_SWITCH = re.compile(
@@ -350,7 +351,13 @@ def next_move(
     said = terms(text)
     marked_switch = bool(_MARK_SWITCH.search(text))
     asked = question_of(last_reply) if last_reply else None
-    if is_reply(text) and not marked_switch and (not idle or asked is not None or said & current):
+    opening = bool(_OPENING.search(text)) or idle
+    if (
+        is_reply(text)
+        and not marked_switch
+        and not (opening and said - current)
+        and (not idle or asked is not None or said & current)
+    ):
         return Move("stay", why="a short reply answers the message before it")
     weight = _weights([p for _t, p in others], current)
     here = sum(weight[w] for w in said & current)
@@ -374,7 +381,6 @@ def next_move(
         return Move("stay", why=f"continues this thread ({here:.2f})")
     if marked_switch:
         return Move("switch", why="says the subject changes")
-    opening = bool(_OPENING.search(text)) or idle
     if asked is not None and not opening:
         # After a question the next message answers it, in words of its own if need be ("How
         # many are coming?" - "Twelve engineers, two days."), unless it opens a subject.

@@ -218,7 +218,9 @@ def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str,
 
 def _key_points(s: EpisodeDrafts, event: Event, said: str, thread: str, moved: bool) -> list[KeyPoint]:
     """The key points after an operator message: what it settles, and what it supersedes."""
-    reply = s.last_reply or None
+    # A message that moves to another thread ("ok, now the newsletter") accepts nothing of the
+    # reply before it: its "ok" turns the page.
+    reply = None if moved else s.last_reply or None
     found = dialogue.settles(said, reply)
     if found is None:
         active = [k.text for k in s.key_points if k.superseded_by is None and k.thread == thread]
