@@ -288,7 +288,11 @@ def _tasks_waits(view: TurnView) -> tuple[str, str] | None:
         f"Waiting on {w.on} {w.target or ''} (recheck {format_us(w.recheck_at_us)}){': ' + w.reason if w.reason else ''}"
         for w in view.waits
     ]
-    compact = f"# Running tasks and waits\n{len(view.tasks)} tasks running, {len(view.waits)} waits pending"
+    # Compact: counts, and what each wait is for (why the agent is blocked is what it must not lose).
+    compact = "\n".join(
+        [f"# Running tasks and waits\n{len(view.tasks)} tasks running, {len(view.waits)} waits pending"]
+        + [f"Waiting on {w.on}: {shorten(w.reason, 160)}" for w in view.waits[:5] if w.reason]
+    )
     return "\n".join(lines), compact
 
 
