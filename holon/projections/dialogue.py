@@ -52,10 +52,11 @@ __all__ = [
 
 #: Words of conversation management: they say that the subject changes or continues, not what it is.
 DISCOURSE = frozenset(
-    """again ago already always anyway back begin bit continue done else ever fine get give go going
-    good got great help keep know left let lets look make maybe much must need never now next nice okay
-    right said say see should something start stuff sure talk tell thing things think time today try
-    want way well where work yeah yet""".split()  # noqa: SIM905  # a word list reads better as text
+    """again ago already always answer anyway ask asked back begin bit continue done else ever fine
+    first get give go going good got great help keep know last left let lets look make maybe mention
+    much must need never now next nice okay question remind right said say second see should
+    something start stuff sure talk tell thing things think time today try want way well where work
+    yeah yet""".split()  # noqa: SIM905  # a word list reads better as text
 )
 
 #: Particles and measure words: a bigram holding one spans two words, and says nothing by itself.
