@@ -24,6 +24,7 @@ AGENTS.md, memory files, tools) forms the same prefix turn after turn.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -564,6 +565,9 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
     for e, _score, reason in scored:
         key = f"episode:{e.episode_id}"
         parts = _episode_parts(e)
+        if e.work_item_id in paused:  # paused work: only the lines that match what the input asks
+            matching = tuple(p for p in parts[1:] if plan.weights.relevance(view, p.text) >= _RELEVANT)
+            parts = (parts[0], *matching) if matching else parts
         full_text = "\n".join(p.text for p in parts)
         refs = tuple(sorted({r for p in parts for r in p.refs}))
         if e.episode_id not in rank:
@@ -611,6 +615,8 @@ class _HistoryPlan:
     weights: _Weights
     superseded: dict[int, str]
     """Operator message seq -> a note that what it settled was superseded later."""
+    paused: set[str]
+    """Paused work items (their evidence shows only where the input asks for it)."""
 
 
 _RELEVANT = 0.34
@@ -686,7 +692,7 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         for k in view.key_points
         if k.superseded_by is not None
     }
-    return _HistoryPlan(candidates, excluded, pinned, weights, superseded)
+    return _HistoryPlan(candidates, excluded, pinned, weights, superseded, paused)
 
 
 def _thread_start(view: TurnView) -> int:
@@ -696,9 +702,13 @@ def _thread_start(view: TurnView) -> int:
 
 
 @functools.lru_cache(maxsize=4_096)
-def _turn_renderings(t: HistoryTurn, counter: TokenCounter, note: str = "") -> tuple[Rendering, ...]:
+def _turn_renderings(
+    t: HistoryTurn, counter: TokenCounter, note: str = "", *, with_reply: bool = True
+) -> tuple[Rendering, ...]:
     """A past turn's renderings. Settled turns never change, so they are built once."""
-    refs = (*(x.ref for x in t.inputs), f"event:{t.settled_seq}")
+    if not with_reply:
+        t = dataclasses.replace(t, reply="")
+    refs = (*(x.ref for x in t.inputs), *((f"event:{t.settled_seq}",) if with_reply else ()))
     said = render_inputs(t.inputs) + (f"\n{note}" if note else "")
     reply = [{"role": "assistant", "content": t.reply}] if t.reply else []
     full_msgs = [{"role": "user", "content": said}, *reply]
@@ -715,7 +725,17 @@ def _history_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
     out = []
     for t, priority, reason in plan.candidates:
         note = " ".join(plan.superseded[i.seq] for i in t.inputs if i.seq in plan.superseded)
-        renderings = _turn_renderings(t, counter, note)
+        with_reply = True
+        if t.work_item_id in plan.paused and t.turn_id != plan.pinned:
+            # A paused work item's turn is shown for what the input asks about: only the parts
+            # that match it (a note said in passing, not the rest of that work).
+            kept = tuple(i for i in t.inputs if plan.weights.relevance(view, i.text) >= _RELEVANT)
+            with_reply = not kept or plan.weights.relevance(view, t.reply) >= _RELEVANT
+            renderings = _turn_renderings(
+                dataclasses.replace(t, inputs=kept or t.inputs), counter, note, with_reply=with_reply
+            )
+        else:
+            renderings = _turn_renderings(t, counter, note)
         pinned = t.turn_id == plan.pinned
         prio, why = (880, "the message this short reply answers") if pinned else (priority, reason)
         key = f"turn:{t.turn_id}"
