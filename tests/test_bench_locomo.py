@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from holon.bench.locomo import load_conversation, run_locomo_bench
+from holon.bench.locomo import format_report, leave_one_out, load_conversation, run_locomo_bench
+from holon.errors import UsageError
 
 SENTINEL = "ANNOTATIONSENTINEL"
 
@@ -73,6 +74,10 @@ def test_bench_finds_the_evidence(tmp_path: Path) -> None:
     assert result["questions"] == 3
     assert result["recall@5"] == 1.0
     assert set(result["by_category"]) == {"single_hop", "multi_hop"}
+    assert result["conversations"] == {
+        "conv-test": {"questions": 3, "recall@5": 1.0, "recall@10": 1.0, "recall@20": 1.0}
+    }
+    assert "conv-test       3 questions  recall@5 1.000" in format_report(result)
 
 
 @pytest.mark.slow
@@ -112,3 +117,29 @@ def test_cli_set_overrides_a_weight_and_refuses_unknown_names(tmp_path: Path) ->
     assert ok.returncode == 0 and "recall@10" in json.loads(ok.stdout)
     bad = subprocess.run([*base, "--set", "nope=1"], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "--set takes NAME=NUMBER" in bad.stderr
+
+
+def _run(per: dict[str, tuple[int, float]]) -> dict[str, object]:
+    return {"conversations": {c: {"questions": n, "recall@10": r} for c, (n, r) in per.items()}}
+
+
+def test_leave_one_out_scores_each_choice_on_the_conversation_it_did_not_see() -> None:
+    # "lucky" fits conversations a and b and is worse on c; chosen on a+b it is scored on c.
+    runs = {
+        "default": _run({"a": (10, 0.5), "b": (10, 0.5), "c": (20, 0.8)}),
+        "lucky": _run({"a": (10, 0.9), "b": (10, 0.9), "c": (20, 0.6)}),
+    }
+    loo = leave_one_out(runs, baseline="default")
+    by_held = {f["held_out"]: f for f in loo["folds"]}
+    assert by_held["c"]["chosen"] == "lucky" and by_held["c"]["test"] == 0.6
+    assert by_held["c"]["test_baseline"] == 0.8
+    # held out a: trained on b (0.9 vs 0.5) and c (0.6 vs 0.8), 10+20 questions: 0.7 vs 0.7, a tie
+    assert by_held["a"]["chosen"] == "default"  # ties keep the defaults
+    assert by_held["b"]["chosen"] == "default"
+    assert loo["held_out"] == round((0.5 * 10 + 0.5 * 10 + 0.6 * 20) / 40, 4)
+    assert loo["held_out_baseline"] == round((0.5 * 10 + 0.5 * 10 + 0.8 * 20) / 40, 4)
+
+
+def test_leave_one_out_needs_its_baseline() -> None:
+    with pytest.raises(UsageError, match="no run labelled"):
+        leave_one_out({"x": _run({"a": (1, 1.0)})}, baseline="default")

@@ -10,7 +10,10 @@ annotations (``observation``, ``session_summary``, ``event_summary``, ``events_s
 never opened.
 
 recall@k of a question is the fraction of its evidence turns among the first k hits; the score is
-the mean over questions that have evidence.
+the mean over questions that have evidence. It is reported overall, per category and per
+conversation (``conversations``: questions and recall@5/10/20 of each), so a change that helps one
+conversation and hurts the others shows. ``leave_one_out`` is the guard against tuning to these
+questions: a setting chosen from data is chosen on four conversations and scored on the fifth.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from holon.projections import Store
 from holon.runtime.agents import create_agent
 from holon.runtime.inputs import input_events
 
-__all__ = ["Conversation", "load_conversation", "run_locomo_bench"]
+__all__ = ["Conversation", "leave_one_out", "load_conversation", "run_locomo_bench"]
 
 CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop", 5: "adversarial"}
 KS = (5, 10, 20)
@@ -181,6 +184,7 @@ def run_locomo_bench(
     recalls: dict[int, list[float]] = defaultdict(list)
     by_cat: dict[str, list[float]] = defaultdict(list)
     by_conv: dict[str, list[float]] = defaultdict(list)
+    conv_at: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     times: list[float] = []
     files = list(_files(data_dir))
     for n, path in enumerate(files):
@@ -194,6 +198,7 @@ def run_locomo_bench(
                     evidence = set(q.evidence)
                     for kk in ks:
                         recalls[kk].append(len(evidence & set(found[:kk])) / len(evidence))
+                        conv_at[conv.name][kk].append(recalls[kk][-1])
                     r = len(evidence & set(found[:k])) / len(evidence)
                     by_cat[CATEGORIES.get(q.category, str(q.category))].append(r)
                     by_conv[conv.name].append(r)
@@ -208,6 +213,10 @@ def run_locomo_bench(
         c: {"questions": len(v), f"recall@{k}": round(statistics.fmean(v), 4)} for c, v in sorted(by_cat.items())
     }
     out["by_conversation"] = {c: round(statistics.fmean(v), 4) for c, v in sorted(by_conv.items())}
+    out["conversations"] = {
+        c: {"questions": len(at[k]), **{f"recall@{kk}": round(statistics.fmean(at[kk]), 4) for kk in ks}}
+        for c, at in sorted(conv_at.items())
+    }
     out["search_ms_p50"] = round(times[len(times) // 2], 3) if times else 0.0
     out["search_ms_p95"] = round(times[int(len(times) * 0.95)], 3) if times else 0.0
     out["k"] = k
@@ -223,5 +232,48 @@ def format_report(r: dict[str, Any]) -> str:
     ]
     for cat, v in r["by_category"].items():
         lines.append(f"  {cat:<12} {v['questions']:>4} questions  recall@{k} {v[f'recall@{k}']:.3f}")
+    for name, v in r.get("conversations", {}).items():
+        at = "  ".join(f"{key} {v[key]:.3f}" for key in v if key.startswith("recall@"))
+        lines.append(f"  {name:<12} {v['questions']:>4} questions  {at}")
     lines.append(f"  search p50 {r['search_ms_p50']:.1f} ms, p95 {r['search_ms_p95']:.1f} ms")
     return "\n".join(lines)
+
+
+def leave_one_out(runs: dict[str, dict[str, Any]], *, baseline: str, k: int = 10) -> dict[str, Any]:
+    """Choose a setting on all conversations but one, score it on that one; for each conversation.
+
+    ``runs`` maps a setting's label to its ``run_locomo_bench`` result (all over the same files);
+    ``baseline`` is the label of the current defaults. For each held-out conversation the setting
+    with the best question-weighted recall@k on the other conversations is chosen, and its recall
+    on the held-out one is compared with the baseline's. ``held_out`` pools the held-out questions:
+    if it is not above the baseline's, the choice fitted the questions, not retrieval.
+    """
+    if baseline not in runs:
+        raise UsageError(f"leave_one_out: no run labelled {baseline!r}")
+    key = f"recall@{k}"
+    names = sorted(runs[baseline]["conversations"])
+
+    def mean(label: str, convs: list[str]) -> float:
+        per = runs[label]["conversations"]
+        n = sum(per[c]["questions"] for c in convs)
+        return sum(per[c][key] * per[c]["questions"] for c in convs) / n if n else 0.0
+
+    folds = []
+    for held in names:
+        train = [c for c in names if c != held]
+        chosen = max(sorted(runs), key=lambda label: (mean(label, train), label == baseline))
+        folds.append(
+            {
+                "held_out": held,
+                "chosen": chosen,
+                "train": round(mean(chosen, train), 4),
+                "train_baseline": round(mean(baseline, train), 4),
+                "test": round(mean(chosen, [held]), 4),
+                "test_baseline": round(mean(baseline, [held]), 4),
+            }
+        )
+    questions = {c: runs[baseline]["conversations"][c]["questions"] for c in names}
+    total = sum(questions.values()) or 1
+    pooled = sum(f["test"] * questions[f["held_out"]] for f in folds) / total
+    pooled_base = sum(f["test_baseline"] * questions[f["held_out"]] for f in folds) / total
+    return {"k": k, "folds": folds, "held_out": round(pooled, 4), "held_out_baseline": round(pooled_base, 4)}
