@@ -172,7 +172,8 @@ _DECISION = re.compile(
     re.IGNORECASE,
 )
 _CHANGE = re.compile(
-    r"\b(instead|actually|change|changed|move|moved|switch|no longer|not .* anymore|rather)\b|改|换成|不再|改成|推迟|提前",
+    r"\b(instead|actually|change|changed|move|moved|switch|no longer|not .* anymore|rather|raise|lower|"
+    r"increase|decrease|bump|go(es)? (up|down)|from now)\b|改|换成|不再|改成|推迟|提前|涨|降",
     re.IGNORECASE,
 )
 
@@ -242,7 +243,8 @@ def carried_on(text: str, last_reply: str | None) -> Settled | None:
 
 _ACK = re.compile(
     r"\b(noted|got it|understood|will do|roger|agreed|confirmed|sounds good|ok(ay)?|sure)\b|记下|明白|收到|好的|了解|没问题|"
-    r"^\s*(right|yes|yep|done|perfect|great|good|correct|exactly|fine|行|可以|知道了|好)\b",
+    r"^\s*(right|yes|yep|done|perfect|great|good|correct|exactly|fine|updated|changed|moved|switched|booked|"
+    r"行|可以|知道了|好|已)\b",
     re.IGNORECASE,
 )
 
@@ -265,8 +267,10 @@ def acknowledged(said: str, reply: str) -> Settled | None:
     if len(asked) < 2 or is_question(reply.strip()):
         return None
     shared = asked & answer
-    restated = len(shared) >= 2 and len(shared) * 2 >= len(asked)
-    confirms = bool(_ACK.search(reply)) or len(answer - asked) <= 1  # says so, or says nothing else
+    says_so = bool(_ACK.search(reply))
+    # Most of it restated (two fifths will do when the reply says it took it: "Updated: 59 euros").
+    restated = len(shared) >= 2 and (len(shared) * 2 >= len(asked) or (says_so and len(shared) * 5 >= len(asked) * 2))
+    confirms = says_so or len(answer - asked) <= 1  # says so, or says nothing else
     return Settled("decision", "operator", stripped) if restated and confirms else None
 
 

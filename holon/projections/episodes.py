@@ -197,7 +197,13 @@ def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str,
     if isinstance(p, ev.TurnStarted):
         if event.work_item_id is not None:
             return event.work_item_id, "work_switched", False
-        if not now.startswith("conv:"):  # the work item ended: a new conversation begins
+        if not now.startswith("conv:"):
+            # The work item ended: conversation resumes, in an earlier thread if what the operator
+            # said returns to one ("now the event sourcing post: expand point two"), else anew.
+            others = [(v.thread, frozenset(v.terms)) for v in s.vocabularies]
+            move = dialogue.next_move(s.last_said, frozenset(), others, None) if s.last_said and others else None
+            if move is not None and move.kind == "return" and move.target is not None:
+                return move.target, "work_switched", False
             return f"conv:{event.seq}", "work_switched", False
     cur = s.current
     if said is None or not now.startswith("conv:") or not s.vocabularies:
