@@ -162,7 +162,8 @@ def proposal_of(reply: str) -> str | None:
 
 _RULE = re.compile(
     r"(\b(always|never|must|do not|don'?t ever|from now on|the rule is|make sure|i prefer|no more|"
-    r"capped|at most|at least|no more than|no later than|maximum|minimum|limit(ed)? to|deadline|budget is)\b|"
+    r"capped|at most|at least|no more than|no later than|maximum|minimum|limit(ed)? to|deadline|budget is|"
+    r"nothing \w+( \w+)? until|only after|not before|everything goes to)\b|"
     r"必须|不要|总是|永远|以后都|规则|我更喜欢|一律|务必|不超过|上限|最多|至少|截止|预算是)",
     re.IGNORECASE,
 )
@@ -301,7 +302,8 @@ _OPENING = re.compile(
     r"^\s*((ok(ay)?|so|alright|right|now|next)[,.!\s]+)*(let'?s|can we|could we|i (want|need|'d like)|"
     r"help me|please (help|write|draft|prepare|plan|review|check|look|make|create|set)|moving on|on to|"
     r"switching|new|another|different|接下来|现在|开始|我们来|帮我|请帮|来看|换个|另外)"
-    r"|^\s*((ok(ay)?|so|alright|right)[,.!\s]+)?(now|next)[,:\s]+(the|to|on|onto|for|about|with)?\s*\w",
+    r"|^\s*((ok(ay)?|so|alright|right)[,.!\s]+)?(now|next)[,:\s]+(the|to|on|onto|for|about|with)?\s*\w"
+    r"|\b(now|next)[.!]?\s*$",
     re.IGNORECASE,
 )
 # An instruction about what the assistant just produced ("Add that remote work is fine", "把语气改得
@@ -373,12 +375,18 @@ def next_move(
         return Move("stay", why="a short reply answers the message before it")
     weight = _weights([p for _t, p in others], current)
     here = sum(weight[w] for w in said & current)
-    best_thread, best = None, 0.0
+    best_thread, best, best_shared = None, 0.0, frozenset[str]()
     for thread, profile in others:
         score = sum(weight[w] for w in said & profile)
         if score >= best:  # the newest thread wins a tie
-            best_thread, best = thread, score
-    if best_thread is not None and best >= RETURN_MIN and (best > here or (best == here and _MARK_RETURN.search(text))):
+            best_thread, best, best_shared = thread, score, said & profile
+    # An answer to the assistant's question goes back to another thread only on clear evidence:
+    # two shared terms, or words that say so ("opening paragraph" is not "opens at noon").
+    clear = asked is None or _units(best_shared) >= 2 or bool(_MARK_RETURN.search(text))
+    if (
+        best_thread is not None and best >= RETURN_MIN and clear
+        and (best > here or (best == here and _MARK_RETURN.search(text)))
+    ):  # fmt: skip
         return Move(
             "return", best_thread, f"shares more with {best_thread} ({best:.2f}) than with this thread ({here:.2f})"
         )
