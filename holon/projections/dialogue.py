@@ -74,7 +74,8 @@ def terms(text: str) -> frozenset[str]:
             if len(w) == 2 and w not in _CJK_DISCOURSE and not (set(w) & _CJK_PARTICLES):
                 out.add(w)
         elif len(w) >= 3 and w not in DISCOURSE and not w.isdigit():
-            out.add(w)
+            # The light stemmer gives "invoices" -> "invoic" but keeps "invoice": a final "e" goes.
+            out.add(w[:-1] if len(w) > 4 and w.endswith("e") else w)
     return frozenset(out)
 
 
