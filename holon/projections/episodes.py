@@ -247,6 +247,10 @@ def _add_point(key_points: list[KeyPoint], point: KeyPoint) -> list[KeyPoint]:
     """``key_points`` with ``point`` added: the earlier ones it supersedes marked, the list bounded."""
     thread = point.thread
     same = next((k for k in key_points if k.seq == point.seq), None)
+    if same is not None and same.source_seq is None and point.source_seq is not None and same.speaker == point.speaker:
+        # The assistant's confirmation of a statement already kept: keep what it confirmed too.
+        update = {"text": point.text, "source_seq": point.source_seq}
+        return [k.model_copy(update=update) if k.seq == point.seq else k for k in key_points]
     if same is not None and (same.explicit or not point.explicit):
         return key_points
     if same is not None:  # an explicit reading of the same message replaces one inferred from carrying on
