@@ -251,6 +251,14 @@ _ACK = re.compile(
 )
 
 
+# The assistant reporting that it did what was said ("the Glass Room is reserved for 40").
+_DONE = re.compile(
+    r"\b(cancel+ed|reserved|booked|scheduled|set up|created|sent|moved|changed|updated|added|removed|fixed|"
+    r"renewed|raised|lowered|switched|noted down)\b|已经?(取消|预订|订好|改|加|删|发|安排)",
+    re.IGNORECASE,
+)
+
+
 def _signs(text: str) -> frozenset[str]:
     """What a restatement keeps of a text: its content terms, with unsegmented scripts taken a
     character at a time (bigrams would count "先安卓" and "只上安卓" as sharing nothing but one)."""
@@ -269,7 +277,7 @@ def acknowledged(said: str, reply: str) -> Settled | None:
     if len(asked) < 2 or is_question(reply.strip()):
         return None
     shared = asked & answer
-    says_so = bool(_ACK.search(reply))
+    says_so = bool(_ACK.search(reply) or _DONE.search(reply))
     # Most of it restated (two fifths will do when the reply says it took it: "Updated: 59 euros").
     restated = len(shared) >= 2 and (len(shared) * 2 >= len(asked) or (says_so and len(shared) * 5 >= len(asked) * 2))
     confirms = says_so or len(answer - asked) <= 1  # says so, or says nothing else
