@@ -39,7 +39,9 @@ def test_recall_uses_the_same_terms() -> None:
 
 @given(st.text(max_size=200))
 def test_any_text_tokenises(text: str) -> None:
-    assert _terms(text) <= content_terms(text)
+    # Relevance terms are content terms (a final "e" dropped, so "invoice" meets "invoices").
+    known = content_terms(text)
+    assert all(t in known or f"{t}e" in known for t in _terms(text))
     plan_query(text)
 
 

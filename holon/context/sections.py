@@ -544,7 +544,7 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
     for n, e in enumerate(view.episodes):
         own = e.thread == view.thread or (e.work_item_id is not None and e.work_item_id == view.thread)
         recency = n / (100.0 * max(len(view.episodes), 1))
-        if e.work_item_id in paused and plan.weights.relevance(view, f"{e.topic} {e.summary}") < _ASKED_FOR:
+        if e.work_item_id in paused and plan.weights.relevance(view, f"{e.topic} {e.summary}") < plan.asked_for:
             scored.append((e, -1.0, f"belongs to paused work item {e.work_item_id}"))
             continue
         quoted = _quotes_inputs(e, view.inputs) or [int(r[6:]) for x in e.lines for r in x.refs if r in current]
@@ -617,6 +617,8 @@ class _HistoryPlan:
     """Operator message seq -> a note that what it settled was superseded later."""
     paused: set[str]
     """Paused work items (their evidence shows only where the input asks for it)."""
+    asked_for: float
+    """The relevance paused work's evidence needs to come back (see ``_history_plan``)."""
 
 
 _RELEVANT = 0.34
@@ -670,10 +672,15 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         candidates.append((t, priority, reason))
     others = [t for t in view.history if t.thread != view.thread]
     scores = {t.turn_id: weights.relevance(view, _turn_text(t)) for t in others}
+    # Paused work's evidence comes back only for what nothing else in reach says as well: the
+    # input asks for it (most of its weighted terms), and no live turn or episode matches as much.
+    live = [weights.relevance(view, _turn_text(t)) for t in view.history if t.work_item_id not in paused]
+    live += [weights.relevance(view, f"{e.topic} {e.summary}") for e in view.episodes if e.work_item_id not in paused]
+    asked_for = max([_ASKED_FOR, *(x + 1e-9 for x in live)])
     # A paused work item's turns stay out unless the input asks for what they say.
     relevant = [
         t for t in others
-        if scores[t.turn_id] >= (_ASKED_FOR if t.work_item_id in paused else _RELEVANT)
+        if scores[t.turn_id] >= (asked_for if t.work_item_id in paused else _RELEVANT)
     ]  # fmt: skip
     rank = {t.turn_id: n for n, t in enumerate(sorted(relevant, key=lambda t: -scores[t.turn_id]))}
     for t in others:
@@ -692,7 +699,7 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         for k in view.key_points
         if k.superseded_by is not None
     }
-    return _HistoryPlan(candidates, excluded, pinned, weights, superseded, paused)
+    return _HistoryPlan(candidates, excluded, pinned, weights, superseded, paused, asked_for)
 
 
 def _thread_start(view: TurnView) -> int:
