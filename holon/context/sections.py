@@ -59,27 +59,35 @@ def _terms(text: str) -> frozenset[str]:
 class _Weights:
     """How much a shared term says: inverse document frequency over the candidate past (turns and
     episodes), so a word every thread uses ("deploy", "today") counts for little and a word only
-    one stretch of the past uses counts for much."""
+    one stretch of the past uses counts for much. Built once per prompt, for its two queries: the
+    inputs' terms, and the inputs' and the work item's together."""
 
-    def __init__(self, texts: list[str]) -> None:
+    def __init__(self, texts: list[str], view: TurnView) -> None:
         self.n = len(texts) + 1
         self.df: dict[str, int] = {}
         for text in texts:
             for w in _terms(text):
                 self.df[w] = self.df.get(w, 0) + 1
+        self._weights: dict[str, float] = {}
+        self._totals: dict[frozenset[str], float] = {}
+        self.queries = (_terms(" ".join(i.text for i in view.inputs)), _terms(_query(view)))
 
     def weight(self, w: str) -> float:
-        return math.log((self.n + 1) / (self.df.get(w, 0) + 0.5))
+        found = self._weights.get(w)
+        if found is None:
+            found = self._weights[w] = math.log((self.n + 1) / (self.df.get(w, 0) + 0.5))
+        return found
 
-    def relevance(self, view: TurnView, text: str) -> float:
+    def relevance(self, text: str) -> float:
         """How much ``text`` (of another thread) says about this turn: the better of its share of
-        the inputs' terms and of the inputs' and the work item's together."""
-        said = _terms(" ".join(i.text for i in view.inputs))
-        return max(self.share(said, text), self.share(_terms(_query(view)), text))
+        the two queries."""
+        return max(self.share(q, text) for q in self.queries)
 
     def share(self, query: frozenset[str], text: str) -> float:
         """The weighted share of the query's terms that ``text`` contains."""
-        total = sum(self.weight(w) for w in query)
+        total = self._totals.get(query)
+        if total is None:
+            total = self._totals[query] = sum(self.weight(w) for w in query)
         if total <= 0:
             return 0.0
         return sum(self.weight(w) for w in query & _terms(text)) / total
@@ -544,7 +552,7 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
     for n, e in enumerate(view.episodes):
         own = e.thread == view.thread or (e.work_item_id is not None and e.work_item_id == view.thread)
         recency = n / (100.0 * max(len(view.episodes), 1))
-        if e.work_item_id in paused and plan.weights.relevance(view, f"{e.topic} {e.summary}") < plan.asked_for:
+        if e.work_item_id in paused and plan.weights.relevance(f"{e.topic} {e.summary}") < plan.asked_for:
             scored.append((e, -1.0, f"belongs to paused work item {e.work_item_id}"))
             continue
         quoted = _quotes_inputs(e, view.inputs) or [int(r[6:]) for x in e.lines for r in x.refs if r in current]
@@ -554,7 +562,7 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
         if own:
             scored.append((e, 2.0 + recency, "same work item" if e.work_item_id else "same thread"))
             continue
-        score = plan.weights.relevance(view, f"{e.topic} {e.summary}")
+        score = plan.weights.relevance(f"{e.topic} {e.summary}")
         if score >= _EPISODE_RELEVANT:
             scored.append((e, score + recency, f"relevance {score:.2f}, another thread"))
         else:
@@ -566,7 +574,7 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
         key = f"episode:{e.episode_id}"
         parts = _episode_parts(e)
         if e.work_item_id in paused:  # paused work: only the lines that match what the input asks
-            matching = tuple(p for p in parts[1:] if plan.weights.relevance(view, p.text) >= _RELEVANT)
+            matching = tuple(p for p in parts[1:] if plan.weights.relevance(p.text) >= _RELEVANT)
             parts = (parts[0], *matching) if matching else parts
         full_text = "\n".join(p.text for p in parts)
         refs = tuple(sorted({r for p in parts for r in p.refs}))
@@ -651,7 +659,7 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
     words (inverse-document-frequency weighted), never for generic ones."""
     paused = _paused(view)
     query = _terms(_query(view))
-    weights = _Weights([_turn_text(t) for t in view.history] + [f"{e.topic} {e.summary}" for e in view.episodes])
+    weights = _Weights([_turn_text(t) for t in view.history] + [f"{e.topic} {e.summary}" for e in view.episodes], view)
     answered = _answered(view)
     pinned = answered.turn_id if answered is not None else None
     same = [t for t in view.history if t.thread == view.thread]
@@ -671,11 +679,13 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
             priority, reason = max(priority, 790), "the turn that opened this thread"
         candidates.append((t, priority, reason))
     others = [t for t in view.history if t.thread != view.thread]
-    scores = {t.turn_id: weights.relevance(view, _turn_text(t)) for t in others}
+    scores = {t.turn_id: weights.relevance(_turn_text(t)) for t in others}
     # Paused work's evidence comes back only for what nothing else in reach says as well: the
     # input asks for it (most of its weighted terms), and no live turn or episode matches as much.
-    live = [weights.relevance(view, _turn_text(t)) for t in view.history if t.work_item_id not in paused]
-    live += [weights.relevance(view, f"{e.topic} {e.summary}") for e in view.episodes if e.work_item_id not in paused]
+    live: list[float] = []
+    if paused:  # only paused work needs the comparison
+        live = [weights.relevance(_turn_text(t)) for t in view.history if t.work_item_id not in paused]
+        live += [weights.relevance(f"{e.topic} {e.summary}") for e in view.episodes if e.work_item_id not in paused]
     asked_for = max([_ASKED_FOR, *(x + 1e-9 for x in live)])
     # A paused work item's turns stay out unless the input asks for what they say.
     relevant = [
@@ -736,8 +746,8 @@ def _history_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
         if t.work_item_id in plan.paused and t.turn_id != plan.pinned:
             # A paused work item's turn is shown for what the input asks about: only the parts
             # that match it (a note said in passing, not the rest of that work).
-            kept = tuple(i for i in t.inputs if plan.weights.relevance(view, i.text) >= _RELEVANT)
-            with_reply = not kept or plan.weights.relevance(view, t.reply) >= _RELEVANT
+            kept = tuple(i for i in t.inputs if plan.weights.relevance(i.text) >= _RELEVANT)
+            with_reply = not kept or plan.weights.relevance(t.reply) >= _RELEVANT
             renderings = _turn_renderings(
                 dataclasses.replace(t, inputs=kept or t.inputs), counter, note, with_reply=with_reply
             )

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from holon.memory.text import CHATTER, content_words, is_unsegmented
+from holon.memory.text import CHATTER, STOP_WORDS, content_words, is_unsegmented, stem, words
 
 __all__ = [
     "Move",
@@ -69,8 +69,14 @@ def terms(text: str) -> frozenset[str]:
     """The words that say what ``text`` is about: content words of three letters or more (less
     chatter and conversation management), and bigrams of scripts written without spaces."""
     out = set()
-    for w in content_words(text, drop=CHATTER):
-        if is_unsegmented(w):
+    ascii_only = text.isascii()  # no script without spaces, nothing to fold: the quick way
+    found = (
+        [stem(w) for w in words(text) if w not in STOP_WORDS and w not in CHATTER]
+        if ascii_only
+        else content_words(text, drop=CHATTER)
+    )
+    for w in found:
+        if not ascii_only and is_unsegmented(w):
             if len(w) == 2 and w not in _CJK_DISCOURSE and not (set(w) & _CJK_PARTICLES):
                 out.add(w)
         elif len(w) >= 3 and w not in DISCOURSE and not w.isdigit():

@@ -76,6 +76,8 @@ TURN_CAP = 20
 IDLE_GAP_US = 30 * 60 * 1_000_000
 KEY_POINTS = 40
 THREAD_STARTS = 24
+#: How much of a message or reply the structure is read from (characters).
+_READ = 600
 #: Conversation threads whose vocabulary is kept, and terms kept per thread.
 THREADS = 12
 THREAD_TERMS = 48
@@ -326,7 +328,7 @@ def _remember(
             "last_said": _short(said, 600), "last_said_seq": event.seq,
         }  # fmt: skip
     elif isinstance(p, ev.TurnSettled) and not p.requeue and p.outcome != "interrupted":
-        reply = "" if p.reply is None else p.reply if isinstance(p.reply, str) else p.reply.preview
+        reply = ("" if p.reply is None else p.reply if isinstance(p.reply, str) else p.reply.preview)[:_READ]
         up_state = {
             "vocabularies": _learn(s, thread, reply), "last_reply": _short(reply, 600), "last_reply_seq": event.seq,
             "last_said": "", "last_said_seq": None,
@@ -363,6 +365,8 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
     if event.type in _CONTENT_TYPES and s.current is not None:
         return state  # read from the range when sealing
     said = _operator_text(event)
+    if said is not None:
+        said = said[:_READ]  # structure is read from a message's start: a pasted document adds nothing
     thread, boundary, idle = _next_thread(s, event, said)
     points, starts = s.key_points, s.thread_starts
     cur = s.current
