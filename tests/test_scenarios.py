@@ -47,7 +47,6 @@ NOT_YET = frozenset(
         "ov-generic-zh-report",
         "ov-meeting-dentist",
         "ov-status-update-team",
-        "sup-venue-assistant",
     }
 )
 
