@@ -40,7 +40,7 @@ from holon.memory import markdown
 from holon.projections import dialogue
 from holon.projections.state import KeyPoint
 
-__all__ = ["INPUT_COMPACT_CHARS", "PREAMBLE", "build_sections", "input_tokens", "pinned_minimum", "relevance"]
+__all__ = ["INPUT_COMPACT_CHARS", "PREAMBLE", "build_sections", "input_tokens", "pinned_minimum"]
 
 PREAMBLE = """You are an agent running in holon, a runtime that keeps you alive across turns, restarts and days.
 You do not see your whole past here: your working memory, the current work item, decisions, relevant
@@ -91,14 +91,6 @@ class _Weights:
         if total <= 0:
             return 0.0
         return sum(self.weight(w) for w in query & _terms(text)) / total
-
-
-def relevance(query: str, episode: EpisodeView) -> float:
-    """Share of the query's terms that the episode's topic and summary contain (unweighted)."""
-    q = _terms(query)
-    if not q:
-        return 0.0
-    return len(q & _terms(f"{episode.topic} {episode.summary}")) / len(q)
 
 
 def _text_section(

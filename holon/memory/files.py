@@ -295,12 +295,8 @@ def atomic_write(target: Path, data: bytes) -> None:
     A temporary file in the same directory is written, flushed to disk, then renamed over the
     target; the directory is synced so the rename survives a power loss.
     """
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    tmp = _durable_temp(target, data)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
         # Memory is private: 0600 unless the file exists with a stricter mode (mkstemp made it 0600).
         mode = stat.S_IMODE(target.stat().st_mode) & 0o600 if target.exists() else 0o600
         os.chmod(tmp, mode)
@@ -318,21 +314,31 @@ def atomic_create(target: Path, data: bytes) -> bool:
     ``atomic_write`` would replace a file another writer created and appended to meanwhile; this
     links a complete temporary file into place, which fails instead of overwriting.
     """
+    tmp = _durable_temp(target, data)
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        return False
+    finally:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+    _fsync_dir(target.parent)
+    return True
+
+
+def _durable_temp(target: Path, data: bytes) -> str:
+    """A private (0600) temporary file beside ``target`` holding ``data``, flushed to disk."""
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        try:
-            os.link(tmp, target)
-        except FileExistsError:
-            return False
-    finally:
+    except BaseException:
         with suppress(FileNotFoundError):
             os.unlink(tmp)
-    _fsync_dir(target.parent)
-    return True
+        raise
+    return tmp
 
 
 def _fsync_dir(directory: Path) -> None:
