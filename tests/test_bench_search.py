@@ -151,6 +151,7 @@ def test_index_rows_do_not_depend_on_batching(tmp_path: Path) -> None:
 def test_search_bench_measures_every_peer_in_process() -> None:
     r = bench.run_search_bench(sizes=(1_500,), queries=2)
     label = "1500"
+    assert r["cpu_p95_ms_1500"] > 0 and r["raw_cpu_p95_ms_1500"] > 0
     assert r["raw_p95_ms_1500"] > 0 and r["index_bytes_per_doc_1500"] > r["raw_index_bytes_per_doc_1500"] > 0
     assert r["raw_index_bytes_per_doc_1500"] == pytest.approx(
         r["raw_fts_bytes_per_doc_1500"] + r["raw_text_bytes_per_doc_1500"], abs=1
@@ -164,6 +165,7 @@ def test_search_bench_measures_every_peer_in_process() -> None:
         assert r["ratio_to_tantivy_p95_1500"] == pytest.approx(r["p95_ms_1500"] / r["tantivy_p95_ms_1500"], rel=0.01)
         assert all(c["tantivy_hits_mean"] > 0 for c in r["by_class_1500"].values())
         assert r["tantivy_overlap_at_10_vs_raw_1500"] > 0.5, "tantivy and the raw index rank the same bodies"
+        assert r["tantivy_cpu_p95_ms_1500"] > 0 and r["ratio_to_tantivy_p95_cpu_1500"] > 0
     assert "holon/raw p95" in bench.format_report(r)
 
 

@@ -212,7 +212,8 @@ METHOD = (
     "Documents from holon.bench.chatter ({other:.0%} another agent's) written through SearchIndex.add_documents "
     "and, in the same run, into a body-only FTS5 index (external content, same tokenizer, optimize; holon's pragmas) "
     "and {tantivy}. Per size and class ({classes}), {n} queries after {warmup} untimed warm-ups; each runs on every "
-    "side in a rotated order; wall-clock ms per query, p50/p95. holon: search(index, [agent], q, limit=10). raw: OR "
+    "side in a rotated order; wall-clock ms per query, p50/p95 (cpu_*: CPU ms of this process per query, the same percentiles, "
+    "steadier on a shared machine). holon: search(index, [agent], q, limit=10). raw: OR "
     "of the quoted terms, ORDER BY rank (bm25) LIMIT 10, exhaustive. recall_at_10_vs_exact: share of holon's own "
     "exact top 10 (its planner on the exact path for every size, every match ranked) found in holon's top 10; "
     "exact_p*_ms time that exact ranking. index_bytes_per_doc: every search_* table and index (dbstat) per document; "
@@ -299,6 +300,9 @@ def _size_result(
         f"raw_p50_ms_{label}": a["raw_p50_ms"],
         f"raw_p95_ms_{label}": a["raw_p95_ms"],
         f"ratio_to_raw_{label}": round(a["p95_ms"] / max(a["raw_p95_ms"], 1e-3), 3),
+        f"cpu_p50_ms_{label}": a["cpu_p50_ms"],
+        f"cpu_p95_ms_{label}": a["cpu_p95_ms"],
+        f"raw_cpu_p95_ms_{label}": a["raw_cpu_p95_ms"],
     }
     if "tantivy_p95_ms" in a:
         out |= {
@@ -307,6 +311,8 @@ def _size_result(
             f"tantivy_p95_ms_{label}": a["tantivy_p95_ms"],
             f"ratio_to_tantivy_p95_{label}": round(a["p95_ms"] / max(a["tantivy_p95_ms"], 1e-3), 3),
             f"tantivy_overlap_at_10_vs_raw_{label}": a["tantivy_overlap_at_10_vs_raw"],
+            f"tantivy_cpu_p95_ms_{label}": a["tantivy_cpu_p95_ms"],
+            f"ratio_to_tantivy_p95_cpu_{label}": round(a["cpu_p95_ms"] / max(a["tantivy_cpu_p95_ms"], 1e-3), 3),
         }
     if "recall_at_10_vs_exact" in a:
         out |= {
@@ -336,6 +342,10 @@ def format_report(r: dict[str, Any]) -> str:
             f"holon p50 {r[f'p50_ms_{label}']:.2f} ms, p95 {r[f'p95_ms_{label}']:.2f} ms; body-only FTS5 p50 "
             f"{r[f'raw_p50_ms_{label}']:.2f} ms, p95 {r[f'raw_p95_ms_{label}']:.2f} ms "
             f"(holon/raw p95 {r[f'ratio_to_raw_{label}']:.2f}){tantivy}"
+        )
+        cpu_t = f", tantivy {r[f'tantivy_cpu_p95_ms_{label}']:.2f}" if f"tantivy_cpu_p95_ms_{label}" in r else ""
+        lines.append(
+            f"    CPU p95: holon {r[f'cpu_p95_ms_{label}']:.2f} ms, body-only FTS5 {r[f'raw_cpu_p95_ms_{label}']:.2f}{cpu_t}"
         )
         if f"recall_at_10_vs_exact_{label}" in r:
             lines.append(

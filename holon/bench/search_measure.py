@@ -8,12 +8,11 @@ recall is computed against, and its latency is reported for information only.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from holon.bench.search_peers import BodyFts, TantivyIndex
+from holon.bench.search_peers import BodyFts, Stopwatch, TantivyIndex, Timing
 from holon.memory import search as memory_search
 from holon.memory.index import SearchIndex
 from holon.memory.search import search
@@ -55,10 +54,10 @@ def exact_ranking() -> Iterator[None]:
         memory_search.SMALL_INDEX = saved
 
 
-def _holon(index: SearchIndex, owner: str, query: str) -> tuple[float, list[str], bool]:
-    t0 = time.perf_counter()
+def _holon(index: SearchIndex, owner: str, query: str) -> tuple[Timing, list[str], bool]:
+    watch = Stopwatch()
     result = search(index, [owner], query, limit=10)
-    return (time.perf_counter() - t0) * 1000, [h.ref for h in result.hits], result.exhaustive
+    return watch.stop(), [h.ref for h in result.hits], result.exhaustive
 
 
 class Sides:
@@ -70,19 +69,19 @@ class Sides:
         if tantivy is not None:
             self.names.append("tantivy")
 
-    def holon(self, query: str) -> tuple[float, list[str], bool]:
-        """(ms, refs of the hits, exhaustive) of MemorySearch."""
+    def holon(self, query: str) -> tuple[Timing, list[str], bool]:
+        """(timing, refs of the hits, exhaustive) of MemorySearch."""
         return _holon(self.index, self.owner, query)
 
-    def run(self, side: Side, query: str) -> tuple[float, list[Any], bool]:
-        """(ms, hits, exhaustive) of ``query`` on ``side``; hits are refs (holon) or document numbers."""
+    def run(self, side: Side, query: str) -> tuple[Timing, list[Any], bool]:
+        """(timing, hits, exhaustive) of ``query`` on ``side``; hits are refs (holon) or document numbers."""
         if side == "holon":
             return self.holon(query)
         terms = plan_query(query).terms
         peer = self.raw if side == "raw" else self.tantivy
         assert peer is not None
-        ms, ids = peer.query(terms)
-        return ms, ids, True
+        timing, ids = peer.query(terms)
+        return timing, ids, True
 
 
 def _recall(approx: list[str], exact: list[str]) -> float:
@@ -100,14 +99,16 @@ def measure(sides: Sides, queries: dict[Kind, list[str]], *, exact: bool) -> dic
     all_overlaps: list[float] = []
     for kind in CLASSES:
         ms: dict[str, list[float]] = {name: [] for name in (*sides.names, "exact")}
+        cpu: dict[str, list[float]] = {name: [] for name in sides.names}
         hits: dict[str, int] = dict.fromkeys(sides.names, 0)
         bounded, recalls, overlaps = 0, [], []
         for i, q in enumerate(queries[kind][WARMUP:]):
             order = sides.names[i % len(sides.names) :] + sides.names[: i % len(sides.names)]
             found: dict[str, list[Any]] = {}
             for side in order:  # rotate which side runs first
-                t, found[side], exhaustive = sides.run(side, q)
-                ms[side].append(t)
+                (wall, spent), found[side], exhaustive = sides.run(side, q)
+                ms[side].append(wall)
+                cpu[side].append(spent)
                 hits[side] += len(found[side])
                 if side == "holon":
                     bounded += not exhaustive
@@ -116,8 +117,8 @@ def measure(sides: Sides, queries: dict[Kind, list[str]], *, exact: bool) -> dic
             if exact:
                 _, approx, _ = sides.holon(q)
                 with exact_ranking():
-                    t, best, _ = sides.holon(q)
-                ms["exact"].append(t)
+                    (wall, _), best, _ = sides.holon(q)
+                ms["exact"].append(wall)
                 recalls.append(_recall(approx, best))
         count = max(1, len(ms["holon"]))
         c: dict[str, Any] = {"queries": len(ms["holon"])}
@@ -125,6 +126,8 @@ def measure(sides: Sides, queries: dict[Kind, list[str]], *, exact: bool) -> dic
             if values:
                 c |= _percentiles(name, values)
                 every.setdefault(name, []).extend(values)
+        for name, values in cpu.items():
+            every.setdefault(f"{name}_cpu", []).extend(values)
         for name, n in hits.items():
             c["hits_mean" if name == "holon" else f"{name}_hits_mean"] = round(n / count, 2)
         c["bounded_share"] = round(bounded / count, 3)
@@ -147,6 +150,7 @@ def measure(sides: Sides, queries: dict[Kind, list[str]], *, exact: bool) -> dic
 
 
 def _percentiles(name: str, values: list[float]) -> dict[str, float]:
-    """``p50_ms``/``p95_ms`` for holon, ``<name>_p50_ms``/``<name>_p95_ms`` for the others."""
-    prefix = "" if name == "holon" else f"{name}_"
+    """``p50_ms``/``p95_ms`` for holon, ``<name>_p50_ms``/``<name>_p95_ms`` for the others
+    (``cpu_p50_ms`` for ``holon_cpu``, ``raw_cpu_p50_ms`` for ``raw_cpu``...)."""
+    prefix = "" if name == "holon" else "cpu_" if name == "holon_cpu" else f"{name}_"
     return {f"{prefix}p50_ms": round(pct(values, 50), 3), f"{prefix}p95_ms": round(pct(values, 95), 3)}

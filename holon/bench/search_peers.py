@@ -27,7 +27,21 @@ from typing import Any
 from holon.memory.index_writer import Doc, cap
 from holon.memory.text import fold, quote
 
-__all__ = ["BodyFts", "TantivyIndex", "body_text", "object_bytes"]
+__all__ = ["BodyFts", "Stopwatch", "TantivyIndex", "Timing", "body_text", "object_bytes"]
+
+Timing = tuple[float, float]
+"""``(wall_ms, cpu_ms)`` of one query."""
+
+
+class Stopwatch:
+    """Wall and CPU time from creation to ``stop()`` (CPU: ``time.process_time``, this process)."""
+
+    def __init__(self) -> None:
+        self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+
+    def stop(self) -> Timing:
+        return (time.perf_counter() - self.wall0) * 1000, (time.process_time() - self.cpu0) * 1000
+
 
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
 
@@ -68,12 +82,12 @@ class BodyFts:
         conn.execute("COMMIT")
         conn.execute("INSERT INTO body_fts (body_fts) VALUES ('optimize')")
 
-    def query(self, terms: tuple[str, ...], limit: int = 10) -> tuple[float, list[int]]:
-        """(milliseconds, rowids of the top ``limit``) for the OR of ``terms``."""
+    def query(self, terms: tuple[str, ...], limit: int = 10) -> tuple[Timing, list[int]]:
+        """(timing, rowids of the top ``limit``) for the OR of ``terms``."""
         expr = " OR ".join(quote(t) for t in terms)
-        t0 = time.perf_counter()
+        watch = Stopwatch()
         rows = self.conn.execute(self.SQL, (expr, limit)).fetchall()
-        return (time.perf_counter() - t0) * 1000, [int(r[0]) for r in rows]
+        return watch.stop(), [int(r[0]) for r in rows]
 
     def index_bytes(self) -> dict[str, int]:
         """``fts``: FTS5's own tables; ``text``: the content table it reads bodies from."""
@@ -130,15 +144,15 @@ class TantivyIndex:
         self.index.reload()
         self.searcher = self.index.searcher()
 
-    def query(self, terms: tuple[str, ...], limit: int = 10) -> tuple[float, list[int]]:
-        """(milliseconds, document numbers of the top ``limit``), parsing included; the numbers are
-        those ``BodyFts`` gives (read from the stored ``id`` after the clock stops)."""
+    def query(self, terms: tuple[str, ...], limit: int = 10) -> tuple[Timing, list[int]]:
+        """(timing, document numbers of the top ``limit``), parsing included; the numbers are those
+        ``BodyFts`` gives (read from the stored ``id`` after the clock stops)."""
         text = " OR ".join('"' + t.replace('"', " ").replace("\\", " ") + '"' for t in terms)
-        t0 = time.perf_counter()
+        watch = Stopwatch()
         q = self.index.parse_query(text, ["body"])
         hits = self.searcher.search(q, limit, count=False).hits
-        ms = (time.perf_counter() - t0) * 1000
-        return ms, [int(self.searcher.doc(addr)["id"][0]) for _, addr in hits]
+        timing = watch.stop()
+        return timing, [int(self.searcher.doc(addr)["id"][0]) for _, addr in hits]
 
     def index_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
