@@ -46,6 +46,7 @@ def test_every_side_is_measured_in_cpu_time(tiny: None) -> None:
         assert r["vs_eventsourcing_single"] > 0 and r["vs_eventsourcing_batch"] > 0
         assert "eventsourcing 9.5.6's SQLiteApplicationRecorder" in r["method"]
     assert steps[0] == "append rounds" and steps[-1] == "replaying", steps
+    assert "append round 2 of 2: holon" in steps
     assert "raw sqlite3" in bench.format_report(r)
 
 

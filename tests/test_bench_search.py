@@ -68,7 +68,7 @@ def test_bench_search_json(tmp_path: Path) -> None:
     assert "body-only FTS5" in data["method"]
     assert not list(tmp_path.glob("holon-bench-*")), "the bench leaves no scratch files behind"
     progress = r.stderr.strip().splitlines()  # stderr is a pipe: a few plain lines, no bar
-    assert progress[0].startswith("bench search: indexing 1,500 documents and measuring: 0/2"), r.stderr
+    assert progress[0].startswith("bench search: indexing 1,500 documents: 0/1500"), r.stderr
     assert progress[-1].startswith("bench search: ") and ", done, " in progress[-1], r.stderr
     assert len(progress) <= 6 and "\x1b[" not in r.stderr, r.stderr
 

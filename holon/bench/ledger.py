@@ -126,6 +126,7 @@ def run_ledger_bench(
                 batched = list(itertools.islice(stream, BATCH_N))
                 order = sides[r % len(sides) :] + sides[: r % len(sides)]
                 for side in order:
+                    step(f"append round {r + 1} of {rounds}: {side}", r, rounds)
                     for kind, events, size in (("single", single, 1), ("batch", batched, BATCH_SIZE)):
                         m = _holon(store, events, size) if side == "holon" else peers[side].run(events, size)
                         results.setdefault(f"{side}_{kind}", []).append(m)

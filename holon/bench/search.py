@@ -260,15 +260,16 @@ def run_search_bench(
         built = 0
         build_s: dict[str, float] = {}
         ordered = sorted(set(sizes))
-        for n, size in enumerate(ordered):
-            step(f"indexing {size:,} documents and measuring", n, len(ordered))
+        for size in ordered:
             while built < size:
+                step(f"indexing {size:,} documents", built, size)
                 chunk = list(itertools.islice(docs, min(CHUNK, size - built)))
                 for side, s in _load(index, raw, engine, chunk).items():
                     build_s[side] = build_s.get(side, 0.0) + s
                 built += len(chunk)
             vocab = _Vocabulary(store, chatter, rng)
-            m = measure(sides, _queries(vocab, queries, built), exact=exact)
+            step(f"choosing queries at {size:,} documents", 0, 1)
+            m = measure(sides, _queries(vocab, queries, built), exact=exact, label=f"at {size:,} documents")
             label = size_label(size)
             result |= _size_result(label, built, index, m, build_s) | _sizes_report(label, built, store, raw, engine)
     result["sizes"] = [size_label(s) for s in ordered]

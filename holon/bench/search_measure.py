@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from holon.bench.progress import step
 from holon.bench.search_peers import BodyFts, Stopwatch, TantivyIndex, Timing
 from holon.memory import search as memory_search
 from holon.memory.index import SearchIndex
@@ -88,7 +89,7 @@ def _recall(approx: list[str], exact: list[str]) -> float:
     return len(set(approx) & set(exact)) / len(exact) if exact else 1.0
 
 
-def measure(sides: Sides, queries: dict[Kind, list[str]], *, exact: bool) -> dict[str, Any]:
+def measure(sides: Sides, queries: dict[Kind, list[str]], *, exact: bool, label: str = "") -> dict[str, Any]:
     for kind in CLASSES:  # warm-up: the first few of each class, untimed
         for q in queries[kind][:WARMUP]:
             for side in sides.names:
@@ -102,7 +103,9 @@ def measure(sides: Sides, queries: dict[Kind, list[str]], *, exact: bool) -> dic
         cpu: dict[str, list[float]] = {name: [] for name in sides.names}
         hits: dict[str, int] = dict.fromkeys(sides.names, 0)
         bounded, recalls, overlaps = 0, [], []
-        for i, q in enumerate(queries[kind][WARMUP:]):
+        measured = queries[kind][WARMUP:]
+        for i, q in enumerate(measured):
+            step(f"measuring {kind} queries {label}".rstrip(), i, len(measured))  # between queries, never timed
             order = sides.names[i % len(sides.names) :] + sides.names[: i % len(sides.names)]
             found: dict[str, list[Any]] = {}
             for side in order:  # rotate which side runs first
