@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from holon.bench import search as bench
 from holon.bench.chatter import Chatter
-from holon.bench.search import size_label
+from holon.bench.search import TARGETS, size_label
+from holon.bench.search_measure import exact_ranking
+from holon.bench.search_peers import BodyFts, TantivyIndex
 from holon.cli.bench_cmd import _sizes
 from holon.config import HomePaths, LedgerSettings, Settings
 from holon.errors import UsageError
+from holon.memory import search as memory_search
 from holon.memory.index import Doc, SearchIndex
 from holon.memory.search import search
 from holon.projections import Store
@@ -46,7 +50,8 @@ def test_bench_search_json(tmp_path: Path) -> None:
     assert data["docs_1500"] == 1500 and data["docs_3k"] == 3000
     assert 0 < data["agent_docs_3k"] < 3000, "some documents belong to another agent"
     for label in ("1500", "3k"):
-        for key in ("p50_ms", "p95_ms", "raw_p50_ms", "raw_p95_ms", "ratio_to_raw", "build_s", "db_mb"):
+        for key in ("p50_ms", "p95_ms", "raw_p50_ms", "raw_p95_ms", "ratio_to_raw", "build_s", "db_mb",
+                    "index_bytes_per_doc", "raw_index_bytes_per_doc", "index_bytes_ratio", "exact_p95_ms"):  # fmt: skip
             value = data[f"{key}_{label}"]
             assert isinstance(value, int | float) and not isinstance(value, bool), key
             assert value > 0, (key, label)
@@ -57,11 +62,13 @@ def test_bench_search_json(tmp_path: Path) -> None:
             assert c["queries"] == 4, kind
             assert c["hits_mean"] > 0 and c["raw_hits_mean"] > 0, kind
         assert by_class["common"]["hits_mean"] == 10
-    assert data["targets"] == {"p95_ms_1m": 20.0, "ratio_to_raw_1m": 2.0}
+        assert data[f"recall_at_10_vs_exact_{label}"] == 1.0, "a small index is ranked exactly"
+    assert data["targets"] == TARGETS and data["targets_min"] == {"recall_at_10_vs_exact_1m": 1.0}
     assert data["targets_met"] == {}, "targets are judged at 1m only"
+    assert "body-only FTS5" in data["method"]
     assert not list(tmp_path.glob("holon-bench-*")), "the bench leaves no scratch files behind"
     progress = r.stderr.strip().splitlines()  # stderr is a pipe: a few plain lines, no bar
-    assert progress[0].startswith("bench search: indexing 1,500 documents and measuring: 0/2"), r.stderr
+    assert progress[0].startswith("bench search: indexing 1,500 documents: 0/1500"), r.stderr
     assert progress[-1].startswith("bench search: ") and ", done, " in progress[-1], r.stderr
     assert len(progress) <= 6 and "\x1b[" not in r.stderr, r.stderr
 
@@ -139,3 +146,64 @@ def test_index_rows_do_not_depend_on_batching(tmp_path: Path) -> None:
     assert dumps[0] == dumps[1] == dumps[2]
     rows = dumps[0][0][3]
     assert sum(1 for r in rows if r[1] == "work_item:wi_1") == 1, "a rewritten document has one row"
+
+
+def test_search_bench_measures_every_peer_in_process() -> None:
+    r = bench.run_search_bench(sizes=(1_500,), queries=2)
+    label = "1500"
+    assert r["cpu_p95_ms_1500"] > 0 and r["raw_cpu_p95_ms_1500"] > 0
+    assert r["raw_p95_ms_1500"] > 0 and r["index_bytes_per_doc_1500"] > r["raw_index_bytes_per_doc_1500"] > 0
+    assert r["raw_index_bytes_per_doc_1500"] == pytest.approx(
+        r["raw_fts_bytes_per_doc_1500"] + r["raw_text_bytes_per_doc_1500"], abs=1
+    )
+    assert sum(r["index_bytes_by_part_per_doc_1500"].values()) == pytest.approx(r["index_bytes_per_doc_1500"], abs=4)
+    assert r[f"recall_at_10_vs_exact_{label}"] == 1.0
+    for kind, c in r[f"by_class_{label}"].items():
+        assert c["raw_hits_mean"] > 0, kind
+    if TantivyIndex.available():
+        assert r["tantivy"] == "0.27.0" and r["tantivy_p95_ms_1500"] > 0 and r["tantivy_index_bytes_per_doc_1500"] > 0
+        assert r["ratio_to_tantivy_p95_1500"] == pytest.approx(r["p95_ms_1500"] / r["tantivy_p95_ms_1500"], rel=0.01)
+        assert all(c["tantivy_hits_mean"] > 0 for c in r["by_class_1500"].values())
+        assert r["tantivy_overlap_at_10_vs_raw_1500"] > 0.5, "tantivy and the raw index rank the same bodies"
+        assert r["tantivy_cpu_p95_ms_1500"] > 0 and r["ratio_to_tantivy_p95_cpu_1500"] > 0
+    assert "holon/raw p95" in bench.format_report(r)
+
+
+def test_recall_shows_what_the_bounded_planner_loses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the planner's thresholds scaled down, a 1,500-document index is searched in bounded mode."""
+    monkeypatch.setattr(memory_search, "SMALL_INDEX", 100)
+    monkeypatch.setattr(memory_search, "RARE_DOCS", 5)
+    monkeypatch.setattr(memory_search, "BOUNDED_DOCS", 20)
+    monkeypatch.setattr(TantivyIndex, "available", staticmethod(lambda: False))
+    r = bench.run_search_bench(sizes=(1_500,), queries=3)
+    common = r["by_class_1500"]["common"]
+    assert common["bounded_share"] == 1.0
+    assert common["recall_at_10_vs_exact"] < 1.0, "ranking the newest 20 matches loses some of the exact top 10"
+    assert 0 < r["recall_at_10_vs_exact_1500"] < 1.0
+    assert memory_search.SMALL_INDEX == 100, "exact_ranking puts the threshold back"
+    assert r["tantivy"].startswith("not measured: the tantivy package is not installed")
+    assert not any(k.startswith(("tantivy_", "ratio_to_tantivy")) for k in r)
+    assert "tantivy: not measured" in bench.format_report(r)
+
+
+def test_exact_ranking_is_restored_after_an_error() -> None:
+    saved = memory_search.SMALL_INDEX
+    with pytest.raises(RuntimeError), exact_ranking():
+        assert memory_search.SMALL_INDEX > 10**12
+        raise RuntimeError
+    assert saved == memory_search.SMALL_INDEX
+
+
+def test_body_fts_ranks_by_bm25(tmp_path: Path) -> None:
+    fts = BodyFts(tmp_path / "b.db", ("PRAGMA journal_mode=WAL",))
+    try:
+        fts.add(["coffee with milk", "tea", "coffee coffee coffee", "painting the garden"])
+        fts.add(["garden coffee"])
+        _, ids = fts.query(("coffee",))
+        assert ids[0] == 3 and set(ids) == {1, 3, 5}
+        _, none = fts.query(('"quoted" NEAR',))
+        assert none == []
+        sizes = fts.index_bytes()
+        assert sizes["fts"] > 0 and sizes["text"] > 0
+    finally:
+        fts.close()

@@ -1,10 +1,26 @@
-"""``holon bench ledger``: append throughput against raw sqlite3, and replay speed.
+"""``holon bench ledger``: append throughput against raw sqlite3 and eventsourcing, and replay speed.
 
-Both sides use the same pragmas and the same ``events`` table (indexes and triggers included), and
-store the same payload bytes; the raw side inserts precomputed rows with ``sqlite3`` and nothing
-else. holon's side goes through ``Store.append``: validation, canonical JSON, ids, the hash chain,
-idempotency bookkeeping and the synchronous projections. The sides alternate for several rounds
-and the medians are reported, so a noisy machine slows both.
+Method (also stated in the report's ``method`` key). Four sides append the same events, each in
+its own database file with holon's pragmas (``holon.bench.ledger_peers``):
+
+* **holon**: ``Store.append`` (validation, canonical JSON, ids, the hash chain, idempotency
+  bookkeeping and the synchronous projections), one event per call (``single``) or ten (``batch``);
+* **raw**: plain ``sqlite3`` inserts of the same payload bytes, precomputed, into holon's
+  ``events`` table (indexes and triggers included), one or ten rows per transaction: the limit of
+  holon's schema; ``append_*_ratio`` is holon against this;
+* **bare**: the same inserts into a bare table (same columns, no index, trigger or constraint
+  but the primary key): the limit of SQLite itself;
+* **eventsourcing** (when the package is importable): its SQLite application recorder inserting
+  precomputed ``StoredEvent`` values with the same payload bytes; ``vs_eventsourcing_*`` is holon
+  against it.
+
+Rates are events per second of **CPU time** (``time.process_time`` around the insert loop only),
+because the machine is shared and wall time swings with other processes; wall-time rates are
+reported beside them (``*_wall_per_s``). The sides run in every round, in an order rotated from
+round to round, and the medians over rounds are reported. Replay rebuilds every projection from
+seq 0 (``Store.replay``, which also compares the result with the stored projections); its rate is
+events per CPU second of the whole call, beside a raw ``SELECT`` of every events row on the same
+file (``raw_select_per_s``).
 """
 
 from __future__ import annotations
@@ -15,138 +31,192 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from holon.bench import workload
+from holon.bench.ledger_peers import EventSourcingRecorder, Measured, RawSqlite
 from holon.bench.progress import step
 from holon.clock import SystemClock
 from holon.config import HomePaths, LedgerSettings, Settings
 from holon.ledger import NewEvent
-from holon.ledger.codec import encode_payload
-from holon.ledger.envelope import header_of
-from holon.ledger.migrations import MIGRATIONS
-from holon.ledger.store import EVENT_INSERT, event_row
 from holon.projections import Store
 
-__all__ = ["TARGETS", "format_report", "run_ledger_bench"]
+__all__ = ["METHOD", "TARGETS", "format_report", "run_ledger_bench"]
 
-TARGETS = {"append_batch_ratio": 0.5, "append_single_ratio": 0.3, "replay_events_per_s": 30_000}
+#: Issue 18's targets (lower bounds).
+TARGETS = {
+    "append_single_ratio": 0.5,
+    "append_batch_ratio": 0.6,
+    "vs_eventsourcing_single": 0.5,
+    "replay_events_per_s": 60_000,
+}
 SINGLE_N = 4_000
 BATCH_N = 20_000
 BATCH_SIZE = 10
 N_AGENTS = 10
+METHOD = (
+    "Each round appends {single} events one per transaction and {batch} in transactions of {size}, on "
+    "every side, each in its own database file with holon's pragmas (synchronous={sync}): holon "
+    "(Store.append with its synchronous projections), raw sqlite3 inserting the same payload bytes "
+    "precomputed into holon's events table with its indexes and triggers (the ratios' denominator), "
+    "the same inserts into a bare table (bare_*), and eventsourcing {es}'s SQLiteApplicationRecorder "
+    "inserting precomputed StoredEvents with the same payload bytes (vs_eventsourcing_*; recorder "
+    "only, no aggregates or mapper). Rates are events per CPU second (time.process_time around the "
+    "insert loop only) because wall time on a shared machine swings with other processes; "
+    "*_wall_per_s are wall-clock rates. Sides run in an order rotated each round; medians over "
+    "{rounds} rounds. Replay: Store.replay of {replay} events (rebuild every projection from seq 0 "
+    "and compare), events per CPU second of the whole call; raw_select_per_s reads every events "
+    "row of the same file with one SELECT."
+)
 
 
-def _raw_rows(events: list[NewEvent], start_seq: int) -> list[tuple[Any, ...]]:
-    rows = []
-    for i, ne in enumerate(events):
-        seq = start_seq + i
-        text = encode_payload(ne.payload, blob_threshold=16_384, preview_chars=400).text
-        header = header_of(replace(ne, idempotency_key=None), seq=seq, event_id=f"evt_{seq:026d}",
-                           ts_us=1_767_225_600_000_000 + seq) | {"version": 1}  # fmt: skip
-        rows.append(event_row(header, text, "0" * 64))
-    return rows
-
-
-class _Raw:
-    """The physical baseline: plain sqlite3 inserts into the same table with the same pragmas."""
-
-    def __init__(self, path: Path, pragmas: tuple[str, ...]) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None)
-        for p in pragmas:
-            self.conn.execute(p)
-        # The same events table holon has: every migration's DDL on ``events`` (table, indexes,
-        # triggers), none of the projection tables (those are holon's own overhead).
-        for m in MIGRATIONS:
-            for stmt in m.statements:
-                if " ON events" in stmt or "TABLE events" in stmt:
-                    self.conn.execute(stmt)
-        self.seq = 1
-        self.sql = EVENT_INSERT
-
-    def run(self, events: list[NewEvent], batch: int) -> float:
-        rows = _raw_rows(events, self.seq)
-        self.seq += len(rows)
-        conn, sql = self.conn, self.sql
-        t0 = time.perf_counter()
-        for i in range(0, len(rows), batch):
-            conn.execute("BEGIN IMMEDIATE")
-            if batch == 1:
-                conn.execute(sql, rows[i])
-            else:
-                conn.executemany(sql, rows[i : i + batch])
-            conn.execute("COMMIT")
-        return len(rows) / (time.perf_counter() - t0)
-
-
-def _holon(store: Store, events: list[NewEvent], batch: int) -> float:
+def _holon(store: Store, events: list[NewEvent], batch: int) -> Measured:
     append = store.append
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     for i in range(0, len(events), batch):
         append(*events[i : i + batch])
-    return len(events) / (time.perf_counter() - t0)
+    return len(events), time.process_time() - c0, time.perf_counter() - t0
 
 
-def run_ledger_bench(*, replay_events: int = 100_000, rounds: int = 3, synchronous: str = "NORMAL") -> dict[str, Any]:
+def _raw_select(path: Path, pragmas: tuple[str, ...]) -> Measured:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for p in pragmas:
+            conn.execute(p)
+        c0, t0 = time.process_time(), time.perf_counter()
+        n = 0
+        for _ in conn.execute("SELECT * FROM events ORDER BY seq"):
+            n += 1
+        return n, time.process_time() - c0, time.perf_counter() - t0
+    finally:
+        conn.close()
+
+
+def _rate(m: Measured, *, wall: bool = False) -> float:
+    n, cpu, elapsed = m
+    return n / max(elapsed if wall else cpu, 1e-9)
+
+
+def run_ledger_bench(
+    *, replay_events: int = 100_000, rounds: int = 3, synchronous: str = "NORMAL", eventsourcing: bool = True
+) -> dict[str, Any]:
+    """Measure; ``eventsourcing=False`` leaves that peer out even when it is installed."""
     # The operator's text (``holon bench --synchronous``): LedgerSettings validates it.
     settings = Settings(ledger=LedgerSettings.model_validate({"synchronous": synchronous}))
     stream = workload.stream(N_AGENTS)
+    with_es = eventsourcing and EventSourcingRecorder.available()
+    results: dict[str, list[Measured]] = {}
     with tempfile.TemporaryDirectory(prefix="holon-bench-") as tmp:
         paths = HomePaths(Path(tmp) / "home")
         store = Store.open(paths, settings, clock=SystemClock())
         store.append(*workload.creation_events(N_AGENTS))
-        raw = _Raw(Path(tmp) / "raw.db", store.ledger.db.pragmas)
-        results: dict[str, list[float]] = {"raw_single": [], "holon_single": [], "raw_batch": [], "holon_batch": []}
-        for r in range(rounds):
-            step("append rounds", r, rounds)
-            single = list(itertools.islice(stream, SINGLE_N))
-            batched = list(itertools.islice(stream, BATCH_N))
-            results["raw_single"].append(raw.run(single, 1))
-            results["holon_single"].append(_holon(store, single, 1))
-            results["raw_batch"].append(raw.run(batched, BATCH_SIZE))
-            results["holon_batch"].append(_holon(store, batched, BATCH_SIZE))
-        # Grow the ledger to the replay size, then rebuild every projection from seq 0.
-        missing = replay_events - store.ledger.head()
-        while missing > 0:
-            step("filling the ledger for replay", store.ledger.head(), replay_events)
-            chunk = list(itertools.islice(stream, min(missing, 50_000)))
-            for i in range(0, len(chunk), 100):
-                store.append(*chunk[i : i + 100])
-            missing -= len(chunk)
-        step("replaying", store.ledger.head(), store.ledger.head())
-        replayed = store.replay()
-        verified = store.ledger.verify()
-        store.close()
-        raw.conn.close()
-    med = {k: statistics.median(v) for k, v in results.items()}
-    return {
-        "append_single_per_s": round(med["holon_single"]),
-        "append_batch_per_s": round(med["holon_batch"]),
-        "raw_single_per_s": round(med["raw_single"]),
-        "raw_batch_per_s": round(med["raw_batch"]),
-        "append_single_ratio": round(med["holon_single"] / med["raw_single"], 3),
-        "append_batch_ratio": round(med["holon_batch"] / med["raw_batch"], 3),
-        "replay_events": replayed.events,
-        "replay_events_per_s": round(replayed.events_per_s),
-        "replay_ok": replayed.ok,
-        "verify_ok": verified.ok,
+        pragmas = store.ledger.db.pragmas
+        peers: dict[str, Any] = {  # Any: each peer has run(events, batch) -> Measured
+            "raw": RawSqlite(Path(tmp) / "raw.db", pragmas, "table"),
+            "bare": RawSqlite(Path(tmp) / "bare.db", pragmas, "bare"),
+        }
+        if with_es:
+            peers["es"] = EventSourcingRecorder(Path(tmp) / "es.db", pragmas)
+        sides = ["holon", *peers]
+        try:
+            for r in range(rounds):
+                step("append rounds", r, rounds)
+                single = list(itertools.islice(stream, SINGLE_N))
+                batched = list(itertools.islice(stream, BATCH_N))
+                order = sides[r % len(sides) :] + sides[: r % len(sides)]
+                for side in order:
+                    step(f"append round {r + 1} of {rounds}: {side}", r, rounds)
+                    for kind, events, size in (("single", single, 1), ("batch", batched, BATCH_SIZE)):
+                        m = _holon(store, events, size) if side == "holon" else peers[side].run(events, size)
+                        results.setdefault(f"{side}_{kind}", []).append(m)
+            # Grow the ledger to the replay size, then rebuild every projection from seq 0.
+            missing = replay_events - store.ledger.head()
+            while missing > 0:
+                step("filling the ledger for replay", store.ledger.head(), replay_events)
+                chunk = list(itertools.islice(stream, min(missing, 50_000)))
+                for i in range(0, len(chunk), 100):
+                    store.append(*chunk[i : i + 100])
+                missing -= len(chunk)
+            step("replaying", store.ledger.head(), store.ledger.head())
+            c0, t0 = time.process_time(), time.perf_counter()
+            replayed = store.replay()
+            replay_m = (replayed.events, time.process_time() - c0, time.perf_counter() - t0)
+            select_m = _raw_select(paths.db, pragmas)
+            verified = store.ledger.verify()
+        finally:
+            store.close()
+            for peer in peers.values():
+                peer.close()
+    return _report(results, replay_m, select_m, replayed.ok, verified.ok, synchronous=synchronous, rounds=rounds,
+                   with_es=with_es, es_wanted=eventsourcing)  # fmt: skip
+
+
+def _report(
+    results: dict[str, list[Measured]], replay_m: Measured, select_m: Measured, replay_ok: bool, verify_ok: bool,
+    *, synchronous: str, rounds: int, with_es: bool, es_wanted: bool,
+) -> dict[str, Any]:  # fmt: skip
+    cpu = {k: statistics.median(_rate(m) for m in v) for k, v in results.items()}
+    wall = {k: statistics.median(_rate(m, wall=True) for m in v) for k, v in results.items()}
+    out: dict[str, Any] = {}
+    for kind in ("single", "batch"):
+        out[f"append_{kind}_per_s"] = round(cpu[f"holon_{kind}"])
+        out[f"raw_{kind}_per_s"] = round(cpu[f"raw_{kind}"])
+        out[f"bare_{kind}_per_s"] = round(cpu[f"bare_{kind}"])
+        out[f"append_{kind}_ratio"] = round(cpu[f"holon_{kind}"] / cpu[f"raw_{kind}"], 3)
+        out[f"append_{kind}_ratio_to_bare"] = round(cpu[f"holon_{kind}"] / cpu[f"bare_{kind}"], 3)
+        out[f"raw_{kind}_ratio_to_bare"] = round(cpu[f"raw_{kind}"] / cpu[f"bare_{kind}"], 3)
+        if with_es:
+            out[f"eventsourcing_{kind}_per_s"] = round(cpu[f"es_{kind}"])
+            out[f"vs_eventsourcing_{kind}"] = round(cpu[f"holon_{kind}"] / cpu[f"es_{kind}"], 3)
+    for side in ("holon", "raw", "bare", *(["es"] if with_es else [])):
+        name = {"holon": "append", "es": "eventsourcing"}.get(side, side)
+        for kind in ("single", "batch"):
+            out[f"{name}_{kind}_wall_per_s"] = round(wall[f"{side}_{kind}"])
+    if not with_es:
+        out["eventsourcing"] = (
+            "not measured: left out (eventsourcing=False)" if not es_wanted
+            else "not measured: the eventsourcing package is not installed (pip install 'holon[dev]')"
+        )  # fmt: skip
+    else:
+        out["eventsourcing"] = EventSourcingRecorder.version()
+    out |= {
+        "replay_events": replay_m[0],
+        "replay_events_per_s": round(_rate(replay_m)),
+        "replay_wall_events_per_s": round(_rate(replay_m, wall=True)),
+        "raw_select_per_s": round(_rate(select_m)),
+        "replay_ok": replay_ok,
+        "verify_ok": verify_ok,
         "synchronous": synchronous,
         "rounds": rounds,
         "batch_size": BATCH_SIZE,
+        "clock": "cpu",
+        "method": METHOD.format(single=SINGLE_N, batch=BATCH_N, size=BATCH_SIZE, sync=synchronous, rounds=rounds,
+                                replay=replay_m[0], es=out["eventsourcing"] if with_es else "(not installed)"),
         "targets": TARGETS,
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
-    }
+    }  # fmt: skip
+    out["targets_met"] = {k: out[k] >= v for k, v in TARGETS.items() if k in out}
+    return out
 
 
 def format_report(r: dict[str, Any]) -> str:
-    return "\n".join(
-        [
-            f"ledger benchmark (synchronous={r['synchronous']}, medians of {r['rounds']} rounds)",
-            f"  append, 1 event/txn:   {r['append_single_per_s']:>9,}/s   raw sqlite3 {r['raw_single_per_s']:>9,}/s   ratio {r['append_single_ratio']:.3f} (target >= {TARGETS['append_single_ratio']})",
-            f"  append, 10 events/txn: {r['append_batch_per_s']:>9,}/s   raw sqlite3 {r['raw_batch_per_s']:>9,}/s   ratio {r['append_batch_ratio']:.3f} (target >= {TARGETS['append_batch_ratio']})",
-            f"  replay of {r['replay_events']:,} events: {r['replay_events_per_s']:,}/s (target >= {TARGETS['replay_events_per_s']:,}), identical: {r['replay_ok']}",
-        ]
+    lines = [
+        f"ledger benchmark (synchronous={r['synchronous']}, medians of {r['rounds']} rounds, events per CPU second)",
+    ]
+    for kind, label in (("single", "1 event/txn"), ("batch", f"{r['batch_size']} events/txn")):
+        es = (f"   eventsourcing {r[f'eventsourcing_{kind}_per_s']:>9,}/s (holon x{r[f'vs_eventsourcing_{kind}']:.2f})"
+              if f"vs_eventsourcing_{kind}" in r else "")  # fmt: skip
+        lines.append(
+            f"  append, {label:<12} holon {r[f'append_{kind}_per_s']:>9,}/s   raw sqlite3 {r[f'raw_{kind}_per_s']:>9,}/s "
+            f"(ratio {r[f'append_{kind}_ratio']:.3f}, target >= {TARGETS[f'append_{kind}_ratio']})   "
+            f"bare table {r[f'bare_{kind}_per_s']:>9,}/s{es}"
+        )
+    if "vs_eventsourcing_single" not in r:
+        lines.append(f"  eventsourcing: {r['eventsourcing']}")
+    lines.append(
+        f"  replay of {r['replay_events']:,} events: {r['replay_events_per_s']:,}/s "
+        f"(target >= {TARGETS['replay_events_per_s']:,}), identical: {r['replay_ok']}; raw SELECT {r['raw_select_per_s']:,}/s"
     )
+    return "\n".join(lines)
