@@ -27,7 +27,7 @@ def test_bench_daemon_tiny(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert out["turns_per_s_vs_latency_bound"] == pytest.approx(ratio, rel=0.1, abs=0.002)
     assert out["cpu_s_daemon"] <= out["cpu_s"] + 0.02  # the daemon's own process is part of its tree
     assert "efficiency" not in out
-    assert "latency bound" in out["method"] and "cpu_ms_per_turn" in out["method"]
+    assert "latency_bound_turns_per_s" in out["method"] and "cpu_ms_per_turn" in out["method"]
     assert out["restart_events_large"] >= 900 and out["restart_events_small"] >= 300
     assert out["restart_growth"] == pytest.approx(out["restart_s_1m"] / out["restart_s_10k"], rel=0.01)
     assert out["rss_mb_after_run"] > 0  # the daemon and its model processes
