@@ -16,12 +16,19 @@ def test_bench_daemon_tiny(tmp_path) -> None:  # type: ignore[no-untyped-def]
               "--json", timeout=840)  # fmt: skip
     assert r.code == 0, r
     out = r.json()
-    for key in ("efficiency", "wall_s", "cpu_s", "idle_rss_mb_1000_agents", "restart_s_10k", "restart_s_1m"):
+    for key in ("wall_s", "cpu_s", "cpu_s_daemon", "cpu_ms_per_turn", "cpu_ms_per_turn_daemon", "turns_per_s",
+                "idle_rss_mb_1000_agents", "restart_s_10k", "restart_s_1m"):  # fmt: skip
         assert isinstance(out[key], float) and out[key] > 0, key
     assert isinstance(out["idle_cpu_pct_1000_agents"], float) and out["idle_cpu_pct_1000_agents"] >= 0
     assert out["wall_s"] >= 2 * 0.020  # no agent can beat the model's latency
-    assert 0 < out["efficiency"] <= 1.5
+    assert out["latency_bound_turns_per_s"] == pytest.approx(3 / 0.020)
+    assert 0 < out["turns_per_s_vs_latency_bound"] <= 1.0  # nothing beats the model's latency
+    ratio = out["turns_per_s"] / out["latency_bound_turns_per_s"]
+    assert out["turns_per_s_vs_latency_bound"] == pytest.approx(ratio, rel=0.1, abs=0.002)
+    assert out["cpu_s_daemon"] <= out["cpu_s"] + 0.02  # the daemon's own process is part of its tree
+    assert "efficiency" not in out
+    assert "latency_bound_turns_per_s" in out["method"] and "cpu_ms_per_turn" in out["method"]
     assert out["restart_events_large"] >= 900 and out["restart_events_small"] >= 300
     assert out["restart_growth"] == pytest.approx(out["restart_s_1m"] / out["restart_s_10k"], rel=0.01)
     assert out["rss_mb_after_run"] > 0  # the daemon and its model processes
-    assert "efficiency" in format_report(out) and "RSS after the run" in format_report(out)
+    assert "latency bound" in format_report(out) and "RSS after the run" in format_report(out)

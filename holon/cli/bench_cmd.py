@@ -63,17 +63,27 @@ def ledger(
 @app.command("turn")
 def turn(
     ctx: typer.Context,
-    events: Annotated[int, typer.Option("--events", min=10_000, help="Prior events in the large ledger.")] = 1_000_000,
+    events: Annotated[
+        int,
+        typer.Option(
+            "--large-events", "--events", min=10_000, help="Events in the large ledger (filling 1M takes minutes)."
+        ),
+    ] = 1_000_000,
     turns: Annotated[int, typer.Option(min=20, help="Measured turns per ledger size.")] = 200,
+    history_turns: Annotated[
+        int, typer.Option(min=1, help="Settled turns of the measured agent, the same on both ledgers.")
+    ] = 200,
     synchronous: Annotated[str, typer.Option(help="PRAGMA synchronous.")] = "NORMAL",
     json_out: JsonOpt = False,
 ) -> None:
-    """Runtime overhead per turn (model time excluded) on small and large ledgers."""
+    """Runtime overhead per turn (model time excluded): the same agent history in a small and a large ledger."""
     from holon.bench.turn import format_report, run_turn_bench
 
     c = ctx_of(ctx, None, json_out)
     with _progress("turn"):
-        result = run_turn_bench(large_events=events, turns=turns, synchronous=synchronous.upper())
+        result = run_turn_bench(
+            large_events=events, turns=turns, history_turns=history_turns, synchronous=synchronous.upper()
+        )
     emit(c, result, format_report(result))
 
 
@@ -157,7 +167,8 @@ def daemon(
     events_large: Annotated[int, typer.Option(min=100, help="Ledger size of the large restart.")] = 1_000_000,
     json_out: JsonOpt = False,
 ) -> None:
-    """Many agents through the real daemon process: efficiency, CPU, idle RSS and restart time."""
+    """Many agents through the real daemon process: turns/s against the model's latency bound, CPU per
+    turn, idle RSS and restart time."""
     from holon.bench.daemon import format_report, run_daemon_bench
 
     c = ctx_of(ctx, None, json_out)
