@@ -6,10 +6,19 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from holon.runtime.scenarios import Scenario, ScenarioEvent, load_scenario, run_scenario
+from holon.runtime.scenarios import (
+    Scenario,
+    ScenarioEvent,
+    conclude,
+    fresh_digests,
+    load_scenario,
+    replay_variants,
+    run_scenario,
+)
 
 SCENARIOS = sorted((Path(__file__).parent / "scenarios").glob("*.json"))
 REQUIRED_ASSERTIONS = {
@@ -51,12 +60,26 @@ NOT_YET = frozenset(
 )
 
 
-@pytest.mark.slow  # each scenario runs in a subprocess
+@pytest.fixture(scope="module")
+def plain_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every scenario's plain wording replayed once, and one fresh process rebuilding all their
+    prompts (``restart_identical``), as ``holon bench continuity`` does: a process per scenario
+    cost most of this file's time."""
+    root = tmp_path_factory.mktemp("scenarios")
+    replayed = [replay_variants(load_scenario(p), ["plain"], root / p.stem) for p in SCENARIOS]
+    digests = fresh_digests([job for r in replayed for _result, job in r])
+    assert len(digests) == len(SCENARIOS)
+    return {p.stem: conclude(r, [d])["plain"] for p, r, d in zip(SCENARIOS, replayed, digests, strict=True)}
+
+
+@pytest.mark.slow  # the fixture starts a process
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
-def test_scenario_passes_at_every_budget(path: Path, request: pytest.FixtureRequest) -> None:
+def test_scenario_passes_at_every_budget(
+    path: Path, request: pytest.FixtureRequest, plain_results: dict[str, dict[str, Any]]
+) -> None:
     if path.stem in NOT_YET:
         request.applymarker(pytest.mark.xfail(reason="issue 17: not met yet", strict=False))
-    result = run_scenario(load_scenario(path))
+    result = plain_results[path.stem]
     failures = {
         b["budget"]: [k for k, v in b["assertions"].items() if not v] for b in result["budgets"] if not b["passed"]
     }
