@@ -13,6 +13,7 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # a deadline for a ha
 def test_bench_daemon_tiny(tmp_path) -> None:  # type: ignore[no-untyped-def]
     r = holon(tmp_path / "unused", "bench", "daemon", "--agents", "3", "--turns", "2", "--latency-ms", "20",
               "--idle-agents", "5", "--idle-window-s", "1", "--events-small", "300", "--events-large", "900",
+              "--restart-agents", "3", "--restart-runs", "1",
               "--json", timeout=840)  # fmt: skip
     assert r.code == 0, r
     out = r.json()

@@ -71,8 +71,8 @@ METHOD = (
     "/proc) of the daemon and every process below it (its model processes) over the run / turns; "
     "cpu_ms_per_turn_daemon the daemon's own process only; cpu_bound_turns_per_s = cores / CPU per turn. "
     "Idle: {idle_agents} registered agents, the daemon left alone until quiet, VmRSS, then CPU over "
-    "{idle_window_s:g} s. Restart: spawn to first healthy GET /v1/health, median of 3 after a warm-up, on "
-    "ledgers of ~{small:,} and ~{large:,} events of 100 agents. synchronous=NORMAL."
+    "{idle_window_s:g} s. Restart: spawn to first healthy GET /v1/health, median of {runs} after a warm-up, on "
+    "ledgers of ~{small:,} and ~{large:,} events of {restart_agents} agents. synchronous=NORMAL."
 )
 
 
@@ -301,14 +301,14 @@ def _idle(root: Path, n: int, window_s: float) -> tuple[float, float]:
 # --- restart -----------------------------------------------------------------------------------
 
 
-def _fill(paths: HomePaths, events: int) -> int:
-    """A ledger of about ``events`` realistic events over 100 agents (with homes on disk)."""
+def _fill(paths: HomePaths, events: int, agents: int) -> int:
+    """A ledger of about ``events`` realistic events over ``agents`` agents (with homes on disk)."""
     with Store.open(paths, load_settings(paths), clock=SystemClock()) as store:
-        ids = workload.agent_ids(100)
-        store.append(*workload.creation_events(100))
+        ids = workload.agent_ids(agents)
+        store.append(*workload.creation_events(agents))
         for agent_id in ids:  # agents have homes: the daemon reads their AGENTS.md and memory
             Path(store.agent(agent_id).home).mkdir(parents=True, exist_ok=True)
-        stream = workload.stream(100)
+        stream = workload.stream(agents)
         rng = random.Random(11)
         while store.ledger.head() < events:
             batch = list(itertools.islice(stream, 500))
@@ -340,10 +340,10 @@ def _settle(paths: HomePaths, url_of_model: str) -> None:
                 time.sleep(0.5)
 
 
-def _restart(root: Path, events: int, name: str, model_url: str, runs: int = 3) -> tuple[float, int]:
+def _restart(root: Path, events: int, name: str, model_url: str, agents: int, runs: int) -> tuple[float, int]:
     """Median seconds from spawning the daemon to healthy, over ``runs`` starts (the first warms caches)."""
     paths = HomePaths(root / name)
-    size = _fill(paths, events)
+    size = _fill(paths, events, agents)
     _settle(paths, model_url)
     times = []
     for _ in range(runs + 1):
@@ -363,6 +363,8 @@ def run_daemon_bench(
     idle_window_s: float = 10.0,
     events_small: int = 10_000,
     events_large: int = 1_000_000,
+    restart_agents: int = 100,
+    restart_runs: int = 3,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="holon-bench-daemon-") as tmp:
         root = Path(tmp)
@@ -380,19 +382,22 @@ def run_daemon_bench(
         fake_argv = [sys.executable, "-m", "holon.testing.fake_llm", "--script", str(script)]
         with _process(fake_argv, env=_env(), first_line=True) as (_fake, model_url):
             step(f"restart on {events_small:,} events", 2, 4)
-            small, small_n = _restart(root, events_small, "small", model_url)
+            small, small_n = _restart(root, events_small, "small", model_url, restart_agents, restart_runs)
             step(f"restart on {events_large:,} events", 3, 4)
-            large, large_n = _restart(root, events_large, "large", model_url)
+            large, large_n = _restart(root, events_large, "large", model_url, restart_agents, restart_runs)
     out.update(
         restart_s_10k=round(small, 3),
         restart_s_1m=round(large, 3),
         restart_growth=round(large / small, 3),
         restart_events_small=small_n,
         restart_events_large=large_n,
+        restart_agents=restart_agents,
+        restart_runs=restart_runs,
         synchronous="NORMAL",
         targets=TARGETS,
         method=METHOD.format(agents=agents, turns=turns, latency_ms=latency_ms, idle_agents=idle_agents,
-                             idle_window_s=idle_window_s, small=events_small, large=events_large),
+                             idle_window_s=idle_window_s, small=events_small, large=events_large,
+                             runs=restart_runs, restart_agents=restart_agents),
     )  # fmt: skip
     return out
 

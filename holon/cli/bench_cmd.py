@@ -165,6 +165,8 @@ def daemon(
     ] = 10.0,
     events_small: Annotated[int, typer.Option(min=100, help="Ledger size of the small restart.")] = 10_000,
     events_large: Annotated[int, typer.Option(min=100, help="Ledger size of the large restart.")] = 1_000_000,
+    restart_agents: Annotated[int, typer.Option(min=1, help="Agents in the restart ledgers.")] = 100,
+    restart_runs: Annotated[int, typer.Option(min=1, help="Measured starts per restart size (median).")] = 3,
     json_out: JsonOpt = False,
 ) -> None:
     """Many agents through the real daemon process: turns/s against the model's latency bound, CPU per
@@ -177,6 +179,7 @@ def daemon(
             agents=agents, turns=turns, latency_ms=latency_ms, idle_agents=idle_agents,
             idle_window_s=idle_window_s,
             events_small=events_small, events_large=events_large,
+            restart_agents=restart_agents, restart_runs=restart_runs,
         )  # fmt: skip
     emit(c, result, format_report(result))
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from holon.config import DaemonSettings
@@ -33,7 +35,7 @@ class Warmth:
         self.settings = settings
         self.resolver = resolver
         self.phase = phase
-        self._library: asyncio.Task[Any] | None = None
+        self._library: asyncio.Future[Any] | None = None
         self._models: asyncio.Task[None] | None = None
 
     def ready(self) -> bool:
@@ -45,7 +47,7 @@ class Warmth:
             return
         from holon.runtime.providers.litellm_provider import known_context_window
 
-        self._library = asyncio.create_task(asyncio.to_thread(known_context_window, "gpt-4o-mini"))
+        self._library = _in_daemon_thread(known_context_window, "gpt-4o-mini")
         self.warm()
 
     def warm(self) -> None:
@@ -63,11 +65,40 @@ class Warmth:
             self._models = asyncio.create_task(self.resolver.warm(agents), name="daemon:warm-model")
 
     async def stop(self) -> None:
-        """Wait for the library import (a thread cannot be cancelled); cancel a model start under way."""
-        if self._library is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._library
+        """Cancel a model start under way. An unfinished library import is left to its daemon
+        thread: waiting for it made every stop in the first seconds take seconds more."""
+        if self._library is not None and not self._library.done():
+            self._library.cancel()
         if self._models is not None:
             self._models.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._models
+
+
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """``fn(*args)`` in a daemon thread, its outcome as a future of the running loop.
+
+    Unlike ``asyncio.to_thread`` (the loop's executor, joined when the loop closes and again at
+    exit), a daemon thread never holds the process up: a stop does not wait for an import."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():  # cancelled by ``stop``
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = fn(*args)
+        except BaseException as e:  # handed to the loop, which re-raises it to whoever awaits
+            error = e
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="holon:import-model-library", daemon=True).start()
+    return future
