@@ -324,8 +324,8 @@ _OPENING = re.compile(
 # An instruction about what the assistant just produced ("Add that remote work is fine", "把语气改得
 # 轻松一点"): it continues the thread whatever words it brings.
 _FOLLOW_UP = re.compile(
-    r"^\s*(please\s+|also\s+|and\s+)?(add|remove|drop|change|make|put|shorten|lengthen|rewrite|reword|mention|"
-    r"include|replace|fix|tweak|cut|expand|trim|translate|format)\b|^\s*(再|也|把|加上|去掉|删掉|改成|改一下)",
+    r"^\s*((ok(ay)?|good|fine|great|好的?|行|嗯)[,.!\s\uff0c\u3002]*)?(please\s+|also\s+|and\s+)?(add|remove|drop|change|make|put|shorten|lengthen|rewrite|reword|mention|"
+    r"include|replace|fix|tweak|cut|expand|trim|translate|format)\b|^\s*((好的?|行|嗯)[,\s\uff0c]*)?(再|也|把|加上|去掉|删掉|改成|改一下)",
     re.IGNORECASE,
 )
 _MARK_SWITCH = re.compile(
@@ -356,6 +356,13 @@ def _units(said: frozenset[str]) -> float:
     """How much content ``said`` carries: a word counts 1, a bigram of an unsegmented script half
     (a Chinese clause yields a bigram per character, about two per word)."""
     return sum(0.5 if is_unsegmented(w) else 1.0 for w in said)
+
+
+def _holds(said: frozenset[str], shared: frozenset[str]) -> bool:
+    """Whether a message (its terms ``said``) belongs with a thread it shares ``shared`` with: two
+    shared terms (a shared bigram is a word both use), or a third of its words, or too few words of
+    its own to make another subject."""
+    return len(shared) >= 2 or _units(shared) * 3 >= _units(said) or _units(said - shared) <= SWITCH_TERMS
 
 
 def says_switch(text: str) -> bool:
@@ -398,8 +405,12 @@ def next_move(
     # An answer to the assistant's question goes back to another thread only on clear evidence:
     # two shared terms, or words that say so ("opening paragraph" is not "opens at noon").
     clear = asked is None or _units(best_shared) >= 2 or bool(_MARK_RETURN.search(text))
+    # A return holds the message as staying would: one shared word ("report" in "incident report"
+    # and "sales report") does not take a message that brings a subject of its own elsewhere,
+    # unless it asks to change what is there ("push the release to Monday", "mention the salary").
+    changes = bool(_CHANGE.search(text) or _FOLLOW_UP.search(text))
     if (
-        best_thread is not None and best >= RETURN_MIN and clear
+        best_thread is not None and best >= RETURN_MIN and clear and (changes or _holds(said, best_shared))
         and (best > here or (best == here and _MARK_RETURN.search(text)))
     ):  # fmt: skip
         return Move(
@@ -411,7 +422,7 @@ def next_move(
     # One shared word ("job" in "export job" and "job posting") does not hold a message that
     # brings a subject of its own; two shared words, or a third of its words, do. So does a
     # revision of one of this thread's decisions ("move the release to Monday instead").
-    holds = _units(shared) >= 2 or _units(shared) * 3 >= _units(said) or _units(said - current) <= SWITCH_TERMS
+    holds = _holds(said, shared)
     if opening and _units(shared) < 2:
         holds = False  # "I need a draft of the job ad" after the export job's flaky test
     if here > 0 and not marked_switch and (holds or revises(text, decided)):
