@@ -422,3 +422,45 @@ def test_a_request_its_turn_gave_back_after_the_boundary_keeps_the_episode_out_o
     m = manifest(assemble(build_sections(view, counter), budget_for(50_000)))
     assert m[f"episode:{p.episode_id}"]["excluded"]
     assert m[f"episode:{p.episode_id}"]["reason"] == f"quotes the current input event:{ask.seq}"
+
+
+def test_another_threads_evidence_comes_in_only_for_what_this_thread_does_not_say(counter: TokenCounter) -> None:
+    """Issue 17, generic overlap: the incident report and the sales report share "报告"; this thread
+    already says it, so the other thread's turn and episode add nothing and stay out. A word only
+    the other thread uses still brings it in."""
+    incident = history_turn(
+        "t_incident", 10, (inp(10, "起草上周支付故障的事故报告：中断47分钟。"),), "事故报告已起草：根因是API密钥过期。",
+        thread="conv:9",
+    )  # fmt: skip
+    sales = history_turn(
+        "t_sales", 28, (inp(28, "准备五月份的月度销售报告：312个订单。"),), "五月销售报告已开始：312个订单。",
+        thread="conv:28",
+    )  # fmt: skip
+    ep = replace(episode("ep_9", 20, "事故报告", "起草上周支付故障的事故报告：中断47分钟。"), thread="conv:9")
+    for text, shown in [("在报告里加一张每周订单数的图。", False), ("把支付故障的中断时间也写进报告。", True)]:
+        view = make_view(history=(incident, sales), episodes=(ep,), inputs=(inp(33, text),), thread="conv:28")
+        sections = {x.key: x for x in build_sections(view, counter)}
+        assert sections["turn:t_incident"].excluded is not shown, text
+        assert sections["episode:ep_9"].excluded is not shown, text
+
+
+def test_bigrams_nothing_in_the_past_uses_do_not_dilute_what_the_input_asks_for(counter: TokenCounter) -> None:
+    """A Chinese question yields bigrams across word boundaries ("哪来", "来着") that no past text
+    has: they say nothing about which past is meant, so a paused work item's note the question
+    asks for ("wifi密码") comes back as it does in English."""
+    note = inp(2, "顺便说一下：办公室的wifi密码写在咖啡机旁边的卡片上。")
+    paused = history_turn(
+        "t_refunds", 5, (note, inp(3, "请重构支付模块，把退款拆成单独的服务。")), "退款已放进refund_service.py。",
+        thread="wi_refunds", work_item_id="wi_refunds",
+    )  # fmt: skip
+    review = history_turn(
+        "t_review", 9, (inp(8, "季度权限审查今天到期：谁还有管理员权限？"),), "有七个人有管理员权限。",
+        thread="wi_review", work_item_id="wi_review",
+    )  # fmt: skip
+    view = make_view(
+        history=(paused, review), inputs=(inp(22, "我说过wifi密码在哪来着？"),), thread="wi_review",
+        working_memory={"work_stack": ["wi_refunds"]},
+    )  # fmt: skip
+    sections = {x.key: x for x in build_sections(view, counter)}
+    assert not sections["turn:t_refunds"].excluded
+    assert "wifi密码" in str(sections["turn:t_refunds"].renderings[0].messages)

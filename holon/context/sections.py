@@ -37,6 +37,7 @@ from holon.context.render import InputView, is_short_reply, render_inputs, short
 from holon.context.tokens import MESSAGE_OVERHEAD, TokenCounter
 from holon.context.view import EpisodeView, HistoryTurn, RoundView, ToolEvidence, TurnView
 from holon.memory import markdown
+from holon.memory.text import is_unsegmented
 from holon.projections import dialogue
 from holon.projections.state import KeyPoint
 
@@ -70,7 +71,12 @@ class _Weights:
                 self.df[w] = self.df.get(w, 0) + 1
         self._weights: dict[str, float] = {}
         self._totals: dict[frozenset[str], float] = {}
-        self.queries = (_terms(" ".join(i.text for i in view.inputs)), _terms(_query(view)))
+        # A bigram of a script without spaces that nothing in the past uses is most often one
+        # spanning two words ("哪来"): it says nothing about which past the input means.
+        self.queries = tuple(
+            frozenset(w for w in q if w in self.df or not is_unsegmented(w))
+            for q in (_terms(" ".join(i.text for i in view.inputs)), _terms(_query(view)))
+        )
 
     def weight(self, w: str) -> float:
         found = self._weights.get(w)
@@ -563,7 +569,7 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
             scored.append((e, 2.0 + recency, "same work item" if e.work_item_id else "same thread"))
             continue
         score = plan.weights.relevance(f"{e.topic} {e.summary}")
-        if score >= _EPISODE_RELEVANT:
+        if score >= _EPISODE_RELEVANT and _terms(f"{e.topic} {e.summary}") & plan.fresh:
             scored.append((e, score + recency, f"relevance {score:.2f}, another thread"))
         else:
             scored.append((e, -1.0, "another thread, not relevant to this input"))
@@ -627,6 +633,8 @@ class _HistoryPlan:
     """Paused work items (their evidence shows only where the input asks for it)."""
     asked_for: float
     """The relevance paused work's evidence needs to come back (see ``_history_plan``)."""
+    fresh: frozenset[str]
+    """The input's terms this thread's turns do not use: what another thread's evidence may add."""
 
 
 _RELEVANT = 0.34
@@ -687,10 +695,13 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         live = [weights.relevance(_turn_text(t)) for t in view.history if t.work_item_id not in paused]
         live += [weights.relevance(f"{e.topic} {e.summary}") for e in view.episodes if e.work_item_id not in paused]
     asked_for = max([_ASKED_FOR, *(x + 1e-9 for x in live)])
-    # A paused work item's turns stay out unless the input asks for what they say.
+    # A paused work item's turns stay out unless the input asks for what they say; another
+    # thread's turn comes in only for what this thread's turns do not say already.
+    fresh = _uncovered(weights, [t for t in same if t.work_item_id not in paused])
     relevant = [
         t for t in others
         if scores[t.turn_id] >= (asked_for if t.work_item_id in paused else _RELEVANT)
+        and _terms(_turn_text(t)) & fresh
     ]  # fmt: skip
     rank = {t.turn_id: n for n, t in enumerate(sorted(relevant, key=lambda t: -scores[t.turn_id]))}
     for t in others:
@@ -709,7 +720,15 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         for k in view.key_points
         if k.superseded_by is not None
     }
-    return _HistoryPlan(candidates, excluded, pinned, weights, superseded, paused, asked_for)
+    return _HistoryPlan(candidates, excluded, pinned, weights, superseded, paused, asked_for, fresh)
+
+
+def _uncovered(weights: _Weights, same: list[HistoryTurn]) -> frozenset[str]:
+    """The input's terms that none of this thread's turns use: what another thread may add."""
+    covered: set[str] = set()
+    for t in same:
+        covered |= _terms(_turn_text(t))
+    return frozenset().union(*weights.queries) - covered
 
 
 def _thread_start(view: TurnView) -> int:
