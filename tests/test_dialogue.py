@@ -71,13 +71,13 @@ def test_one_shared_word_does_not_return_a_message_with_a_subject_of_its_own() -
     move = d.next_move("Mention that the role is remote-friendly and the salary band.", filler, [("conv:9", job)], None)
     assert (move.kind, move.target) == ("return", "conv:9"), move
     # Chinese: a shared word is a shared bigram, and two of them hold.
-    branch = d.terms("分支命名采用feature/<工单号>-<简称>，并保护main分支。")
-    move = d.next_move("我开始做112号工单，设置页面。我的分支该叫什么？", filler, [("conv:3", branch)], None)
+    branch = d.terms("分支命名采用feature/<工单号>-<简称>，并保护main分支。")  # noqa: RUF001
+    move = d.next_move("我开始做112号工单，设置页面。我的分支该叫什么？", filler, [("conv:3", branch)], None)  # noqa: RUF001
     assert (move.kind, move.target) == ("return", "conv:3"), move
 
 
 def test_an_ok_before_an_instruction_about_the_reply_keeps_the_thread() -> None:
-    repo = d.terms("给新的移动团队建好代码仓库。分支命名采用feature/<工单号>-<简称>，并保护main分支。")
+    repo = d.terms("给新的移动团队建好代码仓库。分支命名采用feature/<工单号>-<简称>，并保护main分支。")  # noqa: RUF001
     for text in ["好，再加上拉取请求的CI流程。", "Good, and add the CI workflow for pull requests."]:  # noqa: RUF001
         assert d.next_move(text, repo, [], "分支命名采用feature/<工单号>-<简称>。").kind == "stay", text
 

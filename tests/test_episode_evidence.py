@@ -429,14 +429,14 @@ def test_another_threads_evidence_comes_in_only_for_what_this_thread_does_not_sa
     already says it, so the other thread's turn and episode add nothing and stay out. A word only
     the other thread uses still brings it in."""
     incident = history_turn(
-        "t_incident", 10, (inp(10, "起草上周支付故障的事故报告：中断47分钟。"),), "事故报告已起草：根因是API密钥过期。",
+        "t_incident", 10, (inp(10, "起草上周支付故障的事故报告：中断47分钟。"),), "事故报告已起草：根因是API密钥过期。",  # noqa: RUF001
         thread="conv:9",
     )  # fmt: skip
     sales = history_turn(
-        "t_sales", 28, (inp(28, "准备五月份的月度销售报告：312个订单。"),), "五月销售报告已开始：312个订单。",
+        "t_sales", 28, (inp(28, "准备五月份的月度销售报告：312个订单。"),), "五月销售报告已开始：312个订单。",  # noqa: RUF001
         thread="conv:28",
     )  # fmt: skip
-    ep = replace(episode("ep_9", 20, "事故报告", "起草上周支付故障的事故报告：中断47分钟。"), thread="conv:9")
+    ep = replace(episode("ep_9", 20, "事故报告", "起草上周支付故障的事故报告：中断47分钟。"), thread="conv:9")  # noqa: RUF001
     for text, shown in [("在报告里加一张每周订单数的图。", False), ("把支付故障的中断时间也写进报告。", True)]:
         view = make_view(history=(incident, sales), episodes=(ep,), inputs=(inp(33, text),), thread="conv:28")
         sections = {x.key: x for x in build_sections(view, counter)}
@@ -448,17 +448,17 @@ def test_bigrams_nothing_in_the_past_uses_do_not_dilute_what_the_input_asks_for(
     """A Chinese question yields bigrams across word boundaries ("哪来", "来着") that no past text
     has: they say nothing about which past is meant, so a paused work item's note the question
     asks for ("wifi密码") comes back as it does in English."""
-    note = inp(2, "顺便说一下：办公室的wifi密码写在咖啡机旁边的卡片上。")
+    note = inp(2, "顺便说一下：办公室的wifi密码写在咖啡机旁边的卡片上。")  # noqa: RUF001
     paused = history_turn(
-        "t_refunds", 5, (note, inp(3, "请重构支付模块，把退款拆成单独的服务。")), "退款已放进refund_service.py。",
+        "t_refunds", 5, (note, inp(3, "请重构支付模块，把退款拆成单独的服务。")), "退款已放进refund_service.py。",  # noqa: RUF001
         thread="wi_refunds", work_item_id="wi_refunds",
     )  # fmt: skip
     review = history_turn(
-        "t_review", 9, (inp(8, "季度权限审查今天到期：谁还有管理员权限？"),), "有七个人有管理员权限。",
+        "t_review", 9, (inp(8, "季度权限审查今天到期：谁还有管理员权限？"),), "有七个人有管理员权限。",  # noqa: RUF001
         thread="wi_review", work_item_id="wi_review",
     )  # fmt: skip
     view = make_view(
-        history=(paused, review), inputs=(inp(22, "我说过wifi密码在哪来着？"),), thread="wi_review",
+        history=(paused, review), inputs=(inp(22, "我说过wifi密码在哪来着？"),), thread="wi_review",  # noqa: RUF001
         working_memory={"work_stack": ["wi_refunds"]},
     )  # fmt: skip
     sections = {x.key: x for x in build_sections(view, counter)}

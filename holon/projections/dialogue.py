@@ -32,6 +32,7 @@ from typing import Literal
 from holon.memory.text import CHATTER, STOP_WORDS, content_words, is_unsegmented, stem, words
 
 __all__ = [
+    "TOPIC_MARKERS",
     "Move",
     "Settled",
     "is_question",
@@ -122,10 +123,14 @@ def is_reply(text: str) -> bool:
     return is_short(text) and len(terms(text)) <= 1
 
 
+#: Words that say yes, at the start of a message: the operator accepting, the assistant acknowledging.
+_YES = (
+    r"yes|yeah|yep|yup|sure|ok(ay)?|fine|agreed|sounds good|correct|right|exactly|perfect|great|good|"
+    r"好|行|可以|对|是的|没问题"
+)
 _ACCEPT = re.compile(
-    r"^\s*(yes|yeah|yep|yup|sure|ok(ay)?|fine|agreed|sounds good|go ahead|go for it|do it|please do|that works|"
-    r"works for me|correct|right|exactly|perfect|great|good|absolutely|definitely|deal|let'?s do (it|that)|"
-    r"option\b|the (first|second|third|last) one|that one|好|行|可以|对|是的|没问题|就这样|同意|嗯|就按|照这个)",
+    rf"^\s*({_YES}|go ahead|go for it|do it|please do|that works|works for me|absolutely|definitely|deal|"
+    r"let'?s do (it|that)|option\b|the (first|second|third|last) one|that one|就这样|同意|嗯|就按|照这个)",
     re.IGNORECASE,
 )
 _REJECT = re.compile(
@@ -249,10 +254,11 @@ def carried_on(text: str, last_reply: str | None) -> Settled | None:
     return Settled("decision", "assistant", proposal, explicit=False)
 
 
+# The assistant saying it took a statement ("Blue palette, noted."); that it did what was said is
+# ``_DONE``, looked for alongside.
 _ACK = re.compile(
     r"\b(noted|got it|understood|will do|roger|agreed|confirmed|sounds good|ok(ay)?|sure)\b|记下|明白|收到|好的|了解|没问题|"
-    r"^\s*(right|yes|yep|done|perfect|great|good|correct|exactly|fine|updated|changed|moved|switched|booked|"
-    r"行|可以|知道了|好|已)\b",
+    rf"^\s*({_YES}|done|知道了|已)\b",
     re.IGNORECASE,
 )
 
@@ -328,11 +334,13 @@ _FOLLOW_UP = re.compile(
     r"include|replace|fix|tweak|cut|expand|trim|translate|format)\b|^\s*((好的?|行|嗯)[,\s\uff0c]*)?(再|也|把|加上|去掉|删掉|改成|改一下)",
     re.IGNORECASE,
 )
-_MARK_SWITCH = re.compile(
-    r"^\s*(new topic|different topic|change of topic|another (topic|question|thing)|switching (topics?|gears)|"
-    r"unrelated|换个话题|另一个问题|换个问题|新话题|说点别的)",
-    re.IGNORECASE,
+_SWITCH_WORDS = (
+    r"new topic|different topic|change of topic|another (topic|question|thing)|switching (topics?|gears)|"
+    r"unrelated|换个话题|另一个问题|换个问题|新话题|说点别的"
 )
+_MARK_SWITCH = re.compile(rf"^\s*({_SWITCH_WORDS})", re.IGNORECASE)
+#: Words that open a message by saying the subject changes or goes back ("New topic:", "Back to").
+TOPIC_MARKERS = re.compile(rf"^\s*({_SWITCH_WORDS}|back to|going back to|returning to|回到)", re.IGNORECASE)
 _MARK_RETURN = re.compile(r"\b(back to|going back|returning to|again|where were we|as before)\b|回到|再说|刚才", re.I)
 
 #: A return needs at least this much weight of shared terms (one term used by no other thread: 1).
