@@ -464,3 +464,20 @@ def test_bigrams_nothing_in_the_past_uses_do_not_dilute_what_the_input_asks_for(
     sections = {x.key: x for x in build_sections(view, counter)}
     assert not sections["turn:t_refunds"].excluded
     assert "wifi密码" in str(sections["turn:t_refunds"].renderings[0].messages)
+
+
+def test_an_accepted_proposal_a_shown_turn_quotes_is_not_repeated_by_the_decisions_list(
+    counter: TokenCounter,
+) -> None:
+    """The decisions list cited the operator's "yes" and the assistant's proposal on one line: with
+    the proposal's turn shown and the "yes" turn cut, the line stayed (the "yes" was not shown)
+    and the proposal was shown twice. The acceptance and the proposal are now lines of their own."""
+    proposal = "I suggest keeping the free tier at 5 projects: it covers most hobby users."
+    asked = history_turn("t_asked", 10, (inp(10, "How many projects should the free tier allow?"),), proposal)
+    point = KeyPoint(seq=14, text=proposal, thread="conv:1", speaker="assistant", source_seq=13)
+    view = make_view(key_points=(point,), history=(asked,), inputs=(inp(40, "Remind me of the free tier limit."),))
+    sections = list(build_sections(view, counter))
+    a = assemble(sections, budget_for(50_000))
+    assert sum(proposal in str(m["content"]) for m in a.messages) == 1
+    assert "the operator accepted; event:14" in str(a.messages)
+    assert not _refs(a)[1]

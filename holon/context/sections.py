@@ -419,11 +419,17 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
     return s
 
 
-def _key_point_line(k: KeyPoint) -> Part:
+def _key_point_lines(k: KeyPoint) -> tuple[Part, ...]:
+    """A key point as lines citing their events. A proposal the operator accepted is two: that the
+    operator accepted (their message), and what the assistant proposed (its reply), so a past turn
+    in the prompt showing the proposal leaves out only the proposal's line."""
+    kind = "rule" if k.kind == "rule" else "decision"
+    if k.speaker == "assistant" and k.source_seq is not None:
+        said = Part(f"- {kind} (you proposed it, the operator accepted; event:{k.seq}):", (f"event:{k.seq}",))
+        return said, Part(f"  {k.text}", (f"event:{k.source_seq}",))
     refs = (f"event:{k.seq}",) + ((f"event:{k.source_seq}",) if k.source_seq is not None else ())
     who = "you proposed it, the operator accepted" if k.speaker == "assistant" else "the operator"
-    kind = "rule" if k.kind == "rule" else "decision"
-    return Part(f"- {kind}: {k.text} ({who}; event:{k.seq})", tuple(sorted(refs)))
+    return (Part(f"- {kind}: {k.text} ({who}; event:{k.seq})", tuple(sorted(refs))),)
 
 
 def _decisions_section(view: TurnView, counter: TokenCounter) -> Section | None:
@@ -434,12 +440,9 @@ def _decisions_section(view: TurnView, counter: TokenCounter) -> Section | None:
     if not points:
         return None
     head = Part("# Decisions and rules in force (settled in this conversation; the newest stands)", essential=False)
-    full_parts = (head, *(_key_point_line(k) for k in points))
+    full_parts = (head, *(p for k in points for p in _key_point_lines(k)))
     recent = points[-12:]
-    compact_parts = (
-        head,
-        *(Part(shorten(p.text, 300), p.refs) for p in (_key_point_line(k) for k in recent)),
-    )
+    compact_parts = (head, *(Part(shorten(p.text, 300), p.refs) for k in recent for p in _key_point_lines(k)))
 
     def rendering(form: Any, parts: tuple[Part, ...]) -> Rendering:
         text = "\n".join(p.text for p in parts)
