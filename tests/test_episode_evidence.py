@@ -481,3 +481,26 @@ def test_an_accepted_proposal_a_shown_turn_quotes_is_not_repeated_by_the_decisio
     assert sum(proposal in str(m["content"]) for m in a.messages) == 1
     assert "the operator accepted; event:14" in str(a.messages)
     assert not _refs(a)[1]
+
+
+def test_what_the_input_asks_for_from_another_thread_outlives_this_threads_unrelated_turns(
+    counter: TokenCounter,
+) -> None:
+    """Structure first, but not blindly: a turn of another thread the input asks for (most of its
+    weighted terms) ranks with this thread's turns as relevant as it is, so at a small budget it
+    stays and the unrelated recent turns of this thread go first."""
+    note = history_turn(
+        "t_note", 2, (inp(2, "Quick note: the office wifi password is on the card by the coffee machine."),), "Noted.",
+        thread="conv:1",
+    )  # fmt: skip
+    chatter = tuple(
+        history_turn(f"t_{n}", 10 + 4 * n, (inp(10 + 4 * n, f"status line {n} of the nightly batch run"),),
+                     "Batch run still going.", thread="conv:9")
+        for n in range(6)
+    )  # fmt: skip
+    view = make_view(
+        history=(note, *chatter), inputs=(inp(90, "Where did I say the wifi password is?"),), thread="conv:9"
+    )
+    sections = {x.key: x for x in build_sections(view, counter)}
+    # (t_0 opened this thread: it is kept as the anchor of what is being done, whatever it says)
+    assert sections["turn:t_note"].priority > max(sections[f"turn:t_{n}"].priority for n in range(1, 6))

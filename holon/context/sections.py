@@ -14,7 +14,8 @@ Priorities (higher survives longer under a tight budget):
      600  active tasks and waits
      450  curated memory files
      810  a recent turn of this thread that holds an operator rule, an episode quoting an older one
-     400+ recent turns of this thread (newer higher)
+     400+ recent turns of this thread (newer higher, + up to 200 by relevance)
+     390-+ relevant turns of other threads (less their rank, + up to 200 by relevance)
      300+ relevant episodes (more relevant higher)
      200+ older rounds of this turn (compact: a recap of call and result together)
 
@@ -714,7 +715,9 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
             excluded.append((t, f"belongs to paused work item {t.work_item_id}"))
         elif t.turn_id in rank:
             why = f"relevant to this input ({scores[t.turn_id]:.2f}), from another thread"
-            candidates.append((t, 390 - min(rank[t.turn_id], 89), why))
+            # As relevant as this thread's turns get (a share of the input's weighted terms), it
+            # ranks with them: what the input asks for outlives this thread's unrelated turns.
+            candidates.append((t, 390 - min(rank[t.turn_id], 89) + int(200 * scores[t.turn_id]), why))
         else:
             excluded.append((t, "another thread, not relevant to this input"))
     candidates.sort(key=lambda c: c[0].started_seq)
