@@ -504,3 +504,19 @@ def test_what_the_input_asks_for_from_another_thread_outlives_this_threads_unrel
     sections = {x.key: x for x in build_sections(view, counter)}
     # (t_0 opened this thread: it is kept as the anchor of what is being done, whatever it says)
     assert sections["turn:t_note"].priority > max(sections[f"turn:t_{n}"].priority for n in range(1, 6))
+
+
+def test_a_turn_shown_from_another_thread_comes_with_the_later_turn_that_revises_it(counter: TokenCounter) -> None:
+    """The input's words ("价格", price) are in the old price's turn only; the revision says "涨到59"
+    and "改为" (goes up, changed to). Shown alone, the old turn would state a price that no longer
+    holds: the revision of its thread comes with it."""
+    raise_it = "工作坊门票涨到59欧元，场地变贵了。"  # noqa: RUF001
+    hike, ok = "周末去爬山吧。", "好的，周六早上出发。"  # noqa: RUF001
+    asked = "我在做报名页面，上面的价格应该写多少？"  # noqa: RUF001
+    old = history_turn("t_old", 10, (inp(10, "工作坊门票49欧元。"),), "门票价格：49欧元。", thread="conv:2")  # noqa: RUF001
+    new = history_turn("t_new", 60, (inp(60, raise_it),), "门票改为59欧元。", thread="conv:2")
+    other = history_turn("t_other", 80, (inp(80, hike),), ok, thread="conv:2")
+    view = make_view(history=(old, new, other), inputs=(inp(90, asked),), thread="conv:90")
+    sections = {x.key: x for x in build_sections(view, counter)}
+    assert not sections["turn:t_old"].excluded and not sections["turn:t_new"].excluded
+    assert sections["turn:t_other"].excluded

@@ -707,6 +707,7 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         if scores[t.turn_id] >= (asked_for if t.work_item_id in paused else _RELEVANT)
         and _terms(_turn_text(t)) & fresh
     ]  # fmt: skip
+    relevant += _revisions(relevant, others, scores)
     rank = {t.turn_id: n for n, t in enumerate(sorted(relevant, key=lambda t: -scores[t.turn_id]))}
     for t in others:
         if t.turn_id == pinned:
@@ -727,6 +728,24 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         if k.superseded_by is not None
     }
     return _HistoryPlan(candidates, excluded, pinned, weights, superseded, paused, asked_for, fresh)
+
+
+def _revisions(relevant: list[HistoryTurn], others: list[HistoryTurn], scores: dict[str, float]) -> list[HistoryTurn]:
+    """The later turns of a relevant turn's thread whose operator input revises it ("the ticket
+    goes up to 59 euros"): shown with it, so the prompt never shows a state without what replaced
+    it, whatever words the revision uses. Each takes the score of the turn it revises."""
+    chosen = {t.turn_id for t in relevant}
+    out: list[HistoryTurn] = []
+    for t in relevant:
+        said = [_turn_text(t)]
+        for u in others:
+            if u.turn_id in chosen or u.thread != t.thread or u.started_seq <= t.started_seq:
+                continue
+            if any(i.authority == "operator" and dialogue.revises(i.text, said) for i in u.inputs):
+                chosen.add(u.turn_id)
+                scores[u.turn_id] = max(scores[u.turn_id], scores[t.turn_id])
+                out.append(u)
+    return out
 
 
 def _uncovered(weights: _Weights, same: list[HistoryTurn]) -> frozenset[str]:
