@@ -520,3 +520,24 @@ def test_a_turn_shown_from_another_thread_comes_with_the_later_turn_that_revises
     sections = {x.key: x for x in build_sections(view, counter)}
     assert not sections["turn:t_old"].excluded and not sections["turn:t_new"].excluded
     assert sections["turn:t_other"].excluded
+
+
+def test_an_episode_line_quoting_a_superseded_decision_says_so(counter: TokenCounter) -> None:
+    """At a small budget an old turn survives as its episode's line: a decision replaced later is
+    marked there too, as a shown turn is, never restated as if it held."""
+    old = KeyPoint(seq=12, text="The release goes out on Friday then.", thread="conv:1", superseded_by=70)
+    new = KeyPoint(seq=70, text="Actually, push the release to Monday.", thread="conv:1")
+    lines = (
+        EpisodeLine("# Episode ep_10 (release; events 10-59): 20 turns, 0 tool calls; ended: turn cap."),
+        EpisodeLine("Operator: The release goes out on Friday then.", ("event:12",)),
+        EpisodeLine("Files: release/notes.md.", ("event:40",)),
+    )
+    ep = replace(
+        episode("ep_10", 60, "release", "release: 20 turns."),
+        seq_start=10, seq_end=59, sources=(12, 40), lines=lines, thread="conv:1",
+    )  # fmt: skip
+    view = make_view(key_points=(old, new), episodes=(ep,), inputs=(inp(90, "When is the release?"),), thread="conv:1")
+    text = {x.key: x for x in build_sections(view, counter)}["episode:ep_10"].renderings[0].text
+    [line] = [x for x in text.splitlines() if "Friday" in x]
+    assert "superseded later (event:70)" in line
+    assert "superseded" not in text.replace(line, "")

@@ -582,7 +582,7 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
     out = []
     for e, _score, reason in scored:
         key = f"episode:{e.episode_id}"
-        parts = _episode_parts(e)
+        parts = tuple(_marked(p, plan.superseded) for p in _episode_parts(e))
         if e.work_item_id in paused:  # paused work: only the lines that match what the input asks
             matching = tuple(p for p in parts[1:] if plan.weights.relevance(p.text) >= _RELEVANT)
             parts = (parts[0], *matching) if matching else parts
@@ -608,6 +608,12 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
         priority = (560 if _score >= 2.0 else 399) - min(rank[e.episode_id], 98)
         out.append(Section(key, "turn", "context", 10 + e.seq, priority, tuple(renderings), reason=reason))
     return out
+
+
+def _marked(part: Part, superseded: dict[int, str]) -> Part:
+    """An episode line quoting a message whose decision was superseded, saying so."""
+    notes = [superseded[n] for r in part.refs if r.startswith("event:") and (n := int(r[6:])) in superseded]
+    return Part(f"{part.text} {' '.join(notes)}", part.refs, part.essential) if notes else part
 
 
 def _episode_parts(e: EpisodeView) -> tuple[Part, ...]:
