@@ -57,6 +57,31 @@ def test_words_every_thread_uses_do_not_decide_a_return() -> None:
     assert d.next_move("Restart the deploy now please", deploy, [("conv:9", report)], None).kind == "stay"
 
 
+def test_one_shared_word_does_not_return_a_message_with_a_subject_of_its_own() -> None:
+    incident = d.terms("Draft the incident report for last week's payment outage: 47 minutes, an expired API key.")
+    filler = d.terms("alpha bravo charlie delta echo foxtrot golf hotel")
+    # "report" is all it shares with the incident thread: the sales report is a subject of its own.
+    move = d.next_move("Prepare the monthly sales report for May: 312 orders, revenue up 8%.", filler,
+                       [("conv:4", incident)], "hotel golf")  # fmt: skip
+    assert move.kind == "switch", move
+    # Two shared words, or asking to change what is there, still return.
+    move = d.next_move("Is the incident report for the payment outage done?", filler, [("conv:4", incident)], None)
+    assert (move.kind, move.target) == ("return", "conv:4"), move
+    job = d.terms("Can you draft the job posting for the data engineer role?")
+    move = d.next_move("Mention that the role is remote-friendly and the salary band.", filler, [("conv:9", job)], None)
+    assert (move.kind, move.target) == ("return", "conv:9"), move
+    # Chinese: a shared word is a shared bigram, and two of them hold.
+    branch = d.terms("分支命名采用feature/<工单号>-<简称>，并保护main分支。")  # noqa: RUF001
+    move = d.next_move("我开始做112号工单，设置页面。我的分支该叫什么？", filler, [("conv:3", branch)], None)  # noqa: RUF001
+    assert (move.kind, move.target) == ("return", "conv:3"), move
+
+
+def test_an_ok_before_an_instruction_about_the_reply_keeps_the_thread() -> None:
+    repo = d.terms("给新的移动团队建好代码仓库。分支命名采用feature/<工单号>-<简称>，并保护main分支。")  # noqa: RUF001
+    for text in ["好，再加上拉取请求的CI流程。", "Good, and add the CI workflow for pull requests."]:  # noqa: RUF001
+        assert d.next_move(text, repo, [], "分支命名采用feature/<工单号>-<简称>。").kind == "stay", text
+
+
 def test_what_settles_a_decision_or_a_rule() -> None:
     asked = "Thursday is risky because of the freeze; Friday gives QA a day. Which do you prefer?"
     found = d.settles("The release goes out on Friday then.", asked)

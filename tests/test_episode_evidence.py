@@ -422,3 +422,122 @@ def test_a_request_its_turn_gave_back_after_the_boundary_keeps_the_episode_out_o
     m = manifest(assemble(build_sections(view, counter), budget_for(50_000)))
     assert m[f"episode:{p.episode_id}"]["excluded"]
     assert m[f"episode:{p.episode_id}"]["reason"] == f"quotes the current input event:{ask.seq}"
+
+
+def test_another_threads_evidence_comes_in_only_for_what_this_thread_does_not_say(counter: TokenCounter) -> None:
+    """Issue 17, generic overlap: the incident report and the sales report share "报告"; this thread
+    already says it, so the other thread's turn and episode add nothing and stay out. A word only
+    the other thread uses still brings it in."""
+    incident = history_turn(
+        "t_incident", 10, (inp(10, "起草上周支付故障的事故报告：中断47分钟。"),), "事故报告已起草：根因是API密钥过期。",  # noqa: RUF001
+        thread="conv:9",
+    )  # fmt: skip
+    sales = history_turn(
+        "t_sales", 28, (inp(28, "准备五月份的月度销售报告：312个订单。"),), "五月销售报告已开始：312个订单。",  # noqa: RUF001
+        thread="conv:28",
+    )  # fmt: skip
+    ep = replace(episode("ep_9", 20, "事故报告", "起草上周支付故障的事故报告：中断47分钟。"), thread="conv:9")  # noqa: RUF001
+    for text, shown in [("在报告里加一张每周订单数的图。", False), ("把支付故障的中断时间也写进报告。", True)]:
+        view = make_view(history=(incident, sales), episodes=(ep,), inputs=(inp(33, text),), thread="conv:28")
+        sections = {x.key: x for x in build_sections(view, counter)}
+        assert sections["turn:t_incident"].excluded is not shown, text
+        assert sections["episode:ep_9"].excluded is not shown, text
+
+
+def test_bigrams_nothing_in_the_past_uses_do_not_dilute_what_the_input_asks_for(counter: TokenCounter) -> None:
+    """A Chinese question yields bigrams across word boundaries ("哪来", "来着") that no past text
+    has: they say nothing about which past is meant, so a paused work item's note the question
+    asks for ("wifi密码") comes back as it does in English."""
+    note = inp(2, "顺便说一下：办公室的wifi密码写在咖啡机旁边的卡片上。")  # noqa: RUF001
+    paused = history_turn(
+        "t_refunds", 5, (note, inp(3, "请重构支付模块，把退款拆成单独的服务。")), "退款已放进refund_service.py。",  # noqa: RUF001
+        thread="wi_refunds", work_item_id="wi_refunds",
+    )  # fmt: skip
+    review = history_turn(
+        "t_review", 9, (inp(8, "季度权限审查今天到期：谁还有管理员权限？"),), "有七个人有管理员权限。",  # noqa: RUF001
+        thread="wi_review", work_item_id="wi_review",
+    )  # fmt: skip
+    view = make_view(
+        history=(paused, review), inputs=(inp(22, "我说过wifi密码在哪来着？"),), thread="wi_review",  # noqa: RUF001
+        working_memory={"work_stack": ["wi_refunds"]},
+    )  # fmt: skip
+    sections = {x.key: x for x in build_sections(view, counter)}
+    assert not sections["turn:t_refunds"].excluded
+    assert "wifi密码" in str(sections["turn:t_refunds"].renderings[0].messages)
+
+
+def test_an_accepted_proposal_a_shown_turn_quotes_is_not_repeated_by_the_decisions_list(
+    counter: TokenCounter,
+) -> None:
+    """The decisions list cited the operator's "yes" and the assistant's proposal on one line: with
+    the proposal's turn shown and the "yes" turn cut, the line stayed (the "yes" was not shown)
+    and the proposal was shown twice. The acceptance and the proposal are now lines of their own."""
+    proposal = "I suggest keeping the free tier at 5 projects: it covers most hobby users."
+    asked = history_turn("t_asked", 10, (inp(10, "How many projects should the free tier allow?"),), proposal)
+    point = KeyPoint(seq=14, text=proposal, thread="conv:1", speaker="assistant", source_seq=13)
+    view = make_view(key_points=(point,), history=(asked,), inputs=(inp(40, "Remind me of the free tier limit."),))
+    sections = list(build_sections(view, counter))
+    a = assemble(sections, budget_for(50_000))
+    assert sum(proposal in str(m["content"]) for m in a.messages) == 1
+    assert "the operator accepted; event:14" in str(a.messages)
+    assert not _refs(a)[1]
+
+
+def test_what_the_input_asks_for_from_another_thread_outlives_this_threads_unrelated_turns(
+    counter: TokenCounter,
+) -> None:
+    """Structure first, but not blindly: a turn of another thread the input asks for (most of its
+    weighted terms) ranks with this thread's turns as relevant as it is, so at a small budget it
+    stays and the unrelated recent turns of this thread go first."""
+    note = history_turn(
+        "t_note", 2, (inp(2, "Quick note: the office wifi password is on the card by the coffee machine."),), "Noted.",
+        thread="conv:1",
+    )  # fmt: skip
+    chatter = tuple(
+        history_turn(f"t_{n}", 10 + 4 * n, (inp(10 + 4 * n, f"status line {n} of the nightly batch run"),),
+                     "Batch run still going.", thread="conv:9")
+        for n in range(6)
+    )  # fmt: skip
+    view = make_view(
+        history=(note, *chatter), inputs=(inp(90, "Where did I say the wifi password is?"),), thread="conv:9"
+    )
+    sections = {x.key: x for x in build_sections(view, counter)}
+    # (t_0 opened this thread: it is kept as the anchor of what is being done, whatever it says)
+    assert sections["turn:t_note"].priority > max(sections[f"turn:t_{n}"].priority for n in range(1, 6))
+
+
+def test_a_turn_shown_from_another_thread_comes_with_the_later_turn_that_revises_it(counter: TokenCounter) -> None:
+    """The input's words ("价格", price) are in the old price's turn only; the revision says "涨到59"
+    and "改为" (goes up, changed to). Shown alone, the old turn would state a price that no longer
+    holds: the revision of its thread comes with it."""
+    raise_it = "工作坊门票涨到59欧元，场地变贵了。"  # noqa: RUF001
+    hike, ok = "周末去爬山吧。", "好的，周六早上出发。"  # noqa: RUF001
+    asked = "我在做报名页面，上面的价格应该写多少？"  # noqa: RUF001
+    old = history_turn("t_old", 10, (inp(10, "工作坊门票49欧元。"),), "门票价格：49欧元。", thread="conv:2")  # noqa: RUF001
+    new = history_turn("t_new", 60, (inp(60, raise_it),), "门票改为59欧元。", thread="conv:2")
+    other = history_turn("t_other", 80, (inp(80, hike),), ok, thread="conv:2")
+    view = make_view(history=(old, new, other), inputs=(inp(90, asked),), thread="conv:90")
+    sections = {x.key: x for x in build_sections(view, counter)}
+    assert not sections["turn:t_old"].excluded and not sections["turn:t_new"].excluded
+    assert sections["turn:t_other"].excluded
+
+
+def test_an_episode_line_quoting_a_superseded_decision_says_so(counter: TokenCounter) -> None:
+    """At a small budget an old turn survives as its episode's line: a decision replaced later is
+    marked there too, as a shown turn is, never restated as if it held."""
+    old = KeyPoint(seq=12, text="The release goes out on Friday then.", thread="conv:1", superseded_by=70)
+    new = KeyPoint(seq=70, text="Actually, push the release to Monday.", thread="conv:1")
+    lines = (
+        EpisodeLine("# Episode ep_10 (release; events 10-59): 20 turns, 0 tool calls; ended: turn cap."),
+        EpisodeLine("Operator: The release goes out on Friday then.", ("event:12",)),
+        EpisodeLine("Files: release/notes.md.", ("event:40",)),
+    )
+    ep = replace(
+        episode("ep_10", 60, "release", "release: 20 turns."),
+        seq_start=10, seq_end=59, sources=(12, 40), lines=lines, thread="conv:1",
+    )  # fmt: skip
+    view = make_view(key_points=(old, new), episodes=(ep,), inputs=(inp(90, "When is the release?"),), thread="conv:1")
+    text = {x.key: x for x in build_sections(view, counter)}["episode:ep_10"].renderings[0].text
+    [line] = [x for x in text.splitlines() if "Friday" in x]
+    assert "superseded later (event:70)" in line
+    assert "superseded" not in text.replace(line, "")

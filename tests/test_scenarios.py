@@ -53,7 +53,6 @@ def test_the_suite_covers_what_the_issue_asks_for() -> None:
 #: scenario listed here that starts to pass is reported as XPASS, and one not listed must pass.
 NOT_YET = frozenset(
     {
-        "ov-generic-zh-report",
         "ov-meeting-dentist",
         "ov-status-update-team",
     }

@@ -14,7 +14,8 @@ Priorities (higher survives longer under a tight budget):
      600  active tasks and waits
      450  curated memory files
      810  a recent turn of this thread that holds an operator rule, an episode quoting an older one
-     400+ recent turns of this thread (newer higher)
+     400+ recent turns of this thread (newer higher, + up to 200 by relevance)
+     390-+ relevant turns of other threads (less their rank, + up to 200 by relevance)
      300+ relevant episodes (more relevant higher)
      200+ older rounds of this turn (compact: a recap of call and result together)
 
@@ -37,6 +38,7 @@ from holon.context.render import InputView, is_short_reply, render_inputs, short
 from holon.context.tokens import MESSAGE_OVERHEAD, TokenCounter
 from holon.context.view import EpisodeView, HistoryTurn, RoundView, ToolEvidence, TurnView
 from holon.memory import markdown
+from holon.memory.text import is_unsegmented
 from holon.projections import dialogue
 from holon.projections.state import KeyPoint
 
@@ -70,7 +72,12 @@ class _Weights:
                 self.df[w] = self.df.get(w, 0) + 1
         self._weights: dict[str, float] = {}
         self._totals: dict[frozenset[str], float] = {}
-        self.queries = (_terms(" ".join(i.text for i in view.inputs)), _terms(_query(view)))
+        # A bigram of a script without spaces that nothing in the past uses is most often one
+        # spanning two words ("哪来"): it says nothing about which past the input means.
+        self.queries = tuple(
+            frozenset(w for w in q if w in self.df or not is_unsegmented(w))
+            for q in (_terms(" ".join(i.text for i in view.inputs)), _terms(_query(view)))
+        )
 
     def weight(self, w: str) -> float:
         found = self._weights.get(w)
@@ -405,11 +412,17 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
     return s
 
 
-def _key_point_line(k: KeyPoint) -> Part:
+def _key_point_lines(k: KeyPoint) -> tuple[Part, ...]:
+    """A key point as lines citing their events. A proposal the operator accepted is two: that the
+    operator accepted (their message), and what the assistant proposed (its reply), so a past turn
+    in the prompt showing the proposal leaves out only the proposal's line."""
+    kind = "rule" if k.kind == "rule" else "decision"
+    if k.speaker == "assistant" and k.source_seq is not None:
+        said = Part(f"- {kind} (you proposed it, the operator accepted; event:{k.seq}):", (f"event:{k.seq}",))
+        return said, Part(f"  {k.text}", (f"event:{k.source_seq}",))
     refs = (f"event:{k.seq}",) + ((f"event:{k.source_seq}",) if k.source_seq is not None else ())
     who = "you proposed it, the operator accepted" if k.speaker == "assistant" else "the operator"
-    kind = "rule" if k.kind == "rule" else "decision"
-    return Part(f"- {kind}: {k.text} ({who}; event:{k.seq})", tuple(sorted(refs)))
+    return (Part(f"- {kind}: {k.text} ({who}; event:{k.seq})", tuple(sorted(refs))),)
 
 
 def _decisions_section(view: TurnView, counter: TokenCounter) -> Section | None:
@@ -420,12 +433,9 @@ def _decisions_section(view: TurnView, counter: TokenCounter) -> Section | None:
     if not points:
         return None
     head = Part("# Decisions and rules in force (settled in this conversation; the newest stands)", essential=False)
-    full_parts = (head, *(_key_point_line(k) for k in points))
+    full_parts = (head, *(p for k in points for p in _key_point_lines(k)))
     recent = points[-12:]
-    compact_parts = (
-        head,
-        *(Part(shorten(p.text, 300), p.refs) for p in (_key_point_line(k) for k in recent)),
-    )
+    compact_parts = (head, *(Part(shorten(p.text, 300), p.refs) for k in recent for p in _key_point_lines(k)))
 
     def rendering(form: Any, parts: tuple[Part, ...]) -> Rendering:
         text = "\n".join(p.text for p in parts)
@@ -555,7 +565,7 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
             scored.append((e, 2.0 + recency, "same work item" if e.work_item_id else "same thread"))
             continue
         score = plan.weights.relevance(f"{e.topic} {e.summary}")
-        if score >= _EPISODE_RELEVANT:
+        if score >= _EPISODE_RELEVANT and _terms(f"{e.topic} {e.summary}") & plan.fresh:
             scored.append((e, score + recency, f"relevance {score:.2f}, another thread"))
         else:
             scored.append((e, -1.0, "another thread, not relevant to this input"))
@@ -564,7 +574,7 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
     out = []
     for e, _score, reason in scored:
         key = f"episode:{e.episode_id}"
-        parts = _episode_parts(e)
+        parts = tuple(_marked(p, plan.superseded) for p in _episode_parts(e))
         if e.work_item_id in paused:  # paused work: only the lines that match what the input asks
             matching = tuple(p for p in parts[1:] if plan.weights.relevance(p.text) >= _RELEVANT)
             parts = (parts[0], *matching) if matching else parts
@@ -590,6 +600,12 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
         priority = (560 if _score >= 2.0 else 399) - min(rank[e.episode_id], 98)
         out.append(Section(key, "turn", "context", 10 + e.seq, priority, tuple(renderings), reason=reason))
     return out
+
+
+def _marked(part: Part, superseded: dict[int, str]) -> Part:
+    """An episode line quoting a message whose decision was superseded, saying so."""
+    notes = [superseded[n] for r in part.refs if r.startswith("event:") and (n := int(r[6:])) in superseded]
+    return Part(f"{part.text} {' '.join(notes)}", part.refs, part.essential) if notes else part
 
 
 def _episode_parts(e: EpisodeView) -> tuple[Part, ...]:
@@ -619,6 +635,8 @@ class _HistoryPlan:
     """Paused work items (their evidence shows only where the input asks for it)."""
     asked_for: float
     """The relevance paused work's evidence needs to come back (see ``_history_plan``)."""
+    fresh: frozenset[str]
+    """The input's terms this thread's turns do not use: what another thread's evidence may add."""
 
 
 _RELEVANT = 0.34
@@ -679,11 +697,15 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         live = [weights.relevance(_turn_text(t)) for t in view.history if t.work_item_id not in paused]
         live += [weights.relevance(f"{e.topic} {e.summary}") for e in view.episodes if e.work_item_id not in paused]
     asked_for = max([_ASKED_FOR, *(x + 1e-9 for x in live)])
-    # A paused work item's turns stay out unless the input asks for what they say.
+    # A paused work item's turns stay out unless the input asks for what they say; another
+    # thread's turn comes in only for what this thread's turns do not say already.
+    fresh = _uncovered(weights, [t for t in same if t.work_item_id not in paused])
     relevant = [
         t for t in others
         if scores[t.turn_id] >= (asked_for if t.work_item_id in paused else _RELEVANT)
+        and _terms(_turn_text(t)) & fresh
     ]  # fmt: skip
+    relevant += _revisions(relevant, others, scores)
     rank = {t.turn_id: n for n, t in enumerate(sorted(relevant, key=lambda t: -scores[t.turn_id]))}
     for t in others:
         if t.turn_id == pinned:
@@ -692,7 +714,9 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
             excluded.append((t, f"belongs to paused work item {t.work_item_id}"))
         elif t.turn_id in rank:
             why = f"relevant to this input ({scores[t.turn_id]:.2f}), from another thread"
-            candidates.append((t, 390 - min(rank[t.turn_id], 89), why))
+            # As relevant as this thread's turns get (a share of the input's weighted terms), it
+            # ranks with them: what the input asks for outlives this thread's unrelated turns.
+            candidates.append((t, 390 - min(rank[t.turn_id], 89) + int(200 * scores[t.turn_id]), why))
         else:
             excluded.append((t, "another thread, not relevant to this input"))
     candidates.sort(key=lambda c: c[0].started_seq)
@@ -701,7 +725,33 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         for k in view.key_points
         if k.superseded_by is not None
     }
-    return _HistoryPlan(candidates, excluded, pinned, weights, superseded, paused, asked_for)
+    return _HistoryPlan(candidates, excluded, pinned, weights, superseded, paused, asked_for, fresh)
+
+
+def _revisions(relevant: list[HistoryTurn], others: list[HistoryTurn], scores: dict[str, float]) -> list[HistoryTurn]:
+    """The later turns of a relevant turn's thread whose operator input revises it ("the ticket
+    goes up to 59 euros"): shown with it, so the prompt never shows a state without what replaced
+    it, whatever words the revision uses. Each takes the score of the turn it revises."""
+    chosen = {t.turn_id for t in relevant}
+    out: list[HistoryTurn] = []
+    for t in relevant:
+        said = [_turn_text(t)]
+        for u in others:
+            if u.turn_id in chosen or u.thread != t.thread or u.started_seq <= t.started_seq:
+                continue
+            if any(i.authority == "operator" and dialogue.revises(i.text, said) for i in u.inputs):
+                chosen.add(u.turn_id)
+                scores[u.turn_id] = max(scores[u.turn_id], scores[t.turn_id])
+                out.append(u)
+    return out
+
+
+def _uncovered(weights: _Weights, same: list[HistoryTurn]) -> frozenset[str]:
+    """The input's terms that none of this thread's turns use: what another thread may add."""
+    covered: set[str] = set()
+    for t in same:
+        covered |= _terms(_turn_text(t))
+    return frozenset().union(*weights.queries) - covered
 
 
 def _thread_start(view: TurnView) -> int:

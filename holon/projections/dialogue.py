@@ -32,6 +32,7 @@ from typing import Literal
 from holon.memory.text import CHATTER, STOP_WORDS, content_words, is_unsegmented, stem, words
 
 __all__ = [
+    "TOPIC_MARKERS",
     "Move",
     "Settled",
     "is_question",
@@ -122,10 +123,14 @@ def is_reply(text: str) -> bool:
     return is_short(text) and len(terms(text)) <= 1
 
 
+#: Words that say yes, at the start of a message: the operator accepting, the assistant acknowledging.
+_YES = (
+    r"yes|yeah|yep|yup|sure|ok(ay)?|fine|agreed|sounds good|correct|right|exactly|perfect|great|good|"
+    r"好|行|可以|对|是的|没问题"
+)
 _ACCEPT = re.compile(
-    r"^\s*(yes|yeah|yep|yup|sure|ok(ay)?|fine|agreed|sounds good|go ahead|go for it|do it|please do|that works|"
-    r"works for me|correct|right|exactly|perfect|great|good|absolutely|definitely|deal|let'?s do (it|that)|"
-    r"option\b|the (first|second|third|last) one|that one|好|行|可以|对|是的|没问题|就这样|同意|嗯|就按|照这个)",
+    rf"^\s*({_YES}|go ahead|go for it|do it|please do|that works|works for me|absolutely|definitely|deal|"
+    r"let'?s do (it|that)|option\b|the (first|second|third|last) one|that one|就这样|同意|嗯|就按|照这个)",
     re.IGNORECASE,
 )
 _REJECT = re.compile(
@@ -249,10 +254,11 @@ def carried_on(text: str, last_reply: str | None) -> Settled | None:
     return Settled("decision", "assistant", proposal, explicit=False)
 
 
+# The assistant saying it took a statement ("Blue palette, noted."); that it did what was said is
+# ``_DONE``, looked for alongside.
 _ACK = re.compile(
     r"\b(noted|got it|understood|will do|roger|agreed|confirmed|sounds good|ok(ay)?|sure)\b|记下|明白|收到|好的|了解|没问题|"
-    r"^\s*(right|yes|yep|done|perfect|great|good|correct|exactly|fine|updated|changed|moved|switched|booked|"
-    r"行|可以|知道了|好|已)\b",
+    rf"^\s*({_YES}|done|知道了|已)\b",
     re.IGNORECASE,
 )
 
@@ -324,15 +330,17 @@ _OPENING = re.compile(
 # An instruction about what the assistant just produced ("Add that remote work is fine", "把语气改得
 # 轻松一点"): it continues the thread whatever words it brings.
 _FOLLOW_UP = re.compile(
-    r"^\s*(please\s+|also\s+|and\s+)?(add|remove|drop|change|make|put|shorten|lengthen|rewrite|reword|mention|"
-    r"include|replace|fix|tweak|cut|expand|trim|translate|format)\b|^\s*(再|也|把|加上|去掉|删掉|改成|改一下)",
+    r"^\s*((ok(ay)?|good|fine|great|好的?|行|嗯)[,.!\s\uff0c\u3002]*)?(please\s+|also\s+|and\s+)?(add|remove|drop|change|make|put|shorten|lengthen|rewrite|reword|mention|"
+    r"include|replace|fix|tweak|cut|expand|trim|translate|format)\b|^\s*((好的?|行|嗯)[,\s\uff0c]*)?(再|也|把|加上|去掉|删掉|改成|改一下)",
     re.IGNORECASE,
 )
-_MARK_SWITCH = re.compile(
-    r"^\s*(new topic|different topic|change of topic|another (topic|question|thing)|switching (topics?|gears)|"
-    r"unrelated|换个话题|另一个问题|换个问题|新话题|说点别的)",
-    re.IGNORECASE,
+_SWITCH_WORDS = (
+    r"new topic|different topic|change of topic|another (topic|question|thing)|switching (topics?|gears)|"
+    r"unrelated|换个话题|另一个问题|换个问题|新话题|说点别的"
 )
+_MARK_SWITCH = re.compile(rf"^\s*({_SWITCH_WORDS})", re.IGNORECASE)
+#: Words that open a message by saying the subject changes or goes back ("New topic:", "Back to").
+TOPIC_MARKERS = re.compile(rf"^\s*({_SWITCH_WORDS}|back to|going back to|returning to|回到)", re.IGNORECASE)
 _MARK_RETURN = re.compile(r"\b(back to|going back|returning to|again|where were we|as before)\b|回到|再说|刚才", re.I)
 
 #: A return needs at least this much weight of shared terms (one term used by no other thread: 1).
@@ -356,6 +364,13 @@ def _units(said: frozenset[str]) -> float:
     """How much content ``said`` carries: a word counts 1, a bigram of an unsegmented script half
     (a Chinese clause yields a bigram per character, about two per word)."""
     return sum(0.5 if is_unsegmented(w) else 1.0 for w in said)
+
+
+def _holds(said: frozenset[str], shared: frozenset[str]) -> bool:
+    """Whether a message (its terms ``said``) belongs with a thread it shares ``shared`` with: two
+    shared terms (a shared bigram is a word both use), or a third of its words, or too few words of
+    its own to make another subject."""
+    return len(shared) >= 2 or _units(shared) * 3 >= _units(said) or _units(said - shared) <= SWITCH_TERMS
 
 
 def says_switch(text: str) -> bool:
@@ -398,8 +413,12 @@ def next_move(
     # An answer to the assistant's question goes back to another thread only on clear evidence:
     # two shared terms, or words that say so ("opening paragraph" is not "opens at noon").
     clear = asked is None or _units(best_shared) >= 2 or bool(_MARK_RETURN.search(text))
+    # A return holds the message as staying would: one shared word ("report" in "incident report"
+    # and "sales report") does not take a message that brings a subject of its own elsewhere,
+    # unless it asks to change what is there ("push the release to Monday", "mention the salary").
+    changes = bool(_CHANGE.search(text) or _FOLLOW_UP.search(text))
     if (
-        best_thread is not None and best >= RETURN_MIN and clear
+        best_thread is not None and best >= RETURN_MIN and clear and (changes or _holds(said, best_shared))
         and (best > here or (best == here and _MARK_RETURN.search(text)))
     ):  # fmt: skip
         return Move(
@@ -411,7 +430,7 @@ def next_move(
     # One shared word ("job" in "export job" and "job posting") does not hold a message that
     # brings a subject of its own; two shared words, or a third of its words, do. So does a
     # revision of one of this thread's decisions ("move the release to Monday instead").
-    holds = _units(shared) >= 2 or _units(shared) * 3 >= _units(said) or _units(said - current) <= SWITCH_TERMS
+    holds = _holds(said, shared)
     if opening and _units(shared) < 2:
         holds = False  # "I need a draft of the job ad" after the export job's flaky test
     if here > 0 and not marked_switch and (holds or revises(text, decided)):

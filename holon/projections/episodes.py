@@ -92,12 +92,8 @@ _KEY = re.compile(
     r"do not|don'?t ever|from now on|the rule is|i prefer|make sure)\b|决定|必须|不要|总是|永远|以后都|规则|我更喜欢)",
     re.IGNORECASE,
 )
-# Explicit changes of subject in plain conversation.
-_TOPIC = re.compile(
-    r"^\s*(new topic|different topic|change of topic|another (topic|question|thing)|switching (topics?|gears)|"
-    r"unrelated|back to|going back to|returning to|换个话题|另一个问题|换个问题|新话题|说点别的|回到)",
-    re.IGNORECASE,
-)
+# Explicit changes of subject in plain conversation (one definition, in ``dialogue``).
+_TOPIC = dialogue.TOPIC_MARKERS
 
 #: Content the sealed episode reads from its range. The reducer only looks at these to open a
 #: draft when none is open, so the next episode starts right after a boundary that ended one
