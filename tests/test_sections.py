@@ -26,7 +26,7 @@ from helpers.ctx_views import (
 
 from holon.context.assembler import Assembly, ContextOverflow, Section, assemble
 from holon.context.render import is_short_reply, render_inputs, with_cache_markers
-from holon.context.sections import build_sections
+from holon.context.sections import build_sections, update_sections
 from holon.context.tokens import TokenCounter
 from holon.context.view import TurnView, gather
 from holon.projections import Store
@@ -342,6 +342,31 @@ def test_older_rounds_are_recapped_and_the_latest_stays_exact(counter) -> None:
     assert [m["tool_call_id"] for m in roomy.messages if m["role"] == "tool"] == [
         c.call_id for r in rounds for c in r.calls
     ]
+
+
+def test_a_later_round_updates_the_first_rounds_sections_to_exactly_what_a_build_gives(counter) -> None:
+    """A turn builds its sections once; a later round rebuilds only what it changed (working memory,
+    work item, tasks and waits, the rounds) and keeps the rest: the same sections, the same prompt."""
+    first = rich_view(work_item=work_item("wi_1", "storage migration", "move to sqlite"), thread="wi_1")
+    built = build_sections(first, counter)
+    later = [
+        # The rounds so far, and state the tools changed.
+        dataclasses.replace(first, rounds=(round_view(0, n_calls=2),), working_memory={"constraints": ["new"]}),
+        dataclasses.replace(
+            first, rounds=tuple(round_view(i) for i in range(3)), open_items=(work_item("wi_1", "storage migration"),)
+        ),
+        # A tool changed what the past is matched against (the work item's title, paused work).
+        dataclasses.replace(first, rounds=(round_view(0),), work_item=work_item("wi_1", "deploy the new schema")),
+        dataclasses.replace(first, rounds=(round_view(0),), open_items=(work_item("wi_2", "paused work"),)),
+    ]
+    for view in later:
+        updated = update_sections(built, first, view, counter)
+        assert updated == build_sections(view, counter)
+        for window in (2_000, 8_000, 50_000):
+            assert assemble(updated, budget_for(window)) == assemble(build_sections(view, counter), budget_for(window))
+    # Anything but a refresh of the view the sections came from: built again.
+    other = dataclasses.replace(first, inputs=(inp(61, "something else entirely"),))
+    assert update_sections(built, first, other, counter) == build_sections(other, counter)
 
 
 def test_rounds_and_tool_messages_stay_paired_alongside_history_and_resumed_work(counter) -> None:

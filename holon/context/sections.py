@@ -42,7 +42,7 @@ from holon.memory.text import is_unsegmented
 from holon.projections import dialogue
 from holon.projections.state import KeyPoint
 
-__all__ = ["INPUT_COMPACT_CHARS", "PREAMBLE", "build_sections", "input_tokens", "pinned_minimum"]
+__all__ = ["INPUT_COMPACT_CHARS", "PREAMBLE", "build_sections", "input_tokens", "pinned_minimum", "update_sections"]
 
 PREAMBLE = """You are an agent running in holon, a runtime that keeps you alive across turns, restarts and days.
 You do not see your whole past here: your working memory, the current work item, decisions, relevant
@@ -345,6 +345,64 @@ def _round_refs(r: RoundView) -> tuple[str, ...]:
 
 
 def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
+    """Every candidate section of ``view``'s prompt. A turn builds them once, for its first model
+    round; its later rounds only update them (``update_sections``)."""
+    s = _stable_sections(view, counter)
+    plan = _history_plan(view)
+    s += _work_item_sections(view, counter)
+    decisions = _decisions_section(view, counter)
+    if decisions is not None:
+        s.append(decisions)
+    s += _durable_sections(view, counter)
+    s += _state_sections(view, counter)
+    s += _episode_sections(view, counter, plan)
+    s += _history_sections(view, counter, plan)
+    s.append(_input_section(view, counter))
+    s += _round_sections(view, counter)
+    return s
+
+
+#: The fields of a ``TurnView`` a later round of the same turn reads again (``view.refresh``):
+#: what the turn's own tool calls may have changed.
+_REFRESHED_FIELDS = frozenset({"working_memory", "work_item", "open_items", "tasks", "waits", "rounds"})
+_FIXED_FIELDS = tuple(f.name for f in dataclasses.fields(TurnView) if f.name not in _REFRESHED_FIELDS)
+#: The sections made from those fields alone (besides this turn's rounds).
+_STATE_KEYS = frozenset({"work_item", "anchor", "working_memory", "tasks_waits"})
+
+
+def update_sections(sections: list[Section], built: TurnView, view: TurnView, counter: TokenCounter) -> list[Section]:
+    """``build_sections(view, counter)`` for a later model round of the turn whose ``sections``
+    were built from ``built``, rebuilding only what the round changed.
+
+    A later round's view differs from its turn's first only in what ``view.refresh`` reads again
+    (working memory, the work item, open items, tasks, waits) and in the rounds so far. So the
+    sections made from those (work item, anchor, working memory, tasks and waits, this turn's
+    rounds) are built again, and every other one (the stable tier, decisions, durable memory,
+    episodes, past turns, the input) is kept: the same values, so the same prompt bytes. Those
+    read the refreshed fields only through the query (the work item's title and objective) and
+    the paused work items; when a tool changed either, or ``view`` is not a refresh of ``built``,
+    everything is built again."""
+    if not sections or any(getattr(view, f) is not getattr(built, f) for f in _FIXED_FIELDS):
+        return build_sections(view, counter)
+    if _query(view) != _query(built) or _paused(view) != _paused(built):
+        return build_sections(view, counter)
+    kept = [s for s in sections if s.key not in _STATE_KEYS and s.slot != "rounds"]
+    stable = [s for s in kept if s.tier == "stable"]
+    context = [s for s in kept if s.key in ("decisions", "durable") or s.key.startswith("left_out:")]
+    rest = [s for s in kept if s.key.startswith(("episode:", "turn:")) or s.key == "input"]
+    if len(stable) + len(context) + len(rest) != len(kept):  # a section this list does not know
+        return build_sections(view, counter)
+    return [
+        *stable,
+        *_work_item_sections(view, counter),
+        *context,
+        *_state_sections(view, counter),
+        *rest,
+        *_round_sections(view, counter),
+    ]
+
+
+def _stable_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
     s: list[Section] = []
     s.append(_text_section(counter, "system", "stable", "system", 0, 1000, PREAMBLE, pinned=True))
     if view.agents_md.strip():
@@ -376,27 +434,21 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
         )
     if view.tools:
         s.append(Section("tools", "stable", "system", 50, 960, _tool_forms(view.tools, counter), pinned=True))
+    return s
+
+
+def _work_item_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
     item = _work_item(view)
-    if item is not None:
-        assert view.work_item is not None
-        s.append(
-            _text_section(
-                counter,
-                "work_item",
-                "turn",
-                "context",
-                0,
-                850,
-                item[0],
-                item[1],
-                refs=(f"work_item:{view.work_item.work_item_id}",),
-            )
-        )
-    plan = _history_plan(view)
-    decisions = _decisions_section(view, counter)
-    if decisions is not None:
-        s.append(decisions)
-    s += _durable_sections(view, counter)
+    if item is None:
+        return []
+    assert view.work_item is not None
+    refs = (f"work_item:{view.work_item.work_item_id}",)
+    return [_text_section(counter, "work_item", "turn", "context", 0, 850, item[0], item[1], refs=refs)]
+
+
+def _state_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
+    """Where the agent left off, its working memory, its running tasks and waits."""
+    s: list[Section] = []
     anchor = _anchor(view)
     if anchor:
         s.append(_text_section(counter, "anchor", "turn", "context", 2, 750, anchor))
@@ -405,10 +457,6 @@ def build_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
     tw = _tasks_waits(view)
     if tw is not None:
         s.append(_text_section(counter, "tasks_waits", "turn", "context", 4, 600, tw[0], tw[1]))
-    s += _episode_sections(view, counter, plan)
-    s += _history_sections(view, counter, plan)
-    s.append(_input_section(view, counter))
-    s += _round_sections(view, counter)
     return s
 
 

@@ -33,7 +33,7 @@ from holon.clock import Clock
 from holon.config import ContextSettings
 from holon.context.assembler import ContextOverflow, assemble
 from holon.context.render import with_cache_markers
-from holon.context.sections import build_sections
+from holon.context.sections import build_sections, update_sections
 from holon.context.tokens import TokenCounter
 from holon.context.view import RoundView, ToolEvidence, gather, refresh
 from holon.errors import ConfigError, ModelError, ModelKeyMissing, ModelNotConfigured, UsageError
@@ -151,8 +151,12 @@ class TurnRunner:
             why = f"no final answer after {plan.limits.max_rounds} model rounds"
             return Settle(state, "failed", reason=why, rejected=plan.inputs)
         try:
-            view = refresh(self.store, plan.view, state.history) if state.history else plan.view
-            assembly = assemble(build_sections(view, plan.counter), plan.budget)
+            if state.sections:  # a later round: only what the round changed is built again
+                view = refresh(self.store, plan.view, state.history)
+                sections = update_sections(list(state.sections), plan.view, view, plan.counter)
+            else:
+                sections = build_sections(plan.view, plan.counter)
+            assembly = assemble(sections, plan.budget)
         except ContextOverflow as e:
             # The same inputs overflow the same way again: rejected, never re-queued.
             why = f"context: {'' if state.history else 'even with long inputs by reference, '}{e}"
@@ -160,7 +164,7 @@ class TurnRunner:
         refusal = state.over_budget(assembly.used_tokens)
         if refusal:
             return Settle(state, "failed", reason=refusal, rejected=plan.inputs)
-        return Request(state, assembly)
+        return Request(dataclasses.replace(state, sections=tuple(sections)), assembly)
 
     async def _request(self, step: Request) -> Record | Settle:
         state, plan, assembly = step.state, step.state.plan, step.assembly

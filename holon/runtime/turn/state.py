@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from holon.context.assembler import Assembly, Budget
+from holon.context.assembler import Assembly, Budget, Section
 from holon.context.tokens import TokenCounter
 from holon.context.view import RoundView, TurnView
 from holon.ledger import events as ev
@@ -125,6 +125,9 @@ class TurnState:
     """Model calls made (a failed call counts)."""
     history: tuple[RoundView, ...] = ()
     """The rounds that called tools, for the next round's prompt."""
+    sections: tuple[Section, ...] = ()
+    """The prompt's candidate sections as the last round built them: built once, for the turn's
+    first round; each later round updates only what it changed (``update_sections``)."""
     tool_calls: int = 0
     tool_errors: int = 0
     usage: ev.Usage = field(default_factory=ev.Usage)
