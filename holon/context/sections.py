@@ -25,6 +25,7 @@ AGENTS.md, memory files, tools) forms the same prefix turn after turn.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import json
@@ -694,6 +695,7 @@ _ASKED_FOR = 0.5
 _QUESTION_LOOKBACK = 4
 
 
+@functools.lru_cache(maxsize=4_096)
 def _turn_text(t: HistoryTurn) -> str:
     return " ".join(i.text for i in t.inputs) + " " + t.reply
 
@@ -782,15 +784,28 @@ def _revisions(relevant: list[HistoryTurn], others: list[HistoryTurn], scores: d
     it, whatever words the revision uses. Each takes the score of the turn it revises."""
     chosen = {t.turn_id for t in relevant}
     out: list[HistoryTurn] = []
+    threads = _by_thread(others) if relevant else {}
     for t in relevant:
         said = [_turn_text(t)]
-        for u in others:
-            if u.turn_id in chosen or u.thread != t.thread or u.started_seq <= t.started_seq:
+        turns, starts = threads[t.thread]
+        for u in turns[bisect.bisect_right(starts, t.started_seq) :]:
+            if u.turn_id in chosen:
                 continue
             if any(i.authority == "operator" and dialogue.revises(i.text, said) for i in u.inputs):
                 chosen.add(u.turn_id)
                 scores[u.turn_id] = max(scores[u.turn_id], scores[t.turn_id])
                 out.append(u)
+    return out
+
+
+def _by_thread(turns: list[HistoryTurn]) -> dict[str, tuple[list[HistoryTurn], list[int]]]:
+    """Each thread's turns in order of their start, with those starts (for ``bisect``): a turn's
+    later turns of its thread are found without walking every other turn."""
+    out: dict[str, tuple[list[HistoryTurn], list[int]]] = {}
+    for t in sorted(turns, key=lambda t: t.started_seq):
+        group = out.setdefault(t.thread, ([], []))
+        group[0].append(t)
+        group[1].append(t.started_seq)
     return out
 
 

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from holon.context.render import InputView
 from holon.ledger import Event
@@ -50,6 +50,11 @@ class HistoryTurn:
     outcome: str
     thread: str = ""
     """The work item id, or the conversation thread (``conv:<seq>``) the turn belonged to."""
+
+    def __hash__(self) -> int:
+        # A settled turn is its id and its seqs: hashing those, not its texts, keeps the caches
+        # keyed by turns (renderings, texts) cheap. Equal turns still hash equal.
+        return hash((self.turn_id, self.started_seq, self.settled_seq))
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,12 +318,12 @@ def gather(
         [k for k in drafts.thread_starts if k.thread.startswith("conv:")] if isinstance(drafts, EpisodeDrafts) else []
     )
     seqs = [k.seq for k in conv]
+    memo = _memo(store)
     history = [
-        dataclasses.replace(t, thread=_thread_of(t.work_item_id, t.started_seq, conv, seqs))
+        _in_thread(memo, t, _thread_of(t.work_item_id, t.started_seq, conv, seqs))
         for t in _history(store, agent_id, started_seq)
     ]
     episodes = []
-    memo = _memo(store)
     for seq, _type, _turn in store.ledger.recent_index(
         agent_id, ("episode.sealed",), limit=MAX_EPISODES, before=started_seq
     ):
@@ -326,7 +331,7 @@ def gather(
         if key not in memo:
             memo[key] = _episode_view(store, store.ledger.get(seq))
         view = memo[key]
-        episodes.append(dataclasses.replace(view, thread=_thread_of(view.work_item_id, view.seq_start, conv, seqs)))
+        episodes.append(_in_thread(memo, view, _thread_of(view.work_item_id, view.seq_start, conv, seqs)))
     resumed: tuple[RoundView, ...] = ()
     if agent.resume_from_seq is not None:
         interrupted = [
@@ -359,6 +364,19 @@ def gather(
         recall=recall(store, agent, query, _turn_time(store, started_seq), _limits(store)),
         skills=_skills(home),
     )
+
+
+_Threaded = TypeVar("_Threaded", HistoryTurn, EpisodeView)
+
+
+def _in_thread(memo: dict[object, Any], value: _Threaded, thread: str) -> _Threaded:
+    """``value`` with its thread: the same object every turn (kept in the store's memo), so the
+    caches keyed by turns and episodes find it by identity."""
+    key = ("in_thread", id(value), thread)
+    hit = memo.get(key)
+    if hit is None or hit[0] is not value:
+        hit = memo[key] = (value, value if value.thread == thread else dataclasses.replace(value, thread=thread))
+    return hit[1]
 
 
 def _turn_time(store: Store, started_seq: int) -> int:
