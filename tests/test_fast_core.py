@@ -90,7 +90,11 @@ def test_row_to_event_is_positional_in_event_fields_order() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(_TEXTS), min_size=1, max_size=4).map(" ".join) | st.text(max_size=80))
+@given(
+    st.lists(st.sampled_from(_TEXTS), min_size=1, max_size=4).map(" ".join)
+    | st.text(max_size=80)
+    | st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEIS '0123.?,", max_size=120)
+)
 def test_cached_dialogue_functions_equal_the_plain_ones(text: str) -> None:
     for name in ("is_question", "question_of", "is_short", "is_reply", "reaction", "proposal_of", "_signs", "terms"):
         fn = getattr(dialogue, name)
@@ -101,3 +105,11 @@ def test_cached_dialogue_functions_equal_the_plain_ones(text: str) -> None:
         w = match.lower().replace("\u2019", "'")
         generic.append(w[:-2] if w.endswith("'s") else w)
     assert mtext.words(text) == generic
+    if text.isascii():  # the ASCII path of ``terms`` as it was written before issue 18
+        found = [mtext.stem(w) for w in generic if w not in mtext.STOP_WORDS and w not in mtext.CHATTER]
+        old = {
+            w[:-1] if len(w) > 4 and w.endswith("e") else w
+            for w in found
+            if len(w) >= 3 and w not in dialogue.DISCOURSE and not w.isdigit()
+        }
+        assert dialogue.terms(text) == old

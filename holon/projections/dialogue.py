@@ -70,14 +70,16 @@ def terms(text: str) -> frozenset[str]:
     """The words that say what ``text`` is about: content words of three letters or more (less
     chatter and conversation management), and bigrams of scripts written without spaces."""
     out = set()
-    ascii_only = text.isascii()  # no script without spaces, nothing to fold: the quick way
-    found = (
-        [stem(w) for w in words(text) if w not in STOP_WORDS and w not in CHATTER]
-        if ascii_only
-        else content_words(text, drop=CHATTER)
-    )
-    for w in found:
-        if not ascii_only and is_unsegmented(w):
+    if text.isascii():  # no script without spaces, nothing to fold: the quick way, in one pass
+        for word in words(text):
+            if word in STOP_WORDS or word in CHATTER:
+                continue
+            w = stem(word)
+            if len(w) >= 3 and w not in DISCOURSE and not w.isdigit():
+                out.add(w[:-1] if len(w) > 4 and w.endswith("e") else w)
+        return frozenset(out)
+    for w in content_words(text, drop=CHATTER):
+        if is_unsegmented(w):
             if len(w) == 2 and w not in _CJK_DISCOURSE and not (set(w) & _CJK_PARTICLES):
                 out.add(w)
         elif len(w) >= 3 and w not in DISCOURSE and not w.isdigit():
