@@ -142,7 +142,8 @@ def word_count(text: str) -> int:
 def words(text: str) -> list[str]:
     """Lower-case words of ``text`` (possessive 's dropped); unsegmented runs stay whole."""
     if text.isascii():  # the same matches on the lowered text (ASCII case keeps lengths and classes)
-        return [w[:-2] if w.endswith("'s") else w for w in _WORD.findall(text.lower())]
+        found = _WORD.findall(text.lower())
+        return [w[:-2] if w.endswith("'s") else w for w in found] if "'" in text else found
     out = []
     for match in _WORD.findall(text):
         w = match.lower().replace("\u2019", "'")

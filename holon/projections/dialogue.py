@@ -76,7 +76,7 @@ def terms(text: str) -> frozenset[str]:
                 continue
             w = stem(word)
             if len(w) >= 3 and w not in DISCOURSE and not w.isdigit():
-                out.add(w[:-1] if len(w) > 4 and w.endswith("e") else w)
+                out.add(w[:-1] if len(w) > 4 and w[-1] == "e" else w)
         return frozenset(out)
     for w in content_words(text, drop=CHATTER):
         if is_unsegmented(w):
