@@ -96,9 +96,12 @@ _row_values = itemgetter(*EVENT_FIELDS)
 
 def row_to_event(row: Sequence[Any]) -> Event:  # Any: a sqlite3 row's values
     """An ``events`` row (``EVENT_COLUMNS``) as an ``Event``, its payload decoded and upcast."""
-    values = dict(zip(EVENT_FIELDS, row))  # noqa: B905  # rows come from EVENT_COLUMNS: same length
-    values["payload"] = _decode(values["seq"], values["type"], values["version"], values["payload"])
-    return Event(**values)
+    # Positional (rows come in EVENT_FIELDS order, the payload second to last): no dict per row.
+    seq, id_, agent, type_, version, ts_us, origin, authority, turn, work_item, task, episode, key, payload, hash_ = row
+    return Event(
+        seq, id_, agent, type_, version, ts_us, origin, authority, turn, work_item, task, episode, key,
+        _decode(seq, type_, version, payload), hash_,
+    )  # fmt: skip
 
 
 def event_row(envelope: Mapping[str, Any], payload_text: str, hash_: str) -> tuple[Any, ...]:

@@ -107,7 +107,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def is_unsegmented(token: str) -> bool:
-    return bool(_UNSEG_RUN.fullmatch(token))
+    return not token.isascii() and bool(_UNSEG_RUN.fullmatch(token))
 
 
 def _bigrams(run: str) -> str:
@@ -141,6 +141,9 @@ def word_count(text: str) -> int:
 
 def words(text: str) -> list[str]:
     """Lower-case words of ``text`` (possessive 's dropped); unsegmented runs stay whole."""
+    if text.isascii():  # the same matches on the lowered text (ASCII case keeps lengths and classes)
+        found = _WORD.findall(text.lower())
+        return [w[:-2] if w.endswith("'s") else w for w in found] if "'" in text else found
     out = []
     for match in _WORD.findall(text):
         w = match.lower().replace("\u2019", "'")

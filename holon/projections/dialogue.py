@@ -70,14 +70,16 @@ def terms(text: str) -> frozenset[str]:
     """The words that say what ``text`` is about: content words of three letters or more (less
     chatter and conversation management), and bigrams of scripts written without spaces."""
     out = set()
-    ascii_only = text.isascii()  # no script without spaces, nothing to fold: the quick way
-    found = (
-        [stem(w) for w in words(text) if w not in STOP_WORDS and w not in CHATTER]
-        if ascii_only
-        else content_words(text, drop=CHATTER)
-    )
-    for w in found:
-        if not ascii_only and is_unsegmented(w):
+    if text.isascii():  # no script without spaces, nothing to fold: the quick way, in one pass
+        for word in words(text):
+            if word in STOP_WORDS or word in CHATTER:
+                continue
+            w = stem(word)
+            if len(w) >= 3 and w not in DISCOURSE and not w.isdigit():
+                out.add(w[:-1] if len(w) > 4 and w[-1] == "e" else w)
+        return frozenset(out)
+    for w in content_words(text, drop=CHATTER):
+        if is_unsegmented(w):
             if len(w) == 2 and w not in _CJK_DISCOURSE and not (set(w) & _CJK_PARTICLES):
                 out.add(w)
         elif len(w) >= 3 and w not in DISCOURSE and not w.isdigit():
@@ -94,10 +96,12 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
 
 
+@functools.lru_cache(maxsize=4096)  # pure: asked of the same text several times per event
 def is_question(text: str) -> bool:
     return bool(_QUESTION_END.search(text.strip()))
 
 
+@functools.lru_cache(maxsize=4096)  # pure: asked of the same text several times per event
 def question_of(reply: str) -> str | None:
     """The last question the assistant asked in ``reply``, if any."""
     asked = [s for s in sentences(reply) if is_question(s)]
@@ -109,6 +113,7 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 SHORT_WORDS = 6
 
 
+@functools.lru_cache(maxsize=4096)  # pure: asked of the same text several times per event
 def is_short(text: str) -> bool:
     """Too short to stand on its own ("yes", "the second one", "好的"): it answers what came before."""
     text = text.strip()
@@ -117,6 +122,7 @@ def is_short(text: str) -> bool:
     return len(_WORDS.findall(text)) <= SHORT_WORDS
 
 
+@functools.lru_cache(maxsize=4096)  # pure: asked of the same text several times per event
 def is_reply(text: str) -> bool:
     """A short reply that only answers what came before ("yes", "option B", "that one",
     "好的"): short, with at most one content term of its own."""
@@ -140,6 +146,7 @@ _REJECT = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=4096)  # pure: asked of the same text several times per event
 def reaction(text: str) -> Literal["accept", "reject", "other"]:
     """How an operator message answers a proposal: accepts, rejects, or neither."""
     if _REJECT.search(text):
@@ -160,6 +167,7 @@ _PROPOSAL = re.compile(
 _OPTIONS = re.compile(r"\b(or|either|option|choose|which)\b|还是|或者|哪个|选", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=4096)  # pure: asked of the same text several times per event
 def proposal_of(reply: str) -> str | None:
     """What the assistant proposed in ``reply``: the last sentence offering a choice or a plan."""
     said = sentences(reply)
@@ -271,9 +279,12 @@ _DONE = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=4096)  # pure: asked of the same text several times per event
 def _signs(text: str) -> frozenset[str]:
     """What a restatement keeps of a text: its content terms, with unsegmented scripts taken a
     character at a time (bigrams would count "先安卓" and "只上安卓" as sharing nothing but one)."""
+    if text.isascii():  # no unsegmented script: its terms as they are
+        return terms(text)
     out = {w for w in terms(text) if not is_unsegmented(w)}
     out.update(c for c in "".join(_CJK.findall(text)) if c not in _CJK_PARTICLES)
     return frozenset(out)
@@ -289,6 +300,8 @@ def acknowledged(said: str, reply: str) -> Settled | None:
     if len(asked) < 2 or is_question(reply.strip()):
         return None
     shared = asked & answer
+    if len(shared) < 2:
+        return None  # not restated, whatever the reply says (its regexes are not needed)
     says_so = bool(_ACK.search(reply) or _DONE.search(reply))
     # Most of it restated (two fifths will do when the reply says it took it: "Updated: 59 euros").
     restated = len(shared) >= 2 and (len(shared) * 2 >= len(asked) or (says_so and len(shared) * 5 >= len(asked) * 2))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from itertools import filterfalse
 from typing import Any, assert_never
 
 from holon.ledger import Event
@@ -125,7 +126,7 @@ def apply_agent(state: AgentState | None, event: Event) -> AgentState | None:
                     "current_turn_id": p.turn_id,
                     "current_turn_seq": event.seq,
                     "current_inputs": list(p.inputs),
-                    "pending_inputs": [s for s in state.pending_inputs if s not in taken],
+                    "pending_inputs": list(filterfalse(taken.__contains__, state.pending_inputs)),
                     "last_event_us": event.ts_us,
                 }
             )

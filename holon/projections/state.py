@@ -7,7 +7,8 @@ lists keep event order, dicts are kept key-sorted by the reducers.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict
 
@@ -32,8 +33,30 @@ __all__ = [
 ]
 
 
+_set = object.__setattr__
+
+
 class State(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """``BaseModel.model_copy``'s shallow copy, done directly (the reducers' hot path; issue 18).
+
+        The same result as pydantic's: the field dict copied and updated without validation, the
+        set fields joined with the updated names; states have no extras nor private attributes."""
+        if deep:
+            return super().model_copy(update=update, deep=True)
+        cls = type(self)
+        m = cls.__new__(cls)
+        if update:
+            _set(m, "__dict__", {**self.__dict__, **update})
+            _set(m, "__pydantic_fields_set__", self.__pydantic_fields_set__ | update.keys())
+        else:
+            _set(m, "__dict__", self.__dict__.copy())
+            _set(m, "__pydantic_fields_set__", self.__pydantic_fields_set__.copy())
+        _set(m, "__pydantic_extra__", None)
+        _set(m, "__pydantic_private__", None)
+        return m
 
 
 AgentStatus = Literal["idle", "running", "waiting", "failed", "interrupted"]

@@ -1,0 +1,115 @@
+"""Issue 18's cheaper projections give exactly what the plain code gives (replay identity itself is
+``test_projections.test_live_projections_equal_replay_and_pure_fold``)."""
+
+from __future__ import annotations
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from holon.ledger import events as ev
+from holon.ledger.envelope import EVENT_FIELDS, Event
+from holon.ledger.store import row_to_event
+from holon.memory import text as mtext
+from holon.projections import dialogue
+from holon.projections.state import Draft, EpisodeDrafts, KeyPoint, ThreadVocabulary
+
+_TEXTS = [
+    "Use the blue palette for everything new.",
+    "Blue palette, noted. I'll use it from now on.",
+    "Shall I set that up? We could ship Thursday evening or Friday morning.",
+    "yes",
+    "New topic: the invoices' totals don't match",
+    "Actually, move the release to Monday instead.",
+    "我们决定用蓝色的配色方案。",
+    "好的\uff0c记下了。我建议先做安卓版本吗\uff1f",
+    "Café déjà vu — İstanbul\u2019s ﬁne print",
+    "",
+]
+
+
+def _same(a: BaseModel, b: BaseModel) -> None:
+    assert type(a) is type(b)
+    assert a.model_dump_json() == b.model_dump_json()
+    assert a.__pydantic_fields_set__ == b.__pydantic_fields_set__
+    assert a.model_dump_json(exclude_unset=True) == b.model_dump_json(exclude_unset=True)
+    assert a == b
+
+
+def test_state_model_copy_is_pydantics() -> None:
+    point = KeyPoint(seq=3, text="x", thread="conv:1")
+    drafts = EpisodeDrafts(
+        agent_id="a",
+        current=Draft(seq_start=1, thread="conv:1", last_us=5),
+        key_points=[point],
+        vocabularies=[ThreadVocabulary(thread="conv:1", terms=["blue"])],
+    )
+    for state, update in [
+        (drafts, None),
+        (drafts, {}),
+        (drafts, {"thread": "w1", "key_points": []}),
+        (point, {"superseded_by": 9}),
+        (drafts.current, {"turns": 2, "thread": "w2"}),
+    ]:
+        assert state is not None
+        mine = state.model_copy(update=update)
+        _same(mine, BaseModel.model_copy(state, update=update))
+        assert mine is not state
+    copied = drafts.model_copy(update={"thread": "t"})
+    assert drafts.thread != "t" and "thread" not in drafts.__pydantic_fields_set__  # the original untouched
+    _same(drafts.model_copy(deep=True), BaseModel.model_copy(drafts, deep=True))
+    assert copied.thread == "t"
+
+
+def test_row_to_event_is_positional_in_event_fields_order() -> None:
+    payload = ev.MessageReceived(text="hi")
+    text = orjson.dumps(payload.model_dump(mode="json", exclude={"type"})).decode()
+    row = (
+        7,
+        "id",
+        "a",
+        "message.received",
+        payload.VERSION,
+        11,
+        "cli",
+        "operator",
+        "t",
+        None,
+        None,
+        None,
+        "k",
+        text,
+        "h",
+    )
+    assert len(row) == len(EVENT_FIELDS) and EVENT_FIELDS[-2:] == ("payload", "hash")
+    event = row_to_event(row)
+    values = dict(zip(EVENT_FIELDS, row, strict=True))
+    assert event == Event(**{**values, "payload": event.payload})
+    assert event.payload == payload
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from(_TEXTS), min_size=1, max_size=4).map(" ".join)
+    | st.text(max_size=80)
+    | st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEIS '0123.?,", max_size=120)
+)
+def test_cached_dialogue_functions_equal_the_plain_ones(text: str) -> None:
+    for name in ("is_question", "question_of", "is_short", "is_reply", "reaction", "proposal_of", "_signs", "terms"):
+        fn = getattr(dialogue, name)
+        assert fn(text) == fn.__wrapped__(text), name
+    assert mtext.is_unsegmented(text) == bool(mtext._UNSEG_RUN.fullmatch(text))
+    generic = []
+    for match in mtext._WORD.findall(text):
+        w = match.lower().replace("\u2019", "'")
+        generic.append(w[:-2] if w.endswith("'s") else w)
+    assert mtext.words(text) == generic
+    if text.isascii():  # the ASCII path of ``terms`` as it was written before issue 18
+        found = [mtext.stem(w) for w in generic if w not in mtext.STOP_WORDS and w not in mtext.CHATTER]
+        old = {
+            w[:-1] if len(w) > 4 and w.endswith("e") else w
+            for w in found
+            if len(w) >= 3 and w not in dialogue.DISCOURSE and not w.isdigit()
+        }
+        assert dialogue.terms(text) == old
