@@ -25,7 +25,7 @@ ROOT = Path(holon.__file__).parent
 OWNERS = ("ledger", "projections")
 """The packages that own the tables and the codec: SQL and payload JSON live here only."""
 
-# Modules outside the owners that may still hold such SQL, each with its reason. Empty: keep it so.
+# Modules outside the owners that may still hold such SQL, each with its reason. Keep it short.
 ALLOWED: dict[str, str] = {
     "bench/ledger.py": "the benchmark's physical baseline: raw sqlite3 reads of the same events table",
 }
