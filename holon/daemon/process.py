@@ -172,6 +172,8 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
     api = store.settings.api
     listen_host = listen.host if listen else host or api.host
     listen_port = listen.port if listen else api.port if port is None else port
+    if http:
+        _load_web_stack()
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(store.close)
         token = None
@@ -284,6 +286,14 @@ def check_ledger(store: Any) -> None:
         f"the ledger failed its start-up check: {problem}. Not serving it; run "
         f"'holon ledger verify --home {store.paths.root}' for the full report"
     )
+
+
+def _load_web_stack() -> None:
+    """Import the HTTP API's modules (FastAPI, uvicorn) before the lifespan starts: its warm path
+    imports the model library (litellm) in a thread, and two imports at once share the GIL and wait
+    on each other's module locks, so the API opened only after most of litellm had loaded."""
+    import holon.api.app
+    import holon.api.server  # noqa: F401
 
 
 def _start_http(

@@ -42,7 +42,7 @@ JSONValue = JsonValue  # arbitrary JSON (dict/list/str/int/float/bool/None); pyd
 class BlobRef(BaseModel):
     """Stands in for a large text whose body lives in the blob store."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     blob: str = Field(pattern=r"^[0-9a-f]{64}$")
     """sha256 of the UTF-8 body."""
@@ -57,7 +57,7 @@ LargeText = str | BlobRef
 
 class PayloadBase(BaseModel):
     # NaN and infinity have no canonical JSON form, so they are refused at the door.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
     VERSION: ClassVar[int] = 1
 
 
@@ -131,7 +131,7 @@ class TurnStarted(PayloadBase):
 
 
 class Usage(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
     prompt_tokens: int = Field(0, ge=0)
     completion_tokens: int = Field(0, ge=0)
     total_tokens: int = Field(0, ge=0)
@@ -155,7 +155,7 @@ class TurnSettled(PayloadBase):
     """Inputs (their seqs) this failed turn settles unanswered, for ``reason``: never re-queued, and
     told to the operator by a ``brief.delivered`` of kind ``error`` in the same transaction. Empty on
     rows written before rejection existed (such a failed turn consumed its inputs silently)."""
-    usage: Usage = Usage()
+    usage: Usage = Usage.model_construct()  # not Usage(): that would build the deferred schema at import
     cost_usd: float | None = Field(None, ge=0)
 
 
@@ -184,7 +184,7 @@ class ModelStarted(PayloadBase):
 
 
 class ToolCallSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
     call_id: str
     tool: str
     arguments: str
@@ -199,7 +199,7 @@ class ModelResponded(PayloadBase):
     content: LargeText | None = None
     tool_calls: list[ToolCallSpec] = Field(default_factory=list)
     finish_reason: str | None = None
-    usage: Usage = Usage()
+    usage: Usage = Usage.model_construct()  # not Usage(): that would build the deferred schema at import
     cost_usd: float | None = Field(None, ge=0)
     latency_ms: float = Field(0.0, ge=0)
     error: str | None = None
@@ -480,7 +480,7 @@ relying on it (facts about a workspace drift); ``recheck``: it may be fixed by n
 class DurableEntry(BaseModel):
     """What a durable memory entry says, and where it came from. Shared by records and proposals."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
     scope: MemoryScope
     kind: DurableType
@@ -554,7 +554,7 @@ class DurableForgotten(PayloadBase):
 
 
 class SkillDraft(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     skill_id: str = Field(pattern=r"^[a-z0-9][a-z0-9\-]{0,63}$")
     name: str = Field(min_length=1, max_length=120)
@@ -568,7 +568,7 @@ class MemoryWriteDraft(BaseModel):
     """An agent's write to operator-scope memory (``operator.md``, which enters every agent's
     prompt): proposed, applied only when the operator accepts it (issue 14, finding 9)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     scope: MemoryScope = "operator"
     path: str = "operator.md"
@@ -666,7 +666,7 @@ Payload = Annotated[
     Field(discriminator="type"),
 ]
 
-PAYLOAD_ADAPTER: TypeAdapter[Payload] = TypeAdapter(Payload)
+PAYLOAD_ADAPTER: TypeAdapter[Payload] = TypeAdapter(Payload, config=ConfigDict(defer_build=True))
 
 
 def _catalog() -> dict[str, type[Payload]]:

@@ -9,7 +9,6 @@ from holon.clock import Clock
 from holon.config import HomePaths, Settings, load_settings
 from holon.errors import HolonError, HomeNotFoundError
 from holon.logs import configure_logging, get_logger
-from holon.memory.files import ensure_operator_file
 from holon.paths import private_dir, tighten, write_private
 from holon.projections import Store
 from holon.resources import default_config_text
@@ -40,6 +39,8 @@ def init_home(paths: HomePaths, *, clock: Clock | None = None) -> InitResult:
     settings = load_settings(paths)
     _configure(paths, settings)
     Store.open(paths, settings, clock=clock, create=created).close()
+    from holon.memory.files import ensure_operator_file  # init only: every other command skips its import
+
     ensure_operator_file(paths)
     get_logger("holon.home").info("home.initialised", home=str(paths.root), created=created)
     return InitResult(str(paths.root), str(paths.db), str(paths.config), created)

@@ -1,0 +1,54 @@
+"""What a light command loads (issue 18, "Restart ... import lazily on start-up"): a test on
+imports, not on time (``holon bench cli`` and ``holon bench daemon`` measure the time).
+
+``holon ledger verify`` and ``holon agent list`` on a home with events run in a fresh interpreter,
+which then reports the heavy libraries in ``sys.modules`` and how many event payload schemas
+pydantic built: none of the libraries (rich came in through structlog's import, the web stack,
+litellm and the scheduler belong to other commands), and no schema (``defer_build``: each
+payload model is built the first time an event of its type is decoded or appended).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.turn_cli import REPO, cli_env
+
+from holon.cli.main import main
+
+HEAVY = ("rich", "pygments", "litellm", "tiktoken", "fastapi", "starlette", "uvicorn", "httpx", "apscheduler")
+
+_PROBE = """
+import json, sys
+from holon.cli.main import main
+rc = main(sys.argv[1:])
+from holon.ledger.events import PAYLOAD_ADAPTER, PAYLOAD_TYPES
+heavy = sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.stdin.read())))
+built = sorted(tag for tag, cls in PAYLOAD_TYPES.items() if cls.__pydantic_complete__)
+print(json.dumps({"rc": rc, "heavy": heavy, "built": built, "union_built": PAYLOAD_ADAPTER.pydantic_complete}))
+"""
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("startup") / "home"
+    assert main(["--home", str(root), "init"]) == 0
+    assert main(["--home", str(root), "agent", "create", "alice"]) == 0
+    return root
+
+
+@pytest.mark.parametrize("argv", [("ledger", "verify"), ("agent", "list")])
+def test_a_light_command_imports_nothing_heavy_and_builds_no_event_schema(home: Path, argv: tuple[str, ...]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, "--home", str(home), *argv],
+        input=json.dumps(HEAVY), capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["rc"] == 0, proc.stderr[-2000:]
+    assert report["heavy"] == [], f"holon {' '.join(argv)} imported {report['heavy']}"
+    assert report["built"] == [] and report["union_built"] is False, report
