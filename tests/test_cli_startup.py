@@ -20,6 +20,8 @@ from helpers.turn_cli import REPO, cli_env
 
 from holon.cli.main import main
 
+pytestmark = pytest.mark.slow  # each test starts a fresh interpreter
+
 HEAVY = ("rich", "pygments", "litellm", "tiktoken", "fastapi", "starlette", "uvicorn", "httpx", "apscheduler")
 
 _PROBE = """
