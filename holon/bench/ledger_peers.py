@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
+from holon.bench.peer import OptionalPeer
 from holon.ledger import NewEvent
 from holon.ledger.codec import encode_payload
 from holon.ledger.envelope import EVENT_FIELDS, header_of
@@ -93,22 +94,11 @@ class RawSqlite:
         self.conn.close()
 
 
-class EventSourcingRecorder:
+class EventSourcingRecorder(OptionalPeer):
     """eventsourcing's ``SQLiteApplicationRecorder``, one aggregate (originator) per agent."""
 
-    @staticmethod
-    def available() -> bool:
-        try:
-            import eventsourcing.sqlite  # noqa: F401
-        except ImportError:
-            return False
-        return True
-
-    @staticmethod
-    def version() -> str:
-        from importlib.metadata import version
-
-        return version("eventsourcing")
+    module = "eventsourcing.sqlite"
+    distribution = "eventsourcing"
 
     def __init__(self, path: Path, pragmas: tuple[str, ...]) -> None:
         from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from holon.bench.peer import OptionalPeer
 from holon.memory.index_writer import Doc, cap
 from holon.memory.text import fold, quote
 
@@ -101,22 +102,11 @@ class BodyFts:
         self.conn.close()
 
 
-class TantivyIndex:
+class TantivyIndex(OptionalPeer):
     """The same documents in tantivy (``tantivy`` 0.27's Python bindings)."""
 
-    @staticmethod
-    def available() -> bool:
-        try:
-            import tantivy  # noqa: F401
-        except ImportError:
-            return False
-        return True
-
-    @staticmethod
-    def version() -> str:
-        from importlib.metadata import version
-
-        return version("tantivy")
+    module = "tantivy"
+    distribution = "tantivy"
 
     def __init__(self, path: Path) -> None:
         import tantivy
