@@ -227,3 +227,27 @@ def test_catalog_is_derived_from_the_union() -> None:
         assert model.model_fields["type"].default == tag
     assert ev.tags_of(ev.TaskCreated | ev.TaskResulted) == {"task.created", "task.resulted"}
     assert ev.tags_of(ev.TimerFired) == {"timer.fired"}
+
+
+@given(data=st.data(), tag=st.sampled_from(TAGS), turn=st.none() | st.text(max_size=8), key=st.none() | st.text())
+@settings(max_examples=60, deadline=None)
+def test_the_append_path_hashes_the_same_bytes_as_verify(
+    data: st.DataObject, tag: str, turn: str | None, key: str | None
+) -> None:
+    """``header_values`` + ``chain_hash_of`` (the append path: a tuple and payload bytes, encoded
+    once) give the hash ``verify`` recomputes from the header dict and the stored text."""
+    from holon.ledger.envelope import HEADER_FIELDS, header_of, header_values
+
+    payload = data.draw(payloads(PAYLOAD_TYPES[tag]), label="payload")
+    ne = NewEvent("agt_1", payload, turn_id=turn, idempotency_key=key)  # type: ignore[arg-type]
+    values = header_values(ne, seq=7, event_id="evt_x", ts_us=123)
+    as_dict = header_of(ne, seq=7, event_id="evt_x", ts_us=123)
+    assert values == tuple(as_dict[f] for f in HEADER_FIELDS)
+    enc = encode_payload(payload, blob_threshold=THRESHOLD, preview_chars=PREVIEW)  # type: ignore[arg-type]
+    assert enc.data == enc.text.encode("utf-8")
+    if not enc.blobs:
+        assert enc.text == canonical_json(payload.model_dump(mode="json", exclude={"type"})).decode()
+    prev = "ab" * 32
+    assert codec.chain_hash_of(prev, values, enc.data) == codec.chain_hash(
+        prev, codec.envelope_header(as_dict), enc.text
+    )

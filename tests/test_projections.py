@@ -696,3 +696,23 @@ def test_reducers_are_total_and_ignore_events_they_do_not_read(data: st.DataObje
         after = reducer(state, event, key) if KINDS[kind].keyed else reducer(state, event)
         if tag not in _READS[kind] and state is not None:
             assert after is state, (kind, tag)
+
+
+def test_seals_read_from_memory_equal_seals_read_from_the_database(tmp_path: Path, settings: Settings) -> None:
+    """The projector serves episode ranges from the content events it folded (``_RecentContent``);
+    with that store too small to hold them (every range read from the database) the ledger gets the
+    same derived events."""
+    from holon.bench import workload
+
+    events = list(itertools.islice(workload.stream(3), 1_500))
+    ledgers = []
+    for name, per_agent, agents in (("held", 256, 64), ("read", 1, 1)):
+        with Store.open(resolve_home(tmp_path / name), settings, clock=FakeClock()) as s:
+            s.projector._recent = projector_module._RecentContent(per_agent=per_agent, agents=agents)
+            s.append(*workload.creation_events(3))
+            for i in range(0, len(events), 7):
+                s.append(*events[i : i + 7])
+            ledgers.append([(e.seq, e.type, e.payload) for e in s.ledger.read()])
+            assert s.replay().ok
+    assert ledgers[0] == ledgers[1]
+    assert sum(t == "episode.sealed" for _, t, _ in ledgers[0]) >= 3

@@ -15,7 +15,7 @@ from typing import Any
 
 from holon.ledger.events import Authority, Payload
 
-__all__ = ["EVENT_FIELDS", "GENESIS_HASH", "HEADER_FIELDS", "Event", "NewEvent", "header_of"]
+__all__ = ["EVENT_FIELDS", "GENESIS_HASH", "HEADER_FIELDS", "Event", "Header", "NewEvent", "header_of", "header_values"]
 
 #: The ``previous hash`` of the first event.
 GENESIS_HASH = "0" * 64
@@ -84,3 +84,16 @@ def header_of(new: NewEvent, *, seq: int, event_id: str, ts_us: int) -> dict[str
     header["version"] = type(payload).VERSION
     header["ts_us"] = ts_us
     return header
+
+
+Header = tuple[int, str, str, str, int, int, str, Authority, str | None, str | None, str | None, str | None, str | None]
+"""A header's values in ``HEADER_FIELDS`` order (``header_values``)."""
+
+
+def header_values(new: NewEvent, *, seq: int, event_id: str, ts_us: int) -> Header:
+    """``header_of`` as a tuple in ``HEADER_FIELDS`` order, built without a dict (the append path)."""
+    payload = new.payload
+    return (
+        seq, event_id, new.agent_id, payload.type, type(payload).VERSION, ts_us, new.origin, new.authority,
+        new.turn_id, new.work_item_id, new.task_id, new.episode_id, new.idempotency_key,
+    )  # fmt: skip

@@ -29,14 +29,13 @@ from holon.ledger.anchor import Anchor, AnchorMark
 from holon.ledger.codec import (
     BlobBody,
     canonical_json,
-    chain_hash,
+    chain_hash_of,
     decode_payload,
     encode_payload,
-    envelope_header,
 )
 from holon.ledger.damage import empty_file_error, file_state, inspect_existing, translate
 from holon.ledger.db import Database
-from holon.ledger.envelope import EVENT_FIELDS, GENESIS_HASH, Event, NewEvent, header_of
+from holon.ledger.envelope import EVENT_FIELDS, GENESIS_HASH, Event, NewEvent, header_values
 from holon.ledger.events import BlobRef, LargeText, Payload
 from holon.ledger.migrations import create_database, migrate
 from holon.ledger.query import EventKey, EventQuery
@@ -170,8 +169,11 @@ class Transaction:
         out: list[Event] = []
         inserted: list[Event] = []
         seen_keys: dict[str, Event] = {}
+        threshold, preview = ledger.blob_threshold, ledger.preview_chars
+        now_us = ledger.clock.now_us
+        seq, prev = self.head_seq, self.head_hash
         for ne in new:
-            enc = encode_payload(ne.payload, blob_threshold=ledger.blob_threshold, preview_chars=ledger.preview_chars)
+            enc = encode_payload(ne.payload, blob_threshold=threshold, preview_chars=preview)
             key = ne.idempotency_key
             if key is not None:
                 prior = seen_keys.get(key) or self._by_key(key)
@@ -179,15 +181,16 @@ class Transaction:
                     self._check_same(prior, ne, enc.text, key)
                     out.append(prior)
                     continue
-            seq = self.head_seq + 1
-            eid = new_id("evt")
-            ts = ledger.clock.now_us()
-            envelope = header_of(ne, seq=seq, event_id=eid, ts_us=ts)
-            h = chain_hash(self.head_hash, envelope_header(envelope), enc.text)
-            rows.append(event_row(envelope, enc.text, h))
-            event = Event(**envelope, payload=enc.payload, hash=h)
-            self.head_seq, self.head_hash = seq, h
-            blobs.extend(enc.blobs)
+            seq += 1
+            # The payload is encoded once: its bytes are hashed, its text stored; the header is
+            # a tuple in column order, hashed and stored as it is (no dict per event).
+            header = header_values(ne, seq=seq, event_id=new_id("evt"), ts_us=now_us())
+            prev = chain_hash_of(prev, header, enc.data)
+            rows.append((*header, enc.text, prev))
+            event = Event(*header, enc.payload, prev)
+            self.head_seq, self.head_hash = seq, prev
+            if enc.blobs:
+                blobs.extend(enc.blobs)
             inserted.append(event)
             out.append(event)
             if key is not None:
