@@ -129,7 +129,9 @@ def agent_router(port: DaemonPort) -> APIRouter:
         ``idempotency_key``), a retry gets the first acknowledgement back, and the same key with
         another text is a 409."""
         a = find(agent)
-        event = port.submit(a.agent_id, api_input(body.text, one_key(idempotency_key, body.idempotency_key)))
+        event = await port.submit_input(
+            a.agent_id, api_input(body.text, one_key(idempotency_key, body.idempotency_key))
+        )
         return InputAccepted(agent_id=a.agent_id, seq=event.seq, event_id=event.id)
 
     @r.get("/{agent}/working-memory")

@@ -149,7 +149,7 @@ def ledger_router(port: DaemonPort) -> APIRouter:
         text = "External event (hook):\n" + json.dumps(data, ensure_ascii=False, sort_keys=True)
         check_text(text, "the hook body")
         name = data.get("event")
-        event = port.submit(
+        event = await port.submit_input(
             agent.agent_id,
             InputSpec(
                 text, origin="external:hook", authority="external", sender="external", channel="hook",

@@ -81,7 +81,9 @@ def messages_router(port: DaemonPort) -> APIRouter:
         waiting, failed or interrupted; ``reply``; ``reason``), or 202 with ``poll`` when it has not
         settled within ``wait`` seconds. A retry with the same idempotency key waits for the same turn."""
         a = store.agent(agent)
-        event = port.submit(a.agent_id, api_input(body.text, one_key(idempotency_key, body.idempotency_key)))
+        event = await port.submit_input(
+            a.agent_id, api_input(body.text, one_key(idempotency_key, body.idempotency_key))
+        )
         outcome = await await_outcome(port, a.agent_id, event.seq, wait, gone=request.is_disconnected)
         return _answer(response, a.name, a.agent_id, event.seq, event.id, outcome)
 

@@ -238,7 +238,7 @@ async def _stream(
     so that no text of its turn is missed."""
     async with subscription(port, agent.agent_id) as queue:
         try:
-            event = port.submit(agent.agent_id, api_input(text, key))
+            event = await port.submit_input(agent.agent_id, api_input(text, key))
         except HolonError as e:
             yield {"data": json.dumps(_from_holon(e).body(), ensure_ascii=False)}
             return
@@ -302,7 +302,7 @@ def openai_router(port: DaemonPort) -> APIRouter:
             if body.stream:
                 include = bool(body.stream_options and body.stream_options.include_usage)
                 return EventSourceResponse(_stream(port, agent, text, key, include), ping=15)
-            event = port.submit(agent.agent_id, api_input(text, key))
+            event = await port.submit_input(agent.agent_id, api_input(text, key))
             outcome = await await_outcome(port, agent.agent_id, event.seq, MAX_WAIT_S, gone=request.is_disconnected)
             if not outcome.settled or outcome.status in ("failed", "interrupted"):
                 raise _failure(agent, event, outcome)

@@ -53,6 +53,11 @@ class DaemonPort(Protocol):
         input's event comes back (``IdempotencyConflict`` when that input was different)."""
         ...
 
+    async def submit_input(self, agent: str, spec: InputSpec) -> Event:
+        """``submit`` for the request handlers: inputs arriving together are committed together
+        (one transaction, one fsync); returns once the input's transaction is committed."""
+        ...
+
     def create_agent(
         self,
         name: str,

@@ -131,6 +131,10 @@ class Daemon:
         """An input (``InputSpec``, or its text with the other fields by keyword), durable, then woken."""
         return self.rooms.ports.submit(agent, spec, **fields)
 
+    async def submit_input(self, agent: str, spec: InputSpec) -> Event:
+        """An input through the group commit (the HTTP API's path): durable when this returns."""
+        return await self.rooms.ports.submit_input(agent, spec)
+
     def create_agent(
         self, name: str, *, template: str = "assistant", workspace: str | None = None, schedule: str | None = None,
         prompt: str | None = None, settings: dict[str, Any] | None = None,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from holon.clock import Clock
 from holon.daemon.deletion import REASON, delete_records, descendants
+from holon.daemon.group_commit import GroupCommit
 from holon.daemon.hooks import HookTokens
 from holon.daemon.wakes import Phase, Wakes
 from holon.errors import ConflictError, NotFoundError
@@ -44,6 +45,7 @@ class Ports:
         self.host = host
         self.wakes = wakes
         self.phase = phase
+        self.group = GroupCommit(store.ledger)
 
     def _check_open(self) -> None:
         if not self.phase.accepting:
@@ -55,6 +57,14 @@ class Ports:
         """``AgentHost.submit`` while the daemon takes input, then the agent is woken."""
         self._check_open()
         stored = self.host.submit(agent, spec, **fields)
+        self.wakes.wake(stored.agent_id)
+        return stored
+
+    async def submit_input(self, agent: str, spec: InputSpec) -> Event:
+        """``submit`` through the group commit: inputs arriving together share one transaction
+        (and one fsync); the event comes back once it is committed."""
+        self._check_open()
+        stored = await self.group.run(lambda tx: self.host.deliver(agent, spec, tx))
         self.wakes.wake(stored.agent_id)
         return stored
 

@@ -197,6 +197,13 @@ class Transaction:
                 seen_keys[key] = event
         return out, inserted
 
+    def flush_hooks(self) -> None:
+        """Write what the hooks hold (projection rows) now, so that reads later in this same
+        transaction see it; COMMIT flushes again whatever changes after (group commit runs several
+        callers' bodies in one transaction, each reading what the ones before it wrote)."""
+        for hook in self.ledger.hooks:
+            hook.flush(self)
+
     def find(self, q: EventQuery) -> list[Event]:
         """Events matching ``q`` as this transaction sees them (with what it has written), decoded."""
         return self.ledger.find(q)  # the ledger's one connection is this transaction's

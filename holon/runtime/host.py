@@ -30,7 +30,7 @@ from typing import Any, Literal, TextIO
 from holon.clock import Clock
 from holon.errors import ConflictError, NotFoundError
 from holon.ids import new_id
-from holon.ledger import Event, NewEvent
+from holon.ledger import Event, NewEvent, Transaction
 from holon.ledger import events as ev
 from holon.logs import get_logger
 from holon.projections import Store
@@ -184,6 +184,11 @@ class AgentHost:
             spec = InputSpec(spec, **fields)
         elif fields:
             raise TypeError("submit takes an InputSpec or a text with keyword fields, not both")
+        return self.deliver(agent_ref, spec)
+
+    def deliver(self, agent_ref: str, spec: InputSpec, tx: Transaction | None = None) -> Event:
+        """``submit``'s work, inside ``tx`` when given (the daemon's group commit), else in a
+        transaction of its own. Safe to run again after a rollback."""
         agent = self.store.agent(agent_ref)
         stored, _ = deliver_input(
             self.store,
@@ -195,6 +200,7 @@ class AgentHost:
             channel=spec.channel,
             wakes=wakes_of(spec.authority, spec.event),
             idempotency_key=spec.idempotency_key,
+            tx=tx,
         )
         self._stalled.pop(agent.agent_id, None)
         return stored

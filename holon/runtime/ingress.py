@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from holon.errors import IdempotencyConflict, UsageError
-from holon.ledger import Event, EventQuery, NewEvent
+from holon.ledger import Event, EventQuery, NewEvent, Transaction
 from holon.ledger import events as ev
 from holon.ledger.events import Authority
 from holon.projections import Store
@@ -88,31 +88,40 @@ def deliver_input(
     channel: str,
     wakes: tuple[ev.WaitOn, str | None] | None = None,
     idempotency_key: str | None = None,
+    tx: Transaction | None = None,
 ) -> tuple[Event, bool]:
     """Store an input (with the waits it resolves) once; returns its ``message.received`` event and
-    whether it was stored by an earlier call with the same key (a retry)."""
+    whether it was stored by an earlier call with the same key (a retry). ``tx``: inside that open
+    transaction (group commit), else in one of its own."""
     check_text(text)
+    if idempotency_key is not None:
+        check_idempotency_key(idempotency_key)
+    if tx is None:
+        with store.ledger.transaction() as own:
+            return _deliver(store, own, agent_id, text, origin, authority, sender, channel, wakes, idempotency_key)
+    return _deliver(store, tx, agent_id, text, origin, authority, sender, channel, wakes, idempotency_key)
+
+
+def _deliver(
+    store: Store, tx: Transaction, agent_id: str, text: str, origin: str, authority: Authority, sender: str,
+    channel: str, wakes: tuple[ev.WaitOn, str | None] | None, idempotency_key: str | None,
+) -> tuple[Event, bool]:  # fmt: skip
+    # Inside the write lock: the waits read are the current ones, and a concurrent duplicate
+    # (another request, another process) either committed before (found here) or waits for this
+    # transaction to end.
+    events = input_events(
+        store, agent_id, text, origin=origin, authority=authority, sender=sender, channel=channel, wakes=wakes
+    )
     if idempotency_key is None:
-        stored = store.append(
-            *input_events(
-                store, agent_id, text, origin=origin, authority=authority, sender=sender, channel=channel, wakes=wakes
-            )
-        )
-        return stored[-1], False
-    key = _scoped(agent_id, check_idempotency_key(idempotency_key))
-    message = ev.MessageReceived(text=text, sender=sender, channel=channel)
+        return tx.append(*events)[-1], False
+    key = _scoped(agent_id, idempotency_key)
     try:
-        with store.ledger.transaction() as tx:
-            # Inside the write lock: a concurrent duplicate (another request, another process)
-            # either committed before (found here) or waits for this transaction to end.
-            if store.ledger.exists(EventQuery(idempotency_key=key)):
-                stored = tx.append(_keyed(agent_id, message, origin, authority, key))
-                return stored[-1], True
-            events = input_events(
-                store, agent_id, text, origin=origin, authority=authority, sender=sender, channel=channel, wakes=wakes
-            )
-            events[-1] = replace(events[-1], idempotency_key=key)
-            return tx.append(*events)[-1], False
+        if store.ledger.exists(EventQuery(idempotency_key=key)):
+            message = ev.MessageReceived(text=text, sender=sender, channel=channel)
+            stored = tx.append(_keyed(agent_id, message, origin, authority, key))
+            return stored[-1], True
+        events[-1] = replace(events[-1], idempotency_key=key)
+        return tx.append(*events)[-1], False
     except IdempotencyConflict as e:
         raise IdempotencyConflict(
             f"idempotency key {idempotency_key!r} was already used for a different input to agent {agent_id}: "
