@@ -12,6 +12,7 @@ from holon.bench import workload
 from holon.bench.ledger_peers import EventSourcingRecorder, RawSqlite, raw_rows
 from holon.bench.progress import reporting
 from holon.ledger import NewEvent
+from holon.ledger import events as ev
 from holon.ledger.store import EVENT_INSERT
 
 PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL")
@@ -90,3 +91,24 @@ def test_eventsourcing_peer_gets_holons_pragmas(tmp_path: Path) -> None:
             assert conn._sqlite_conn.execute("PRAGMA synchronous").fetchone()[0] == 1
     finally:
         peer.close()
+
+
+def test_the_workloads_turns_take_their_inputs(tmp_path: Path) -> None:
+    """Appended through ``take_inputs`` in chunks of any size, every turn takes the messages its
+    agent received before it: no agent's pending inputs pile up (they did, without bound)."""
+    from holon.clock import FakeClock
+    from holon.config import Settings, resolve_home
+    from holon.projections import Store
+
+    events = _events(600)
+    with Store.open(resolve_home(tmp_path / "h"), Settings(), clock=FakeClock()) as store:
+        store.append(*workload.creation_events(2))
+        waiting: dict[str, list[int]] = {}
+        for size in (1, 7, 10, 100):
+            part, events = events[:150], events[150:]
+            for i in range(0, len(part), size):
+                store.append(*workload.take_inputs(part[i : i + size], store.ledger.head(), waiting))
+        taken = [s for e in store.ledger.read() if isinstance(e.payload, ev.TurnStarted) for s in e.payload.inputs]
+        received = [e.seq for e in store.ledger.read() if e.type == "message.received"]
+        assert taken and taken == received[: len(taken)]
+        assert all(len(a.pending_inputs) <= 1 for a in store.agents())
