@@ -173,20 +173,18 @@ class _Cue:
     """A case-insensitive cue pattern with needles: ``|``-separated literals in ``_cue_key`` form,
     one of which every match in ASCII text contains (``tests/test_dialogue.py`` checks them)."""
 
-    __slots__ = ("needles", "pattern")
+    __slots__ = ("_quick", "needles", "pattern")
 
     def __init__(self, pattern: str, *, needles: str) -> None:
         self.pattern = re.compile(pattern, re.IGNORECASE)
         self.needles = tuple(n.encode("ascii") for n in needles.split("|"))
+        # One search for all needles: a few times faster than a loop of ``in`` over them.
+        self._quick = re.compile(b"|".join(map(re.escape, self.needles)))
 
     def search(self, text: str) -> re.Match[str] | None:
         key = _cue_key(text)
-        if key is not None:
-            for needle in self.needles:
-                if needle in key:
-                    break
-            else:
-                return None
+        if key is not None and self._quick.search(key) is None:
+            return None
         return self.pattern.search(text)
 
 
