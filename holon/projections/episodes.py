@@ -175,8 +175,10 @@ def _vocabulary(s: EpisodeDrafts, thread: str) -> frozenset[str]:
 
 def _learn(s: EpisodeDrafts, thread: str, text: str) -> list[ThreadVocabulary]:
     """The vocabularies with ``text``'s terms added to ``thread``'s (newest last, bounded)."""
+    if not thread.startswith("conv:"):
+        return s.vocabularies
     new = sorted(dialogue.terms(text))
-    if not new or not thread.startswith("conv:"):
+    if not new:
         return s.vocabularies
     old = next((v.terms for v in s.vocabularies if v.thread == thread), [])
     kept = [w for w in old if w not in new] + new

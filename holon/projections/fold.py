@@ -185,16 +185,28 @@ def routes(event: Event) -> list[Key]:
     return out
 
 
+#: type -> (kind, key of an event, reducer, keyed) of each projection reading it: ``_ROUTES`` with
+#: each kind's reducer looked up once (``fold_event`` runs for every event appended or replayed).
+_FOLDS = {
+    t: tuple((kind, key_of, KINDS[kind].reducer, KINDS[kind].keyed) for kind, key_of in route)
+    for t, route in _ROUTES.items()
+}
+
+
 def fold_event(states: MutableMapping[Key, State | None], event: Event) -> list[Key]:
-    """Apply one event; returns the keys whose state changed."""
+    """Apply one event; returns the keys whose state changed (in ``routes`` order)."""
     changed = []
-    for key in routes(event):
-        old = states.get(key)
-        kind = KINDS[key[0]]
-        new = kind.reducer(old, event, key[1]) if kind.keyed else kind.reducer(old, event)
-        if new is not old:
-            states[key] = new
-            changed.append(key)
+    for kind, key_of, reducer, keyed in _FOLDS[event.type]:
+        found = key_of(event)
+        if found is None:
+            continue
+        for k in (found,) if isinstance(found, str) else dict.fromkeys(found):
+            key = (kind, k)
+            old = states.get(key)
+            new = reducer(old, event, k) if keyed else reducer(old, event)
+            if new is not old:
+                states[key] = new
+                changed.append(key)
     return changed
 
 
