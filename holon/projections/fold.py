@@ -152,9 +152,13 @@ _IGNORABLE: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Event types no projection reads.
+_UNREAD = frozenset(t for t, route in _ROUTES.items() if not route)
+
+
 def folds(event_type: str) -> bool:
     """Whether any projection reads events of this type (replay skips decoding the others)."""
-    return bool(_ROUTES.get(event_type, True))
+    return event_type not in _UNREAD  # an unknown type is read, and fails its decoding
 
 
 def needs_decoding(states: Mapping[Key, State | None], event_type: str, agent_id: str) -> bool:
@@ -164,7 +168,7 @@ def needs_decoding(states: Mapping[Key, State | None], event_type: str, agent_id
     rows without decoding them; folding them would return every state unchanged."""
     kinds = _IGNORABLE.get(event_type)
     if kinds is None:
-        return folds(event_type)
+        return event_type not in _UNREAD  # ``folds``, inlined: this runs for every row replayed
     for kind in kinds:
         ignores = KINDS[kind].ignores
         assert ignores is not None  # only such kinds are listed
