@@ -85,7 +85,7 @@ class _TermOf(dict[str, str]):
 
 _ASCII_TERM = _TermOf()
 #: Distinct words remembered before the memo starts over (it only saves time; results are the same).
-_ASCII_TERM_LIMIT = 200_000
+_ASCII_TERM_LIMIT = 50_000
 
 
 @functools.lru_cache(maxsize=20_000)
