@@ -3,7 +3,9 @@ belongs and what it settles, in English and Chinese, with and without marker wor
 
 from __future__ import annotations
 
-from hypothesis import given
+import re
+
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from holon.projections import dialogue as d
@@ -114,3 +116,47 @@ def test_any_text_gets_an_answer_never_an_error(text: str, reply: str) -> None:
     d.settles(text, reply or None)
     d.carried_on(text, reply or None)
     d.supersedes(text, reply)
+
+
+_CUES = {name: cue for name, cue in vars(d).items() if isinstance(cue, d._Cue)}
+# Every literal word of the cue patterns, the needles' words, and words around them, in any case,
+# joined by separators that do and do not end a word (apostrophes, underscores, digits, CJK).
+_VOCAB = sorted(
+    {w for c in _CUES.values() for w in re.findall(r"[A-Za-z]+", c.pattern.pattern)}
+    | {"okay", "tokens", "nothingness", "users", "cancelled", "decided", "goes", "plans", "lets", "id"}
+)
+_SEPARATORS = [" ", "  ", "'", "\u2019", ", ", ". ", "?", "_", "-", "\n", "\t", "1", "x", "好的", "已经取消", ""]
+
+
+@settings(max_examples=400)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(_VOCAB).flatmap(lambda w: st.sampled_from([w, w.upper(), w.capitalize()])),
+            st.sampled_from(_SEPARATORS),
+        ),
+        max_size=14,
+    )
+)
+def test_a_cue_answers_as_its_pattern(parts: list[str]) -> None:
+    text = "".join(parts)
+    for name, cue in _CUES.items():
+        assert bool(cue.search(text)) == bool(cue.pattern.search(text)), (name, text)
+
+
+def test_every_cue_alternative_passes_its_needles() -> None:
+    """Each cue's own sample phrases, alone and inside a sentence, are found as the pattern finds them."""
+    samples = [
+        "I'll do it", "we will", "Let's go", "lets", "shall we", "What about it", "my plan", "The plan is",
+        "I'd suggest", "id use", "never", "Don't ever", "dont ever", "nothing at all until", "limited to",
+        "decided", "we'll go with", "We will use", "let's use", "lets go with", "finally", "then", "not sure anymore", "goes up", "go down", "from now",
+        "no", "Nope", "nah", "don't", "hold on", "Wait", "rather than", "OK", "okay", "yes", "Yup", "Done",
+        "sounds good", "noted", "canceled", "cancelled", "set up", "noted down", "at least", "budget is",
+        "from now on", "the rule is", "no later than", "everything goes to", "not a blocker anymore",
+    ]  # fmt: skip
+    words = _VOCAB + [w.upper() for w in _VOCAB]
+    samples += words + [f"{a} {b}" for a in _VOCAB for b in _VOCAB]
+    for sample in samples:
+        for text in (sample, f"So, {sample}.", f"x_{sample}", f"{sample}_x", f"({sample})"):
+            for name, cue in _CUES.items():
+                assert bool(cue.search(text)) == bool(cue.pattern.search(text)), (name, text)

@@ -65,19 +65,41 @@ _CJK_PARTICLES = frozenset("的了是在吗呢吧啊和就也都还个这那")
 _CJK_DISCOURSE = frozenset("我们 你们 一下 这个 那个 现在 继续 开始 回到 一个 什么 怎么 可以 好的 就这 这样".split())  # noqa: SIM905
 
 
+def _ascii_term(word: str) -> str:
+    """The term an ASCII word (lower case, from ``words``) contributes to ``terms``, or ``""``."""
+    if word in STOP_WORDS or word in CHATTER:
+        return ""
+    w = stem(word)
+    if len(w) >= 3 and w not in DISCOURSE and not w.isdigit():
+        return w[:-1] if len(w) > 4 and w[-1] == "e" else w
+    return ""
+
+
+class _TermOf(dict[str, str]):
+    """word -> ``_ascii_term(word)``, filled on first use: a text's terms are then one lookup per word."""
+
+    def __missing__(self, word: str) -> str:
+        term = self[word] = _ascii_term(word)
+        return term
+
+
+_ASCII_TERM = _TermOf()
+#: Distinct words remembered before the memo starts over (it only saves time; results are the same).
+_ASCII_TERM_LIMIT = 50_000
+
+
 @functools.lru_cache(maxsize=20_000)
 def terms(text: str) -> frozenset[str]:
     """The words that say what ``text`` is about: content words of three letters or more (less
     chatter and conversation management), and bigrams of scripts written without spaces."""
-    out = set()
-    if text.isascii():  # no script without spaces, nothing to fold: the quick way, in one pass
-        for word in words(text):
-            if word in STOP_WORDS or word in CHATTER:
-                continue
-            w = stem(word)
-            if len(w) >= 3 and w not in DISCOURSE and not w.isdigit():
-                out.add(w[:-1] if len(w) > 4 and w[-1] == "e" else w)
+    if text.isascii():  # no script without spaces, nothing to fold: the quick way, word by word
+        cache = _ASCII_TERM
+        if len(cache) > _ASCII_TERM_LIMIT:
+            cache.clear()
+        out = set(map(cache.__getitem__, words(text)))
+        out.discard("")
         return frozenset(out)
+    out = set()
     for w in content_words(text, drop=CHATTER):
         if is_unsegmented(w):
             if len(w) == 2 and w not in _CJK_DISCOURSE and not (set(w) & _CJK_PARTICLES):
@@ -129,6 +151,43 @@ def is_reply(text: str) -> bool:
     return is_short(text) and len(terms(text)) <= 1
 
 
+# Cue patterns are searched in every operator message and reply a projection folds, and a regex
+# of many ``\b(...)\b`` alternatives tries each at every position of the text. ``_Cue`` first asks
+# whether the text can hold a match at all: in ASCII text (where ignoring case is lower-casing),
+# every match contains one of a few literal needles, looked for in ``_cue_key`` form (lower case,
+# each non-word character a space, led by one, so a needle " ok" stands for ``\bok``). A text with
+# none of them is not searched; any other text is, so the answer is always the pattern's own.
+_CUE_TABLE = bytes(
+    c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 or c == 95 else 32 for c in range(256)
+)
+
+
+@functools.lru_cache(maxsize=256)  # pure: several cues look at the same text
+def _cue_key(text: str) -> bytes | None:
+    """An ASCII ``text`` lower-cased, every non-word character a space, led by a space (``None``
+    for other text: case folding beyond ASCII is left to the pattern)."""
+    return b" " + text.encode("ascii").translate(_CUE_TABLE) if text.isascii() else None
+
+
+class _Cue:
+    """A case-insensitive cue pattern with needles: ``|``-separated literals in ``_cue_key`` form,
+    one of which every match in ASCII text contains (``tests/test_dialogue.py`` checks them)."""
+
+    __slots__ = ("_quick", "needles", "pattern")
+
+    def __init__(self, pattern: str, *, needles: str) -> None:
+        self.pattern = re.compile(pattern, re.IGNORECASE)
+        self.needles = tuple(n.encode("ascii") for n in needles.split("|"))
+        # One search for all needles: a few times faster than a loop of ``in`` over them.
+        self._quick = re.compile(b"|".join(map(re.escape, self.needles)))
+
+    def search(self, text: str) -> re.Match[str] | None:
+        key = _cue_key(text)
+        if key is not None and self._quick.search(key) is None:
+            return None
+        return self.pattern.search(text)
+
+
 #: Words that say yes, at the start of a message: the operator accepting, the assistant acknowledging.
 _YES = (
     r"yes|yeah|yep|yup|sure|ok(ay)?|fine|agreed|sounds good|correct|right|exactly|perfect|great|good|"
@@ -139,10 +198,10 @@ _ACCEPT = re.compile(
     r"let'?s do (it|that)|option\b|the (first|second|third|last) one|that one|就这样|同意|嗯|就按|照这个)",
     re.IGNORECASE,
 )
-_REJECT = re.compile(
+_REJECT = _Cue(
     r"^\s*(no\b|nope|nah|not\b|don'?t|do not|never mind|hold on|wait\b|stop\b|instead|rather|"
     r"不\b|不要|不用|不行|别|算了|等等|先别)|\b(instead|rather than)\b|而不是|改成|换成",
-    re.IGNORECASE,
+    needles=" no| nah| don| do not| never mind| hold on| wait| stop| instead| rather",
 )
 
 
@@ -158,11 +217,11 @@ def reaction(text: str) -> Literal["accept", "reject", "other"]:
 
 # Cues of a proposal or a plan in the assistant's words. They pick the sentence to keep; whether it
 # became a decision is decided by what the operator did next.
-_PROPOSAL = re.compile(
+_PROPOSAL = _Cue(
     r"\b(i('ll| will| would| suggest| recommend| propose| plan| can)|we('ll| will| should| could| can)|let'?s|"
     r"shall (i|we)|should (i|we)|how about|what about|my (suggestion|recommendation|plan)|the plan is|"
     r"i'?d (suggest|go|use|recommend))\b|我(建议|会|打算|们可以|们就|来|先)|要不要|不如|那就|可以先",
-    re.IGNORECASE,
+    needles=" i | id | we | let| shall | should | about| my | the plan is",
 )
 _OPTIONS = re.compile(r"\b(or|either|option|choose|which)\b|还是|或者|哪个|选", re.IGNORECASE)
 
@@ -180,22 +239,29 @@ def proposal_of(reply: str) -> str | None:
     return said[last]
 
 
-_RULE = re.compile(
+_RULE = _Cue(
     r"(\b(always|never|must|do not|don'?t ever|from now on|the rule is|make sure|i prefer|no more|"
     r"capped|at most|at least|no more than|no later than|maximum|minimum|limit(ed)? to|deadline|budget is|"
     r"nothing \w+( \w+)? until|only after|not before|everything goes to)\b|"
     r"必须|不要|总是|永远|以后都|规则|我更喜欢|一律|务必|不超过|上限|最多|至少|截止|预算是)",
-    re.IGNORECASE,
+    needles=(
+        " always| never| must| do not| don| from now on| the rule is| make sure| i prefer| no more"
+        "| capped| at most| at least| no later than| maximum| minimum| limit| deadline| budget is"
+        "| nothing| only after| not before| everything goes to"
+    ),
 )
-_DECISION = re.compile(
+_DECISION = _Cue(
     r"(\b(decid\w*|decision|we('ll| will) (use|go with)|let'?s (use|go with)|go with|settled|final(ly)?|then)\b|"
     r"决定|定了|就用|就定|那就)",
-    re.IGNORECASE,
+    needles=" decid| decision| use| go with| settled| final| then",
 )
-_CHANGE = re.compile(
+_CHANGE = _Cue(
     r"\b(instead|actually|change|changed|move|moved|switch|no longer|not .* anymore|rather|raise|lower|"
     r"increase|decrease|bump|go(es)? (up|down)|from now)\b|改|换成|不再|改成|推迟|提前|涨|降",
-    re.IGNORECASE,
+    needles=(
+        " instead| actually| change| move| switch| no longer| anymore| rather| raise| lower"
+        "| increase| decrease| bump| go up| goes up| go down| goes down| from now"
+    ),
 )
 
 Kind = Literal["decision", "rule"]
@@ -264,18 +330,24 @@ def carried_on(text: str, last_reply: str | None) -> Settled | None:
 
 # The assistant saying it took a statement ("Blue palette, noted."); that it did what was said is
 # ``_DONE``, looked for alongside.
-_ACK = re.compile(
+_ACK = _Cue(
     r"\b(noted|got it|understood|will do|roger|agreed|confirmed|sounds good|ok(ay)?|sure)\b|记下|明白|收到|好的|了解|没问题|"
     rf"^\s*({_YES}|done|知道了|已)\b",
-    re.IGNORECASE,
+    needles=(
+        " noted| got it| understood| will do| roger| agreed| confirmed| sounds good| ok| sure| ye"
+        "| yup| fine| correct| right| exactly| perfect| great| good| done"
+    ),
 )
 
 
 # The assistant reporting that it did what was said ("the Glass Room is reserved for 40").
-_DONE = re.compile(
+_DONE = _Cue(
     r"\b(cancel+ed|reserved|booked|scheduled|set up|created|sent|moved|changed|updated|added|removed|fixed|"
     r"renewed|raised|lowered|switched|noted down)\b|已经?(取消|预订|订好|改|加|删|发|安排)",
-    re.IGNORECASE,
+    needles=(
+        " cancel| reserved| booked| scheduled| set up| created| sent| moved| changed| updated"
+        "| added| removed| fixed| renewed| raised| lowered| switched| noted down"
+    ),
 )
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "apply_episode_drafts",
     "consumed_inputs",
     "flat_excerpt",
+    "ignores",
     "is_key_point",
     "is_topic_switch",
     "sealed_payload",
@@ -174,8 +175,10 @@ def _vocabulary(s: EpisodeDrafts, thread: str) -> frozenset[str]:
 
 def _learn(s: EpisodeDrafts, thread: str, text: str) -> list[ThreadVocabulary]:
     """The vocabularies with ``text``'s terms added to ``thread``'s (newest last, bounded)."""
+    if not thread.startswith("conv:"):
+        return s.vocabularies
     new = sorted(dialogue.terms(text))
-    if not new or not thread.startswith("conv:"):
+    if not new:
         return s.vocabularies
     old = next((v.terms for v in s.vocabularies if v.thread == thread), [])
     kept = [w for w in old if w not in new] + new
@@ -338,6 +341,13 @@ def _remember(
     return up_state, points
 
 
+def ignores(state: EpisodeDrafts | None, event_type: str) -> bool:
+    """Whether ``apply_episode_drafts`` leaves ``state`` as it is for any event of ``event_type``,
+    whatever its payload: content (a tool call, a file touched) while a draft is open, read from
+    the draft's range when it is sealed. Replay skips such rows without decoding them."""
+    return state is not None and state.current is not None and event_type in _CONTENT_TYPES
+
+
 def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDrafts | None:
     """Fold one event into the agent's drafts.
 
@@ -351,6 +361,8 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
     new thread: nothing happened in it, and its messages are quoted by the episode of the turn
     that takes them (the work item's first turn, whose request they are).
     """
+    if ignores(state, event.type):
+        return state  # read from the range when sealing
     p = event.payload
     if not isinstance(p, EpisodeEvent):
         return state
@@ -358,8 +370,6 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
     if isinstance(p, ev.EpisodeSealed):
         ready = [d for d in s.ready if d.seq_start != p.seq_start]
         return s.model_copy(update={"ready": ready}) if len(ready) != len(s.ready) else state
-    if event.type in _CONTENT_TYPES and s.current is not None:
-        return state  # read from the range when sealing
     said = _operator_text(event)
     if said is not None:
         said = said[:_READ]  # structure is read from a message's start: a pasted document adds nothing

@@ -8,7 +8,7 @@ same order, so ``fold(fold({}, prefix), suffix) == fold({}, prefix + suffix)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from holon.projections.durable import (
     apply_durable,
     apply_proposal,
 )
-from holon.projections.episodes import EPISODE_TYPES, apply_episode_drafts, consumed_inputs, sealed_payload
+from holon.projections.episodes import EPISODE_TYPES, apply_episode_drafts, consumed_inputs, ignores, sealed_payload
 from holon.projections.state import (
     AgentState,
     EpisodeDrafts,
@@ -47,6 +47,7 @@ __all__ = [
     "fold",
     "fold_event",
     "folds",
+    "needs_decoding",
     "routes",
     "row_columns",
     "state_json",
@@ -68,6 +69,9 @@ class Kind:
     reducer: Callable[..., State | None]
     keyed: bool = False
     """The reducer takes the row's key as a third argument (one event may fold into several rows)."""
+    ignores: Callable[[Any, str], bool] | None = None  # Any: the kind's own state model, or None
+    """(state, event type) -> whether the reducer returns ``state`` unchanged for any event of that
+    type, whatever its payload (see ``needs_decoding``)."""
 
 
 KINDS: dict[str, Kind] = {
@@ -80,7 +84,7 @@ KINDS: dict[str, Kind] = {
         Kind("task", TaskProjection, r.apply_task),
         Kind("wait", WaitProjection, r.apply_wait),
         Kind("timer", TimerProjection, r.apply_timer),
-        Kind("episode_drafts", EpisodeDrafts, apply_episode_drafts),
+        Kind("episode_drafts", EpisodeDrafts, apply_episode_drafts, ignores=ignores),
         Kind("durable", DurableState, apply_durable, keyed=True),
         Kind("proposal", ProposalState, apply_proposal, keyed=True),
     )
@@ -101,8 +105,8 @@ _READS: dict[str, frozenset[str]] = {
 }
 
 
-def _by_agent(kind: str) -> Callable[[Event], str | None]:
-    return lambda e: e.agent_id
+def _agent_of(e: Event) -> str:
+    return e.agent_id
 
 
 def _by_field(field: str) -> Callable[[Event], str | None]:
@@ -121,16 +125,16 @@ _KeyOf = Callable[[Event], "str | list[str] | None"]
 def _route_table() -> dict[str, tuple[tuple[str, _KeyOf], ...]]:
     table: dict[str, list[tuple[str, _KeyOf]]] = {t: [] for t in PAYLOAD_TYPES}
     key_of: dict[str, _KeyOf] = {
-        "agent": _by_agent("agent"),
-        "working_memory": _by_agent("working_memory"),
+        "agent": _agent_of,
+        "working_memory": _agent_of,
         "work_item": _by_field("work_item_id"),
         "task": _by_field("task_id"),
         "wait": _by_field("wait_id"),
         "timer": _by_field("timer_id"),
-        "wm_baseline": _by_agent("wm_baseline"),
+        "wm_baseline": _agent_of,
         "durable": _entry_and_superseded,
         "proposal": _by_field("proposal_id"),
-        "episode_drafts": _by_agent("episode_drafts"),
+        "episode_drafts": _agent_of,
     }
     for t, route in table.items():
         route.extend((kind, key_of[kind]) for kind, reads in _READS.items() if t in reads)
@@ -139,10 +143,38 @@ def _route_table() -> dict[str, tuple[tuple[str, _KeyOf], ...]]:
 
 _ROUTES = _route_table()
 
+#: Event types every projection reading them keys by the event's agent and may ignore by state:
+#: type -> those kinds (``needs_decoding``).
+_IGNORABLE: dict[str, tuple[str, ...]] = {
+    t: tuple(kind for kind, _key_of in route)
+    for t, route in _ROUTES.items()
+    if route and all(KINDS[kind].ignores is not None and key_of is _agent_of for kind, key_of in route)
+}
+
+
+#: Event types no projection reads.
+_UNREAD = frozenset(t for t, route in _ROUTES.items() if not route)
+
 
 def folds(event_type: str) -> bool:
     """Whether any projection reads events of this type (replay skips decoding the others)."""
-    return bool(_ROUTES.get(event_type, True))
+    return event_type not in _UNREAD  # an unknown type is read, and fails its decoding
+
+
+def needs_decoding(states: Mapping[Key, State | None], event_type: str, agent_id: str) -> bool:
+    """Whether a stored event of ``event_type`` by ``agent_id`` can change any of ``states``: not
+    when no projection reads the type (``folds``), nor when every projection reading it ignores it
+    in its current state (an open episode draft and a tool call). Replay and catch-up skip such
+    rows without decoding them; folding them would return every state unchanged."""
+    kinds = _IGNORABLE.get(event_type)
+    if kinds is None:
+        return event_type not in _UNREAD  # ``folds``, inlined: this runs for every row replayed
+    for kind in kinds:
+        ignores = KINDS[kind].ignores
+        assert ignores is not None  # only such kinds are listed
+        if not ignores(states.get((kind, agent_id)), event_type):
+            return True
+    return False
 
 
 def routes(event: Event) -> list[Key]:
@@ -157,16 +189,28 @@ def routes(event: Event) -> list[Key]:
     return out
 
 
+#: type -> (kind, key of an event, reducer, keyed) of each projection reading it: ``_ROUTES`` with
+#: each kind's reducer looked up once (``fold_event`` runs for every event appended or replayed).
+_FOLDS = {
+    t: tuple((kind, key_of, KINDS[kind].reducer, KINDS[kind].keyed) for kind, key_of in route)
+    for t, route in _ROUTES.items()
+}
+
+
 def fold_event(states: MutableMapping[Key, State | None], event: Event) -> list[Key]:
-    """Apply one event; returns the keys whose state changed."""
+    """Apply one event; returns the keys whose state changed (in ``routes`` order)."""
     changed = []
-    for key in routes(event):
-        old = states.get(key)
-        kind = KINDS[key[0]]
-        new = kind.reducer(old, event, key[1]) if kind.keyed else kind.reducer(old, event)
-        if new is not old:
-            states[key] = new
-            changed.append(key)
+    for kind, key_of, reducer, keyed in _FOLDS[event.type]:
+        found = key_of(event)
+        if found is None:
+            continue
+        for k in (found,) if isinstance(found, str) else dict.fromkeys(found):
+            key = (kind, k)
+            old = states.get(key)
+            new = reducer(old, event, k) if keyed else reducer(old, event)
+            if new is not old:
+                states[key] = new
+                changed.append(key)
     return changed
 
 

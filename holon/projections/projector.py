@@ -24,7 +24,7 @@ from holon.ledger import Event, EventQuery, NewEvent, Transaction
 from holon.ledger.migrations import Migration
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
 from holon.projections.episodes import CONTENT_TYPES
-from holon.projections.fold import KINDS, MEMO_PENDING, Key, derive, fold_event, folds, row_columns, state_json
+from holon.projections.fold import KINDS, MEMO_PENDING, Key, derive, fold_event, needs_decoding, row_columns, state_json
 from holon.projections.framework import read_cursor, write_cursor
 from holon.projections.state import State
 
@@ -215,13 +215,13 @@ class Projector:
         conn = tx.conn
         start = after
         while start < upto:
-            # Raw rows: an event type no projection reads is skipped before it is decoded.
+            # Raw rows: an event no projection would change by is skipped before it is decoded.
             batch = conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000",
                 (start, upto),
             ).fetchall()
             for raw in batch:
-                if not folds(raw[3]):
+                if not needs_decoding(self._rows, raw[3], raw[2]):
                     continue
                 event = row_to_event(raw)
                 for key in fold_event(self._rows, event):

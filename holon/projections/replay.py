@@ -3,6 +3,11 @@
 The rebuild folds all events with the same reducers into scratch rows in a TEMP table, inside one
 read transaction (a consistent snapshot of events and live rows), and counts rows that differ in
 either direction. Live rows are never touched.
+
+Only rows that can change a projection are decoded (``fold.needs_decoding``): types no projection
+reads, and events every projection reading them ignores in its current state (a tool call inside
+an open episode draft), are skipped as they are, so a damaged payload among them is not listed
+here; ``holon ledger verify`` checks every row.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from dataclasses import dataclass, field
 from holon.errors import EventValidationError
 from holon.ledger.envelope import EVENT_FIELDS
 from holon.ledger.store import row_to_event
-from holon.projections.fold import Key, fold_event, folds, row_columns, state_json
+from holon.projections.fold import Key, fold_event, needs_decoding, row_columns, state_json
 from holon.projections.framework import read_cursor
 from holon.projections.projector import CURSOR_NAME
 from holon.projections.state import State
@@ -59,8 +64,8 @@ def replay(conn: sqlite3.Connection, *, progress: Callable[[int, int], None] | N
             if not rows:
                 break
             for raw in rows:
-                if not folds(raw[3]):
-                    continue  # no projection reads it: not even decoded
+                if not needs_decoding(states, raw[3], raw[2]):
+                    continue  # no projection reads it, or every one would ignore it: not even decoded
                 try:
                     event = row_to_event(raw)
                 except EventValidationError as e:  # a damaged payload: named, never a traceback
