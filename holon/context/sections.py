@@ -404,22 +404,36 @@ def update_sections(sections: list[Section], built: TurnView, view: TurnView, co
 
 
 def _stable_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
+    s = list(_stable_text_sections(view.agents_md, view.memory_files, view.skills, counter))
+    if view.tools:
+        s.append(Section("tools", "stable", "system", 50, 960, _tool_forms(view.tools, counter), pinned=True))
+    return s
+
+
+@functools.lru_cache(maxsize=256)
+def _stable_text_sections(
+    agents_md: str,
+    memory_files: tuple[tuple[str, str], ...],
+    skills: tuple[tuple[str, str, str], ...],
+    counter: TokenCounter,
+) -> tuple[Section, ...]:
+    """The stable tier's text sections: the same files give the same sections, turn after turn."""
     s: list[Section] = []
     s.append(_text_section(counter, "system", "stable", "system", 0, 1000, PREAMBLE, pinned=True))
-    if view.agents_md.strip():
-        md = view.agents_md.strip()
+    if agents_md.strip():
+        md = agents_md.strip()
         s.append(_text_section(counter, "agents_md", "stable", "system", 1, 920, md, _outline(md), pinned=True))
-    for i, (name, text) in enumerate(view.memory_files):
+    for i, (name, text) in enumerate(memory_files):
         full, compact = _memory_file(name, text)
         s.append(
             _text_section(
                 counter, f"file:{name}", "stable", "system", 10 + i, 450, full, compact, refs=(f"file:{name}",)
             )
         )
-    if view.skills:
+    if skills:
         catalog = (
             "# Skills you may use (read one in full with memory_get ref=skill:<id> before following it)\n"
-            + "\n".join(f"- skill:{sid}: {name}" + (f" ({desc})" if desc else "") for sid, name, desc in view.skills)
+            + "\n".join(f"- skill:{sid}: {name}" + (f" ({desc})" if desc else "") for sid, name, desc in skills)
         )
         s.append(
             _text_section(
@@ -430,12 +444,10 @@ def _stable_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
                 40,
                 440,
                 catalog,
-                refs=tuple(f"skill:{sid}" for sid, _n, _d in view.skills),
+                refs=tuple(f"skill:{sid}" for sid, _n, _d in skills),
             )
         )
-    if view.tools:
-        s.append(Section("tools", "stable", "system", 50, 960, _tool_forms(view.tools, counter), pinned=True))
-    return s
+    return tuple(s)
 
 
 def _work_item_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
@@ -623,32 +635,72 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
     out = []
     for e, _score, reason in scored:
         key = f"episode:{e.episode_id}"
-        parts = tuple(_marked(p, plan.superseded) for p in _episode_parts(e))
         if e.work_item_id in paused:  # paused work: only the lines that match what the input asks
+            parts = tuple(_marked(p, plan.superseded) for p in _episode_parts(e))
             matching = tuple(p for p in parts[1:] if plan.weights.relevance(p.text) >= _RELEVANT)
-            parts = (parts[0], *matching) if matching else parts
-        full_text = "\n".join(p.text for p in parts)
-        refs = tuple(sorted({r for p in parts for r in p.refs}))
+            forms = _episode_forms((parts[0], *matching) if matching else parts)
+        else:  # the same episode, with the same notes, has the same forms every turn
+            forms = _kept_episode_forms(e, _notes(e, plan.superseded))
+        full, compact = forms
         if e.episode_id not in rank:
-            rendering = Rendering("full", 0, text=full_text, refs=refs)
+            rendering = Rendering("full", 0, text=full.text, refs=full.refs)
             out.append(Section(key, "turn", "context", 10 + e.seq, 0, (rendering,), reason=reason, excluded=True))
             continue
-        compact_parts = (parts[0], *(p for p in parts[1:] if not p.text.startswith(("Commands", "Files"))))
         renderings = [
-            Rendering("full", counter.count(full_text) + MESSAGE_OVERHEAD, text=full_text, refs=refs, parts=parts)
-        ]
-        compact_text = "\n".join(shorten(p.text, 200) for p in compact_parts)
-        if compact_text != full_text:
-            shortened = tuple(Part(shorten(p.text, 200), p.refs, p.essential) for p in compact_parts)
-            compact_refs = tuple(sorted({r for p in shortened for r in p.refs}))
+            Rendering("full", counter.count(full.text) + MESSAGE_OVERHEAD, text=full.text, refs=full.refs, parts=full.parts)
+        ]  # fmt: skip
+        if compact is not None:
             renderings.append(
-                Rendering("compact", counter.count(compact_text) + MESSAGE_OVERHEAD, text=compact_text, refs=compact_refs, parts=shortened)
+                Rendering("compact", counter.count(compact.text) + MESSAGE_OVERHEAD, text=compact.text, refs=compact.refs, parts=compact.parts)
             )  # fmt: skip
         # This thread's summaries outlive its older turns (cheap, and they stand in for what the
         # budget cuts); other threads' rank below every turn of this one.
         priority = (560 if _score >= 2.0 else 399) - min(rank[e.episode_id], 98)
         out.append(Section(key, "turn", "context", 10 + e.seq, priority, tuple(renderings), reason=reason))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Form:
+    """An episode's text rendering before its tokens are counted."""
+
+    text: str
+    refs: tuple[str, ...]
+    parts: tuple[Part, ...]
+
+
+def _episode_forms(parts: tuple[Part, ...]) -> tuple[_Form, _Form | None]:
+    """An episode's full form from its lines, and its compact form (``None`` when the same)."""
+    full_text = "\n".join(p.text for p in parts)
+    full = _Form(full_text, tuple(sorted({r for p in parts for r in p.refs})), parts)
+    compact_parts = (parts[0], *(p for p in parts[1:] if not p.text.startswith(("Commands", "Files"))))
+    compact_text = "\n".join(shorten(p.text, 200) for p in compact_parts)
+    if compact_text == full_text:
+        return full, None
+    shortened = tuple(Part(shorten(p.text, 200), p.refs, p.essential) for p in compact_parts)
+    return full, _Form(compact_text, tuple(sorted({r for p in shortened for r in p.refs})), shortened)
+
+
+@functools.lru_cache(maxsize=4_096)
+def _kept_episode_forms(e: EpisodeView, notes: tuple[tuple[int, str], ...]) -> tuple[_Form, _Form | None]:
+    """``_episode_forms`` of ``e``'s lines marked with ``notes``; an episode never changes, so
+    its forms are built once per set of notes (``_notes``)."""
+    superseded = dict(notes)
+    return _episode_forms(tuple(_marked(p, superseded) for p in _episode_parts(e)))
+
+
+@functools.lru_cache(maxsize=4_096)
+def _quoted_seqs(e: EpisodeView) -> frozenset[int]:
+    """The seqs of the events ``e``'s lines quote."""
+    return frozenset(int(r[6:]) for p in _episode_parts(e) for r in p.refs if r.startswith("event:"))
+
+
+def _notes(e: EpisodeView, superseded: dict[int, str]) -> tuple[tuple[int, str], ...]:
+    """The superseded-decision notes that apply to ``e``'s lines."""
+    if not superseded:
+        return ()
+    quoted = _quoted_seqs(e)
+    return tuple((n, note) for n, note in sorted(superseded.items()) if n in quoted)
 
 
 def _marked(part: Part, superseded: dict[int, str]) -> Part:

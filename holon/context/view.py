@@ -83,6 +83,11 @@ class EpisodeView:
     sources: tuple[int, ...] | None = None
     """Seqs of the events the summary quotes; ``None`` for episodes sealed before they were recorded."""
 
+    def __hash__(self) -> int:
+        # A sealed episode never changes: its id, seq and thread identify it (keeps the caches
+        # keyed by episodes cheap). Equal episodes still hash equal.
+        return hash((self.episode_id, self.seq, self.thread))
+
 
 @dataclass(frozen=True, slots=True)
 class ToolEvidence:

@@ -76,7 +76,7 @@ def context_event(
     """What the model is about to see in round ``round_no``: the manifest, a summary, and (with
     ``[context] record_prompts``) the prompt itself."""
     summary = a.manifest.summary()
-    prompt = canonical_json(a.messages).decode() if record_prompts else None
+    prompt = (a.messages_json or canonical_json(a.messages)).decode() if record_prompts else None
     tools = canonical_json(a.tools).decode() if record_prompts and round_no == 0 else None
     return ev.ContextAssembled(
         turn_id=turn_id,
@@ -85,7 +85,7 @@ def context_event(
         used_tokens=a.used_tokens,
         manifest_digest=a.digest,
         summary=dict(summary),
-        manifest=canonical_json(a.manifest.to_json()).decode(),
+        manifest=a.manifest.json_bytes().decode(),
         prompt=prompt,
         tools=tools,
     )
