@@ -287,7 +287,8 @@ class TurnRunner:
 
     def _start(self, agent_id: str, turn_id: str, inputs: list[int]) -> Event:
         """Append ``turn.started``, which takes ``inputs`` out of the agent's queue."""
-        active = self.store.working_memory(agent_id).get("active_work_item")
+        wm = self.store.working_memory_state(agent_id)
+        active = wm.active_work_item if wm is not None else None
         started = NewEvent(
             agent_id,
             ev.TurnStarted(turn_id=turn_id, inputs=inputs),
