@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,10 +68,7 @@ class _Weights:
 
     def __init__(self, texts: list[str], view: TurnView) -> None:
         self.n = len(texts) + 1
-        self.df: dict[str, int] = {}
-        for text in texts:
-            for w in _terms(text):
-                self.df[w] = self.df.get(w, 0) + 1
+        self.df = _document_frequencies(texts, view.agent.agent_id)
         self._weights: dict[str, float] = {}
         self._totals: dict[frozenset[str], float] = {}
         # A bigram of a script without spaces that nothing in the past uses is most often one
@@ -99,6 +97,42 @@ class _Weights:
         if total <= 0:
             return 0.0
         return sum(self.weight(w) for w in query & _terms(text)) / total
+
+
+#: Per agent, the candidate past of its last prompt and its document frequencies (read only).
+_LAST_PAST: dict[str, tuple[Counter[str], dict[str, int]]] = {}
+
+
+def _document_frequencies(texts: list[str], agent_id: str) -> dict[str, int]:
+    """In how many of ``texts`` each term occurs. Consecutive prompts of an agent share most of
+    their past (a turn comes in, an old one goes out), so the last prompt's counts are updated
+    by what changed instead of being counted again."""
+    docs = Counter(texts)
+    last = _LAST_PAST.get(agent_id)
+    if last is not None:
+        gone, came = last[0] - docs, docs - last[0]
+        if sum(gone.values()) + sum(came.values()) <= len(texts) // 2:
+            df = dict(last[1])
+            for text, k in gone.items():
+                for w in _terms(text):
+                    left = df[w] - k
+                    if left:
+                        df[w] = left
+                    else:
+                        del df[w]
+            for text, k in came.items():
+                for w in _terms(text):
+                    df[w] = df.get(w, 0) + k
+            _LAST_PAST[agent_id] = (docs, df)
+            return df
+    df = {}
+    for text in texts:
+        for w in _terms(text):
+            df[w] = df.get(w, 0) + 1
+    if len(_LAST_PAST) >= 256:
+        _LAST_PAST.clear()
+    _LAST_PAST[agent_id] = (docs, df)
+    return df
 
 
 def _text_section(
@@ -632,6 +666,7 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
             scored.append((e, -1.0, "another thread, not relevant to this input"))
     ranked = sorted((x for x in scored if x[1] >= 0), key=lambda x: -x[1])
     rank = {x[0].episode_id: i for i, x in enumerate(ranked)}
+    superseded = tuple(sorted(plan.superseded.items()))
     out = []
     for e, _score, reason in scored:
         key = f"episode:{e.episode_id}"
@@ -640,7 +675,7 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
             matching = tuple(p for p in parts[1:] if plan.weights.relevance(p.text) >= _RELEVANT)
             forms = _episode_forms((parts[0], *matching) if matching else parts)
         else:  # the same episode, with the same notes, has the same forms every turn
-            forms = _kept_episode_forms(e, _notes(e, plan.superseded))
+            forms = _kept_episode_forms(e, _notes(e, superseded))
         full, compact = forms
         if e.episode_id not in rank:
             rendering = Rendering("full", 0, text=full.text, refs=full.refs)
@@ -695,12 +730,12 @@ def _quoted_seqs(e: EpisodeView) -> frozenset[int]:
     return frozenset(int(r[6:]) for p in _episode_parts(e) for r in p.refs if r.startswith("event:"))
 
 
-def _notes(e: EpisodeView, superseded: dict[int, str]) -> tuple[tuple[int, str], ...]:
-    """The superseded-decision notes that apply to ``e``'s lines."""
+def _notes(e: EpisodeView, superseded: tuple[tuple[int, str], ...]) -> tuple[tuple[int, str], ...]:
+    """The superseded-decision notes (``superseded``: sorted items) that apply to ``e``'s lines."""
     if not superseded:
         return ()
     quoted = _quoted_seqs(e)
-    return tuple((n, note) for n, note in sorted(superseded.items()) if n in quoted)
+    return tuple((n, note) for n, note in superseded if n in quoted)
 
 
 def _marked(part: Part, superseded: dict[int, str]) -> Part:

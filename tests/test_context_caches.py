@@ -1,10 +1,12 @@
-"""``holon.context.view._recent_index``: the agent's recent index kept between turns and extended
-with what came since equals a fresh read, whatever was appended in between (issue 18)."""
+"""What context assembly keeps between turns gives what a fresh computation gives (issue 18):
+``view._recent_index`` (the agent's recent index, extended with what came since) and
+``sections._document_frequencies`` (the candidate past's term counts, updated by what changed)."""
 
 from __future__ import annotations
 
 import random
 
+from holon.context.sections import _document_frequencies, _terms
 from holon.context.view import _PEEK, _recent_index
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
@@ -46,3 +48,20 @@ def test_an_earlier_bound_reads_again(store: Store) -> None:
     assert _recent_index(store, me, TYPES, limit=3, before=head - 1) == store.ledger.recent_index(
         me, TYPES, limit=3, before=head - 1
     )
+
+
+def test_kept_document_frequencies_equal_a_fresh_count() -> None:
+    rng = random.Random(3)
+    words = ["deploy ledger", "invoice budget", "schema parser", "cache retry queue", "index token", "deploy"]
+    past: list[str] = []
+    for step in range(200):
+        # One turn in and one out, several, none, or a whole new past (another agent's prompt).
+        change = rng.choice([0, 1, 1, 2, 5, 40])
+        past = past[change:] + [f"{rng.choice(words)} {rng.choice(words)} {rng.randint(0, 30)}" for _ in range(change)]
+        if rng.random() < 0.1:
+            past = past + past[:3]  # the same text twice
+        expected: dict[str, int] = {}
+        for text in past:
+            for w in _terms(text):
+                expected[w] = expected.get(w, 0) + 1
+        assert _document_frequencies(list(past), "agt_test_df") == expected, step
