@@ -348,6 +348,9 @@ def _deduplicate(plan: _Plan, chosen: dict[str, Rendering], reasons: dict[str, s
     )
     for s in with_parts:
         r = chosen[s.key]
+        if all(shown.isdisjoint(p.refs) for p in r.parts):  # nothing to leave out: kept whole
+            shown.update(r.refs)
+            continue
         kept = tuple(
             Part(p.text, tuple(x for x in p.refs if x not in shown), p.essential)
             for p in r.parts

@@ -70,7 +70,9 @@ class _Weights:
         self.n = len(texts) + 1
         self.df = _document_frequencies(texts, view.agent.agent_id)
         self._weights: dict[str, float] = {}
-        self._totals: dict[frozenset[str], float] = {}
+        # Per query: its terms' weights and their sum. Per text: its relevance.
+        self._totals: dict[frozenset[str], tuple[dict[str, float], float]] = {}
+        self._relevance: dict[str, float] = {}
         # A bigram of a script without spaces that nothing in the past uses is most often one
         # spanning two words ("哪来"): it says nothing about which past the input means.
         self.queries = tuple(
@@ -87,16 +89,21 @@ class _Weights:
     def relevance(self, text: str) -> float:
         """How much ``text`` (of another thread) says about this turn: the better of its share of
         the two queries."""
-        return max(self.share(q, text) for q in self.queries)
+        found = self._relevance.get(text)
+        if found is None:
+            found = self._relevance[text] = max(self.share(q, text) for q in self.queries)
+        return found
 
     def share(self, query: frozenset[str], text: str) -> float:
         """The weighted share of the query's terms that ``text`` contains."""
-        total = self._totals.get(query)
-        if total is None:
-            total = self._totals[query] = sum(self.weight(w) for w in query)
+        kept = self._totals.get(query)
+        if kept is None:
+            weights = {w: self.weight(w) for w in query}
+            kept = self._totals[query] = (weights, sum(weights[w] for w in query))
+        weights, total = kept
         if total <= 0:
             return 0.0
-        return sum(self.weight(w) for w in query & _terms(text)) / total
+        return sum(map(weights.__getitem__, query & _terms(text))) / total
 
 
 #: Per agent, the candidate past of its last prompt and its document frequencies (read only).
