@@ -65,3 +65,34 @@ def test_kept_document_frequencies_equal_a_fresh_count() -> None:
             for w in _terms(text):
                 expected[w] = expected.get(w, 0) + 1
         assert _document_frequencies(list(past), "agt_test_df") == expected, step
+
+
+def test_fixed_minimum_is_the_pinned_minimum_of_a_full_build_without_the_input() -> None:
+    """Admission adds up the pinned sections alone (``fixed_minimum``): the same figure a full
+    build gives, with a short reply pinning the turn it answers (its note about a superseded
+    decision included), this turn's rounds and a resumed turn's."""
+    import dataclasses
+
+    from helpers.ctx_views import history_turn, inp, make_view, round_view
+
+    from holon.context.sections import build_sections, fixed_minimum, pinned_minimum
+    from holon.context.tokens import TokenCounter
+    from holon.projections.state import KeyPoint
+
+    counter = TokenCounter("gpt-4o")
+    asked = history_turn("t_q", 20, (inp(18, "we ship on friday, ok?"),), "Shall I deploy the release branch tonight?")
+    other = history_turn("t_o", 30, (inp(28, "the invoice parser is slow"),), "I profiled it.", thread="conv:9")
+    superseded = KeyPoint(seq=18, text="ship on friday", thread="conv:1", superseded_by=40)
+    views = [
+        make_view(),
+        make_view(history=(asked, other), inputs=(inp(50, "yes"),), last_turn=other),
+        make_view(history=(other, asked), inputs=(inp(50, "yes"),), key_points=(superseded,), last_turn=asked),
+        make_view(history=(other, asked), inputs=(inp(50, "a long question about the parser " * 40),)),
+        make_view(rounds=(round_view(0, 2), round_view(1, 1, 20_000))),
+        make_view(resumed=(round_view(0, 2),), agents_md=""),
+    ]
+    views.append(dataclasses.replace(views[1], thread="conv:9"))
+    assert any(s.pinned and s.key == "turn:t_q" for s in build_sections(views[2], counter))  # a reply pins its turn
+    for n, view in enumerate(views):
+        expected = pinned_minimum([s for s in build_sections(view, counter) if s.key != "input"])
+        assert fixed_minimum(view, counter) == expected, n

@@ -44,7 +44,15 @@ from holon.memory.text import is_unsegmented
 from holon.projections import dialogue
 from holon.projections.state import KeyPoint
 
-__all__ = ["INPUT_COMPACT_CHARS", "PREAMBLE", "build_sections", "input_tokens", "pinned_minimum", "update_sections"]
+__all__ = [
+    "INPUT_COMPACT_CHARS",
+    "PREAMBLE",
+    "build_sections",
+    "fixed_minimum",
+    "input_tokens",
+    "pinned_minimum",
+    "update_sections",
+]
 
 PREAMBLE = """You are an agent running in holon, a runtime that keeps you alive across turns, restarts and days.
 You do not see your whole past here: your working memory, the current work item, decisions, relevant
@@ -579,6 +587,22 @@ def input_tokens(view: TurnView, counter: TokenCounter) -> list[int]:
     ]
 
 
+def fixed_minimum(view: TurnView, counter: TokenCounter) -> int:
+    """``pinned_minimum`` of ``build_sections(view, counter)`` without its input section, for
+    admission by size, without building the rest: the pinned sections are the stable tier's
+    system text, AGENTS.md and tools, this turn's rounds (and a resumed turn's), and the past turn
+    a short reply answers (``tests/test_turn_admission.py`` checks it against a full build)."""
+    pinned = [s for s in _stable_sections(view, counter) if s.pinned]
+    pinned += _round_sections(view, counter)
+    answered = _answered(view)
+    if answered is not None:
+        notes = {k.seq: _superseded_note(k) for k in view.key_points if k.superseded_by is not None}
+        note = " ".join(notes[i.seq] for i in answered.inputs if i.seq in notes)
+        renderings = _turn_renderings(answered, counter, note)
+        pinned.append(Section(f"turn:{answered.turn_id}", "turn", "history", answered.started_seq, 880, renderings, pinned=True))  # fmt: skip
+    return pinned_minimum(pinned)
+
+
 def pinned_minimum(sections: list[Section]) -> int:
     """The fewest tokens ``sections`` can take in any assembly: their pinned sections each at
     their leanest rendering (everything else can be omitted)."""
@@ -864,12 +888,12 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         else:
             excluded.append((t, "another thread, not relevant to this input"))
     candidates.sort(key=lambda c: c[0].started_seq)
-    superseded = {
-        k.seq: f"[holon: what this message settled was superseded later (event:{k.superseded_by})]"
-        for k in view.key_points
-        if k.superseded_by is not None
-    }
+    superseded = {k.seq: _superseded_note(k) for k in view.key_points if k.superseded_by is not None}
     return _HistoryPlan(candidates, excluded, pinned, weights, superseded, paused, asked_for, fresh)
+
+
+def _superseded_note(k: KeyPoint) -> str:
+    return f"[holon: what this message settled was superseded later (event:{k.superseded_by})]"
 
 
 def _revisions(relevant: list[HistoryTurn], others: list[HistoryTurn], scores: dict[str, float]) -> list[HistoryTurn]:

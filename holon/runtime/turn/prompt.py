@@ -15,7 +15,7 @@ from typing import Any
 
 from holon.config import ContextSettings
 from holon.context.assembler import Assembly, Budget
-from holon.context.sections import build_sections, input_tokens, pinned_minimum
+from holon.context.sections import fixed_minimum, input_tokens
 from holon.context.tokens import MESSAGE_OVERHEAD, TokenCounter
 from holon.context.view import gather
 from holon.ledger import events as ev
@@ -58,7 +58,7 @@ def admit(
     # A provisional view, as the turn would see it if it started now; only sizes are read.
     head = store.ledger.head()
     view = gather(store, agent.agent_id, inputs=candidates, started_seq=head + 1, tools=tools)
-    fixed = pinned_minimum([s for s in build_sections(view, counter) if s.key != "input"])
+    fixed = fixed_minimum(view, counter)  # the pinned sections alone: nothing else is built
     room = (budget.limit - fixed - MESSAGE_OVERHEAD) * INPUT_SHARE
     taken: list[int] = []
     used = 0
