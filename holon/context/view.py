@@ -35,6 +35,9 @@ from holon.projections.state import (
 
 __all__ = ["EpisodeLine", "EpisodeView", "HistoryTurn", "RoundView", "ToolEvidence", "TurnView", "gather", "refresh"]
 
+#: A work item in one of these is open (listed in working memory; paused unless it is the thread).
+OPEN_STATUSES = ("open", "blocked")
+
 MAX_HISTORY = 60
 """Candidate past turns, newest first, of any thread (the sections decide which fit the turn)."""
 MAX_EPISODES = 50
@@ -388,7 +391,7 @@ def gather(
         tools=tuple(tools),
         working_memory=wm,
         work_item=item,
-        open_items=tuple(i for i in store.work_items(agent_id=agent_id) if i.status in ("open", "blocked")),
+        open_items=tuple(store.work_items(agent_id=agent_id, status=OPEN_STATUSES)),
         thread=thread,
         key_points=key_points,
         history=tuple(history[-MAX_HISTORY:]),
@@ -465,7 +468,7 @@ def refresh(store: Store, view: TurnView, rounds: tuple[RoundView, ...]) -> Turn
         view,
         working_memory=wm,
         work_item=item,
-        open_items=tuple(i for i in store.work_items(agent_id=agent_id) if i.status in ("open", "blocked")),
+        open_items=tuple(store.work_items(agent_id=agent_id, status=OPEN_STATUSES)),
         tasks=tuple(store.tasks(agent_id=agent_id, status="running")),
         waits=tuple(store.waits(agent_id=agent_id, status="pending")),
         rounds=rounds,
