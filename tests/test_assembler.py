@@ -278,6 +278,27 @@ def test_the_same_inputs_give_the_same_bytes(sections, limit, rnd: random.Random
         assert again.stable_prefix == a.stable_prefix
 
 
+@settings(max_examples=200, deadline=None)
+@given(section_sets(), limits)
+def test_the_kept_encodings_are_the_plain_ones(sections, limit) -> None:
+    """The manifest's JSON joined from kept section entries, the messages' JSON and the digest are
+    the bytes a plain encoding of the whole gives (issue 18: encoded once, not per record)."""
+    import hashlib
+
+    import orjson
+
+    from holon.ledger.codec import canonical_json
+
+    for _ in range(2):  # the second time from the kept entries
+        a = try_assemble(list(sections), limit)
+        if a is None:
+            return
+        assert a.manifest.json_bytes() == canonical_json(a.manifest.to_json())
+        assert a.messages_json == canonical_json(a.messages)
+        plain = orjson.dumps([a.messages, a.tools], option=orjson.OPT_SORT_KEYS)
+        assert a.digest == hashlib.sha256(plain).hexdigest()
+
+
 def test_a_leaner_stable_tier_does_not_give_the_rest_more_room() -> None:
     """Just below the budget where the stable tier must compact, the room it frees does not let
     the rest grow back: every section stays at least as degraded as at any larger budget."""

@@ -18,7 +18,7 @@ from holon.runtime.providers.scripted import ScriptedProvider, reply, tool_call
 from holon.runtime.tasks import TaskManager
 from holon.runtime.tools import TaskServices, builtin_registry
 from holon.runtime.turn import TurnLimits, TurnRunner, TurnState
-from holon.runtime.turn.state import Assemble, Record, Request, RunTools, Settle, Step
+from holon.runtime.turn.state import Record, Request, RunTools, Settle, Step
 
 SETTINGS = ModelSettings(model="scripted", context_window=128_000)
 
@@ -31,7 +31,7 @@ def _runner(store: Store, clock: FakeClock, model: ScriptedProvider, **kw: objec
     seen: list[Step] = []
     advance = runner._advance
 
-    async def recording(step: Assemble | Request | Record | RunTools) -> Step:
+    async def recording(step: Request | Record | RunTools) -> Step:
         seen.append(step)
         nxt = await advance(step)
         if isinstance(nxt, Settle):
@@ -54,12 +54,14 @@ def test_a_tool_round_then_an_answer_walks_the_steps_in_order(store: Store, cloc
     result = asyncio.run(runner.run(agent.agent_id))
     assert result is not None and result.outcome == "completed" and result.reply == "done"
     kinds = [type(s).__name__ for s in seen]
-    assert kinds == ["Assemble", "Request", "Record", "RunTools", "Assemble", "Request", "Record", "Settle"]
+    # The first prompt is assembled as the turn opens, each later one by the round's tool step
+    # (in the transaction of its last call's result): the machine walks from request to request.
+    assert kinds == ["Request", "Record", "RunTools", "Request", "Record", "Settle"]
     # One state value, replaced (never mutated) from step to step.
     states = [s.state for s in seen]
     assert all(isinstance(s, TurnState) for s in states)
-    assert [s.rounds for s in states] == [0, 0, 0, 1, 1, 1, 1, 2]
-    assert [s.tool_calls for s in states] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [s.rounds for s in states] == [0, 0, 1, 1, 1, 2]
+    assert [s.tool_calls for s in states] == [0, 0, 0, 1, 1, 1]
     assert len(states[-1].history) == 1 and states[-1].history[0].calls[0].tool == "brief"
     assert states[0].history == ()  # the first state is untouched by the later steps
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -76,7 +78,7 @@ def test_the_round_limit_is_checked_before_the_next_request(store: Store, clock:
     result = asyncio.run(runner.run(agent.agent_id))
     assert result is not None and result.outcome == "failed" and result.rounds == 2
     assert result.reason == "no final answer after 2 model rounds"
-    assert [type(s).__name__ for s in seen][-2:] == ["Assemble", "Settle"]
+    assert [type(s).__name__ for s in seen][-2:] == ["RunTools", "Settle"]
     assert model.remaining == 1  # the third call was never made
 
 

@@ -103,17 +103,17 @@ class _TimedScript:
 
 
 class _SectionCounter:
-    """Counts ``build_sections`` calls made by the turn runner (and by input admission)."""
+    """Counts ``build_sections`` calls made by the turn runner (input admission builds none: it
+    adds up the pinned sections alone, ``fixed_minimum``)."""
 
     def __init__(self) -> None:
         self.calls = 0
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        from holon.runtime.turn import prompt as prompt_module
         from holon.runtime.turn import runner as runner_module
 
-        modules = (runner_module, prompt_module)
+        modules = (runner_module,)
         originals = [m.build_sections for m in modules]
 
         def counting(original: Callable[..., Any]) -> Callable[..., Any]:

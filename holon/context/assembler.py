@@ -53,6 +53,7 @@ Form = Literal["full", "compact", "omitted"]
 
 _TIER_RANK = {"stable": 0, "agent": 1, "turn": 2}
 _SLOT_RANK = {"system": 0, "context": 1, "history": 2, "input": 3, "rounds": 4}
+_SORTED = orjson.OPT_SORT_KEYS
 
 
 class ContextOverflow(HolonError):
@@ -168,6 +169,9 @@ class Manifest:
     """sha256 of the messages and tools sent."""
     sections: tuple[ManifestSection, ...]
     """In prompt order, excluded sections included."""
+    sections_json: tuple[bytes, ...] = field(default=(), compare=False, repr=False)
+    """Each section's canonical JSON (``_SORTED``), when the assembler kept it: ``json_bytes``
+    joins them instead of encoding every section again."""
 
     def to_json(self) -> dict[str, Any]:
         """The recorded form. Its layout is stored in the ledger: keep it stable."""
@@ -181,6 +185,30 @@ class Manifest:
             "digest": self.digest,
             "sections": [s.to_json() for s in self.sections],
         }
+
+    def json_bytes(self) -> bytes:
+        """``to_json`` as canonical JSON (sorted keys, no whitespace): the same bytes as
+        ``orjson.dumps(self.to_json(), option=OPT_SORT_KEYS)``, built from the sections' kept
+        JSON (a manifest lists ~100 sections and most are the same from round to round)."""
+        if len(self.sections_json) != len(self.sections):
+            return orjson.dumps(self.to_json(), option=_SORTED)
+        budget = orjson.dumps(
+            {"context_window": self.context_window, "limit": self.limit, "output_reserve": self.output_reserve},
+            option=_SORTED,
+        )
+        return b"".join(
+            (
+                b'{"budget":',
+                budget,
+                b',"digest":',
+                orjson.dumps(self.digest),
+                b',"sections":[',
+                b",".join(self.sections_json),
+                b'],"used_tokens":',
+                orjson.dumps(self.used_tokens),
+                b"}",
+            )
+        )
 
     def summary(self) -> dict[str, int]:
         """Counts for ``context.assembled``'s summary: sections by representation, references."""
@@ -206,6 +234,8 @@ class Assembly:
     """Section key -> the rendering used, for every section in the prompt (omitted and excluded
     ones are absent). Not part of the manifest: it lets a reader attribute each piece of prompt
     text to its section (the scenario verdict observes what the prompt shows, not what was declared)."""
+    messages_json: bytes = b""
+    """``messages`` as canonical JSON (sorted keys), encoded once for the digest and the record."""
 
     @property
     def digest(self) -> str:
@@ -318,6 +348,9 @@ def _deduplicate(plan: _Plan, chosen: dict[str, Rendering], reasons: dict[str, s
     )
     for s in with_parts:
         r = chosen[s.key]
+        if all(shown.isdisjoint(p.refs) for p in r.parts):  # nothing to leave out: kept whole
+            shown.update(r.refs)
+            continue
         kept = tuple(
             Part(p.text, tuple(x for x in p.refs if x not in shown), p.essential)
             for p in r.parts
@@ -347,23 +380,13 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) ->
     tools: list[dict[str, Any]] = []
     manifest_sections: list[ManifestSection] = []
     used: dict[str, Rendering] = {}
+    sections_json: list[bytes] = []
     for s in ordered:
         chosen = picked.get(s.key)
-        full = s.renderings[0]
-        included = set(chosen.refs) if chosen else set()
-        manifest_sections.append(
-            ManifestSection(
-                key=s.key,
-                tier=s.tier,
-                representation=chosen.form if chosen else "omitted",
-                requested_tokens=full.tokens,
-                allocated_tokens=chosen.tokens if chosen else 0,
-                reason=reasons.get(s.key, "pinned" if s.pinned else (s.reason or "fits")),
-                excluded=s.excluded,
-                refs_included=tuple(sorted(included)),
-                refs_omitted=tuple(sorted(set(full.refs) - included)),
-            )
-        )
+        reason = reasons.get(s.key, "pinned" if s.pinned else (s.reason or "fits"))
+        entry, entry_json = _manifest_section(s, chosen, reason)
+        manifest_sections.append(entry)
+        sections_json.append(entry_json)
         if chosen is None:
             continue
         used[s.key] = chosen
@@ -385,13 +408,50 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) ->
     if context_parts:
         messages.append({"role": "system", "content": "\n\n".join(context_parts)})
     messages += history + tail
-    digest = hashlib.sha256(orjson.dumps([messages, tools], option=orjson.OPT_SORT_KEYS)).hexdigest()
+    # The digest covers ``[messages, tools]``; the messages' own JSON is kept for the record.
+    messages_json = orjson.dumps(messages, option=_SORTED)
+    digest = hashlib.sha256(b"".join((b"[", messages_json, b",", orjson.dumps(tools, option=_SORTED), b"]")))
     manifest = Manifest(
         context_window=budget.context_window,
         output_reserve=budget.output_reserve,
         limit=budget.limit,
         used_tokens=total,
-        digest=digest,
+        digest=digest.hexdigest(),
         sections=tuple(manifest_sections),
+        sections_json=tuple(sections_json),
     )
-    return Assembly(messages, tools, manifest, total, stable_prefix, used)
+    return Assembly(messages, tools, manifest, total, stable_prefix, used, messages_json)
+
+
+_MANIFEST_ENTRIES: dict[tuple[Any, ...], tuple[ManifestSection, bytes]] = {}
+_MANIFEST_ENTRIES_LIMIT = 50_000
+
+
+def _manifest_section(s: Section, chosen: Rendering | None, reason: str) -> tuple[ManifestSection, bytes]:
+    """One section's manifest entry and its canonical JSON. Most sections (past turns, episodes,
+    the stable tier) come back turn after turn with the same entry, so entries are kept by what
+    they are made of."""
+    full = s.renderings[0]
+    key = (
+        s.key, s.tier, s.excluded, reason, full.tokens, full.refs,
+        None if chosen is None else chosen.form, 0 if chosen is None else chosen.tokens,
+        None if chosen is None else chosen.refs,
+    )  # fmt: skip
+    hit = _MANIFEST_ENTRIES.get(key)
+    if hit is None:
+        included = set(chosen.refs) if chosen else set()
+        entry = ManifestSection(
+            key=s.key,
+            tier=s.tier,
+            representation=chosen.form if chosen else "omitted",
+            requested_tokens=full.tokens,
+            allocated_tokens=chosen.tokens if chosen else 0,
+            reason=reason,
+            excluded=s.excluded,
+            refs_included=tuple(sorted(included)),
+            refs_omitted=tuple(sorted(set(full.refs) - included)),
+        )
+        if len(_MANIFEST_ENTRIES) >= _MANIFEST_ENTRIES_LIMIT:
+            _MANIFEST_ENTRIES.clear()
+        hit = _MANIFEST_ENTRIES[key] = (entry, orjson.dumps(entry.to_json(), option=_SORTED))
+    return hit

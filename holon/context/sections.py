@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,15 @@ from holon.memory.text import is_unsegmented
 from holon.projections import dialogue
 from holon.projections.state import KeyPoint
 
-__all__ = ["INPUT_COMPACT_CHARS", "PREAMBLE", "build_sections", "input_tokens", "pinned_minimum", "update_sections"]
+__all__ = [
+    "INPUT_COMPACT_CHARS",
+    "PREAMBLE",
+    "build_sections",
+    "fixed_minimum",
+    "input_tokens",
+    "pinned_minimum",
+    "update_sections",
+]
 
 PREAMBLE = """You are an agent running in holon, a runtime that keeps you alive across turns, restarts and days.
 You do not see your whole past here: your working memory, the current work item, decisions, relevant
@@ -67,12 +76,11 @@ class _Weights:
 
     def __init__(self, texts: list[str], view: TurnView) -> None:
         self.n = len(texts) + 1
-        self.df: dict[str, int] = {}
-        for text in texts:
-            for w in _terms(text):
-                self.df[w] = self.df.get(w, 0) + 1
+        self.df = _document_frequencies(texts, view.agent.agent_id)
         self._weights: dict[str, float] = {}
-        self._totals: dict[frozenset[str], float] = {}
+        # Per query: its terms' weights and their sum. Per text: its relevance.
+        self._totals: dict[frozenset[str], tuple[dict[str, float], float]] = {}
+        self._relevance: dict[str, float] = {}
         # A bigram of a script without spaces that nothing in the past uses is most often one
         # spanning two words ("哪来"): it says nothing about which past the input means.
         self.queries = tuple(
@@ -89,16 +97,57 @@ class _Weights:
     def relevance(self, text: str) -> float:
         """How much ``text`` (of another thread) says about this turn: the better of its share of
         the two queries."""
-        return max(self.share(q, text) for q in self.queries)
+        found = self._relevance.get(text)
+        if found is None:
+            found = self._relevance[text] = max(self.share(q, text) for q in self.queries)
+        return found
 
     def share(self, query: frozenset[str], text: str) -> float:
         """The weighted share of the query's terms that ``text`` contains."""
-        total = self._totals.get(query)
-        if total is None:
-            total = self._totals[query] = sum(self.weight(w) for w in query)
+        kept = self._totals.get(query)
+        if kept is None:
+            weights = {w: self.weight(w) for w in query}
+            kept = self._totals[query] = (weights, sum(weights[w] for w in query))
+        weights, total = kept
         if total <= 0:
             return 0.0
-        return sum(self.weight(w) for w in query & _terms(text)) / total
+        return sum(map(weights.__getitem__, query & _terms(text))) / total
+
+
+#: Per agent, the candidate past of its last prompt and its document frequencies (read only).
+_LAST_PAST: dict[str, tuple[Counter[str], dict[str, int]]] = {}
+
+
+def _document_frequencies(texts: list[str], agent_id: str) -> dict[str, int]:
+    """In how many of ``texts`` each term occurs. Consecutive prompts of an agent share most of
+    their past (a turn comes in, an old one goes out), so the last prompt's counts are updated
+    by what changed instead of being counted again."""
+    docs = Counter(texts)
+    last = _LAST_PAST.get(agent_id)
+    if last is not None:
+        gone, came = last[0] - docs, docs - last[0]
+        if sum(gone.values()) + sum(came.values()) <= len(texts) // 2:
+            df = dict(last[1])
+            for text, k in gone.items():
+                for w in _terms(text):
+                    left = df[w] - k
+                    if left:
+                        df[w] = left
+                    else:
+                        del df[w]
+            for text, k in came.items():
+                for w in _terms(text):
+                    df[w] = df.get(w, 0) + k
+            _LAST_PAST[agent_id] = (docs, df)
+            return df
+    df = {}
+    for text in texts:
+        for w in _terms(text):
+            df[w] = df.get(w, 0) + 1
+    if len(_LAST_PAST) >= 256:
+        _LAST_PAST.clear()
+    _LAST_PAST[agent_id] = (docs, df)
+    return df
 
 
 def _text_section(
@@ -404,22 +453,36 @@ def update_sections(sections: list[Section], built: TurnView, view: TurnView, co
 
 
 def _stable_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
+    s = list(_stable_text_sections(view.agents_md, view.memory_files, view.skills, counter))
+    if view.tools:
+        s.append(Section("tools", "stable", "system", 50, 960, _tool_forms(view.tools, counter), pinned=True))
+    return s
+
+
+@functools.lru_cache(maxsize=256)
+def _stable_text_sections(
+    agents_md: str,
+    memory_files: tuple[tuple[str, str], ...],
+    skills: tuple[tuple[str, str, str], ...],
+    counter: TokenCounter,
+) -> tuple[Section, ...]:
+    """The stable tier's text sections: the same files give the same sections, turn after turn."""
     s: list[Section] = []
     s.append(_text_section(counter, "system", "stable", "system", 0, 1000, PREAMBLE, pinned=True))
-    if view.agents_md.strip():
-        md = view.agents_md.strip()
+    if agents_md.strip():
+        md = agents_md.strip()
         s.append(_text_section(counter, "agents_md", "stable", "system", 1, 920, md, _outline(md), pinned=True))
-    for i, (name, text) in enumerate(view.memory_files):
+    for i, (name, text) in enumerate(memory_files):
         full, compact = _memory_file(name, text)
         s.append(
             _text_section(
                 counter, f"file:{name}", "stable", "system", 10 + i, 450, full, compact, refs=(f"file:{name}",)
             )
         )
-    if view.skills:
+    if skills:
         catalog = (
             "# Skills you may use (read one in full with memory_get ref=skill:<id> before following it)\n"
-            + "\n".join(f"- skill:{sid}: {name}" + (f" ({desc})" if desc else "") for sid, name, desc in view.skills)
+            + "\n".join(f"- skill:{sid}: {name}" + (f" ({desc})" if desc else "") for sid, name, desc in skills)
         )
         s.append(
             _text_section(
@@ -430,12 +493,10 @@ def _stable_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
                 40,
                 440,
                 catalog,
-                refs=tuple(f"skill:{sid}" for sid, _n, _d in view.skills),
+                refs=tuple(f"skill:{sid}" for sid, _n, _d in skills),
             )
         )
-    if view.tools:
-        s.append(Section("tools", "stable", "system", 50, 960, _tool_forms(view.tools, counter), pinned=True))
-    return s
+    return tuple(s)
 
 
 def _work_item_sections(view: TurnView, counter: TokenCounter) -> list[Section]:
@@ -524,6 +585,22 @@ def input_tokens(view: TurnView, counter: TokenCounter) -> list[int]:
     return [
         counter.count(render_inputs([i], limit=INPUT_COMPACT_CHARS, refer=True)) + _JOIN_TOKENS for i in view.inputs
     ]
+
+
+def fixed_minimum(view: TurnView, counter: TokenCounter) -> int:
+    """``pinned_minimum`` of ``build_sections(view, counter)`` without its input section, for
+    admission by size, without building the rest: the pinned sections are the stable tier's
+    system text, AGENTS.md and tools, this turn's rounds (and a resumed turn's), and the past turn
+    a short reply answers (``tests/test_turn_admission.py`` checks it against a full build)."""
+    pinned = [s for s in _stable_sections(view, counter) if s.pinned]
+    pinned += _round_sections(view, counter)
+    answered = _answered(view)
+    if answered is not None:
+        notes = {k.seq: _superseded_note(k) for k in view.key_points if k.superseded_by is not None}
+        note = " ".join(notes[i.seq] for i in answered.inputs if i.seq in notes)
+        renderings = _turn_renderings(answered, counter, note)
+        pinned.append(Section(f"turn:{answered.turn_id}", "turn", "history", answered.started_seq, 880, renderings, pinned=True))  # fmt: skip
+    return pinned_minimum(pinned)
 
 
 def pinned_minimum(sections: list[Section]) -> int:
@@ -620,35 +697,76 @@ def _episode_sections(view: TurnView, counter: TokenCounter, plan: _HistoryPlan)
             scored.append((e, -1.0, "another thread, not relevant to this input"))
     ranked = sorted((x for x in scored if x[1] >= 0), key=lambda x: -x[1])
     rank = {x[0].episode_id: i for i, x in enumerate(ranked)}
+    superseded = tuple(sorted(plan.superseded.items()))
     out = []
     for e, _score, reason in scored:
         key = f"episode:{e.episode_id}"
-        parts = tuple(_marked(p, plan.superseded) for p in _episode_parts(e))
         if e.work_item_id in paused:  # paused work: only the lines that match what the input asks
+            parts = tuple(_marked(p, plan.superseded) for p in _episode_parts(e))
             matching = tuple(p for p in parts[1:] if plan.weights.relevance(p.text) >= _RELEVANT)
-            parts = (parts[0], *matching) if matching else parts
-        full_text = "\n".join(p.text for p in parts)
-        refs = tuple(sorted({r for p in parts for r in p.refs}))
+            forms = _episode_forms((parts[0], *matching) if matching else parts)
+        else:  # the same episode, with the same notes, has the same forms every turn
+            forms = _kept_episode_forms(e, _notes(e, superseded))
+        full, compact = forms
         if e.episode_id not in rank:
-            rendering = Rendering("full", 0, text=full_text, refs=refs)
+            rendering = Rendering("full", 0, text=full.text, refs=full.refs)
             out.append(Section(key, "turn", "context", 10 + e.seq, 0, (rendering,), reason=reason, excluded=True))
             continue
-        compact_parts = (parts[0], *(p for p in parts[1:] if not p.text.startswith(("Commands", "Files"))))
         renderings = [
-            Rendering("full", counter.count(full_text) + MESSAGE_OVERHEAD, text=full_text, refs=refs, parts=parts)
-        ]
-        compact_text = "\n".join(shorten(p.text, 200) for p in compact_parts)
-        if compact_text != full_text:
-            shortened = tuple(Part(shorten(p.text, 200), p.refs, p.essential) for p in compact_parts)
-            compact_refs = tuple(sorted({r for p in shortened for r in p.refs}))
+            Rendering("full", counter.count(full.text) + MESSAGE_OVERHEAD, text=full.text, refs=full.refs, parts=full.parts)
+        ]  # fmt: skip
+        if compact is not None:
             renderings.append(
-                Rendering("compact", counter.count(compact_text) + MESSAGE_OVERHEAD, text=compact_text, refs=compact_refs, parts=shortened)
+                Rendering("compact", counter.count(compact.text) + MESSAGE_OVERHEAD, text=compact.text, refs=compact.refs, parts=compact.parts)
             )  # fmt: skip
         # This thread's summaries outlive its older turns (cheap, and they stand in for what the
         # budget cuts); other threads' rank below every turn of this one.
         priority = (560 if _score >= 2.0 else 399) - min(rank[e.episode_id], 98)
         out.append(Section(key, "turn", "context", 10 + e.seq, priority, tuple(renderings), reason=reason))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Form:
+    """An episode's text rendering before its tokens are counted."""
+
+    text: str
+    refs: tuple[str, ...]
+    parts: tuple[Part, ...]
+
+
+def _episode_forms(parts: tuple[Part, ...]) -> tuple[_Form, _Form | None]:
+    """An episode's full form from its lines, and its compact form (``None`` when the same)."""
+    full_text = "\n".join(p.text for p in parts)
+    full = _Form(full_text, tuple(sorted({r for p in parts for r in p.refs})), parts)
+    compact_parts = (parts[0], *(p for p in parts[1:] if not p.text.startswith(("Commands", "Files"))))
+    compact_text = "\n".join(shorten(p.text, 200) for p in compact_parts)
+    if compact_text == full_text:
+        return full, None
+    shortened = tuple(Part(shorten(p.text, 200), p.refs, p.essential) for p in compact_parts)
+    return full, _Form(compact_text, tuple(sorted({r for p in shortened for r in p.refs})), shortened)
+
+
+@functools.lru_cache(maxsize=4_096)
+def _kept_episode_forms(e: EpisodeView, notes: tuple[tuple[int, str], ...]) -> tuple[_Form, _Form | None]:
+    """``_episode_forms`` of ``e``'s lines marked with ``notes``; an episode never changes, so
+    its forms are built once per set of notes (``_notes``)."""
+    superseded = dict(notes)
+    return _episode_forms(tuple(_marked(p, superseded) for p in _episode_parts(e)))
+
+
+@functools.lru_cache(maxsize=4_096)
+def _quoted_seqs(e: EpisodeView) -> frozenset[int]:
+    """The seqs of the events ``e``'s lines quote."""
+    return frozenset(int(r[6:]) for p in _episode_parts(e) for r in p.refs if r.startswith("event:"))
+
+
+def _notes(e: EpisodeView, superseded: tuple[tuple[int, str], ...]) -> tuple[tuple[int, str], ...]:
+    """The superseded-decision notes (``superseded``: sorted items) that apply to ``e``'s lines."""
+    if not superseded:
+        return ()
+    quoted = _quoted_seqs(e)
+    return tuple((n, note) for n, note in superseded if n in quoted)
 
 
 def _marked(part: Part, superseded: dict[int, str]) -> Part:
@@ -770,12 +888,12 @@ def _history_plan(view: TurnView) -> _HistoryPlan:
         else:
             excluded.append((t, "another thread, not relevant to this input"))
     candidates.sort(key=lambda c: c[0].started_seq)
-    superseded = {
-        k.seq: f"[holon: what this message settled was superseded later (event:{k.superseded_by})]"
-        for k in view.key_points
-        if k.superseded_by is not None
-    }
+    superseded = {k.seq: _superseded_note(k) for k in view.key_points if k.superseded_by is not None}
     return _HistoryPlan(candidates, excluded, pinned, weights, superseded, paused, asked_for, fresh)
+
+
+def _superseded_note(k: KeyPoint) -> str:
+    return f"[holon: what this message settled was superseded later (event:{k.superseded_by})]"
 
 
 def _revisions(relevant: list[HistoryTurn], others: list[HistoryTurn], scores: dict[str, float]) -> list[HistoryTurn]:

@@ -23,6 +23,7 @@ from holon.memory.files import prompt_files
 from holon.memory.recall import Recall, RecallLimits, recall
 from holon.projections import Store
 from holon.projections.episodes import flat_excerpt
+from holon.projections.fold import working_memory_view
 from holon.projections.state import (
     AgentState,
     EpisodeDrafts,
@@ -33,6 +34,9 @@ from holon.projections.state import (
 )
 
 __all__ = ["EpisodeLine", "EpisodeView", "HistoryTurn", "RoundView", "ToolEvidence", "TurnView", "gather", "refresh"]
+
+#: A work item in one of these is open (listed in working memory; paused unless it is the thread).
+OPEN_STATUSES = ("open", "blocked")
 
 MAX_HISTORY = 60
 """Candidate past turns, newest first, of any thread (the sections decide which fit the turn)."""
@@ -82,6 +86,11 @@ class EpisodeView:
     """The work item, or the conversation thread the episode began in (``conv:<seq>``)."""
     sources: tuple[int, ...] | None = None
     """Seqs of the events the summary quotes; ``None`` for episodes sealed before they were recorded."""
+
+    def __hash__(self) -> int:
+        # A sealed episode never changes: its id, seq and thread identify it (keeps the caches
+        # keyed by episodes cheap). Equal episodes still hash equal.
+        return hash((self.episode_id, self.seq, self.thread))
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +161,42 @@ def _memo(store: Store) -> dict[object, Any]:
     return store.memo
 
 
+#: How many of each type's newest entries ``_recent_index`` reads to extend what it kept.
+_PEEK = 4
+
+
+def _recent_index(
+    store: Store, agent_id: str, types: tuple[str, ...], *, limit: int, before: int
+) -> list[tuple[int, str, str | None]]:
+    """``store.ledger.recent_index(agent_id, types, limit=limit, before=before)``, kept per agent.
+
+    What lies below a committed seq never changes, so the index read for an earlier ``before``
+    is extended with what came since (each type's ``_PEEK`` newest entries reach back past it,
+    or are all there is) instead of being read again; when more came, it is read whole."""
+    memo = _memo(store)
+    key = ("recent_index", agent_id, types, limit)
+    kept = memo.get(key)
+    if kept is not None and kept[0] <= before:
+        upto, found = kept
+        fresh: list[tuple[int, str, str | None]] = []
+        for type_ in types:
+            rows = store.ledger.recent_index(agent_id, (type_,), limit=_PEEK, before=before)
+            new = [r for r in rows if r[0] >= upto]
+            if len(new) == _PEEK:  # maybe more than that came: read it whole
+                break
+            fresh += new
+        else:
+            index = sorted(found + fresh)[-limit:] if fresh else found
+            memo[key] = (before, index)
+            return index
+    index = store.ledger.recent_index(agent_id, types, limit=limit, before=before)
+    memo[key] = (before, index)
+    return index
+
+
 def _history(store: Store, agent_id: str, before: int) -> list[HistoryTurn]:
     """Recent settled turns, oldest first. A settled turn never changes, so each is read once."""
-    index = store.ledger.recent_index(agent_id, ("turn.started", "turn.settled"), limit=MAX_HISTORY * 3, before=before)
+    index = _recent_index(store, agent_id, ("turn.started", "turn.settled"), limit=MAX_HISTORY * 3, before=before)
     memo = _memo(store)
     started = {turn_id: seq for seq, type_, turn_id in index if type_ == "turn.started"}
     out = []
@@ -299,9 +341,8 @@ def gather(
     """Read what a turn of ``agent_id`` (started at ``started_seq``) may show the model."""
     agent = store.agent(agent_id)
     home = Path(agent.home)
-    wm = store.working_memory(agent_id)
+    wm, item = _working_memory(store, agent_id)
     active = wm.get("active_work_item")
-    item = store.work_item(active) if active else None
     drafts = store.episode_drafts(agent_id)
     thread = drafts.thread if drafts is not None and drafts.thread else (active or f"conv:{started_seq}")
     if active:
@@ -324,8 +365,8 @@ def gather(
         for t in _history(store, agent_id, started_seq)
     ]
     episodes = []
-    for seq, _type, _turn in store.ledger.recent_index(
-        agent_id, ("episode.sealed",), limit=MAX_EPISODES, before=started_seq
+    for seq, _type, _turn in _recent_index(
+        store, agent_id, ("episode.sealed",), limit=MAX_EPISODES, before=started_seq
     ):
         key = ("episode", seq)
         if key not in memo:
@@ -350,7 +391,7 @@ def gather(
         tools=tuple(tools),
         working_memory=wm,
         work_item=item,
-        open_items=tuple(i for i in store.work_items(agent_id=agent_id) if i.status in ("open", "blocked")),
+        open_items=tuple(store.work_items(agent_id=agent_id, status=OPEN_STATUSES)),
         thread=thread,
         key_points=key_points,
         history=tuple(history[-MAX_HISTORY:]),
@@ -364,6 +405,14 @@ def gather(
         recall=recall(store, agent, query, _turn_time(store, started_seq), _limits(store)),
         skills=_skills(home),
     )
+
+
+def _working_memory(store: Store, agent_id: str) -> tuple[dict[str, Any], WorkItemState | None]:
+    """``store.working_memory(agent_id)`` and its active work item, each row read once."""
+    state = store.working_memory_state(agent_id)
+    active = state.active_work_item if state is not None else None
+    item = store.work_item(active) if active else None
+    return working_memory_view(state, item), item
 
 
 _Threaded = TypeVar("_Threaded", HistoryTurn, EpisodeView)
@@ -414,14 +463,12 @@ def _skills(home: Path) -> tuple[tuple[str, str, str], ...]:
 def refresh(store: Store, view: TurnView, rounds: tuple[RoundView, ...]) -> TurnView:
     """The view for the next round of the same turn: state tools may have changed, re-read."""
     agent_id = view.agent.agent_id
-    wm = store.working_memory(agent_id)
-    active = wm.get("active_work_item")
-    item = store.work_item(active) if active else None
+    wm, item = _working_memory(store, agent_id)
     return dataclasses.replace(
         view,
         working_memory=wm,
         work_item=item,
-        open_items=tuple(i for i in store.work_items(agent_id=agent_id) if i.status in ("open", "blocked")),
+        open_items=tuple(store.work_items(agent_id=agent_id, status=OPEN_STATUSES)),
         tasks=tuple(store.tasks(agent_id=agent_id, status="running")),
         waits=tuple(store.waits(agent_id=agent_id, status="pending")),
         rounds=rounds,

@@ -124,14 +124,17 @@ class Store:
         rows = self.ledger.query("SELECT state FROM projection_rows WHERE kind = ? AND key = ?", (kind, key))
         return model.model_validate_json(rows[0][0]) if rows else None
 
-    def _all(self, kind: str, model: type[S], agent_id: str | None, status: str | None) -> list[S]:
+    def _all(self, kind: str, model: type[S], agent_id: str | None, status: str | tuple[str, ...] | None) -> list[S]:
         assert KINDS[kind].model is model, kind
         sql = "SELECT state FROM projection_rows WHERE kind = ?"
         params: list[object] = [kind]
         if agent_id is not None:
             sql += " AND agent_id = ?"
             params.append(agent_id)
-        if status is not None:
+        if isinstance(status, tuple):  # any of these (only their rows are decoded)
+            sql += f" AND status IN ({', '.join('?' for _ in status)})"
+            params += status
+        elif status is not None:
             sql += " AND status = ?"
             params.append(status)
         return [model.model_validate_json(r[0]) for r in self.ledger.query(sql + " ORDER BY seq", params)]
@@ -153,7 +156,9 @@ class Store:
     def work_item(self, work_item_id: str) -> WorkItemState | None:
         return self._one("work_item", WorkItemState, work_item_id)
 
-    def work_items(self, *, agent_id: str | None = None, status: str | None = None) -> list[WorkItemState]:
+    def work_items(
+        self, *, agent_id: str | None = None, status: str | tuple[str, ...] | None = None
+    ) -> list[WorkItemState]:
         return self._all("work_item", WorkItemState, agent_id, status)
 
     def task(self, task_id: str) -> TaskProjection | None:

@@ -33,8 +33,8 @@ class StoreViews:
         return item if item is not None and item.agent_id == self._agent else None
 
     def work_items(self, *, include_closed: bool = False) -> list[WorkItemState]:
-        items = self._store.work_items(agent_id=self._agent)
-        return items if include_closed else [i for i in items if i.status in ("open", "blocked")]
+        # Only the open ones are read (and decoded) unless closed ones are asked for too.
+        return self._store.work_items(agent_id=self._agent, status=None if include_closed else ("open", "blocked"))
 
     def task(self, task_id: str) -> TaskProjection | None:
         task = self._store.task(task_id)

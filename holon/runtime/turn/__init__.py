@@ -5,7 +5,8 @@ A turn is bracketed by ``turn.started`` (which takes the agent's pending inputs)
 one ``TurnState`` value (``state``): assemble -> request -> record -> run tools -> assemble | settle
 (``runner``). Each model round commits in steps that keep a crash explainable:
 
-1. ``model.requested``                          (so a crash during the call is visible)
+1. ``context.assembled`` + ``model.requested``  (so a crash during the call is visible; in the
+   transaction of what came just before: ``turn.started``, or the last call's result)
 2. ``model.responded`` + every ``tool.called``  (atomically: the calls are recorded before they run)
 3. per call: its emitted events + ``tool.resulted`` (atomically)
 

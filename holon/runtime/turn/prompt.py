@@ -15,7 +15,7 @@ from typing import Any
 
 from holon.config import ContextSettings
 from holon.context.assembler import Assembly, Budget
-from holon.context.sections import build_sections, input_tokens, pinned_minimum
+from holon.context.sections import fixed_minimum, input_tokens
 from holon.context.tokens import MESSAGE_OVERHEAD, TokenCounter
 from holon.context.view import gather
 from holon.ledger import events as ev
@@ -58,7 +58,7 @@ def admit(
     # A provisional view, as the turn would see it if it started now; only sizes are read.
     head = store.ledger.head()
     view = gather(store, agent.agent_id, inputs=candidates, started_seq=head + 1, tools=tools)
-    fixed = pinned_minimum([s for s in build_sections(view, counter) if s.key != "input"])
+    fixed = fixed_minimum(view, counter)  # the pinned sections alone: nothing else is built
     room = (budget.limit - fixed - MESSAGE_OVERHEAD) * INPUT_SHARE
     taken: list[int] = []
     used = 0
@@ -76,7 +76,7 @@ def context_event(
     """What the model is about to see in round ``round_no``: the manifest, a summary, and (with
     ``[context] record_prompts``) the prompt itself."""
     summary = a.manifest.summary()
-    prompt = canonical_json(a.messages).decode() if record_prompts else None
+    prompt = (a.messages_json or canonical_json(a.messages)).decode() if record_prompts else None
     tools = canonical_json(a.tools).decode() if record_prompts and round_no == 0 else None
     return ev.ContextAssembled(
         turn_id=turn_id,
@@ -85,7 +85,7 @@ def context_event(
         used_tokens=a.used_tokens,
         manifest_digest=a.digest,
         summary=dict(summary),
-        manifest=canonical_json(a.manifest.to_json()).decode(),
+        manifest=a.manifest.json_bytes().decode(),
         prompt=prompt,
         tools=tools,
     )

@@ -1,31 +1,40 @@
 """The turn runner: the step machine's driver and its steps (see ``holon.runtime.turn``).
 
-``TurnRunner.run`` resolves the agent's model, starts the turn (``turn.started``) and drives its
-steps until one settles::
+``TurnRunner.run`` resolves the agent's model, opens the turn and drives its steps until one
+settles::
 
-    step = Assemble(state)
+    step = self._open(agent, provider, settings)   # turn.started + the first prompt
     while not isinstance(step, Settle):
         step = await self._advance(step)
 
 Each step is a small method that commits what RFC 0002 says it commits and returns the next
 step, carrying a new ``TurnState``:
 
-* ``_assemble``: the round limit and the prompt (``ContextOverflow`` rejects the inputs), then the
-  token and cost limits, checked before anything is spent;
-* ``_request``: ``context.assembled`` + ``model.requested`` in one transaction, then the call
-  (through the retry policy); a failed call records its ``model.responded`` error and settles;
+* ``_open``: admission, ``turn.started``, then ``_assemble`` in the same transaction;
+* ``_assemble`` (not a step of its own): the round limit and the prompt (``ContextOverflow``
+  rejects the inputs), then the token and cost limits, checked before anything is spent; a prompt
+  within them appends ``context.assembled`` + ``model.requested`` to the open transaction;
+* ``_request``: the call (through the retry policy; its record is committed); a failed call
+  records its ``model.responded`` error and settles;
 * ``_record``: a cold start's ``model.started``; then the final answer goes on to settle (it
   commits with ``turn.settled``), or ``model.responded`` + every ``tool.called`` commit together;
-* ``_run_tools``: per call, its emitted events + ``tool.resulted`` in one transaction; then
-  ``waiting`` settles, too many failed calls fail the turn, anything else assembles again;
+* ``_run_tools``: per call, its emitted events + ``tool.resulted`` in one transaction, the last
+  call's with what follows it: ``waiting`` settles, too many failed calls fail the turn, anything
+  else assembles the next round's prompt in that same transaction;
 * ``_settle``: ``turn.settled`` (after the answer, in one transaction) and the operator's brief.
+
+A transaction that holds more than one append (``_one_commit``) writes the projections after each
+append (uncommitted, on the ledger's one connection), so what is read in between (the view of the
+turn, refreshed working memory) sees it; nothing runs between its appends but assembly, which
+neither awaits nor calls a tool.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import assert_never
 
@@ -42,13 +51,12 @@ from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
 from holon.projections.state import AgentState
-from holon.runtime.providers.base import ModelRequest, ModelSettings, Provider
+from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, Provider
 from holon.runtime.providers.retry import RetryPolicy, Sleep, complete_with_retry
 from holon.runtime.tools.base import ToolContext, ToolRegistry, ToolResult, ToolServices
 from holon.runtime.turn.briefs import rejection_brief, waiting_brief
 from holon.runtime.turn.prompt import admit, context_event, request_budget
 from holon.runtime.turn.state import (
-    Assemble,
     ProviderResolver,
     Record,
     Request,
@@ -65,6 +73,9 @@ from holon.runtime.turn.state import (
 from holon.runtime.views import AgentMemory, StoreViews
 
 __all__ = ["TurnRunner"]
+
+_Append = Callable[..., list[Event]]
+"""Appends events to the open transaction (``TurnRunner._one_commit``)."""
 
 
 class TurnRunner:
@@ -108,15 +119,13 @@ class TurnRunner:
             provider, settings = self.resolve_provider(agent)  # fails before anything is spent
         except (ModelError, ConfigError, UsageError) as e:
             return self._unavailable(agent, e)
-        step: Step = Assemble(self._begin(agent, provider, settings))
+        step: Step = self._open(agent, provider, settings)
         while not isinstance(step, Settle):
             step = await self._advance(step)
         return self._settle(step)
 
-    async def _advance(self, step: Assemble | Request | Record | RunTools) -> Step:
+    async def _advance(self, step: Request | Record | RunTools) -> Step:
         match step:
-            case Assemble():
-                return self._assemble(step)
             case Request():
                 return await self._request(step)
             case Record():
@@ -126,8 +135,15 @@ class TurnRunner:
             case _:
                 assert_never(step)
 
-    def _begin(self, agent: AgentState, provider: Provider, settings: ModelSettings) -> TurnState:
-        """Admit the inputs and record ``turn.started``: the turn's plan and its first state."""
+    def _open(self, agent: AgentState, provider: Provider, settings: ModelSettings) -> Request | Settle:
+        """Admit the inputs, append ``turn.started`` and assemble the first round's prompt: one
+        transaction with the round's ``context.assembled`` + ``model.requested``."""
+        with self._one_commit() as append:
+            state = self._begin(agent, provider, settings, append)
+            return self._assemble(state, append)
+
+    def _begin(self, agent: AgentState, provider: Provider, settings: ModelSettings, append: _Append) -> TurnState:
+        """Admit the inputs and append ``turn.started``: the turn's plan and its first state."""
         turn_id = new_id("turn")
         settings, budget = request_budget(settings, self.context, self._window_of)
         counter = self._counter(settings.model)
@@ -135,7 +151,7 @@ class TurnRunner:
         # Oldest first, while they fit (at least one, at most max_inputs_per_turn): the rest stay
         # pending for the next turn.
         inputs = admit(self.store, agent, budget, counter, registry.schemas())
-        started = self._start(agent.agent_id, turn_id, inputs)
+        started = append(self._started(agent.agent_id, turn_id, inputs))[0]
         view = gather(self.store, agent.agent_id, inputs=inputs, started_seq=started.seq, tools=registry.schemas())
         plan = TurnPlan(
             turn_id, agent, provider, settings, budget, counter, registry, turn_limits(self.limits, agent),
@@ -145,8 +161,10 @@ class TurnRunner:
 
     # --- the steps --------------------------------------------------------------------------
 
-    def _assemble(self, step: Assemble) -> Request | Settle:
-        state, plan = step.state, step.state.plan
+    def _assemble(self, state: TurnState, append: _Append) -> Request | Settle:
+        """The limits, then the next prompt; a prompt within them is recorded (``context.assembled``
+        + ``model.requested``, with ``append``) before the model is asked."""
+        plan = state.plan
         if state.rounds >= plan.limits.max_rounds:
             why = f"no final answer after {plan.limits.max_rounds} model rounds"
             return Settle(state, "failed", reason=why, rejected=plan.inputs)
@@ -164,24 +182,25 @@ class TurnRunner:
         refusal = state.over_budget(assembly.used_tokens)
         if refusal:
             return Settle(state, "failed", reason=refusal, rejected=plan.inputs)
+        # What the model is about to see, and that it was asked: committed before the call.
+        round_no = state.rounds
+        record = context_event(
+            state.turn_id, round_no, plan.budget, assembly, record_prompts=self.context.record_prompts
+        )
+        requested = ev.ModelRequested(
+            turn_id=state.turn_id,
+            round=round_no,
+            model=plan.settings.model,
+            messages=len(assembly.messages),
+            tools=len(assembly.tools),
+            prompt_tokens_est=assembly.used_tokens,
+        )
+        append(*self._events(state.agent_id, state.turn_id, (record, requested)))
         return Request(dataclasses.replace(state, sections=tuple(sections)), assembly)
 
     async def _request(self, step: Request) -> Record | Settle:
         state, plan, assembly = step.state, step.state.plan, step.assembly
         round_no, model = state.rounds, plan.settings.model
-        # What the model is about to see, and that it was asked: one transaction.
-        self._append(
-            state,
-            context_event(state.turn_id, round_no, plan.budget, assembly, record_prompts=self.context.record_prompts),
-            ev.ModelRequested(
-                turn_id=state.turn_id,
-                round=round_no,
-                model=model,
-                messages=len(assembly.messages),
-                tools=len(assembly.tools),
-                prompt_tokens_est=assembly.used_tokens,
-            ),
-        )
         messages = with_cache_markers(assembly.messages, model)
         request = ModelRequest(messages=messages, tools=assembly.tools, settings=plan.settings)
         try:
@@ -225,31 +244,49 @@ class TurnRunner:
         )
         return RunTools(state, reply, tuple(e.seq for e in recorded[1:]))
 
-    async def _run_tools(self, step: RunTools) -> Assemble | Settle:
+    async def _run_tools(self, step: RunTools) -> Request | Settle:
+        """Run the recorded calls in order, each committing its events and ``tool.resulted``; the
+        last call's commit also holds the next round's prompt and ``model.requested``, when the
+        turn goes on (nothing runs between them: no call can be lost to it)."""
         state, reply = step.state, step.reply
-        waiting = False
-        evidence = []
-        for call, called_seq in zip(reply.tool_calls, step.called_seq, strict=True):
-            result, result_seq = await self._call_tool(state, call)
-            waiting = waiting or result.ends_turn == "waiting"
-            state = dataclasses.replace(
-                state, tool_calls=state.tool_calls + 1, tool_errors=state.tool_errors + result.is_error
-            )
-            evidence.append(
-                ToolEvidence(
-                    call.call_id, call.tool, call.arguments, result.status, result.output, called_seq, result_seq
-                )
-            )
-        state = dataclasses.replace(
-            state, history=(*state.history, RoundView(state.rounds - 1, reply.content, tuple(evidence)))
+        calls = list(zip(reply.tool_calls, step.called_seq, strict=True))
+        done: list[tuple[ev.ToolCallSpec, int, ToolResult, int]] = []
+        for call, called_seq in calls[:-1]:
+            result, events = await self._call_tool(state, call)
+            done.append((call, called_seq, result, self.store.append(*events)[-1].seq))
+            self.observer.on_tool_result(state.agent_id, result)
+        call, called_seq = calls[-1]
+        result, events = await self._call_tool(state, call)
+        with self._one_commit() as append:
+            done.append((call, called_seq, result, append(*events)[-1].seq))
+            after = self._after_tools(state, reply, done)
+            nxt = after if isinstance(after, Settle) else self._assemble(after, append)
+        self.observer.on_tool_result(state.agent_id, result)
+        return nxt
+
+    @staticmethod
+    def _after_tools(
+        state: TurnState, reply: ModelReply, done: list[tuple[ev.ToolCallSpec, int, ToolResult, int]]
+    ) -> TurnState | Settle:
+        """The state after a round's calls; ``Settle`` when one ended the turn (``waiting``) or
+        too many failed."""
+        evidence = tuple(
+            ToolEvidence(call.call_id, call.tool, call.arguments, r.status, r.output, called_seq, result_seq)
+            for call, called_seq, r, result_seq in done
         )
-        if waiting:
+        state = dataclasses.replace(
+            state,
+            tool_calls=state.tool_calls + len(done),
+            tool_errors=state.tool_errors + sum(r.is_error for _c, _s, r, _q in done),
+            history=(*state.history, RoundView(state.rounds - 1, reply.content, evidence)),
+        )
+        if any(r.ends_turn == "waiting" for _c, _s, r, _q in done):
             return Settle(state, "waiting", reply=reply.content)
         limit = state.plan.limits.max_tool_errors
         if state.tool_errors > limit:
             why = f"more than {limit} failed tool calls in one turn"
             return Settle(state, "failed", reason=why, rejected=state.plan.inputs)
-        return Assemble(state)
+        return state
 
     def _settle(self, step: Settle) -> TurnResult:
         result = step.state.result(
@@ -287,8 +324,12 @@ class TurnRunner:
 
     def _start(self, agent_id: str, turn_id: str, inputs: list[int]) -> Event:
         """Append ``turn.started``, which takes ``inputs`` out of the agent's queue."""
-        active = self.store.working_memory(agent_id).get("active_work_item")
-        started = NewEvent(
+        return self.store.append(self._started(agent_id, turn_id, inputs))[0]
+
+    def _started(self, agent_id: str, turn_id: str, inputs: list[int]) -> NewEvent:
+        wm = self.store.working_memory_state(agent_id)
+        active = wm.active_work_item if wm is not None else None
+        return NewEvent(
             agent_id,
             ev.TurnStarted(turn_id=turn_id, inputs=inputs),
             origin="runtime:turn",
@@ -296,10 +337,44 @@ class TurnRunner:
             turn_id=turn_id,
             work_item_id=active,
         )
-        return self.store.append(started)[0]
 
-    async def _call_tool(self, state: TurnState, call: ev.ToolCallSpec) -> tuple[ToolResult, int]:
-        """Run one recorded call; its emitted events and ``tool.resulted`` commit together."""
+    @contextmanager
+    def _one_commit(self) -> Iterator[_Append]:
+        """One transaction that a step appends to more than once, reading what it appended in
+        between: after each append the projections are written (uncommitted; the ledger's one
+        connection reads them), and everything commits together at the end.
+
+        An error of the step itself (a bug while assembling) commits what was appended before
+        it, as when each append was its own transaction, then propagates; a failed append rolls
+        the whole transaction back."""
+        ledger = self.store.ledger
+        broken = False
+        failure: Exception | None = None
+        with ledger.transaction() as tx:
+
+            def append(*events: NewEvent) -> list[Event]:
+                nonlocal broken
+                try:
+                    stored = tx.append(*events)
+                    for hook in ledger.hooks:
+                        hook.flush(tx)
+                except BaseException:
+                    broken = True
+                    raise
+                return stored
+
+            try:
+                yield append
+            except Exception as e:
+                if broken:
+                    raise
+                failure = e
+        if failure is not None:
+            raise failure
+
+    async def _call_tool(self, state: TurnState, call: ev.ToolCallSpec) -> tuple[ToolResult, list[NewEvent]]:
+        """Run one recorded call: its result, and its emitted events + ``tool.resulted`` to commit
+        together."""
         agent, turn_id = state.plan.agent, state.turn_id
         self.observer.on_tool_call(agent.agent_id, call.tool, call.arguments)
         home = Path(agent.home)
@@ -343,9 +418,7 @@ class TurnRunner:
                 turn_id=turn_id,
             )
         )
-        stored = self.store.append(*events)
-        self.observer.on_tool_result(agent.agent_id, result)
-        return result, stored[-1].seq
+        return result, events
 
     def _commit_settle(
         self, agent_id: str, result: TurnResult, answer: ev.ModelResponded | None = None, *, notify: bool = False

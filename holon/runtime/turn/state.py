@@ -4,9 +4,9 @@ A turn is a step machine (``holon.runtime.turn.runner``): each step is a frozen 
 turn's ``TurnState`` and what the step needs; running it commits what RFC 0002 says that step
 commits and returns the next step. ``Settle`` is the only way out::
 
-    Assemble -> Request -> Record -> RunTools -> Assemble ...
-        |          |          |          |
-        +----------+----------+----------+--> Settle
+    (open: turn.started + the first prompt) -> Request -> Record -> RunTools -> Request ...
+                                                   |          |          |
+                                                   +----------+----------+--> Settle
 
 Nothing here touches the ledger: these are the values the runner passes between its steps.
 """
@@ -28,7 +28,6 @@ from holon.runtime.settings import read_settings
 from holon.runtime.tools.base import ToolRegistry, ToolResult
 
 __all__ = [
-    "Assemble",
     "ProviderResolver",
     "Record",
     "Request",
@@ -188,15 +187,10 @@ class TurnState:
 
 
 @dataclass(frozen=True, slots=True)
-class Assemble:
-    """Check the limits, then build the next prompt."""
-
-    state: TurnState
-
-
-@dataclass(frozen=True, slots=True)
 class Request:
-    """Record ``model.requested`` (with the context it assembled), then call the model."""
+    """Call the model. Its prompt was assembled within the limits and recorded (``context.assembled``
+    + ``model.requested``, committed with what came just before: ``turn.started``, or the last
+    tool call's result)."""
 
     state: TurnState
     assembly: Assembly
@@ -212,7 +206,8 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class RunTools:
-    """Run the recorded calls, one transaction each; then the next round, or settle."""
+    """Run the recorded calls, one transaction each (the last one's also holds the next round's
+    prompt); then the next round, or settle."""
 
     state: TurnState
     reply: ModelReply
@@ -235,7 +230,7 @@ class Settle:
     """Tell the operator why re-queued inputs wait (once per distinct reason)."""
 
 
-Step = Assemble | Request | Record | RunTools | Settle
+Step = Request | Record | RunTools | Settle
 
 
 def turn_limits(base: TurnLimits, agent: AgentState) -> TurnLimits:
