@@ -76,7 +76,8 @@ class TransactionHook(Protocol):
         ...
 
     def flush(self, tx: Transaction) -> None:
-        """Write pending state; called once just before COMMIT."""
+        """Write pending state: just before COMMIT, and whenever ``Transaction.flush_hooks`` asks
+        (reads later in the same transaction must see it); a second call with nothing new is cheap."""
         ...
 
     def reset(self) -> None:

@@ -356,8 +356,7 @@ class TurnRunner:
                 nonlocal broken
                 try:
                     stored = tx.append(*events)
-                    for hook in ledger.hooks:
-                        hook.flush(tx)
+                    tx.flush_hooks()
                 except BaseException:
                     broken = True
                     raise
