@@ -62,14 +62,18 @@ def test_a_large_ledger_is_walked_while_the_daemon_runs_and_damage_stops_it(tmp_
     gate = threading.Event()
     ledger = _Ledger(bounded=None, pages="the database file is damaged (PRAGMA quick_check: ...)", gate=gate)
     pages = check_ledger(_store(tmp_path, ledger, PAGES_BEFORE_INPUT_BYTES + 1))
-    pages.settle()  # does not wait: the walk is held at its gate
-    assert not pages.done.is_set()
+    pages.settle()  # does not wait: the walk has not even started
+    assert ledger.calls == [False]
 
     async def daemon() -> None:
-        stop = asyncio.Event()
-        watch = asyncio.create_task(pages.watch(stop))
+        stop, listening = asyncio.Event(), asyncio.Event()
+        watch = asyncio.create_task(pages.watch(stop, after=listening))
         await asyncio.sleep(0)
-        assert not stop.is_set()
+        assert ledger.calls == [False], "the walk waits for the API"
+        listening.set()
+        while len(ledger.calls) < 2:  # the walk started; it is held at its gate
+            await asyncio.sleep(0.01)
+        assert not stop.is_set() and not pages.done.is_set()
         gate.set()  # the walk ends and finds the damage
         await watch
         assert stop.is_set()

@@ -3,14 +3,14 @@
 ``Ledger.start_check`` is a page walk of the file (``PRAGMA quick_check``, about 4.5 ms per MB,
 at most 1 s) plus the anchor and the last rows' hash chain (the same few milliseconds at any
 size). ``holon serve`` runs the bounded part before anything else (``check_ledger``) and the page
-walk in a thread of its own (``PageCheck``), beside the imports and the API's start: SQLite
-leaves the GIL while it walks, so the two share the machine's cores instead of taking turns.
+walk in a thread of its own (``PageCheck``).
 
-A file up to ``PAGES_BEFORE_INPUT_BYTES`` is walked before the daemon takes input (``settle``): a
-damaged small ledger is refused at start, as before. A larger one is walked while the daemon
-already runs (at 1M events, 1 GB, the walk alone took the whole second a restart may take); if
-it finds damage, the daemon stops with the same one-line error and exit code as a refusal at
-start (``problem``), so new events are not buried on top of it for longer than the walk took.
+A file up to ``PAGES_BEFORE_INPUT_BYTES`` is walked beside the start-up's imports (SQLite leaves
+the GIL while it walks) and before the daemon takes input (``settle``): a damaged small ledger is
+refused at start, as before. A larger one is walked once the daemon's API listens (at 1M events,
+1 GB, the walk alone took the whole second a restart may take); if it finds damage, the daemon
+stops with the same one-line error and exit code as a refusal at start (``problem``), so new
+events are not buried on top of it for longer than the walk took.
 """
 
 from __future__ import annotations
@@ -51,17 +51,28 @@ def check_ledger(store: Any) -> PageCheck:
 
 
 class PageCheck:
-    """``Ledger.start_check`` with its page walk, in a daemon thread (a stop never waits for it)."""
+    """``Ledger.start_check`` with its page walk, in a daemon thread (a stop never waits for it).
+
+    A small file's walk starts at once (beside the imports, waited for by ``settle``); a large
+    file's when the daemon's API listens (``watch``): on two cores shared with other work, a walk
+    beside the start-up took CPU from it, and nothing waits for that walk before health."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
         self.problem: str | None = None
         self.done = threading.Event()
+        self._started = False
         try:
             self.size = store.paths.db.stat().st_size
         except OSError:
             self.size = 0
-        threading.Thread(target=self._run, name="holon:ledger-page-check", daemon=True).start()
+        if self.size <= PAGES_BEFORE_INPUT_BYTES:
+            self._start()
+
+    def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            threading.Thread(target=self._run, name="holon:ledger-page-check", daemon=True).start()
 
     def _run(self) -> None:
         try:
@@ -74,7 +85,7 @@ class PageCheck:
     def settle(self) -> None:
         """Before the daemon takes input: wait for the walk of a small file and refuse a damaged one;
         a larger file's walk goes on (see ``problem``)."""
-        if self.size <= PAGES_BEFORE_INPUT_BYTES:
+        if self._started:
             self.done.wait()
         self.raise_problem()
 
@@ -82,9 +93,13 @@ class PageCheck:
         if self.done.is_set() and self.problem is not None:
             raise refusal(self.store, self.problem)
 
-    async def watch(self, stop: asyncio.Event) -> None:
-        """Wait for the walk and set ``stop`` if it found damage. Polled, not awaited in an
-        executor thread: the loop's executor is joined at exit, and a stop must not wait for it."""
+    async def watch(self, stop: asyncio.Event, *, after: asyncio.Event | None = None) -> None:
+        """Start the walk (once ``after`` is set) unless it started, wait for it and set ``stop``
+        if it found damage. Polled, not awaited in an executor thread: the loop's executor is
+        joined at exit, and a stop must not wait for a walk."""
+        if after is not None:
+            await after.wait()
+        self._start()
         while not self.done.is_set():
             await asyncio.sleep(0.1)
         if self.problem is not None:

@@ -206,7 +206,8 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
             stack.push_async_callback(_stop_http, server, server_task)
         else:
             listening.set()
-        stack.push_async_callback(_cancel, asyncio.create_task(pages.watch(stop), name="daemon:page-check"))
+        walk = asyncio.create_task(pages.watch(stop, after=listening), name="daemon:page-check")
+        stack.push_async_callback(_cancel, walk)
         await _run_until_stopped(daemon, writer, stop, server, server_task, listen_host, listen_port, listening)
         pages.raise_problem()  # a large ledger's walk found damage: stop as a refusal at start would
     return 0
