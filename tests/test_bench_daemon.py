@@ -18,7 +18,8 @@ def test_bench_daemon_tiny(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert r.code == 0, r
     out = r.json()
     for key in ("wall_s", "cpu_s", "cpu_s_daemon", "cpu_ms_per_turn", "cpu_ms_per_turn_daemon", "turns_per_s",
-                "idle_rss_mb_1000_agents", "restart_s_10k", "restart_s_1m"):  # fmt: skip
+                "idle_rss_mb_1000_agents", "restart_s_10k", "restart_s_1m", "restart_cpu_s_10k",
+                "restart_cpu_s_1m"):  # fmt: skip
         assert isinstance(out[key], float) and out[key] > 0, key
     assert isinstance(out["idle_cpu_pct_1000_agents"], float) and out["idle_cpu_pct_1000_agents"] >= 0
     assert out["wall_s"] >= 2 * 0.020  # no agent can beat the model's latency
@@ -29,6 +30,7 @@ def test_bench_daemon_tiny(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert out["cpu_s_daemon"] <= out["cpu_s"] + 0.02  # the daemon's own process is part of its tree
     assert "efficiency" not in out
     assert "latency_bound_turns_per_s" in out["method"] and "cpu_ms_per_turn" in out["method"]
+    assert "restart_cpu_s" in out["method"]
     assert out["restart_events_large"] >= 900 and out["restart_events_small"] >= 300
     assert out["restart_growth"] == pytest.approx(out["restart_s_1m"] / out["restart_s_10k"], rel=0.01)
     assert out["rss_mb_after_run"] > 0  # the daemon and its model processes

@@ -1,5 +1,5 @@
 """Agent timers (``holon.daemon.timers``): schedules as typed, due-time arithmetic, and the real
-daemon firing cron and one-shot timers on APScheduler, with its job table in the home database.
+daemon firing cron and one-shot timers on APScheduler, its jobs made from the timer projection.
 
 Unit tests cover ``parse_schedule`` (every form, and hostile input: always a ``UsageError`` that
 names the problem, never a crash), ``next_after`` and ``due_firings`` (bounded however long holon
@@ -19,7 +19,6 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from helpers.runtime import SCRIPTED
-from helpers.turn_cli import db_rows
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -27,7 +26,6 @@ from holon.clock import SystemClock
 from holon.config import load_settings, local_zone_name, resolve_home, zone_problem
 from holon.daemon import Daemon
 from holon.daemon.timers import (
-    JOB_TABLE,
     MAX_CRON_WALK,
     MAX_INTERVAL_S,
     ZonedCron,
@@ -461,8 +459,9 @@ def _fired(store: Store, timer_id: str) -> list[ev.TimerFired]:
     ]  # type: ignore[misc]
 
 
-def _jobs(store: Store) -> set[str]:
-    return {job_id for (job_id,) in db_rows(store.paths.root, f"SELECT id FROM {JOB_TABLE}")}
+def _jobs(daemon: Daemon) -> set[str]:
+    """The timers the running daemon's scheduler holds (in memory: the ledger is the only store)."""
+    return {job.id for job in daemon.timers.scheduler.get_jobs()}
 
 
 async def _until(check: Callable[[], Any], timeout_s: float = 15.0) -> None:
@@ -474,7 +473,7 @@ async def _until(check: Callable[[], Any], timeout_s: float = 15.0) -> None:
 
 @pytest.mark.parametrize("spec", ["* * * * *", "CRON_TZ=Europe/Paris * * * * *"])
 def test_a_cron_timer_fires_and_its_next_due_time_comes_from_the_cron(store: Store, spec: str) -> None:
-    """In UTC and in a zone: the zoned trigger is pickled into the job table and fires the same way."""
+    """In UTC and in a zone: the zoned trigger fires the same way."""
     provider = ScriptedProvider([reply("Checked the build: green.")])
 
     async def scenario() -> None:
@@ -484,7 +483,7 @@ def test_a_cron_timer_fires_and_its_next_due_time_comes_from_the_cron(store: Sto
             if MIN - due % MIN < 10 * S:  # the cron's next minute would be due before a loaded machine fires
                 due += MIN - due % MIN + 1_200_000  # (and the firing would count it missed)
             timer_id = _schedule(store, "watcher", "cron", spec, due, "Check the build.")
-            await _until(lambda: timer_id in _jobs(store))  # the job is in the home database's table
+            await _until(lambda: timer_id in _jobs(daemon))  # the scheduler holds the job
             await _until(lambda: _fired(store, timer_id), timeout_s=40)
             await daemon.until_idle()
             [fired] = _fired(store, timer_id)
@@ -521,13 +520,13 @@ def test_a_one_shot_timer_fires_once_and_is_done(store: Store) -> None:
             timer = store.state("timer", event.timer_id)
             assert isinstance(timer, TimerProjection) and (timer.status, timer.fired) == ("done", 1)
             assert daemon.timers.scheduler.get_job(event.timer_id) is None
-            assert event.timer_id not in _jobs(store)
+            assert event.timer_id not in _jobs(daemon)
         assert provider.remaining == 0
 
     asyncio.run(scenario())
 
 
-def test_reconcile_drops_the_job_of_a_timer_cancelled_while_down(store: Store) -> None:
+def test_a_restart_makes_jobs_from_the_projection_without_a_timer_cancelled_while_down(store: Store) -> None:
     far = SystemClock().now_us() + 3600 * S
 
     async def first() -> tuple[str, str]:
@@ -535,19 +534,19 @@ def test_reconcile_drops_the_job_of_a_timer_cancelled_while_down(store: Store) -
             daemon.create_agent("ada")
             keep = _schedule(store, "ada", "interval", "3600", far, "hourly")
             drop = _schedule(store, "ada", "cron", "0 * * * *", far, "on the hour")
-            await _until(lambda: {keep, drop} <= _jobs(store))
+            await _until(lambda: {keep, drop} <= _jobs(daemon))
         return keep, drop
 
     keep, drop = asyncio.run(first())
-    assert {keep, drop} <= _jobs(store), "jobs persist in the home database while the daemon is down"
     store.append(NewEvent(store.agent("ada").agent_id, ev.TimerCancelled(timer_id=drop), origin="operator:test", authority="operator"))  # fmt: skip
 
     async def second() -> None:
         async with _daemon(store, ScriptedProvider()).running(grace_s=1) as daemon:
-            assert {j.id for j in daemon.timers.scheduler.get_jobs()} == {keep}
+            assert _jobs(daemon) == {keep}  # made from the projection, not kept from the last run
+            [job] = daemon.timers.scheduler.get_jobs()
+            assert int(job.next_run_time.timestamp() * S) == far
 
     asyncio.run(second())
-    assert _jobs(store) == {keep}
 
 
 @pytest.mark.slow  # waits on real time (a daemon's timers, a collector's timeout, a client's disconnect)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -38,19 +39,28 @@ BACKLOG = 4096
 
 
 class _Server(uvicorn.Server):
+    on_started: Callable[[], None] | None = None
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         # The daemon owns SIGTERM/SIGINT and stops the server through ``should_exit``.
         yield
 
+    async def startup(self, sockets: Any = None) -> None:  # Any: uvicorn's own (untyped) parameter
+        await super().startup(sockets=sockets)
+        if self.started and self.on_started is not None:
+            self.on_started()
+
 
 def build_server(
-    app: FastAPI, *, host: str, port: int, token: str | None, log_level: str = "warning"
-) -> uvicorn.Server:
+    app: FastAPI, *, host: str, port: int, token: str | None, log_level: str = "warning",
+    on_started: Callable[[], None] | None = None,
+) -> uvicorn.Server:  # fmt: skip
     """A uvicorn server for ``app`` on ``host:port`` (checked with ``check_bind``); not started.
 
     Signal handlers stay with the daemon (uvicorn's own are disabled), and its access log is off:
     the daemon logs through structlog. Idle connections outlive any client pool's (``KEEP_ALIVE_S``).
+    ``on_started`` is called once it listens.
     """
     check_bind(host, token)
     if not 0 <= port <= 65_535:
@@ -59,7 +69,9 @@ def build_server(
         app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=2,
         timeout_keep_alive=KEEP_ALIVE_S, backlog=BACKLOG,
     )  # fmt: skip
-    return _Server(config)
+    server = _Server(config)
+    server.on_started = on_started
+    return server
 
 
 async def serve(app: FastAPI, *, host: str, port: int, token: str | None, log_level: str = "warning") -> None:

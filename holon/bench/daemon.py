@@ -58,7 +58,7 @@ __all__ = ["TARGETS", "format_report", "run_daemon_bench"]
 TARGETS = {
     "idle_rss_mb_1000_agents": 300.0,
     "idle_cpu_pct_1000_agents": 1.0,
-    "restart_s_1m": 2.0,
+    "restart_s_1m": 1.0,  # issue 18 (2.0 before)
     "restart_growth": 1.5,
 }
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -72,7 +72,8 @@ METHOD = (
     "cpu_ms_per_turn_daemon the daemon's own process only; cpu_bound_turns_per_s = cores / CPU per turn. "
     "Idle: {idle_agents} registered agents, the daemon left alone until quiet, VmRSS, then CPU over "
     "{idle_window_s:g} s. Restart: spawn to first healthy GET /v1/health, median of {runs} after a warm-up, on "
-    "ledgers of ~{small:,} and ~{large:,} events of {restart_agents} agents. synchronous=NORMAL."
+    "ledgers of ~{small:,} and ~{large:,} events of {restart_agents} agents; restart_cpu_s_* = the daemon's own "
+    "CPU (utime+stime, all its threads) at that moment, median. synchronous=NORMAL."
 )
 
 
@@ -340,18 +341,24 @@ def _settle(paths: HomePaths, url_of_model: str) -> None:
                 time.sleep(0.5)
 
 
-def _restart(root: Path, events: int, name: str, model_url: str, agents: int, runs: int) -> tuple[float, int]:
-    """Median seconds from spawning the daemon to healthy, over ``runs`` starts (the first warms caches)."""
+def _restart(root: Path, events: int, name: str, model_url: str, agents: int, runs: int) -> tuple[float, float, int]:
+    """Median seconds from spawning the daemon to healthy, and median CPU seconds the daemon had
+    used by then (on a shared machine the steadier figure), over ``runs`` starts (the first warms
+    caches)."""
     paths = HomePaths(root / name)
     size = _fill(paths, events, agents)
     _settle(paths, model_url)
-    times = []
+    times, cpus = [], []
     for _ in range(runs + 1):
         port = free_port()
         with _process(_serve(paths, port), env=_env()) as (daemon, _):
             times.append(_wait_healthy(f"http://127.0.0.1:{port}", daemon))
-    measured = sorted(times[1:])
-    return measured[len(measured) // 2], size
+            cpus.append(_own_cpu_s(daemon.pid))
+    return _median(times[1:]), _median(cpus[1:]), size
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def run_daemon_bench(
@@ -382,13 +389,15 @@ def run_daemon_bench(
         fake_argv = [sys.executable, "-m", "holon.testing.fake_llm", "--script", str(script)]
         with _process(fake_argv, env=_env(), first_line=True) as (_fake, model_url):
             step(f"restart on {events_small:,} events", 2, 4)
-            small, small_n = _restart(root, events_small, "small", model_url, restart_agents, restart_runs)
+            small, small_cpu, small_n = _restart(root, events_small, "small", model_url, restart_agents, restart_runs)
             step(f"restart on {events_large:,} events", 3, 4)
-            large, large_n = _restart(root, events_large, "large", model_url, restart_agents, restart_runs)
+            large, large_cpu, large_n = _restart(root, events_large, "large", model_url, restart_agents, restart_runs)
     out.update(
         restart_s_10k=round(small, 3),
         restart_s_1m=round(large, 3),
         restart_growth=round(large / small, 3),
+        restart_cpu_s_10k=round(small_cpu, 3),
+        restart_cpu_s_1m=round(large_cpu, 3),
         restart_events_small=small_n,
         restart_events_large=large_n,
         restart_agents=restart_agents,
@@ -416,6 +425,7 @@ def format_report(r: dict[str, Any]) -> str:
             f"of a core over {r['idle_window_s']:.0f} s (target <= {TARGETS['idle_cpu_pct_1000_agents']})",
             f"  restart to healthy: {r['restart_s_10k']:.3f} s at {r['restart_events_small']:,} events, "
             f"{r['restart_s_1m']:.3f} s at {r['restart_events_large']:,} (target <= {TARGETS['restart_s_1m']} s), "
-            f"growth {r['restart_growth']:.2f}x (target <= {TARGETS['restart_growth']})",
+            f"growth {r['restart_growth']:.2f}x (target <= {TARGETS['restart_growth']}); the daemon's CPU by then "
+            f"{r['restart_cpu_s_10k']:.3f} s / {r['restart_cpu_s_1m']:.3f} s",
         ]
     )

@@ -22,6 +22,7 @@ One asyncio loop runs everything; blocking work goes to a thread in small slices
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -74,8 +75,11 @@ class Daemon:
     # --- the lifespan -----------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def running(self, *, grace_s: float | None = None) -> AsyncIterator[Daemon]:
-        async with Lifespan(self.rooms, grace_s=grace_s):
+    async def running(
+        self, *, grace_s: float | None = None, warm_after: asyncio.Event | None = None
+    ) -> AsyncIterator[Daemon]:
+        """The lifespan; ``warm_after``: start the background imports once it is set (``Warmth``)."""
+        async with Lifespan(self.rooms, grace_s=grace_s, warm_after=warm_after):
             yield self
 
     async def start(self) -> None:

@@ -7,8 +7,10 @@ start in reverse, and a start that fails half-way undoes exactly what it did:
 1. the daemon's own resources (its model resolver, the live trace exporter): closed last;
 2. the host (``AgentHost.start``: the home's host lock, recovery of what a crash left): closed;
 3. durable-memory views rebuilt from the ledger (repairs a crash between an append and its render);
-4. the warm model path (``Warmth``): its start awaited or cancelled;
-5. timers: missed firings coalesced (one each), then the scheduler: stopped;
+4. the warm model path (``Warmth``; with ``warm_after``, once that event is set: ``holon serve``
+   sets it when its API listens): its start awaited or cancelled;
+5. timers: missed firings coalesced (one each), then the scheduler (with ``warm_after``, once
+   that event is set): stopped;
 6. the watcher and maintenance tasks: cancelled; a running evolve drain gets the grace period;
 7. turns may run: at stop, running turns get the grace period, then are cancelled and settled
    ``interrupted`` (re-queued on the next start);
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 
 from holon.daemon.wiring import Rooms
@@ -38,9 +40,10 @@ log = get_logger("holon.daemon")
 class Lifespan:
     """One run of the daemon's rooms, start to stop (``async with``)."""
 
-    def __init__(self, rooms: Rooms, *, grace_s: float | None = None) -> None:
+    def __init__(self, rooms: Rooms, *, grace_s: float | None = None, warm_after: asyncio.Event | None = None) -> None:
         self.rooms = rooms
         self.grace_s = grace_s
+        self.warm_after = warm_after
         self._stack: AsyncExitStack | None = None
 
     def grace(self) -> float:
@@ -68,7 +71,7 @@ class Lifespan:
             r.tracer.settled_since(before)  # the turns recovery just settled (queued, sent off the loop)
         r.model_calls.loop = asyncio.get_running_loop()
         await asyncio.to_thread(render_all, r.store)
-        r.warmth.start()
+        r.warmth.start(after=self.warm_after)
         stack.push_async_callback(r.warmth.stop)
         r.phase.started_us = r.clock.now_us()
         r.wakes.seen = r.store.ledger.head()
@@ -84,16 +87,35 @@ class Lifespan:
         r.phase.accepting = True
         stack.callback(self._stop_input)
         log.info("daemon.started", pid=r.phase.pid, head=r.wakes.seen, recovered_turns=len(report.turns),
-                 recovered_tasks=len(report.tasks), timers=r.timers.jobs())  # fmt: skip
+                 recovered_tasks=len(report.tasks))  # fmt: skip
 
     async def _start_timers(self, stack: AsyncExitStack) -> None:
+        """Fire what was missed and start the scheduler: at once, or (``warm_after``) once the API
+        is up, since loading APScheduler is start-up time no input needs."""
+        stack.callback(self.rooms.timers.stop)
+        if self.warm_after is None:
+            await self._fire_missed_and_schedule()
+            return
+        task = asyncio.create_task(self._after(self.warm_after, self._load_timers), name="daemon:timers")
+        stack.push_async_callback(_cancel, task)
+
+    async def _load_timers(self) -> None:
+        await asyncio.to_thread(self.rooms.timers.load)  # off the loop, which serves the first requests
+        await self._fire_missed_and_schedule()
+
+    async def _fire_missed_and_schedule(self) -> None:
         r = self.rooms
         now = r.clock.now_us()
         for timer in r.store.timers(status="scheduled"):  # missed while down: one coalesced firing each
             if timer.next_fire_us is not None and timer.next_fire_us <= now:
                 await r.firing.fire(timer.timer_id)
         r.timers.start(r.store.timers(status="scheduled"))
-        stack.callback(r.timers.stop)
+        log.info("daemon.timers_started", timers=r.timers.jobs())
+
+    @staticmethod
+    async def _after(event: asyncio.Event, step: Callable[[], Awaitable[None]]) -> None:
+        await event.wait()
+        await step()
 
     def _stop_input(self) -> None:
         """No new input, turns, timer firings or evolve jobs from now on."""
@@ -134,8 +156,16 @@ class Lifespan:
             await r.resolver.aclose()
 
 
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
 @contextlib.asynccontextmanager
-async def lifespan(rooms: Rooms, *, grace_s: float | None = None) -> AsyncIterator[Rooms]:
+async def lifespan(
+    rooms: Rooms, *, grace_s: float | None = None, warm_after: asyncio.Event | None = None
+) -> AsyncIterator[Rooms]:
     """``async with lifespan(rooms):`` the daemon runs; on exit it stops (see the module docstring)."""
-    async with Lifespan(rooms, grace_s=grace_s) as running:
+    async with Lifespan(rooms, grace_s=grace_s, warm_after=warm_after) as running:
         yield running

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from holon.config import ApiSettings, HomePaths, load_settings
+from holon.daemon.ledger_check import check_ledger
 from holon.errors import ConfigError, ConflictError, HolonError, HomeNotFoundError, LedgerError, UsageError
 from holon.logs import get_logger
 from holon.paths import open_private, private_dir, tighten_tree, write_private
@@ -127,7 +129,13 @@ def serve(
 
     with contextlib.suppress(ValueError, OSError, AttributeError):  # stderr may be closed or not a file
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: thread stacks to stderr
-    return asyncio.run(_serve(paths, host=host, port=port, http=http, service=not detached))
+    # The start-up imports some 700 modules and makes nothing that is garbage: the cyclic collector's
+    # passes over that growing heap were ~8% of the start's CPU. Back on once the API listens.
+    gc.disable()
+    try:
+        return asyncio.run(_serve(paths, host=host, port=port, http=http, service=not detached))
+    finally:
+        gc.enable()
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +171,13 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
     HTTP server inside it, on one ``AsyncExitStack``: everything started is stopped in reverse,
     also when the start fails half-way."""
     listen = preflight(paths, host=host, port=port, http=http)
-    from holon.daemon.core import Daemon
     from holon.runtime.home import open_home
 
     tighten_tree(paths.root)  # a home made before homes were private: 0700 directories, 0600 files
     store = open_home(paths, service=service)
-    check_ledger(store)
+    pages = check_ledger(store)  # the page walk runs in a thread, beside the imports that follow
+    from holon.daemon.core import Daemon
+
     api = store.settings.api
     listen_host = listen.host if listen else host or api.host
     listen_port = listen.port if listen else api.port if port is None else port
@@ -176,6 +185,7 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
         _load_web_stack()
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(store.close)
+        pages.settle()  # a small ledger is walked before the daemon appends anything
         token = None
         if listen is not None:
             from holon.api.token import ensure_token
@@ -191,20 +201,43 @@ async def _serve(paths: HomePaths, *, host: str | None, port: int | None, http: 
         stack.callback(writer.write, "stopped")
         wrote_pid: list[Path] = []
         stack.callback(_unlink, wrote_pid)  # once the daemon has stopped (the stack unwinds in reverse)
-        await stack.enter_async_context(daemon.running())
+        listening = asyncio.Event()  # the background imports wait for it: health first (``Warmth``)
+        await stack.enter_async_context(daemon.running(warm_after=listening))
         write_private(pid_file(paths), str(os.getpid()), fsync=False)
         wrote_pid.append(pid_file(paths))
         server, server_task = None, None
         if http:
-            server, server_task = _start_http(daemon, listen_host, listen_port, token, api.allowed_hosts)
+            server, server_task = _start_http(
+                daemon, listen_host, listen_port, token, api.allowed_hosts, on_started=listening.set
+            )
             stack.push_async_callback(_stop_http, server, server_task)
-        await _run_until_stopped(daemon, writer, stop, server, server_task, listen_host, listen_port)
+        else:
+            listening.set()
+        stack.push_async_callback(_cancel, asyncio.create_task(_collect_after(listening), name="daemon:gc"))
+        walk = asyncio.create_task(pages.watch(stop, after=listening), name="daemon:page-check")
+        stack.push_async_callback(_cancel, walk)
+        await _run_until_stopped(daemon, writer, stop, server, server_task, listen_host, listen_port, listening)
+        pages.raise_problem()  # a large ledger's walk found damage: stop as a refusal at start would
     return 0
+
+
+async def _collect_after(listening: asyncio.Event) -> None:
+    """Once the API listens: what the start-up made stays for the process's life, so it goes to
+    the collector's permanent generation (``gc.freeze``) and the collector comes back on."""
+    await listening.wait()
+    gc.freeze()
+    gc.enable()
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
 
 
 async def _run_until_stopped(
     daemon: Any, writer: _StateWriter, stop: asyncio.Event, server: Any, server_task: asyncio.Task[None] | None,
-    listen_host: str, listen_port: int,
+    listen_host: str, listen_port: int, listening: asyncio.Event,
 ) -> None:  # fmt: skip
     """Keep ``daemon.json`` current until SIGTERM/SIGINT (or the HTTP server dies)."""
     last_key: tuple[Any, ...] | None = None
@@ -212,10 +245,15 @@ async def _run_until_stopped(
     while not stop.is_set():
         if server_task is not None and server_task.done():
             raise HolonError(f"the HTTP server stopped: {server_task.exception() or 'could not listen'}")
-        ready = server is None or server.started
-        if ready and server is not None and listen_port == 0:
+        if server is not None and not server.started:
+            # Health first: the status (a read of every agent) is written once the API listens.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.05):
+                    await listening.wait()
+            continue
+        if server is not None and listen_port == 0:
             writer.api_url = api_url(listen_host, _bound_port(server) or 0)
-        state = "running" if ready else "starting"
+        state = "running"
         key = (state, writer.api_url, daemon.status_key())
         if key != last_key or time.monotonic() - last_written >= STATUS_MAX_AGE_S:
             writer.write(state, daemon.status())
@@ -272,38 +310,24 @@ def check_home(paths: HomePaths) -> None:
             )
 
 
-def check_ledger(store: Any) -> None:
-    """Refuse to serve a ledger that fails its bounded start-up check (``Ledger.start_check``).
-
-    A daemon that appends to a damaged ledger, or to one that lost committed events, buries the
-    damage under new events; the operator gets one line naming the command that shows it all.
-    """
-    problem = store.ledger.start_check()
-    if problem is None:
-        return
-    store.close()
-    raise LedgerError(
-        f"the ledger failed its start-up check: {problem}. Not serving it; run "
-        f"'holon ledger verify --home {store.paths.root}' for the full report"
-    )
-
-
 def _load_web_stack() -> None:
-    """Import the HTTP API's modules (FastAPI, uvicorn) before the lifespan starts: its warm path
-    imports the model library (litellm) in a thread, and two imports at once share the GIL and wait
-    on each other's module locks, so the API opened only after most of litellm had loaded."""
+    """Import the HTTP API's modules (FastAPI, uvicorn) before the lifespan starts, beside the
+    ledger's page walk (``PageCheck``). The lifespan's background imports (the turn machinery, the
+    model library, APScheduler) start only once the API listens (``warm_after``): imports in two
+    threads share the GIL and wait on each other's module locks, which delayed health by seconds."""
     import holon.api.app
     import holon.api.server  # noqa: F401
 
 
 def _start_http(
-    daemon: Any, host: str, port: int, token: str | None, allowed_hosts: tuple[str, ...] = ()
-) -> tuple[Any, asyncio.Task[None]]:
+    daemon: Any, host: str, port: int, token: str | None, allowed_hosts: tuple[str, ...] = (),
+    on_started: Any = None,
+) -> tuple[Any, asyncio.Task[None]]:  # fmt: skip
     from holon.api.app import create_app
     from holon.api.server import build_server
 
     app = create_app(daemon, token=token, allowed_hosts=allowed_hosts + _own_name(host))
-    server = build_server(app, host=host, port=port, token=token)
+    server = build_server(app, host=host, port=port, token=token, on_started=on_started)
     return server, asyncio.create_task(server.serve(), name="daemon:http")
 
 

@@ -99,7 +99,7 @@ class StatusView:
             "index_error": self.maintenance.index_error,
             "commands": {"sandbox": sandbox.mode, "warning": sandbox.warning},
             "evolve": self.maintenance.evolve_status(),
-            "timers": self.timers.jobs() if self.timers.scheduler.running else 0,
+            "timers": self.timers.jobs(),
             "agents": [
                 self._entry(a, waits.get(a.agent_id, []), timers.get(a.agent_id, [])) for a in self.store.agents()
             ],

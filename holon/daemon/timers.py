@@ -2,11 +2,13 @@
 
 The ledger is the truth: a timer exists because of its ``timer.scheduled`` event and ends with
 ``timer.fired`` (one-shot) or ``timer.cancelled``; the timer projection holds its next due time.
-APScheduler (``AsyncIOScheduler`` in the daemon's loop, jobs in a ``SQLAlchemyJobStore`` table of
-the home's database) only decides *when* to call ``fire``, and asks the schedule maths
-(``holon.runtime.schedule``, pure, shared with the CLI) for each next due time. On start the job
-store is reconciled with the projection: jobs of timers that no longer exist go, missing or stale
-jobs are (re)made.
+APScheduler (``AsyncIOScheduler`` in the daemon's loop, jobs in its in-memory job store) only
+decides *when* to call the daemon's firing, and asks the schedule maths (``holon.runtime.schedule``,
+pure, shared with the CLI) for each next due time. On start the jobs are made from the projection,
+each due when the projection says, and kept in line with it (``sync``) as ``timer.*`` events come.
+Nothing about timers is stored outside the ledger: a job store in the database (APScheduler's
+``SQLAlchemyJobStore``, used until issue 18) only repeated the projection, and loading SQLAlchemy
+for it was a third of the daemon's start-up.
 
 A firing appends ``timer.fired`` with an idempotency key made of the timer id and the due time, so
 a firing seen twice (APScheduler's own catch-up and the reconcile, or a retry) is recorded once.
@@ -22,16 +24,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from holon.logs import get_logger
 from holon.projections.state import TimerProjection
+
+if TYPE_CHECKING:
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from holon.runtime import schedule
 from holon.runtime.agents import add_timer, cancel_timer
 from holon.runtime.schedule import (
@@ -54,7 +56,6 @@ from holon.runtime.schedule import (
 __all__ = [
     "ALIASES",
     "FORMS",
-    "JOB_TABLE",
     "MAX_CRON_WALK",
     "MAX_INTERVAL_S",
     "TimerKind",
@@ -64,7 +65,6 @@ __all__ = [
     "cancel_timer",
     "describe",
     "due_firings",
-    "fire",
     "first_due",
     "format_local",
     "next_after",
@@ -74,28 +74,11 @@ __all__ = [
     "timer_zone",
 ]
 
-log = get_logger("holon.timers")
-
-JOB_TABLE = "apscheduler_jobs"
-
-#: The running daemon's callback per database path. Jobs are pickled into the job store, so they
-#: name this module-level function and the path, never a bound method.
-_HANDLERS: dict[str, Callable[[str], Awaitable[None]]] = {}
-
-
-async def fire(db_path: str, timer_id: str) -> None:
-    """The APScheduler job of every timer: hand the firing to the daemon of that database."""
-    handler = _HANDLERS.get(db_path)
-    if handler is None:
-        log.warning("timer fired with no daemon attached", timer_id=timer_id)
-        return
-    await handler(timer_id)
-
 
 class ZonedCron(BaseTrigger):
     """APScheduler's view of a crontab line in a zone: its due times are
-    ``holon.runtime.schedule.ZonedCron``'s (DST-correct). Pickled into the job store with its one
-    string (the class keeps its name and module: stored jobs name it)."""
+    ``holon.runtime.schedule.ZonedCron``'s (DST-correct). Picklable by its one string, as
+    APScheduler expects of triggers (the in-memory store never pickles it)."""
 
     def __init__(self, spec: str) -> None:
         self.spec = spec
@@ -131,27 +114,41 @@ def _trigger(timer: TimerProjection) -> BaseTrigger:
 
 
 class Timers:
-    """The daemon's scheduler: started inside the running loop, stopped before the host closes."""
+    """The daemon's scheduler: started inside the running loop, stopped before the host closes.
 
-    def __init__(self, db_path: Path, on_fire: Callable[[str], Awaitable[None]]) -> None:
-        self.db_path = str(db_path)
+    APScheduler's scheduler is made on first use: its module reads every installed package's
+    entry points when it loads (~50 ms), which ``holon serve`` pays after its API is up."""
+
+    def __init__(self, on_fire: Callable[[str], Awaitable[None]]) -> None:
         self._on_fire = on_fire
-        self.scheduler = AsyncIOScheduler(
-            jobstores={"default": SQLAlchemyJobStore(url=f"sqlite:///{self.db_path}", tablename=JOB_TABLE)},
-            job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
-            timezone=UTC,
-        )
+        self._scheduler: AsyncIOScheduler | None = None
+
+    @property
+    def scheduler(self) -> AsyncIOScheduler:
+        if self._scheduler is None:
+            from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+            self._scheduler = AsyncIOScheduler(
+                job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1}, timezone=UTC
+            )
+        return self._scheduler
+
+    @staticmethod
+    def load() -> None:
+        """Import APScheduler's scheduler (a caller on the loop may do it in a thread first)."""
+        import apscheduler.schedulers.asyncio  # noqa: F401
+
+    @property
+    def running(self) -> bool:
+        return self._scheduler is not None and self._scheduler.running
 
     def start(self, timers: list[TimerProjection]) -> None:
-        _HANDLERS[self.db_path] = self._on_fire
         self.scheduler.start()
         self.reconcile(timers)
 
     def stop(self) -> None:
-        if self.scheduler.running:
+        if self.running:
             self.scheduler.shutdown(wait=False)
-        if _HANDLERS.get(self.db_path) is self._on_fire:
-            del _HANDLERS[self.db_path]
 
     def reconcile(self, timers: list[TimerProjection]) -> None:
         """Make the job store hold exactly the scheduled timers, each due when the projection says."""
@@ -177,9 +174,9 @@ class Timers:
         ):
             return
         self.scheduler.add_job(
-            fire,
+            self._on_fire,
             _trigger(timer),
-            args=[self.db_path, timer.timer_id],
+            args=[timer.timer_id],
             id=timer.timer_id,
             name=f"timer {timer.timer_id} of {timer.agent_id}",
             replace_existing=True,
@@ -188,4 +185,5 @@ class Timers:
         )
 
     def jobs(self) -> int:
-        return len(self.scheduler.get_jobs())
+        """How many timers the running scheduler holds (0 before it starts)."""
+        return len(self.scheduler.get_jobs()) if self.running else 0

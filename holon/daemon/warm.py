@@ -1,9 +1,12 @@
 """The warm model path (RFC 0005): the model library and the model children, readied in the
 background while the API is already up.
 
-* The model library (litellm) is imported off the loop at start: imported by the first turn it
-  would stall every agent and timer for seconds, and awaited at start it would keep the API
-  (health, status, inputs) closed for as long. Turns wait for it (``ready``).
+* The model library (litellm), and before it the turn machinery (the turn runner, context
+  assembly, the tools), are imported off the loop: imported by the first turn they would stall
+  every agent and timer for seconds, and awaited at start they would keep the API (health,
+  status, inputs) closed for as long. Turns wait for them (``ready``). ``holon serve`` starts the
+  import once its API listens (``start(after=...)``): an import thread started earlier shares the
+  GIL with the start-up and delays health by as much as it takes.
 * The model children the home's agents will call start in the background: never for a home
   without agents, the local server only for agents that use it; again whenever an agent is
   created or configured (``warm``).
@@ -36,19 +39,37 @@ class Warmth:
         self.resolver = resolver
         self.phase = phase
         self._library: asyncio.Future[Any] | None = None
+        self._starting: asyncio.Task[None] | None = None
         self._models: asyncio.Task[None] | None = None
 
     def ready(self) -> bool:
         """Whether turns may start: the model library is loaded (or never needed loading)."""
         return self._library is None or self._library.done()
 
-    def start(self) -> None:
+    def start(self, *, after: asyncio.Event | None = None) -> None:
+        """Import the turn machinery and the model library in a thread and warm the model children,
+        at once or once ``after`` is set (turns wait either way)."""
         if self.resolver is None:
             return
-        from holon.runtime.providers.litellm_provider import known_context_window
+        self._library = asyncio.get_running_loop().create_future()
+        self._starting = asyncio.create_task(self._start(after), name="daemon:warm")
 
-        self._library = _in_daemon_thread(known_context_window, "gpt-4o-mini")
+    async def _start(self, after: asyncio.Event | None) -> None:
+        if after is not None:
+            await after.wait()
+        library = _in_daemon_thread(_load_turn_machinery)
+        library.add_done_callback(self._loaded)
         self.warm()
+
+    def _loaded(self, library: asyncio.Future[Any]) -> None:
+        if self._library is None or self._library.done():
+            return
+        if library.cancelled():
+            self._library.cancel()
+        elif (error := library.exception()) is not None:
+            self._library.set_exception(error)
+        else:
+            self._library.set_result(library.result())
 
     def warm(self) -> None:
         """Start the model children the home's agents will call, unless a start is under way."""
@@ -67,12 +88,23 @@ class Warmth:
     async def stop(self) -> None:
         """Cancel a model start under way. An unfinished library import is left to its daemon
         thread: waiting for it made every stop in the first seconds take seconds more."""
+        if self._starting is not None:
+            self._starting.cancel()
         if self._library is not None and not self._library.done():
             self._library.cancel()
         if self._models is not None:
             self._models.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._models
+
+
+def _load_turn_machinery() -> int | None:
+    """What the first turn would otherwise import on the loop: the turn runner (context assembly,
+    tools) and the model library."""
+    import holon.runtime.turn.runner  # noqa: F401
+    from holon.runtime.providers.litellm_provider import known_context_window
+
+    return known_context_window("gpt-4o-mini")
 
 
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:

@@ -155,7 +155,7 @@ def build_daemon(
         wake=wakes.wake,
     )  # fmt: skip
     firing = TimerFiring(store, clock=clock, wakes=wakes, phase=phase)
-    timers = Timers(store.paths.db, firing.fire)
+    timers = Timers(firing.fire)
     wakes.bind(host, timers)
     model_calls = ModelCalls(store)
     model_calls.host = host

@@ -690,17 +690,18 @@ class Ledger:
         except LedgerError as e:
             return None, e.message
 
-    def start_check(self, *, tail_rows: int = 64, quick_check_budget_s: float = 1.0) -> str | None:
+    def start_check(self, *, tail_rows: int = 64, quick_check_budget_s: float = 1.0, pages: bool = True) -> str | None:
         """The bounded check before serving: the file's structure, the anchor, the last rows' chain.
 
         Returns the first problem, or ``None``. ``PRAGMA quick_check`` (a pass over every page,
         without matching indexes to tables) runs for at most ``quick_check_budget_s``: enough
         for a ledger of a few hundred MB; a larger one is left to ``holon ledger verify`` and
-        the skip is logged. The anchor and tail checks cost the same at any size.
+        the skip is logged. ``pages=False`` leaves it out (the daemon runs it in a thread of its
+        own beside its start-up). The anchor and tail checks cost the same at any size.
         """
         try:
             with self.db.reader() as conn:
-                problem = quick_check(conn, self.db.path, budget_s=quick_check_budget_s)
+                problem = quick_check(conn, self.db.path, budget_s=quick_check_budget_s) if pages else None
                 if problem == QUICK_CHECK_SKIPPED:
                     _log().warning("ledger.start_check.partial", reason=problem, db=str(self.db.path))
                 elif problem is not None:

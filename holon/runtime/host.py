@@ -25,7 +25,7 @@ import random
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from holon.clock import Clock
 from holon.errors import ConflictError, NotFoundError
@@ -43,9 +43,11 @@ from holon.runtime.recovery import RecoveryReport, interrupted_task_input, recov
 from holon.runtime.sandbox import harden_process
 from holon.runtime.settings import read_settings
 from holon.runtime.tasks import TaskManager
-from holon.runtime.tools import ToolRegistry, builtin_registry
 from holon.runtime.tools.services import TaskServices
-from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnRunner
+
+if TYPE_CHECKING:
+    from holon.runtime.tools import ToolRegistry
+    from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnRunner
 
 __all__ = ["RETRY_BASE_S", "RETRY_MAX_S", "AgentHost", "retry_delay"]
 
@@ -94,18 +96,8 @@ class AgentHost:
         self.tasks = TaskManager.for_store(store, clock, on_done=self._task_done)
         self.services = TaskServices(self.tasks, spawn=self.spawn_child)
         """What this host's tools may ask of it (``ToolServices``)."""
-        self.runner = TurnRunner(
-            store,
-            registry or builtin_registry(),
-            resolve_provider,
-            clock=clock,
-            services=self.services,
-            limits=limits,
-            retry=retry,
-            observer=observer,
-            sleep=sleep,
-            window_of=window_of,
-        )
+        self._runner_args = (registry, resolve_provider, limits, retry, observer, sleep, window_of)
+        self._runner: TurnRunner | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._runs: dict[str, asyncio.Task[list[TurnResult]]] = {}
         self._stalled: dict[str, int] = {}
@@ -117,6 +109,22 @@ class AgentHost:
         self._lock_file: TextIO | None = None
         self.finished: list[TurnResult] = []
         """Every turn this host ran, in the order they settled."""
+
+    @property
+    def runner(self) -> TurnRunner:
+        """The turn runner, made (and the turn machinery imported) for the first turn: a daemon
+        takes input before it has loaded context assembly and the tools (RFC 0005)."""
+        if self._runner is None:
+            from holon.runtime.tools import builtin_registry
+            from holon.runtime.turn import TurnRunner
+
+            registry, resolve_provider, limits, retry, observer, sleep, window_of = self._runner_args
+            self._runner = TurnRunner(
+                self.store, registry or builtin_registry(), resolve_provider, clock=self.clock,
+                services=self.services, limits=limits, retry=retry, observer=observer, sleep=sleep,
+                window_of=window_of,
+            )  # fmt: skip
+        return self._runner
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -1,4 +1,8 @@
-"""Tools agents call. ``builtin_registry()`` gives every built-in tool."""
+"""Tools agents call. ``builtin_registry()`` gives every built-in tool.
+
+The tool modules load with the first registry (``builtin_registry``), not with this package: the
+daemon imports the package's types at start and builds a registry only for its first turn.
+"""
 
 from holon.runtime.tools.base import (
     Tool,
@@ -10,11 +14,7 @@ from holon.runtime.tools.base import (
     ToolRetry,
     ToolServices,
 )
-from holon.runtime.tools.commands import COMMAND_TOOLS
-from holon.runtime.tools.memory import MEMORY_TOOLS
-from holon.runtime.tools.misc import MISC_TOOLS
 from holon.runtime.tools.services import TaskServices
-from holon.runtime.tools.work import WORK_TOOLS
 
 __all__ = [
     "TaskServices",
@@ -31,5 +31,10 @@ __all__ = [
 
 
 def builtin_registry(*, exclude: frozenset[str] = frozenset()) -> ToolRegistry:
+    from holon.runtime.tools.commands import COMMAND_TOOLS
+    from holon.runtime.tools.memory import MEMORY_TOOLS
+    from holon.runtime.tools.misc import MISC_TOOLS
+    from holon.runtime.tools.work import WORK_TOOLS
+
     tools = (*WORK_TOOLS, *COMMAND_TOOLS, *MISC_TOOLS, *MEMORY_TOOLS)
     return ToolRegistry([t for t in tools if t.name not in exclude])

@@ -24,10 +24,16 @@ answer.** Transient model failures re-queue them (``requeue``); every other fail
 same way every time is retried forever.
 """
 
-from holon.runtime.turn.briefs import rejection_brief, waiting_brief
-from holon.runtime.turn.prompt import INPUT_SHARE
-from holon.runtime.turn.runner import TurnRunner
-from holon.runtime.turn.state import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnState
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from holon.runtime.turn.briefs import rejection_brief, waiting_brief
+    from holon.runtime.turn.prompt import INPUT_SHARE
+    from holon.runtime.turn.runner import TurnRunner
+    from holon.runtime.turn.state import ProviderResolver, TurnLimits, TurnObserver, TurnResult, TurnState
 
 __all__ = [
     "INPUT_SHARE",
@@ -40,3 +46,26 @@ __all__ = [
     "rejection_brief",
     "waiting_brief",
 ]
+
+#: Each name's module, imported on first use (PEP 562): the daemon needs the turn's types and
+#: briefs at start, the runner (context assembly, tools) only for its first turn (issue 18).
+_HOME = {
+    "INPUT_SHARE": "prompt",
+    "ProviderResolver": "state",
+    "TurnLimits": "state",
+    "TurnObserver": "state",
+    "TurnResult": "state",
+    "TurnRunner": "runner",
+    "TurnState": "state",
+    "rejection_brief": "briefs",
+    "waiting_brief": "briefs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'holon.runtime.turn' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"holon.runtime.turn.{module}"), name)
+    globals()[name] = value
+    return value
