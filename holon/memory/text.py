@@ -37,7 +37,9 @@ __all__ = [
     "QueryPlan",
     "content_terms",
     "content_words",
+    "engine_term",
     "fold",
+    "index_terms",
     "is_unsegmented",
     "plan_query",
     "quote",
@@ -127,6 +129,30 @@ def fold(text: str) -> str:
     text = _CONTROL.sub(" ", text)
     text = _LATIN_WORD.sub(lambda m: IRREGULAR.get(m.group(0).lower(), m.group(0)), text)
     return _UNSEG_RUN.sub(lambda m: f" {_indexed(m.group(0))} ", text)
+
+
+def index_terms(text: str) -> str:
+    """``text`` as the search engine receives it: holon's words, space-separated, in order.
+
+    The words of ``fold(text)`` (irregular forms folded), cut to ``MAX_TERM_CHARS``; an
+    unsegmented run gives its bigrams and every single character, so a one-character query finds
+    it. The engine only splits on spaces and stems English suffixes (``holon.memory.engine``);
+    queries go through the same mapping (``engine_term``, then the engine's ``analyze``).
+    """
+    out: list[str] = []
+    for w in words(fold(text)):
+        if is_unsegmented(w):
+            out.append(w)
+            if len(w) == 2:
+                out.append(w[0])  # fold() already gives the run's last character alone
+        else:
+            out.append(w[:MAX_TERM_CHARS])
+    return " ".join(out)
+
+
+def engine_term(term: str) -> str:
+    """A ``QueryPlan`` term as ``index_terms`` would have written it."""
+    return term[:MAX_TERM_CHARS]
 
 
 def word_count(text: str) -> int:
