@@ -94,6 +94,8 @@ _LAYOUT_1 = (
 #: 2: the text index moved to tantivy (``holon.memory.engine``): the FTS5 tables of turns and
 #: segments go (the durable entries' FTS5 table stays: few rows, read on the turn path).
 _LAYOUT_2 = ("DROP TABLE IF EXISTS search_fts", "DROP TABLE IF EXISTS search_segments")
+#: 3: owner filtering happens in the engine; the (owner, kind, id) index cost ~50 bytes a document.
+_LAYOUT_3 = ("DROP INDEX IF EXISTS search_docs_owner_kind",)
 TABLES = (
     "search_docs",
     "search_fts",
@@ -111,6 +113,7 @@ TABLES = (
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "search_tables", _LAYOUT_1),
     Migration(2, "search_text_in_engine", _LAYOUT_2),
+    Migration(3, "search_docs_without_owner_index", _LAYOUT_3),
 )
 
 
