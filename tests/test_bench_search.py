@@ -63,7 +63,8 @@ def test_bench_search_json(tmp_path: Path) -> None:
             assert c["queries"] == 4, kind
             assert c["hits_mean"] > 0 and c["raw_hits_mean"] > 0, kind
         assert by_class["common"]["hits_mean"] == 10
-        assert data[f"recall_at_10_vs_exact_{label}"] == 1.0, "a small index is ranked exactly"
+        # re-ranking the engine's top 200 rather than every match loses a little even here (RFC 0004)
+        assert 0.5 < data[f"recall_at_10_vs_exact_{label}"] <= 1.0
     assert data["targets"] == TARGETS and data["targets_min"] == {"recall_at_10_vs_exact_1m": 1.0}
     assert data["targets_met"] == {}, "targets are judged at 1m only"
     assert "body-only FTS5" in data["method"]
