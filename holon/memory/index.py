@@ -1,4 +1,4 @@
-"""The search index: a projection of the ledger (and of curated files) on SQLite FTS5.
+"""The search index: a projection of the ledger (and of curated files) on SQLite and tantivy.
 
 Unlike the synchronous projections, the index is not folded inside each append: indexing text is
 the slowest thing holon does per event and nothing on the turn path needs it. It lags behind the
