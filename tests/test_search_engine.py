@@ -26,7 +26,7 @@ def _row(doc_id: int, owner: str, text: str, kind: str = "message") -> Row:
 
 def _ids(engine: Engine, query: str, owners: list[str], **kw: object) -> list[int]:
     terms = engine.analyze(engine_term(t) for t in plan_query(query).terms)
-    hits, _n = engine.top(terms, [], owners=owners, limit=100, **kw)  # type: ignore[arg-type]
+    hits, _n = engine.top(terms, owners=owners, limit=100, **kw)  # type: ignore[arg-type]
     return [i for i, _score in hits]
 
 
@@ -89,7 +89,7 @@ def test_a_reader_in_another_process_searches_while_the_writer_is_held(engine: E
             from pathlib import Path
             from holon.memory.engine import engine_at
             e = engine_at(Path({str(tmp_path)!r}))
-            hits, n = e.top(e.analyze(["heron"]), [], owners=["agent:a"], limit=10)
+            hits, n = e.top(e.analyze(["heron"]), owners=["agent:a"], limit=10)
             print([i for i, _ in hits], n)
             """
         )

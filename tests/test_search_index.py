@@ -271,9 +271,7 @@ def snapshot(store: Store) -> tuple[object, ...]:
     matches = []
     for q in QUERIES:
         plan = plan_query(q)
-        hits, n = engine.top(
-            engine.analyze(engine_term(t) for t in plan.terms), [], owners=sorted(owners), limit=100_000
-        )
+        hits, n = engine.top(engine.analyze(engine_term(t) for t in plan.terms), owners=sorted(owners), limit=100_000)
         assert n == len(hits)
         matches.append(sorted(keys[i] for i, _score in hits))
     # Segment ids are the ids of their first turns: compare them by that turn's key.

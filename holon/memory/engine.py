@@ -10,8 +10,11 @@ and applies the Snowball English stemmer (measured on LoCoMo against holon's lig
 analyser (``analyze``) and become term objects, never parsed: no string can be syntax.
 
 Fields: ``id`` (the ``search_docs`` id, indexed and fast), ``owner``, ``kind`` and ``work`` (raw
-keywords, for filters), ``ts`` (microseconds, fast, for time ranges), ``body`` (the document's
-terms, with positions for phrases) and ``meta`` (sender, kind and date words).
+keywords, for filters), ``ts`` (microseconds, a fast field only: time ranges are read from it),
+``body`` (the document's terms and, for a conversation turn, those of the two turns before it:
+what a turn is found by, so that a short answer is found through its question) and ``meta``
+(sender, kind and date words). Nothing is stored and no positions are kept: what a hit shows
+comes from SQLite, and adjacent query words are checked there (``holon.memory.search``).
 
 Consistency with SQLite (the index's other half and its cursor): ``write`` commits tantivy
 *before* the caller's SQLite transaction commits, so the cursor never runs ahead of what tantivy
@@ -60,7 +63,8 @@ class Row:
     ts_us: int
     work_item_id: str
     body: str
-    """Space-separated terms (``holon.memory.text.index_terms``)."""
+    """Space-separated terms (``holon.memory.text.index_terms``): the document's, and for a turn
+    also the two previous turns' of its segment."""
     meta: str
 
 
@@ -75,8 +79,8 @@ def _schema() -> Any:  # Any: tantivy.Schema, untyped
     b.add_text_field("owner", tokenizer_name="raw", index_option="basic")
     b.add_text_field("kind", tokenizer_name="raw", index_option="basic")
     b.add_text_field("work", tokenizer_name="raw", index_option="basic")
-    b.add_integer_field("ts", indexed=True, fast=True)
-    b.add_text_field("body", tokenizer_name=_ANALYZER, index_option="position")
+    b.add_integer_field("ts", fast=True)
+    b.add_text_field("body", tokenizer_name=_ANALYZER, index_option="freq")
     b.add_text_field("meta", tokenizer_name=_ANALYZER, index_option="freq")
     return b.build()
 
@@ -154,6 +158,10 @@ class Engine:
             out |= dict.fromkeys(self.analyzer.analyze(term))
         return list(out)
 
+    def tokens(self, text: str) -> list[str]:
+        """``text`` (holon's terms, space-separated) as the engine indexes it, in order."""
+        return list(self.analyzer.analyze(text))
+
     def num_docs(self) -> int:
         return int(self.searcher().num_docs)
 
@@ -164,34 +172,26 @@ class Engine:
     def top(
         self,
         terms: Sequence[str],
-        phrases: Sequence[tuple[str, str]],
         *,
         owners: Sequence[str],
         kinds: Sequence[str] = (),
         since_us: int | None = None,
         until_us: int | None = None,
         work_item_id: str | None = None,
-        weights: tuple[float, float, float] = (1.0, 0.3, 0.5),
+        weights: tuple[float, float] = (1.0, 0.2),
         limit: int,
         count: bool = True,
     ) -> tuple[list[tuple[int, float]], int]:
-        """The exact top ``limit`` by BM25 (body, ``meta`` and phrases weighted by ``weights``)
-        among ``owners``' documents matching any term, with the filters; and how many match."""
+        """The exact top ``limit`` by BM25 (``body`` and ``meta`` weighted by ``weights``) among
+        ``owners``' documents matching any term, with the filters; and how many match."""
         t, s = tantivy.Query, self.schema
-        should = [(tantivy.Occur.Should, t.term_query(s, "body", term)) for term in terms]
-        body_w, meta_w, phrase_w = weights
-        if meta_w > 0:
-            should += [(tantivy.Occur.Should, t.boost_query(t.term_query(s, "meta", term), meta_w)) for term in terms]
-        if phrase_w > 0:
-            should += [
-                (tantivy.Occur.Should, t.boost_query(t.phrase_query(s, "body", list(pair)), phrase_w))
-                for pair in phrases
-            ]
+        should = []
+        for name, w in zip(("body", "meta"), weights, strict=True):
+            if w > 0:
+                should += [(tantivy.Occur.Should, t.boost_query(t.term_query(s, name, term), w)) for term in terms]
         if not should or not owners:
             return [], 0
         text = t.boolean_query(should)
-        if body_w != 1.0:
-            text = t.boost_query(text, body_w)
         must = [(tantivy.Occur.Must, text), (tantivy.Occur.Must, t.term_set_query(s, "owner", list(owners)))]
         if kinds:
             must.append((tantivy.Occur.Must, t.term_set_query(s, "kind", list(kinds))))

@@ -74,8 +74,9 @@ __all__ = [
 #: 4: document ids are never reused (a rewritten document must not inherit a cached vector's id).
 #: 5: durable memory entries (``search_durable``), for recall.
 #: 6: the text is indexed by tantivy (``holon.memory.engine``), without the neighbours' text.
+#: 7: a turn's engine row carries its ``context`` (its text with the two turns before it).
 #: (A change of the tables themselves is a new migration in ``index_schema``, usually with a bump.)
-INDEX_VERSION = 6
+INDEX_VERSION = 7
 CURSOR_NAME = "search"
 #: Events per catch-up transaction.
 BATCH = 2_000

@@ -3,9 +3,11 @@
 It knows nothing about events: ``holon.memory.index_docs`` turns events into ``Doc`` values,
 ``holon.memory.index_files`` curated files; both hand them to a ``_Writer``. A conversation turn
 joins its owner's current **segment** (a conversation without a pause longer than
-``SEGMENT_GAP_US``, at most ``SEGMENT_MAX_TURNS`` turns). Neighbouring turns are not indexed
-again with each turn (that made the index six times the size of its text): the ranking reads
-them from ``search_docs`` for its candidates (``holon.memory.search``).
+``SEGMENT_GAP_US``, at most ``SEGMENT_MAX_TURNS`` turns), and its engine ``body`` holds its
+terms with those of the two turns before it in the segment (``CONTEXT_CAP`` characters each),
+indexed but not stored, so that a short answer is found by its question (RFC 0004, "Engine").
+Only the turns *before* are known when a turn is written, so a row is never written again for
+its context; the turns after a match are lifted at query time (``holon.memory.search``).
 
 The text goes to the search engine (``holon.memory.engine``), the rest to SQLite; ``finish``
 commits the engine inside the caller's SQLite transaction, before it commits (see the engine's
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ SEGMENT_GAP_US = 30 * 60 * 1_000_000
 SEGMENT_MAX_TURNS = 60
 #: Characters of any document that are indexed and shown.
 DOC_CAP = 20_000
-#: Characters of each neighbouring turn the ranking reads as context.
+#: Characters of each neighbouring turn indexed as a turn's context.
 CONTEXT_CAP = 600
 
 
@@ -88,6 +90,8 @@ class _Segment:
     id: int
     last_ts_us: int
     turns: int
+    recent: list[str] = field(default_factory=list)
+    """The text of its last two turns (``CONTEXT_CAP`` characters each): the next turn's context."""
 
 
 class _Writer:
@@ -130,13 +134,14 @@ class _Writer:
             ),
         )
         doc_id = int(cur.lastrowid or 0)
+        body = index_terms(body_of(doc))
         if doc.turn:
-            segment = self._join_segment(doc, doc_id)
+            segment, before = self._join_segment(doc, doc_id)
             self.conn.execute("UPDATE search_docs SET segment = ? WHERE id = ?", (segment, doc_id))
-        self.rows[doc_id] = Row(
-            doc_id, doc.owner, doc.kind, doc.ts_us, doc.work_item_id or "", index_terms(body_of(doc)),
-            index_terms(meta_text(doc)),
-        )  # fmt: skip
+            if before:
+                body += " " + index_terms("\n".join(before))
+        self.rows[doc_id] = Row(doc_id, doc.owner, doc.kind, doc.ts_us, doc.work_item_id or "", body,
+                                index_terms(meta_text(doc)))  # fmt: skip
         self.owner_counts[doc.owner] = self.owner_counts.get(doc.owner, 0) + 1
         return doc_id
 
@@ -168,15 +173,26 @@ class _Writer:
                 "SELECT id, last_ts_us, turns FROM search_segment_info WHERE owner = ? ORDER BY id DESC LIMIT 1",
                 (owner,),
             ).fetchone()
-            self.segments[owner] = _Segment(row[0], row[1], row[2]) if row is not None else None
+            seg = None
+            if row is not None:
+                seg = _Segment(row[0], row[1], row[2])
+                last = self.conn.execute(
+                    "SELECT text FROM search_docs WHERE segment = ? AND id >= ? ORDER BY id DESC LIMIT 2",
+                    (seg.id, seg.id),
+                ).fetchall()
+                seg.recent = [cap(r[0], CONTEXT_CAP) for r in reversed(last)]
+            self.segments[owner] = seg
         return self.segments[owner]
 
-    def _join_segment(self, doc: Doc, doc_id: int) -> int:
-        """Put a turn in its owner's current segment (or a new one); returns the segment id."""
+    def _join_segment(self, doc: Doc, doc_id: int) -> tuple[int, list[str]]:
+        """Put a turn in its owner's current segment (or a new one); returns the segment id and
+        the text of the (up to) two turns before it in the segment."""
         seg = self._segment(doc.owner)
         if seg is None or doc.ts_us - seg.last_ts_us > SEGMENT_GAP_US or seg.turns >= SEGMENT_MAX_TURNS:
             seg = _Segment(doc_id, doc.ts_us, 0)
             self.segments[doc.owner] = seg
+        before = seg.recent
+        seg.recent = [*before, cap(doc.text, CONTEXT_CAP)][-2:]
         seg.turns += 1
         seg.last_ts_us = doc.ts_us
         self.conn.execute(
@@ -184,7 +200,7 @@ class _Writer:
             "ON CONFLICT(id) DO UPDATE SET last_ts_us = excluded.last_ts_us, turns = excluded.turns",
             (seg.id, doc.owner, seg.last_ts_us, seg.turns),
         )
-        return seg.id
+        return seg.id, before
 
     def finish(self) -> None:
         """Commit the engine's rows and deletions, and write the owner counts (SQLite commits after)."""

@@ -3,14 +3,16 @@
 Ranking, in two stages (each part measured on LoCoMo with ``holon bench locomo``; RFC 0004):
 
 1. **The engine** (``holon.memory.engine``, tantivy) returns the exact top ``CANDIDATES`` by BM25
-   over the document's own terms, its metadata (sender, kind, date words; weight ``meta``) and the
-   query's adjacent word pairs found adjacent in it (phrases; weight ``phrase``), among the
-   owners' documents that pass the filters; and how many documents match (exact).
+   over the document's terms (for a conversation turn, with those of the two turns before it in
+   its segment: a short answer such as "Thanks! It was Matt Patterson" is found through the
+   question that preceded it) and its metadata (sender, kind, date words; weight ``meta``), among
+   the owners' documents that pass the filters; and how many documents match (exact).
 2. **Re-ranking** of those candidates in Python:
-   * **neighbouring turns**: a turn is lifted by the engine scores of the two turns before it
-     (weight ``prev``) and the two after it (``next``), and such a neighbour joins the candidates
-     even if it matched nothing itself: a short answer ("Thanks! It was Matt Patterson") is found
-     through the question that preceded it;
+   * **neighbouring turns**: a turn is lifted by the engine scores of the two turns after it
+     (weight ``next``; ``prev`` lifts by the two before it, 0 since they are indexed with it),
+     and such a neighbour joins the candidates even if it matched nothing itself;
+   * **phrases**: among the best ``PHRASE_OF``, a document whose own text holds the query's
+     adjacent word pairs adjacent is lifted (weight ``phrase``; the engine keeps no positions);
    * **segment relevance**: the conversation segment a turn belongs to is scored as a whole (the
      sum of its candidate turns' scores) and lifts its turns, so a question about one evening's
      talk prefers that evening;
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,7 +38,7 @@ from typing import Any
 
 from holon.clock import format_us, utc
 from holon.memory.index import Freshness, SearchIndex
-from holon.memory.text import WORDS, QueryPlan, engine_term, plan_query, stem
+from holon.memory.text import WORDS, QueryPlan, engine_term, index_terms, plan_query, stem
 from holon.memory.vectors import Embedder, dense_scores, embed_pending
 
 __all__ = ["KINDS", "Hit", "RankParams", "SearchFilters", "SearchResult", "search"]
@@ -50,6 +53,8 @@ CANDIDATES = 200
 CONTEXT_OF = 50
 #: ... among the documents this many ids before and after them.
 CONTEXT_IDS = 4
+#: The engine's best matches whose text is checked for the query's adjacent word pairs.
+PHRASE_OF = 50
 #: The engine's best matches whose scores make up their segments' (``_segment_scores``).
 SEGMENT_OF = 200
 _IN_CHUNK = 30_000
@@ -64,17 +69,23 @@ class RankParams:
     """Ranking weights. Defaults are what LoCoMo measurement chose; see RFC 0004."""
 
     body: float = 1.0
-    prev: float = 0.5
+    """Weight of the query's terms in a document's engine ``body``: its text and, for a turn,
+    the two turns before it (``holon.memory.index_writer``)."""
+    prev: float = 0.0
+    """Lift of a turn by the engine scores of the two turns before it (0: they are indexed with
+    it instead, which LoCoMo prefers: RFC 0004, "Engine")."""
     next: float = 0.2
-    meta: float = 0.3
+    """Lift of a turn by the engine scores of the two turns after it."""
+    meta: float = 0.2
     segment: float = 0.3
     sender: float = 0.2
     date: float = 0.3
     short_turn: float = 0.3
     short_words: int = 30
-    question: float = 0.2
-    phrase: float = 1.0
-    """Weight of an adjacent pair of query words found adjacent in a document."""
+    question: float = 0.1
+    phrase: float = 0.3
+    """Lift (times the best engine score) of a document among the best ``PHRASE_OF`` whose own
+    text holds the query's adjacent word pairs adjacent (in proportion to the pairs found)."""
     recency: float = 0.05
     dense: float = 0.4
     """Weight of embedding similarity, when an embedder is configured."""
@@ -171,6 +182,8 @@ class _Cand:
     text: str = ""
     first: float = 0.0
     """The engine's score (0 for a neighbour or dense candidate that was not among its top)."""
+    phrases: float = 0.0
+    """The share of the query's adjacent word pairs found adjacent in its text."""
 
 
 def search(
@@ -234,17 +247,11 @@ class _Planner:
         p, f = self.params, self.filters
         engine = self.index.engine
         terms = engine.analyze(engine_term(t) for t in plan.terms)
-        phrases = []
-        for ph in plan.phrases:
-            pair = engine.analyze(engine_term(w) for w in ph.split())
-            if len(pair) == 2:
-                phrases.append((pair[0], pair[1]))
 
         def top(limit: int) -> tuple[list[tuple[int, float]], int]:
-            return self.index.engine.top(
-                terms, list(dict.fromkeys(phrases)), owners=self.owners, kinds=f.kinds,
-                since_us=f.since_us, until_us=f.until_us, work_item_id=f.work_item_id,
-                weights=(p.body, p.meta, p.phrase), limit=limit,
+            return engine.top(
+                terms, owners=self.owners, kinds=f.kinds, since_us=f.since_us, until_us=f.until_us,
+                work_item_id=f.work_item_id, weights=(p.body, p.meta), limit=limit,
             )  # fmt: skip
 
         top_k, total = top(CANDIDATES) if CANDIDATES > 0 else top(1)
@@ -252,8 +259,28 @@ class _Planner:
             top_k, total = top(total)
         scores = dict(top_k)
         cands = self._load(self._with_context(scores), scores, extra)
+        if p.phrase > 0:
+            self._phrases(plan, cands)
         joined = sum(1 for c in cands if c.id not in scores and c.id not in extra)
         return cands, total + joined
+
+    def _phrases(self, plan: QueryPlan, cands: list[_Cand]) -> None:
+        """Mark the best ``PHRASE_OF`` candidates whose own text holds the query's adjacent word
+        pairs adjacent (the engine keeps no positions: RFC 0004, "Engine")."""
+        engine = self.index.engine
+        pairs = set()
+        for ph in plan.phrases:
+            pair = engine.analyze(engine_term(w) for w in ph.split())
+            if len(pair) == 2:
+                pairs.add((pair[0], pair[1]))
+        best = sorted((c for c in cands if c.first > 0), key=lambda c: (-c.first, c.id))[:PHRASE_OF]
+        if not pairs or not best:
+            return
+        texts = dict(self._q_in("SELECT id, text FROM search_docs WHERE id IN ({})", [c.id for c in best]))
+        for c in best:
+            tokens = engine.tokens(index_terms(texts.get(c.id, "")))
+            found = pairs & set(itertools.pairwise(tokens))
+            c.phrases = len(found) / len(pairs)
 
     def _with_context(self, scores: dict[int, float]) -> dict[int, float]:
         """``scores`` with each turn lifted by its neighbours' scores: a turn by the two before it
@@ -365,6 +392,7 @@ def _rerank(
             s += p.sender * top
         if plan.dates and _on_date(c.ts_us, plan.dates):
             s += p.date * top
+        s += p.phrase * top * c.phrases
         if c.kind in ("message", "reply"):
             n = c.words
             s *= (min(n, p.short_words) / p.short_words) ** p.short_turn if n else 0.0
