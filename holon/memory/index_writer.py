@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +90,9 @@ class _Segment:
     id: int
     last_ts_us: int
     turns: int
-    recent: list[str] = field(default_factory=list)
-    """The text of its last two turns (``CONTEXT_CAP`` characters each): the next turn's context."""
+    recent: list[str] | None = None
+    """The text of its last two turns (``CONTEXT_CAP`` characters each): the next turn's context
+    (read when a turn continues a segment committed earlier)."""
 
 
 class _Writer:
@@ -173,15 +174,7 @@ class _Writer:
                 "SELECT id, last_ts_us, turns FROM search_segment_info WHERE owner = ? ORDER BY id DESC LIMIT 1",
                 (owner,),
             ).fetchone()
-            seg = None
-            if row is not None:
-                seg = _Segment(row[0], row[1], row[2])
-                last = self.conn.execute(
-                    "SELECT text FROM search_docs WHERE segment = ? AND id >= ? ORDER BY id DESC LIMIT 2",
-                    (seg.id, seg.id),
-                ).fetchall()
-                seg.recent = [cap(r[0], CONTEXT_CAP) for r in reversed(last)]
-            self.segments[owner] = seg
+            self.segments[owner] = _Segment(row[0], row[1], row[2]) if row is not None else None
         return self.segments[owner]
 
     def _join_segment(self, doc: Doc, doc_id: int) -> tuple[int, list[str]]:
@@ -189,8 +182,13 @@ class _Writer:
         the text of the (up to) two turns before it in the segment."""
         seg = self._segment(doc.owner)
         if seg is None or doc.ts_us - seg.last_ts_us > SEGMENT_GAP_US or seg.turns >= SEGMENT_MAX_TURNS:
-            seg = _Segment(doc_id, doc.ts_us, 0)
+            seg = _Segment(doc_id, doc.ts_us, 0, [])
             self.segments[doc.owner] = seg
+        if seg.recent is None:  # a segment of an earlier transaction, continued: its last two turns
+            last = self.conn.execute(
+                "SELECT text FROM search_docs WHERE segment = ? AND id >= ? ORDER BY id DESC LIMIT 2", (seg.id, seg.id)
+            ).fetchall()
+            seg.recent = [cap(r[0], CONTEXT_CAP) for r in reversed(last)]
         before = seg.recent
         seg.recent = [*before, cap(doc.text, CONTEXT_CAP)][-2:]
         seg.turns += 1

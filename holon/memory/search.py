@@ -266,20 +266,27 @@ class _Planner:
 
     def _phrases(self, plan: QueryPlan, cands: list[_Cand]) -> None:
         """Mark the best ``PHRASE_OF`` candidates whose own text holds the query's adjacent word
-        pairs adjacent (the engine keeps no positions: RFC 0004, "Engine")."""
+        pairs adjacent (the engine keeps no positions: RFC 0004, "Engine"). Only a text holding
+        both words of a pair as written (any case) is analysed: analysing all 50 texts cost
+        about 1.6 ms per query."""
         engine = self.index.engine
-        pairs = set()
+        pairs: dict[tuple[str, str], tuple[str, str]] = {}
         for ph in plan.phrases:
-            pair = engine.analyze(engine_term(w) for w in ph.split())
-            if len(pair) == 2:
-                pairs.add((pair[0], pair[1]))
+            words = ph.split()
+            pair = engine.analyze(engine_term(w) for w in words)
+            if len(words) == 2 and len(pair) == 2:
+                pairs[(pair[0], pair[1])] = (words[0].casefold(), words[1].casefold())
         best = sorted((c for c in cands if c.first > 0), key=lambda c: (-c.first, c.id))[:PHRASE_OF]
         if not pairs or not best:
             return
         texts = dict(self._q_in("SELECT id, text FROM search_docs WHERE id IN ({})", [c.id for c in best]))
         for c in best:
-            tokens = engine.tokens(index_terms(texts.get(c.id, "")))
-            found = pairs & set(itertools.pairwise(tokens))
+            text = texts.get(c.id, "")
+            folded = text.casefold()
+            if not any(a in folded and b in folded for a, b in pairs.values()):
+                continue
+            tokens = engine.tokens(index_terms(text))
+            found = pairs.keys() & set(itertools.pairwise(tokens))
             c.phrases = len(found) / len(pairs)
 
     def _with_context(self, scores: dict[int, float]) -> dict[int, float]:
