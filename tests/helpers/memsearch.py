@@ -71,7 +71,8 @@ _DOC_COLUMNS = "key, owner, kind, ts_us, sender, title, text"
 
 
 def fts_rows(store: Store) -> list[tuple[object, ...]]:
-    """What each document is matched on (its engine terms, body and meta), by key, and whether
+    """What each document is matched on (its own terms, body and meta; a turn's engine body adds
+    the two previous turns', compared through matches elsewhere), by key, and whether
     the engine holds exactly one document for it, found under its owner."""
     engine = SearchIndex(store).engine
     out = []
