@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.memsearch import fts_rows
 
 from holon.bench import search as bench
 from holon.bench.chatter import Chatter
@@ -62,7 +63,8 @@ def test_bench_search_json(tmp_path: Path) -> None:
             assert c["queries"] == 4, kind
             assert c["hits_mean"] > 0 and c["raw_hits_mean"] > 0, kind
         assert by_class["common"]["hits_mean"] == 10
-        assert data[f"recall_at_10_vs_exact_{label}"] == 1.0, "a small index is ranked exactly"
+        # re-ranking the engine's top 200 rather than every match loses a little even here (RFC 0004)
+        assert 0.5 < data[f"recall_at_10_vs_exact_{label}"] <= 1.0
     assert data["targets"] == TARGETS and data["targets_min"] == {"recall_at_10_vs_exact_1m": 1.0}
     assert data["targets_met"] == {}, "targets are judged at 1m only"
     assert "body-only FTS5" in data["method"]
@@ -109,8 +111,7 @@ def test_size_labels() -> None:
 def _dump(store: Store) -> list[object]:
     q = store.ledger.query
     return [
-        q("SELECT rowid, body, prev, next, meta, scope FROM search_fts ORDER BY rowid"),
-        q("SELECT rowid, body, scope FROM search_segments ORDER BY rowid"),
+        fts_rows(store),
         q("SELECT * FROM search_segment_info ORDER BY id"),
         q("SELECT * FROM search_docs ORDER BY id"),
         q("SELECT * FROM search_owners ORDER BY owner"),
@@ -131,20 +132,28 @@ def _docs() -> list[Doc]:
 
 
 def test_index_rows_do_not_depend_on_batching(tmp_path: Path) -> None:
-    """The writer holds FTS rows back until the end of a transaction; the rows are the same."""
+    """The writer holds engine rows back until the end of a transaction; the rows are the same,
+    and so is the ranking of an index without rewrites (a rewritten document's old version stays
+    in the engine's BM25 statistics until a merge: RFC 0004, "Known difference")."""
     dumps = []
     for batch in (1, 7, 1_000):
-        store = Store.open(HomePaths(tmp_path / f"b{batch}"), Settings(ledger=LedgerSettings(synchronous="NORMAL")))
-        try:
-            index = SearchIndex(store)
-            assert index.add_documents(_docs(), batch=batch) == 400
-            assert index.catch_up().lag == 0
-            hits = search(index, ["agent:a"], "plan garden coffee", limit=10).hits
-            dumps.append((_dump(store), [h.ref for h in hits]))
-        finally:
-            store.close()
+        rankings = []
+        for rewrites in (True, False):
+            home = HomePaths(tmp_path / f"b{batch}-{rewrites}")
+            store = Store.open(home, Settings(ledger=LedgerSettings(synchronous="NORMAL")))
+            try:
+                index = SearchIndex(store)
+                docs = _docs() if rewrites else [d for d in _docs() if d.kind != "work_item"]
+                assert index.add_documents(docs, batch=batch) == len(docs)
+                assert index.catch_up().lag == 0
+                rankings.append([h.ref for h in search(index, ["agent:a"], "plan garden coffee", limit=10).hits])
+                if rewrites:
+                    dump = _dump(store)
+            finally:
+                store.close()
+        dumps.append((dump, rankings[1]))
     assert dumps[0] == dumps[1] == dumps[2]
-    rows = dumps[0][0][3]
+    rows = dumps[0][0][2]
     assert sum(1 for r in rows if r[1] == "work_item:wi_1") == 1, "a rewritten document has one row"
 
 
@@ -152,7 +161,8 @@ def test_search_bench_measures_every_peer_in_process() -> None:
     r = bench.run_search_bench(sizes=(1_500,), queries=2)
     label = "1500"
     assert r["cpu_p95_ms_1500"] > 0 and r["raw_cpu_p95_ms_1500"] > 0
-    assert r["raw_p95_ms_1500"] > 0 and r["index_bytes_per_doc_1500"] > r["raw_index_bytes_per_doc_1500"] > 0
+    assert r["raw_p95_ms_1500"] > 0 and r["index_bytes_per_doc_1500"] > 0 and r["raw_index_bytes_per_doc_1500"] > 0
+    assert r["index_bytes_by_part_per_doc_1500"]["engine"] > 0
     assert r["raw_index_bytes_per_doc_1500"] == pytest.approx(
         r["raw_fts_bytes_per_doc_1500"] + r["raw_text_bytes_per_doc_1500"], abs=1
     )
@@ -169,29 +179,26 @@ def test_search_bench_measures_every_peer_in_process() -> None:
     assert "holon/raw p95" in bench.format_report(r)
 
 
-def test_recall_shows_what_the_bounded_planner_loses(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the planner's thresholds scaled down, a 1,500-document index is searched in bounded mode."""
-    monkeypatch.setattr(memory_search, "SMALL_INDEX", 100)
-    monkeypatch.setattr(memory_search, "RARE_DOCS", 5)
-    monkeypatch.setattr(memory_search, "BOUNDED_DOCS", 20)
+def test_recall_shows_what_a_small_candidate_set_loses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the engine's top-k cut to 2 candidates, re-ranking loses some of the exact top 10."""
+    monkeypatch.setattr(memory_search, "CANDIDATES", 2)
+    monkeypatch.setattr(memory_search, "CONTEXT_OF", 1)
     monkeypatch.setattr(TantivyIndex, "available", staticmethod(lambda: False))
     r = bench.run_search_bench(sizes=(1_500,), queries=3)
-    common = r["by_class_1500"]["common"]
-    assert common["bounded_share"] == 1.0
-    assert common["recall_at_10_vs_exact"] < 1.0, "ranking the newest 20 matches loses some of the exact top 10"
+    assert r["by_class_1500"]["common"]["recall_at_10_vs_exact"] < 1.0
     assert 0 < r["recall_at_10_vs_exact_1500"] < 1.0
-    assert memory_search.SMALL_INDEX == 100, "exact_ranking puts the threshold back"
+    assert memory_search.CANDIDATES == 2, "exact_ranking puts the limit back"
     assert r["tantivy"].startswith("not measured: the tantivy package is not installed")
     assert not any(k.startswith(("tantivy_", "ratio_to_tantivy")) for k in r)
     assert "tantivy: not measured" in bench.format_report(r)
 
 
 def test_exact_ranking_is_restored_after_an_error() -> None:
-    saved = memory_search.SMALL_INDEX
+    saved = memory_search.CANDIDATES
     with pytest.raises(RuntimeError), exact_ranking():
-        assert memory_search.SMALL_INDEX > 10**12
+        assert memory_search.CANDIDATES == 0
         raise RuntimeError
-    assert saved == memory_search.SMALL_INDEX
+    assert saved == memory_search.CANDIDATES
 
 
 def test_body_fts_ranks_by_bm25(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from holon.memory import access as memory_access
 from holon.memory import index as search_index
 from holon.memory.access import search_memory
 from holon.memory.index import TOOL_RESULT_CAP, SearchIndex
-from holon.memory.text import fold, plan_query
+from holon.memory.text import engine_term, fold, plan_query
 from holon.memory.writes import write_file
 from holon.projections import Store
 from holon.projections.state import AgentState
@@ -266,18 +266,21 @@ def snapshot(store: Store) -> tuple[object, ...]:
     counted = dict(store.ledger.query("SELECT owner, count(*) FROM search_docs GROUP BY owner"))
     assert owners == counted
     keys = {int(i): k for i, k in store.ledger.query("SELECT id, key FROM search_docs")}
+    engine = SearchIndex(store).engine
+    assert engine.num_docs() == len(keys)  # the engine holds each document once, nothing else
     matches = []
     for q in QUERIES:
-        expr = plan_query(q).expression()
-        rows = store.ledger.query("SELECT rowid FROM search_fts WHERE search_fts MATCH ?", [expr])
-        matches.append(sorted(keys[int(r[0])] for r in rows))
+        plan = plan_query(q)
+        hits, n = engine.top(engine.analyze(engine_term(t) for t in plan.terms), owners=sorted(owners), limit=100_000)
+        assert n == len(hits)
+        matches.append(sorted(keys[i] for i, _score in hits))
     # Segment ids are the ids of their first turns: compare them by that turn's key.
     membership = store.ledger.query(
         "SELECT d.key, first.key FROM search_docs d JOIN search_docs first ON first.id = d.segment ORDER BY d.key"
     )
     segments = store.ledger.query(
-        "SELECT first.key, g.body, i.turns FROM search_segments g JOIN search_docs first ON first.id = g.rowid "
-        "JOIN search_segment_info i ON i.id = g.rowid ORDER BY first.key"
+        "SELECT first.key, i.turns, i.last_ts_us FROM search_segment_info i JOIN search_docs first ON first.id = i.id "
+        "ORDER BY first.key"
     )
     assert len(segments) == store.ledger.query("SELECT count(*) FROM search_segment_info")[0][0] > 1
     return index_rows(store), fts_rows(store), counted, matches, membership, segments

@@ -29,14 +29,16 @@ in an order rotated query by query, after a few untimed warm-up queries (wall-cl
 what a caller waits). Reported: p50 and p95 over all queries and per class for each side,
 ``ratio_to_raw`` and ``ratio_to_tantivy_p95`` (holon's p95 over the peer's).
 
-**Exactness.** Above ``SMALL_INDEX`` documents holon ranks only the rare terms' matches and the
-newest ``BOUNDED_DOCS`` matches of common words (RFC 0004). Each query therefore runs once more
-with that planner switched to its exact path (every match ranked by holon's own scoring, as on a
-small index); ``recall_at_10_vs_exact`` is the mean share of that exact top 10 found in holon's
-top 10 (1.0: the approximation lost nothing), ``exact_p95_ms`` what the exact ranking costs today.
+**Exactness.** holon ranks in two stages (RFC 0004): the engine's exact BM25 top ``CANDIDATES``
+(tantivy: exact top-k by construction, whatever the index's size), then a re-ranking of those
+candidates and their neighbouring turns. The only approximation left is re-ranking a top-k
+rather than every match, so each query runs once more with both stages applied to every
+matching document (``search_measure.exact_ranking``: the first stage returns all matches, every
+one's neighbours are read); ``recall_at_10_vs_exact`` is the mean share of that exact top 10
+found in holon's top 10 (1.0: the top-k lost nothing), ``exact_p95_ms`` what it costs.
 
 **Size.** ``index_bytes_per_doc`` is every table and index of holon's search projection
-(``search_*``, SQLite's ``dbstat``) per document given; ``raw_index_bytes_per_doc`` the body-only
+(``search_*``, SQLite's ``dbstat``) plus the engine's directory, per document given; ``raw_index_bytes_per_doc`` the body-only
 FTS5 index plus the content table holding the text it returns, so that both can show a hit's text;
 ``index_bytes_ratio`` is their ratio; ``tantivy_index_bytes_per_doc`` the tantivy directory (body
 stored).
@@ -64,7 +66,7 @@ from holon.clock import SystemClock
 from holon.config import HomePaths, LedgerSettings, Settings
 from holon.memory.index import SearchIndex
 from holon.memory.index_writer import Doc
-from holon.memory.text import STOP_WORDS, words
+from holon.memory.text import STOP_WORDS, engine_term, words
 from holon.projections import Store
 
 __all__ = ["TARGETS", "TARGETS_MIN", "format_report", "run_search_bench", "size_label"]
@@ -95,8 +97,8 @@ def size_label(n: int) -> str:
 class _Vocabulary:
     """Query words with their document frequency in the index as it is now."""
 
-    def __init__(self, store: Store, chatter: Chatter, rng: random.Random) -> None:
-        self.store = store
+    def __init__(self, index: SearchIndex, chatter: Chatter, rng: random.Random) -> None:
+        self.engine = index.engine
         self.rng = rng
         sentence_words = {w for s in SENTENCES for w in words(s.replace("{}", " ").replace("{name}", " "))}
         self.common_pool = sorted(
@@ -107,8 +109,8 @@ class _Vocabulary:
 
     def doc_freq(self, word: str) -> int:
         if word not in self.df:
-            rows = self.store.ledger.query("SELECT count(*) FROM search_fts WHERE search_fts MATCH ?", [f'"{word}"'])
-            self.df[word] = int(rows[0][0])
+            terms = self.engine.analyze([engine_term(word)])
+            self.df[word] = self.engine.doc_freq(terms[0]) if terms else 0
         return self.df[word]
 
     def common(self, n: int, docs: int) -> list[str]:
@@ -179,20 +181,23 @@ def _load(index: SearchIndex, raw: BodyFts, tantivy: TantivyIndex | None, docs: 
     return took
 
 
-def _holon_bytes(store: Store) -> dict[str, int]:
-    """Bytes of holon's search projection by part (``dbstat``: tables with their indexes)."""
-    rows = store.ledger.query("SELECT name, sum(pgsize) FROM dbstat GROUP BY name")
-    parts = {"docs": 0, "fts": 0, "segments": 0, "other": 0}
+def _holon_bytes(index: SearchIndex) -> dict[str, int]:
+    """Bytes of holon's search projection by part: its SQLite tables with their indexes
+    (``dbstat``) and the engine's directory."""
+    rows = index.store.ledger.query("SELECT name, sum(pgsize) FROM dbstat GROUP BY name")
+    parts = {"docs": 0, "engine": index.engine.bytes(), "segments": 0, "other": 0}
     for name, size in rows:
         if "search_" not in name:
             continue
-        part = next((p for p in ("segments", "fts", "docs") if f"search_{p}" in name), "other")
-        parts[part] += int(size)
+        part = next((p for p in ("segment", "docs") if f"search_{p}" in name), "other")
+        parts["segments" if part == "segment" else part] += int(size)
     return parts
 
 
-def _sizes_report(label: str, docs: int, store: Store, raw: BodyFts, tantivy: TantivyIndex | None) -> dict[str, Any]:
-    holon = _holon_bytes(store)
+def _sizes_report(
+    label: str, docs: int, index: SearchIndex, raw: BodyFts, tantivy: TantivyIndex | None
+) -> dict[str, Any]:
+    holon = _holon_bytes(index)
     peer = raw.index_bytes()
     mine, theirs = sum(holon.values()), peer["fts"] + peer["text"]
     out = {
@@ -214,9 +219,11 @@ METHOD = (
     "and {tantivy}. Per size and class ({classes}), {n} queries after {warmup} untimed warm-ups; each runs on every "
     "side in a rotated order; wall-clock ms per query, p50/p95 (cpu_*: CPU ms of this process per query, the same percentiles, "
     "steadier on a shared machine). holon: search(index, [agent], q, limit=10). raw: OR "
-    "of the quoted terms, ORDER BY rank (bm25) LIMIT 10, exhaustive. recall_at_10_vs_exact: share of holon's own "
-    "exact top 10 (its planner on the exact path for every size, every match ranked) found in holon's top 10; "
-    "exact_p*_ms time that exact ranking. index_bytes_per_doc: every search_* table and index (dbstat) per document; "
+    "of the quoted terms, ORDER BY rank (bm25) LIMIT 10, exhaustive. recall_at_10_vs_exact: share of the top 10 "
+    "of holon's full ranking applied to every match (the engine's first stage returning all matches instead of its "
+    "exact BM25 top-k, every match's neighbouring turns read, then the same re-ranking) found in holon's top 10; "
+    "exact_p*_ms time that exact ranking. index_bytes_per_doc: every search_* table and index (dbstat) plus the "
+    "engine's directory (tantivy, holon's terms, positions, nothing stored) per document; "
     "raw_index_bytes_per_doc: the body-only FTS5 tables plus the content table with the text; tantivy: its "
     "directory, body stored. tantivy_overlap_at_10_vs_raw: share of the raw top 10 in tantivy's (same BM25, "
     "different stemmer and tie order), a check that both ranked the same documents."
@@ -267,11 +274,11 @@ def run_search_bench(
                 for side, s in _load(index, raw, engine, chunk).items():
                     build_s[side] = build_s.get(side, 0.0) + s
                 built += len(chunk)
-            vocab = _Vocabulary(store, chatter, rng)
+            vocab = _Vocabulary(index, chatter, rng)
             step(f"choosing queries at {size:,} documents", 0, 1)
             m = measure(sides, _queries(vocab, queries, built), exact=exact, label=f"at {size:,} documents")
             label = size_label(size)
-            result |= _size_result(label, built, index, m, build_s) | _sizes_report(label, built, store, raw, engine)
+            result |= _size_result(label, built, index, m, build_s) | _sizes_report(label, built, index, raw, engine)
     result["sizes"] = [size_label(s) for s in ordered]
     result["method"] = METHOD.format(
         other=OTHER_SHARE, tantivy=f"tantivy {result['tantivy']} (en_stem, BM25, no count)" if with_tantivy

@@ -42,17 +42,19 @@ Side = Literal["holon", "raw", "tantivy"]
 
 @contextmanager
 def exact_ranking() -> Iterator[None]:
-    """holon's planner on its exact path at any size (every match ranked, as on a small index).
+    """holon's ranking applied to every match: the engine's first stage returns all of them, not
+    its top ``CANDIDATES``, and all are re-ranked. The re-ranking is the same function of the
+    query and the document (its neighbour and segment lifts come from the engine's best
+    ``CONTEXT_OF``/``SEGMENT_OF`` matches, the same in both runs since the first stage is exact).
 
-    Measurement only: the bench flips the planner's small-index threshold for the block and puts
-    it back; the engine itself is not changed.
+    Measurement only: the bench flips the planner's limit for the block and puts it back.
     """
-    saved = memory_search.SMALL_INDEX
-    memory_search.SMALL_INDEX = 2**62
+    saved = memory_search.CANDIDATES
+    memory_search.CANDIDATES = 0
     try:
         yield
     finally:
-        memory_search.SMALL_INDEX = saved
+        memory_search.CANDIDATES = saved
 
 
 def _holon(index: SearchIndex, owner: str, query: str) -> tuple[Timing, list[str], bool]:

@@ -5,10 +5,10 @@
   in a database file of its own with holon's pragmas, merged into one b-tree (``optimize``) after
   each load. A query is the OR of the quoted query terms, ranked exhaustively:
   ``... MATCH ? ORDER BY rank LIMIT 10`` (``rank`` is ``bm25()``).
-* ``TantivyIndex``: the dedicated-engine anchor, when the ``tantivy`` package is importable (a dev
-  dependency of the benchmark only): one ``body`` text field (stemmed English, stored, so a hit can
-  show its text as holon's can) and an ``id``; a query is the disjunction of the quoted terms, top
-  10 by tantivy's BM25, without counting matches.
+* ``TantivyIndex``: the dedicated-engine anchor, tantivy used the plain way (its own analyser,
+  where holon's engine gets holon's terms): one ``body`` text field (stemmed English, stored, so a
+  hit can show its text as holon's can) and an ``id``; a query is the disjunction of the quoted
+  terms, top 10 by tantivy's BM25, without counting matches.
 
 Both index the same text holon's ``body`` column holds (``holon.memory.index_writer``: the folded
 text, titles of non-turn documents included). Sizes: ``index_bytes`` is what the index costs on
@@ -17,12 +17,10 @@ disk with the text it returns (FTS5's shadow tables plus the content table; tant
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from holon.bench.peer import OptionalPeer
 from holon.memory.index_writer import Doc, cap
@@ -103,49 +101,35 @@ class BodyFts:
 
 
 class TantivyIndex(OptionalPeer):
-    """The same documents in tantivy (``tantivy`` 0.27's Python bindings)."""
+    """The same documents in tantivy used the plain way (``holon.memory.engine.PlainIndex``: its
+    own English stemmer on the bodies, BM25 top 10, no count)."""
 
     module = "tantivy"
     distribution = "tantivy"
 
     def __init__(self, path: Path) -> None:
-        import tantivy
+        from holon.memory.engine import PlainIndex
 
-        self._tantivy = tantivy
-        builder = tantivy.SchemaBuilder()
-        builder.add_integer_field("id", stored=True, indexed=False)
-        builder.add_text_field("body", stored=True, tokenizer_name="en_stem")
         self.path = path
-        if path.exists():
-            shutil.rmtree(path)
-        path.mkdir(parents=True)
-        self.index = tantivy.Index(builder.build(), path=str(path))
+        self.plain = PlainIndex(path)
         self.docs = 0
-        self.searcher: Any = None  # Any: tantivy.Searcher, untyped
 
     def add(self, bodies: Iterable[str]) -> None:
-        writer = self.index.writer(heap_size=256_000_000)
-        document = self._tantivy.Document
-        for body in bodies:
-            self.docs += 1
-            writer.add_document(document(id=self.docs, body=body))
-        writer.commit()
-        writer.wait_merging_threads()
-        self.index.reload()
-        self.searcher = self.index.searcher()
+        start = self.docs
+        bodies = list(bodies)
+        self.docs += len(bodies)
+        self.plain.add(zip(range(start + 1, self.docs + 1), bodies, strict=True))
 
     def query(self, terms: tuple[str, ...], limit: int = 10) -> tuple[Timing, list[int]]:
         """(timing, document numbers of the top ``limit``), parsing included; the numbers are those
-        ``BodyFts`` gives (read from the stored ``id`` after the clock stops)."""
-        text = " OR ".join('"' + t.replace('"', " ").replace("\\", " ") + '"' for t in terms)
+        ``BodyFts`` gives (read from the fast ``id`` after the clock stops)."""
         watch = Stopwatch()
-        q = self.index.parse_query(text, ["body"])
-        hits = self.searcher.search(q, limit, count=False).hits
+        found = self.plain.search(self.plain.parse(terms), limit)
         timing = watch.stop()
-        return timing, [int(self.searcher.doc(addr)["id"][0]) for _, addr in hits]
+        return timing, self.plain.ids(found)
 
     def index_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
 
     def close(self) -> None:
-        self.searcher = None
+        self.plain.searcher = None

@@ -1,4 +1,4 @@
-"""The search index: a projection of the ledger (and of curated files) on SQLite FTS5.
+"""The search index: a projection of the ledger (and of curated files) on SQLite and tantivy.
 
 Unlike the synchronous projections, the index is not folded inside each append: indexing text is
 the slowest thing holon does per event and nothing on the turn path needs it. It lags behind the
@@ -14,7 +14,8 @@ versioned migrations in the ``search`` namespace (``holon.memory.index_schema``)
 The index by concern:
 
 * ``index_schema``: tables (migrations), ``recreate``, the owner/kind FTS tokens;
-* ``index_writer``: ``Doc`` and the writer folding documents into the tables (segments, context);
+* ``engine``: the text index (tantivy), committed inside each batch's transaction before it;
+* ``index_writer``: ``Doc`` and the writer folding documents into the tables and the engine;
 * ``index_docs``: which events become which documents;
 * ``index_files``: curated markdown files, one document per section, re-read when changed;
 * ``index_durable``: durable memory entries (RFC 0006) for recall;
@@ -30,11 +31,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from holon.ledger import EventQuery, Transaction
+from holon.memory.engine import Engine
 from holon.memory.index_docs import INDEXED_TYPES, TOOL_RESULT_CAP, UNINDEXED_TOOLS, DocMaker, index_events
 from holon.memory.index_durable import DURABLE_TERMS, durable_expression, durable_matches
 from holon.memory.index_files import FileSource, sync_files
 from holon.memory.index_schema import MIGRATIONS, kind_token, owner_token, recreate
-from holon.memory.index_writer import CONTEXT_CAP, DOC_CAP, SEGMENT_GAP_US, SEGMENT_MAX_TURNS, Doc, _Writer
+from holon.memory.index_writer import (
+    CONTEXT_CAP,
+    DOC_CAP,
+    SEGMENT_GAP_US,
+    SEGMENT_MAX_TURNS,
+    Doc,
+    _Writer,
+    engine_for,
+)
 from holon.projections import Store, framework
 from holon.projections.framework import open_projection, read_cursor, stored_cursor
 
@@ -63,8 +73,10 @@ __all__ = [
 #: Bump when what or how documents are indexed changes: every home then rebuilds its index.
 #: 4: document ids are never reused (a rewritten document must not inherit a cached vector's id).
 #: 5: durable memory entries (``search_durable``), for recall.
+#: 6: the text is indexed by tantivy (``holon.memory.engine``), without the neighbours' text.
+#: 7: a turn's engine row carries its ``context`` (its text with the two turns before it).
 #: (A change of the tables themselves is a new migration in ``index_schema``, usually with a bump.)
-INDEX_VERSION = 5
+INDEX_VERSION = 7
 CURSOR_NAME = "search"
 #: Events per catch-up transaction.
 BATCH = 2_000
@@ -96,6 +108,7 @@ class SearchIndex:
         self.store = store
         self._ready = False
         self._docs = DocMaker(store)
+        self._engine: Engine | None = None
 
     @property
     def version(self) -> int:
@@ -115,8 +128,22 @@ class SearchIndex:
         open_projection(self.store.ledger, self)
         self._ready = True
 
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = engine_for(self.store.ledger.query("PRAGMA database_list"))
+        return self._engine
+
     def clear(self, tx: Transaction) -> None:
         recreate(tx.conn)
+        engine_for(tx.conn.execute("PRAGMA database_list").fetchall()).write([], clear=True)
+
+    def _check_engine(self) -> None:
+        """Rebuild when the engine holds fewer documents than SQLite counts: its directory was
+        lost or damaged (it then opens empty), or a clear reached it but its transaction did not."""
+        expected = sum(max(0, n) for n in self.owner_docs().values())
+        if expected and self.engine.num_docs() < expected:
+            framework.rebuild(self.store.ledger, self)
 
     def fold(self, tx: Transaction, after: int, upto: int) -> None:
         """Index the events ``after < seq <= upto`` (the framework moves the cursor with them)."""
@@ -139,11 +166,7 @@ class SearchIndex:
         with ledger.transaction() as tx:
             conn = tx.conn
             writer = _Writer(conn)
-            for (doc_id,) in conn.execute("SELECT id FROM search_docs WHERE owner = ?", (owner,)).fetchall():
-                writer.delete(doc_id)
-            for (seg_id,) in conn.execute("SELECT id FROM search_segment_info WHERE owner = ?", (owner,)).fetchall():
-                conn.execute("DELETE FROM search_segments WHERE rowid = ?", (seg_id,))
-            conn.execute("DELETE FROM search_segment_info WHERE owner = ?", (owner,))
+            writer.delete_owner(owner)
             conn.execute("DELETE FROM search_files WHERE owner = ?", (owner,))
             writer.finish()
             cursor = read_cursor(conn, CURSOR_NAME)
@@ -176,6 +199,7 @@ class SearchIndex:
         """Index events after the cursor, ``BATCH`` per transaction. Safe to run from any process.
         ``progress(indexed_seq, head_seq)`` after each batch."""
         self.ensure()
+        self._check_engine()
         fresh = self.freshness()
         if fresh.lag == 0:
             return fresh

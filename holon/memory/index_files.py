@@ -56,9 +56,10 @@ def sync_files(ledger: Ledger, files: Iterable[FileSource], *, complete: Iterabl
         conn = tx.conn
         writer = _Writer(conn)
         for owner, ref, source, mtime, size in stale:
+            prefix = f"{owner}|{ref}#"  # a range over the unique key index (keys start with the owner)
             for (doc_id,) in conn.execute(
-                "SELECT id FROM search_docs WHERE owner = ? AND key LIKE ? ESCAPE '\\'",
-                (owner, _like_prefix(f"{owner}|{ref}#")),
+                "SELECT id FROM search_docs WHERE key >= ? AND key < ? AND owner = ?",
+                (prefix, prefix + "\U0010ffff", owner),
             ).fetchall():
                 writer.delete(doc_id)
             if source is None:
@@ -74,10 +75,6 @@ def sync_files(ledger: Ledger, files: Iterable[FileSource], *, complete: Iterabl
             )
         writer.finish()
     return len(stale)
-
-
-def _like_prefix(prefix: str) -> str:
-    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def file_docs(f: FileSource, mtime_ns: int) -> Iterator[Doc]:

@@ -9,9 +9,9 @@ caller's transaction: how a rebuild or an ``INDEX_VERSION`` bump empties the ind
 FTS5 segments are not deleted row by row).
 
 Tables: ``search_docs`` holds what a hit shows (ref, owner, kind, time, sender, display text);
-``search_fts`` is the FTS5 index of the folded text (``holon.memory.text.fold``) in columns
-``body``, ``prev``, ``next``, ``meta`` (sender, kind, date words) and ``scope`` (owner and kind
-tokens, for filtering without a join); ``search_segments`` indexes segments; ``search_files``
+the text itself is indexed by the search engine (``holon.memory.engine``, tantivy: migration 2
+dropped the FTS5 tables ``search_fts`` and ``search_segments``); ``search_segment_info`` says
+which conversation segment each turn belongs to; ``search_files``
 and ``search_owners`` are bookkeeping of curated files and per-owner document counts;
 ``search_durable*`` hold durable memory entries; ``search_vectors`` optional embeddings.
 """
@@ -91,6 +91,11 @@ _LAYOUT_1 = (
     ) WITHOUT ROWID
     """,
 )
+#: 2: the text index moved to tantivy (``holon.memory.engine``): the FTS5 tables of turns and
+#: segments go (the durable entries' FTS5 table stays: few rows, read on the turn path).
+_LAYOUT_2 = ("DROP TABLE IF EXISTS search_fts", "DROP TABLE IF EXISTS search_segments")
+#: 3: owner filtering happens in the engine; the (owner, kind, id) index cost ~50 bytes a document.
+_LAYOUT_3 = ("DROP INDEX IF EXISTS search_docs_owner_kind",)
 TABLES = (
     "search_docs",
     "search_fts",
@@ -105,7 +110,11 @@ TABLES = (
 
 
 #: The index's schema, in order. Never edit one that shipped: append a new migration.
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "search_tables", _LAYOUT_1),)
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "search_tables", _LAYOUT_1),
+    Migration(2, "search_text_in_engine", _LAYOUT_2),
+    Migration(3, "search_docs_without_owner_index", _LAYOUT_3),
+)
 
 
 def recreate(conn: sqlite3.Connection) -> None:

@@ -3,20 +3,30 @@
 It knows nothing about events: ``holon.memory.index_docs`` turns events into ``Doc`` values,
 ``holon.memory.index_files`` curated files; both hand them to a ``_Writer``. A conversation turn
 joins its owner's current **segment** (a conversation without a pause longer than
-``SEGMENT_GAP_US``, at most ``SEGMENT_MAX_TURNS`` turns) and carries its neighbouring turns as
-``prev``/``next`` context columns.
+``SEGMENT_GAP_US``, at most ``SEGMENT_MAX_TURNS`` turns), and its engine ``body`` holds its
+terms with those of the two turns before it in the segment (``CONTEXT_CAP`` characters each),
+indexed but not stored, so that a short answer is found by its question (RFC 0004, "Engine").
+Only the turns *before* are known when a turn is written, so a row is never written again for
+its context; the turns after a match are lifted at query time (``holon.memory.search``).
+
+The text goes to the search engine (``holon.memory.engine``), the rest to SQLite; ``finish``
+commits the engine inside the caller's SQLite transaction, before it commits (see the engine's
+docstring for why that order keeps the cursor honest).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from holon.clock import utc
-from holon.memory.index_schema import kind_token, owner_token
-from holon.memory.text import fold, word_count
+from holon.memory.engine import Engine, Row, engine_at
+from holon.memory.text import index_terms, word_count
 
-__all__ = ["CONTEXT_CAP", "DOC_CAP", "SEGMENT_GAP_US", "SEGMENT_MAX_TURNS", "Doc", "cap"]
+__all__ = ["CONTEXT_CAP", "DOC_CAP", "SEGMENT_GAP_US", "SEGMENT_MAX_TURNS", "Doc", "cap", "engine_for", "meta_text"]
 
 #: A conversation pause longer than this starts a new segment (the same gap that ends an episode).
 SEGMENT_GAP_US = 30 * 60 * 1_000_000
@@ -24,7 +34,7 @@ SEGMENT_GAP_US = 30 * 60 * 1_000_000
 SEGMENT_MAX_TURNS = 60
 #: Characters of any document that are indexed and shown.
 DOC_CAP = 20_000
-#: Characters of each neighbouring turn kept as context.
+#: Characters of each neighbouring turn indexed as a turn's context.
 CONTEXT_CAP = 600
 
 
@@ -56,37 +66,50 @@ def cap(text: str, limit: int = DOC_CAP) -> str:
     return text if len(text) <= limit else text[:limit]
 
 
+def meta_text(doc: Doc) -> str:
+    """What a document's ``meta`` field holds: sender, kind and date words."""
+    return f"{doc.sender} {doc.kind.replace('_', ' ')} {_date_words(doc.ts_us)}"
+
+
+def body_of(doc: Doc) -> str:
+    """The text a document is matched on (titles of non-turn documents included)."""
+    return f"{doc.title}\n{cap(doc.text)}" if not doc.turn else cap(doc.text)
+
+
+def engine_for(database_list: Sequence[Sequence[Any]]) -> Engine:  # Any: SQLite row values
+    """The engine beside the main database file named by ``PRAGMA database_list``'s rows."""
+    rows = database_list
+    main = next((r[2] for r in rows if r[1] == "main"), "")
+    if not main:
+        raise ValueError("the search index needs a database file (an in-memory database has no directory)")
+    return engine_at(Path(main).parent)
+
+
 @dataclass
 class _Segment:
     id: int
     last_ts_us: int
     turns: int
-    recent: list[tuple[int, str]] = field(default_factory=list)
-    """(doc id, folded text) of the last two turns, whose ``next`` context grows."""
+    recent: list[str] | None = None
+    """The text of its last two turns (``CONTEXT_CAP`` characters each): the next turn's context
+    (read when a turn continues a segment committed earlier)."""
 
 
 class _Writer:
     """Writes documents inside one transaction. Knows nothing about events.
 
-    FTS rows are held back until ``finish``: a turn's ``next`` context and its segment's text grow
-    with the turns after it, and rewriting an FTS5 row re-tokenises all of it (a segment would be
-    rewritten once per turn). Held back, each row is written once, in rowid order (FTS5 flushes
-    its pending terms whenever rowids go backwards). The rows are the same as if written one by
-    one; only rows committed by an earlier transaction are updated in place.
+    Engine rows are held back until ``finish`` and written in one engine commit.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, engine: Engine | None = None) -> None:
         self.conn = conn
+        self.engine = engine if engine is not None else engine_for(conn.execute("PRAGMA database_list").fetchall())
         self.segments: dict[str, _Segment | None] = {}
         self.owner_counts: dict[str, int] = {}
-        self.rows: dict[int, list[str]] = {}
-        """Held-back ``search_fts`` rows: doc id -> [body, prev, next, meta, scope]."""
-        self.next_more: dict[int, str] = {}
-        """The new ``next`` of turns committed earlier."""
-        self.new_segments: dict[int, list[str]] = {}
-        """Held-back ``search_segments`` rows: segment id -> [body, scope]."""
-        self.segment_more: dict[int, str] = {}
-        """Text to append to the body of segments committed earlier."""
+        self.rows: dict[int, Row] = {}
+        """Held-back engine rows by doc id."""
+        self.deletes: list[int] = []
+        self.owner_deletes: list[str] = []
 
     def upsert(self, doc: Doc) -> int:
         row = self.conn.execute("SELECT id FROM search_docs WHERE key = ?", (doc.key,)).fetchone()
@@ -112,15 +135,14 @@ class _Writer:
             ),
         )
         doc_id = int(cur.lastrowid or 0)
-        body = fold(f"{doc.title}\n{cap(doc.text)}" if not doc.turn else cap(doc.text))
-        prev = ""
-        segment = None
+        body = index_terms(body_of(doc))
         if doc.turn:
-            segment, prev = self._join_segment(doc, doc_id, body)
+            segment, before = self._join_segment(doc, doc_id)
             self.conn.execute("UPDATE search_docs SET segment = ? WHERE id = ?", (segment, doc_id))
-        meta = fold(f"{doc.sender} {doc.kind.replace('_', ' ')} {_date_words(doc.ts_us)}")
-        scope = f"{owner_token(doc.owner)} {kind_token(doc.kind)}"
-        self.rows[doc_id] = [body, prev, "", meta, scope]
+            if before:
+                body += " " + index_terms("\n".join(before))
+        self.rows[doc_id] = Row(doc_id, doc.owner, doc.kind, doc.ts_us, doc.work_item_id or "", body,
+                                index_terms(meta_text(doc)))  # fmt: skip
         self.owner_counts[doc.owner] = self.owner_counts.get(doc.owner, 0) + 1
         return doc_id
 
@@ -129,11 +151,22 @@ class _Writer:
         if row is None:
             return
         if self.rows.pop(doc_id, None) is None:
-            self.conn.execute("DELETE FROM search_fts WHERE rowid = ?", (doc_id,))
-        self.next_more.pop(doc_id, None)
+            self.deletes.append(doc_id)
         self.conn.execute("DELETE FROM search_docs WHERE id = ?", (doc_id,))
         self.conn.execute("DELETE FROM search_vectors WHERE id = ?", (doc_id,))
         self.owner_counts[row[0]] = self.owner_counts.get(row[0], 0) - 1
+
+    def delete_owner(self, owner: str) -> None:
+        """Every document of ``owner`` (rows, vectors, segments, engine documents)."""
+        conn = self.conn
+        n = conn.execute("SELECT count(*) FROM search_docs WHERE owner = ?", (owner,)).fetchone()[0]
+        conn.execute("DELETE FROM search_vectors WHERE id IN (SELECT id FROM search_docs WHERE owner = ?)", (owner,))
+        conn.execute("DELETE FROM search_docs WHERE owner = ?", (owner,))
+        conn.execute("DELETE FROM search_segment_info WHERE owner = ?", (owner,))
+        self.rows = {i: r for i, r in self.rows.items() if r.owner != owner}
+        self.segments.pop(owner, None)
+        self.owner_deletes.append(owner)
+        self.owner_counts[owner] = self.owner_counts.get(owner, 0) - int(n)
 
     def _segment(self, owner: str) -> _Segment | None:
         if owner not in self.segments:
@@ -141,74 +174,43 @@ class _Writer:
                 "SELECT id, last_ts_us, turns FROM search_segment_info WHERE owner = ? ORDER BY id DESC LIMIT 1",
                 (owner,),
             ).fetchone()
-            seg = None
-            if row is not None:
-                seg = _Segment(row[0], row[1], row[2])
-                recent = self.conn.execute(
-                    "SELECT d.id, f.body FROM search_docs d JOIN search_fts f ON f.rowid = d.id "
-                    "WHERE d.segment = ? ORDER BY d.id DESC LIMIT 2",
-                    (seg.id,),
-                ).fetchall()
-                seg.recent = [(r[0], r[1]) for r in reversed(recent)]
-            self.segments[owner] = seg
+            self.segments[owner] = _Segment(row[0], row[1], row[2]) if row is not None else None
         return self.segments[owner]
 
-    def _join_segment(self, doc: Doc, doc_id: int, body: str) -> tuple[int, str]:
-        """Put a turn in its owner's current segment (or a new one); returns (segment, prev text)."""
+    def _join_segment(self, doc: Doc, doc_id: int) -> tuple[int, list[str]]:
+        """Put a turn in its owner's current segment (or a new one); returns the segment id and
+        the text of the (up to) two turns before it in the segment."""
         seg = self._segment(doc.owner)
-        piece = body[:CONTEXT_CAP]
         if seg is None or doc.ts_us - seg.last_ts_us > SEGMENT_GAP_US or seg.turns >= SEGMENT_MAX_TURNS:
-            seg = _Segment(doc_id, doc.ts_us, 0)
+            seg = _Segment(doc_id, doc.ts_us, 0, [])
             self.segments[doc.owner] = seg
-            self.new_segments[seg.id] = ["", owner_token(doc.owner)]
-        prev = " ".join(text[:CONTEXT_CAP] for _id, text in seg.recent)
-        for other_id, _text in seg.recent:
-            if (held := self.rows.get(other_id)) is not None:
-                held[2] = f"{held[2]} {piece}".strip(" ")  # as SQLite's trim(next || ' ' || piece)
-            else:
-                if other_id not in self.next_more:
-                    row = self.conn.execute("SELECT next FROM search_fts WHERE rowid = ?", (other_id,)).fetchone()
-                    if row is None:
-                        continue
-                    self.next_more[other_id] = row[0]
-                self.next_more[other_id] = f"{self.next_more[other_id]} {piece}".strip(" ")
-        added = " " + body[: CONTEXT_CAP * 2]
-        if (new := self.new_segments.get(seg.id)) is not None:
-            new[0] += added
-        else:
-            self.segment_more[seg.id] = self.segment_more.get(seg.id, "") + added
+        if seg.recent is None:  # a segment of an earlier transaction, continued: its last two turns
+            last = self.conn.execute(
+                "SELECT text FROM search_docs WHERE segment = ? AND id >= ? ORDER BY id DESC LIMIT 2", (seg.id, seg.id)
+            ).fetchall()
+            seg.recent = [cap(r[0], CONTEXT_CAP) for r in reversed(last)]
+        before = seg.recent
+        seg.recent = [*before, cap(doc.text, CONTEXT_CAP)][-2:]
         seg.turns += 1
         seg.last_ts_us = doc.ts_us
-        seg.recent = [*seg.recent, (doc_id, body)][-2:]
         self.conn.execute(
             "INSERT INTO search_segment_info(id, owner, last_ts_us, turns) VALUES (?, ?, ?, ?) "
             "ON CONFLICT(id) DO UPDATE SET last_ts_us = excluded.last_ts_us, turns = excluded.turns",
             (seg.id, doc.owner, seg.last_ts_us, seg.turns),
         )
-        return seg.id, prev
+        return seg.id, before
 
     def finish(self) -> None:
-        """Write the held-back FTS rows (older rowids first) and the owner counts."""
-        conn = self.conn
-        for doc_id, text in sorted(self.next_more.items()):
-            conn.execute("UPDATE search_fts SET next = ? WHERE rowid = ?", (text, doc_id))
-        conn.executemany(
-            "INSERT INTO search_fts(rowid, body, prev, next, meta, scope) VALUES (?, ?, ?, ?, ?, ?)",
-            [(doc_id, *cols) for doc_id, cols in sorted(self.rows.items())],
-        )
-        for seg_id, more in sorted(self.segment_more.items()):
-            conn.execute("UPDATE search_segments SET body = body || ? WHERE rowid = ?", (more, seg_id))
-        conn.executemany(
-            "INSERT INTO search_segments(rowid, body, scope) VALUES (?, ?, ?)",
-            [(seg_id, *cols) for seg_id, cols in sorted(self.new_segments.items())],
+        """Commit the engine's rows and deletions, and write the owner counts (SQLite commits after)."""
+        self.engine.write(
+            [self.rows[i] for i in sorted(self.rows)], self.deletes, owners=dict.fromkeys(self.owner_deletes)
         )
         self.rows.clear()
-        self.next_more.clear()
-        self.new_segments.clear()
-        self.segment_more.clear()
+        self.deletes.clear()
+        self.owner_deletes.clear()
         for owner, delta in self.owner_counts.items():
             if delta:
-                conn.execute(
+                self.conn.execute(
                     "INSERT INTO search_owners(owner, docs) VALUES (?, ?) "
                     "ON CONFLICT(owner) DO UPDATE SET docs = docs + excluded.docs",
                     (owner, delta),

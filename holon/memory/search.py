@@ -1,41 +1,44 @@
 """MemorySearch: ranked retrieval over an agent's own index documents and the scopes shared with it.
 
-Ranking (each part measured on LoCoMo with ``holon bench locomo``; see RFC 0004 for the numbers):
+Ranking, in two stages (each part measured on LoCoMo with ``holon bench locomo``; RFC 0004):
 
-1. **BM25F over columns**: the document's own text, the two turns before it, the two after it, and
-   its metadata (sender, kind, date words), with different weights. A short answer ("Thanks! It
-   was Matt Patterson") is found through the question that preceded it.
-2. **Phrases**: adjacent query words that also appear adjacent in a document add to its score.
-3. **Segment relevance**: the conversation segment a turn belongs to is scored as a whole and
-   lifts its turns, so a question about one evening's talk prefers that evening.
-4. **Sender**: a turn spoken by someone the query names is lifted a little.
-5. **Dates**: a query naming a calendar date or month lifts documents from that day or month.
-6. **Priors**: turns too short to carry information, and bare questions, are lowered; kinds have
-   small weights (curated files and episodes above raw tool output); newer documents get a small
-   recency lift.
+1. **The engine** (``holon.memory.engine``, tantivy) returns the exact top ``CANDIDATES`` by BM25
+   over the document's terms (for a conversation turn, with those of the two turns before it in
+   its segment: a short answer such as "Thanks! It was Matt Patterson" is found through the
+   question that preceded it) and its metadata (sender, kind, date words; weight ``meta``), among
+   the owners' documents that pass the filters; and how many documents match (exact).
+2. **Re-ranking** of those candidates in Python:
+   * **neighbouring turns**: a turn is lifted by the engine scores of the two turns after it
+     (weight ``next``; ``prev`` lifts by the two before it, 0 since they are indexed with it),
+     and such a neighbour joins the candidates even if it matched nothing itself;
+   * **phrases**: among the best ``PHRASE_OF``, a document whose own text holds the query's
+     adjacent word pairs adjacent is lifted (weight ``phrase``; the engine keeps no positions);
+   * **segment relevance**: the conversation segment a turn belongs to is scored as a whole (the
+     sum of its candidate turns' scores) and lifts its turns, so a question about one evening's
+     talk prefers that evening;
+   * **sender**: a turn spoken by someone the query names is lifted a little;
+   * **dates**: a query naming a calendar date or month lifts documents from that day or month;
+   * **priors**: turns too short to carry information, and bare questions, are lowered; kinds have
+     small weights (curated files and episodes above raw tool output); newer documents get a small
+     recency lift.
 
-Large indexes. FTS5 scores every document that matches any term, about 3 µs each, so one common
-word in a million documents costs hundreds of milliseconds. The planner (``_candidates``)
-therefore probes how many documents each term matches (stopping at ``RARE_DOCS``). When every term
-is rare, or the index is small, one exact query ranks all matches. Otherwise it ranks (a) every
-document matching the rare terms, across all history, and (b) the newest ``BOUNDED_DOCS``
-documents matching any term. Old documents that match only common words are the ones left out;
-they are also the weakest matches. ``SearchResult.exhaustive`` says which mode ran.
+The first stage is exact whatever the index's size (``SearchResult.exhaustive`` is always true;
+the field stays for callers); the second re-orders its top ``CANDIDATES`` (and their neighbours).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from holon.clock import format_us, utc
-from holon.memory.index import Freshness, SearchIndex, kind_token, owner_token
-from holon.memory.text import WORDS, QueryPlan, plan_query, stem
-from holon.memory.text import quote as _quote
+from holon.memory.index import Freshness, SearchIndex
+from holon.memory.text import WORDS, QueryPlan, engine_term, index_terms, plan_query, stem
 from holon.memory.vectors import Embedder, dense_scores, embed_pending
 
 __all__ = ["KINDS", "Hit", "RankParams", "SearchFilters", "SearchResult", "search"]
@@ -43,16 +46,18 @@ __all__ = ["KINDS", "Hit", "RankParams", "SearchFilters", "SearchResult", "searc
 #: Document kinds a search can be narrowed to.
 KINDS = ("message", "reply", "brief", "tool_result", "episode", "decision", "work_item", "task", "file")
 
-#: A term matching at most this many documents is rare: all its matches are ranked.
-RARE_DOCS = 3_000
-#: An index with at most this many documents is always ranked exactly.
-SMALL_INDEX = 10_000
-#: In bounded mode, how many of the newest documents matching any term are ranked.
-BOUNDED_DOCS = 2_000
-#: Candidates re-ranked in Python.
-CANDIDATES = 300
-#: Matches are counted exactly up to this many; beyond, the count is a lower bound.
-COUNT_CAP = 1_000
+#: The engine's exact top-k: the candidates re-ranked in Python (0: every match, what
+#: ``holon bench search`` compares against).
+CANDIDATES = 200
+#: The engine's best matches whose neighbouring turns are lifted (``_Planner._with_context``) ...
+CONTEXT_OF = 50
+#: ... among the documents this many ids before and after them.
+CONTEXT_IDS = 4
+#: The engine's best matches whose text is checked for the query's adjacent word pairs.
+PHRASE_OF = 50
+#: The engine's best matches whose scores make up their segments' (``_segment_scores``).
+SEGMENT_OF = 200
+_IN_CHUNK = 30_000
 SNIPPET_CHARS = 240
 #: Documents a search embeds before it runs, at most (the rest wait for later searches or the
 #: daemon's background pass): a search never stalls on a large backlog.
@@ -64,15 +69,23 @@ class RankParams:
     """Ranking weights. Defaults are what LoCoMo measurement chose; see RFC 0004."""
 
     body: float = 1.0
-    prev: float = 0.5
+    """Weight of the query's terms in a document's engine ``body``: its text and, for a turn,
+    the two turns before it (``holon.memory.index_writer``)."""
+    prev: float = 0.0
+    """Lift of a turn by the engine scores of the two turns before it (0: they are indexed with
+    it instead, which LoCoMo prefers: RFC 0004, "Engine")."""
     next: float = 0.2
-    meta: float = 0.3
+    """Lift of a turn by the engine scores of the two turns after it."""
+    meta: float = 0.2
     segment: float = 0.3
     sender: float = 0.2
     date: float = 0.3
     short_turn: float = 0.3
     short_words: int = 30
-    question: float = 0.2
+    question: float = 0.1
+    phrase: float = 0.3
+    """Lift (times the best engine score) of a document among the best ``PHRASE_OF`` whose own
+    text holds the query's adjacent word pairs adjacent (in proportion to the pairs found)."""
     recency: float = 0.05
     dense: float = 0.4
     """Weight of embedding similarity, when an embedder is configured."""
@@ -124,11 +137,12 @@ class SearchResult:
     terms: tuple[str, ...]
     hits: tuple[Hit, ...]
     total: int
-    """Documents matching at least one query term (within scope and filters)."""
+    """Documents matching at least one query term (within scope and filters), plus the turns
+    found through a matching neighbour (see the module docstring)."""
     total_exact: bool
-    """False when ``total`` reached ``COUNT_CAP`` and is a lower bound."""
+    """Always true since the engine counts exactly (kept for callers)."""
     exhaustive: bool
-    """True when every matching document was ranked (see the module docstring)."""
+    """Always true: the engine's first stage is exact (see the module docstring)."""
     freshness: Freshness
     notes: tuple[str, ...] = field(default=())
 
@@ -166,6 +180,10 @@ class _Cand:
     words: int = 0
     question: int = 0
     text: str = ""
+    first: float = 0.0
+    """The engine's score (0 for a neighbour or dense candidate that was not among its top)."""
+    phrases: float = 0.0
+    """The share of the query's adjacent word pairs found adjacent in its text."""
 
 
 def search(
@@ -193,12 +211,10 @@ def search(
     if embedder is not None:
         embed_pending(index, embedder, limit=EMBED_PER_SEARCH)
         dense = dense_scores(index, embedder, planner.owners, query)
-    cands, exhaustive = planner.candidates(plan, extra=dense)
-    ranked = _rerank(planner, plan, cands, params, exhaustive, dense)
+    cands, total = planner.candidates(plan, extra=dense)
+    ranked = _rerank(plan, cands, params, dense, planner.newest())
     hits = planner.hits(ranked[:limit], plan)
-    total, exact = planner.count(plan)
-    total = max(total, len(ranked)) if exact else total
-    return SearchResult(query[:200], plan.terms, hits, total, exact, exhaustive, freshness)
+    return SearchResult(query[:200], plan.terms, hits, max(total, len(ranked)), True, True, freshness)
 
 
 class _Planner:
@@ -207,147 +223,115 @@ class _Planner:
         self.owners = owners
         self.filters = filters
         self.params = params
-        counts = self.counts = index.owner_docs()
-        self.total_docs = sum(max(0, n) for n in counts.values())
-        mine = sum(max(0, counts.get(o, 0)) for o in owners)
-        # Filter owners inside FTS only when they are a minority of the index: AND-ing a token
-        # that most documents carry costs more than dropping the few foreign candidates later.
-        self.scope_in_fts = mine * 2 < self.total_docs
-        self.bounds = self._rowid_bounds()
 
     def _q(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         return self.index.store.ledger.query(sql, list(params))
 
-    def _rowid_bounds(self) -> tuple[int, int] | None:
-        f = self.filters
-        if f.since_us is None and f.until_us is None:
-            return None
-        lo = f.since_us if f.since_us is not None else -(2**62)
-        hi = f.until_us if f.until_us is not None else 2**62
-        row = self._q("SELECT min(id), max(id) FROM search_docs WHERE ts_us BETWEEN ? AND ?", (lo, hi))
-        if not row or row[0][0] is None:
-            return (1, 0)  # nothing in range
-        return (int(row[0][0]), int(row[0][1]))
+    def newest(self) -> int | None:
+        """The time of the index's newest document (recency counts from it)."""
+        row = self._q("SELECT max(ts_us) FROM search_docs", ())
+        return int(row[0][0]) if row and row[0][0] is not None else None
 
-    def _scoped(self, expr: str) -> str:
-        return self._scoped_raw(_text_only(expr))
+    def _q_in(self, sql: str, ids: Sequence[int]) -> list[tuple[Any, ...]]:
+        """``sql`` with its ``{}`` filled by ``ids`` as parameters, in chunks SQLite accepts (only
+        the bench's exact reference has that many); rows of the chunks in order."""
+        out: list[tuple[Any, ...]] = []
+        for at in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[at : at + _IN_CHUNK]
+            out += self._q(sql.format(",".join("?" * len(chunk))), chunk)
+        return out
 
-    def _scoped_raw(self, column_expr: str) -> str:
-        """``column_expr`` AND-ed with the owner (when selective) and kind filters."""
-        clauses = []
-        if self.scope_in_fts:
-            clauses.append("scope : (" + " OR ".join(owner_token(o) for o in self.owners) + ")")
-        if self.filters.kinds:
-            clauses.append("scope : (" + " OR ".join(kind_token(k) for k in self.filters.kinds) + ")")
-        return " AND ".join([*clauses, column_expr])
+    def candidates(self, plan: QueryPlan, *, extra: dict[int, float]) -> tuple[list[_Cand], int]:
+        """The engine's exact top ``CANDIDATES`` with their neighbouring turns, plus ``extra``
+        (dense) ones; and how many documents match."""
+        p, f = self.params, self.filters
+        engine = self.index.engine
+        terms = engine.analyze(engine_term(t) for t in plan.terms)
 
-    def _range_sql(self, extra_lo: int | None = None) -> tuple[str, list[object]]:
-        sql = ""
-        args: list[object] = []
-        if self.bounds is not None:
-            sql += " AND rowid BETWEEN ? AND ?"
-            args += list(self.bounds)
-        if extra_lo is not None:
-            sql += " AND rowid >= ?"
-            args.append(extra_lo)
-        return sql, args
+        def top(limit: int) -> tuple[list[tuple[int, float]], int]:
+            return engine.top(
+                terms, owners=self.owners, kinds=f.kinds, since_us=f.since_us, until_us=f.until_us,
+                work_item_id=f.work_item_id, weights=(p.body, p.meta), limit=limit,
+            )  # fmt: skip
 
-    def _ranked(self, expr: str, *, lo: int | None = None) -> dict[int, float]:
-        p = self.params
-        where, args = self._range_sql(lo)
-        rows = self._q(
-            f"SELECT rowid, bm25(search_fts, {p.body}, {p.prev}, {p.next}, {p.meta}, 0.0) AS s FROM search_fts "
-            f"WHERE search_fts MATCH ?{where} ORDER BY s LIMIT {CANDIDATES * 2}",
-            [self._scoped(expr), *args],
-        )
-        return {int(r[0]): -float(r[1]) for r in rows}
+        top_k, total = top(CANDIDATES) if CANDIDATES > 0 else top(1)
+        if CANDIDATES <= 0 and total > 1:  # every match (the bench's exact reference)
+            top_k, total = top(total)
+        scores = dict(top_k)
+        cands = self._load(self._with_context(scores), scores, extra)
+        if p.phrase > 0:
+            self._phrases(plan, cands)
+        joined = sum(1 for c in cands if c.id not in scores and c.id not in extra)
+        return cands, total + joined
 
-    def _df(self, term: str) -> int:
-        rows = self._q(
-            f"SELECT count(*) FROM (SELECT 1 FROM search_fts WHERE search_fts MATCH ? LIMIT {RARE_DOCS + 1})",
-            [_text_only(_quote(term))],
-        )
-        return int(rows[0][0])
+    def _phrases(self, plan: QueryPlan, cands: list[_Cand]) -> None:
+        """Mark the best ``PHRASE_OF`` candidates whose own text holds the query's adjacent word
+        pairs adjacent (the engine keeps no positions: RFC 0004, "Engine"). Only a text holding
+        both words of a pair as written (any case) is analysed: analysing all 50 texts cost
+        about 1.6 ms per query."""
+        engine = self.index.engine
+        pairs: dict[tuple[str, str], tuple[str, str]] = {}
+        for ph in plan.phrases:
+            words = ph.split()
+            pair = engine.analyze(engine_term(w) for w in words)
+            if len(words) == 2 and len(pair) == 2:
+                pairs[(pair[0], pair[1])] = (words[0].casefold(), words[1].casefold())
+        best = sorted((c for c in cands if c.first > 0), key=lambda c: (-c.first, c.id))[:PHRASE_OF]
+        if not pairs or not best:
+            return
+        texts = dict(self._q_in("SELECT id, text FROM search_docs WHERE id IN ({})", [c.id for c in best]))
+        for c in best:
+            text = texts.get(c.id, "")
+            folded = text.casefold()
+            if not any(a in folded and b in folded for a, b in pairs.values()):
+                continue
+            tokens = engine.tokens(index_terms(text))
+            found = pairs.keys() & set(itertools.pairwise(tokens))
+            c.phrases = len(found) / len(pairs)
 
-    def candidates(self, plan: QueryPlan, *, extra: dict[int, float]) -> tuple[list[_Cand], bool]:
-        """Documents worth re-ranking: the lexical best, plus ``extra`` (dense) ones."""
-        expr = plan.expression()
-        exhaustive = True
-        if self.total_docs <= SMALL_INDEX:
-            scores = self._ranked(expr)
-        else:
-            rare = [t for t in plan.terms if self._df(t) <= RARE_DOCS]
-            if len(rare) == len(plan.terms):
-                scores = self._ranked(expr)
-            else:
-                exhaustive = False
-                rare_set = set(rare)
-                rare_expr = " OR ".join(
-                    [_quote(t) for t in rare] + [_quote(ph) for ph in plan.phrases if set(ph.split()) <= rare_set]
-                )
-                scores = self._ranked(rare_expr) if rare else {}
-                where, args = self._range_sql()
-                terms_only = " OR ".join(_quote(t) for t in plan.terms)  # phrases cost position checks
-                newest = self._q(
-                    f"SELECT rowid FROM search_fts WHERE search_fts MATCH ?{where} ORDER BY rowid DESC "
-                    f"LIMIT {BOUNDED_DOCS}",
-                    [self._scoped(terms_only), *args],
-                )
-                if newest:
-                    for doc_id, score in self._window_scores(plan, int(newest[-1][0])).items():
-                        scores[doc_id] = max(score, scores.get(doc_id, 0.0))
-        return self._load(scores, extra), exhaustive
+    def _with_context(self, scores: dict[int, float]) -> dict[int, float]:
+        """``scores`` with each turn lifted by its neighbours' scores: a turn by the two before it
+        (``prev``: a short answer is found through its question), by the two after it (``next``).
 
-    def _window_scores(self, plan: QueryPlan, lo: int) -> dict[int, float]:
-        """BM25-like scores of the documents from rowid ``lo`` on, without FTS5's ``bm25()``.
-
-        ``bm25()`` computes each term's IDF by scanning the term's whole doclist, whatever the rowid
-        bound: for common words in a million documents that is most of a search. Here each term
-        costs one bounded match (which rows of the window hold it in the body), one more match finds
-        the rows whose context columns hold any term, and each IDF comes from the term's density in
-        the window. Term frequency and length normalisation are left out: the window holds the
-        newest matches, and the re-ranker applies its own length prior.
+        Neighbours are turns of the same segment within ``CONTEXT_IDS`` ids of a candidate among
+        the best ``CONTEXT_OF``; a neighbour that was no candidate joins with its lift alone.
         """
         p = self.params
-        where, args = self._range_sql(lo)
-        in_window = self._q("SELECT count(*) FROM search_docs WHERE id >= ?", [lo])[0][0] or 1
-        n_docs = max(self.total_docs, 1)
-
-        def rows(column_expr: str) -> set[int]:
-            found = self._q(
-                f"SELECT rowid FROM search_fts WHERE search_fts MATCH ?{where}", [self._scoped_raw(column_expr), *args]
-            )
-            return {int(r[0]) for r in found}
-
-        scores: dict[int, float] = {}
-        idfs = []
-        for term in plan.terms:
-            body = rows(f"body : ({_quote(term)})")
-            if not body:
+        best = sorted(scores, key=lambda i: -scores[i])[:CONTEXT_OF]
+        if not best or (p.prev <= 0 and p.next <= 0):
+            return dict(scores)
+        ids = sorted({j for i in best for j in range(i - CONTEXT_IDS, i + CONTEXT_IDS + 1) if j > 0})
+        rows = self._q_in(
+            "SELECT id, segment FROM search_docs WHERE id IN ({}) AND segment IS NOT NULL "
+            "AND kind IN ('message', 'reply') ORDER BY id",
+            ids,
+        )
+        segment_of = {int(r[0]): int(r[1]) for r in rows}
+        turns = [int(r[0]) for r in rows]
+        at = {doc_id: n for n, doc_id in enumerate(turns)}
+        out = dict(scores)
+        for i in best:
+            n = at.get(i)
+            if n is None:
                 continue
-            df = min(n_docs, max(len(body), round(len(body) * n_docs / in_window)))
-            idf = max(1e-6, math.log((n_docs - df + 0.5) / (df + 0.5)))
-            idfs.append(idf)
-            for doc_id in body:
-                scores[doc_id] = scores.get(doc_id, 0.0) + idf * p.body
-        # One match for the context columns of all terms together (per term would double the
-        # cost): a document whose neighbours mention the query gets the mean term weight.
-        if idfs:
-            context = rows("{prev next meta} : (" + " OR ".join(_quote(t) for t in plan.terms) + ")")
-            lift = max(p.prev, p.next, p.meta) * sum(idfs) / len(idfs)
-            for doc_id in context:
-                scores[doc_id] = scores.get(doc_id, 0.0) + lift
-        return scores
+            s, seg = scores[i], segment_of[i]
+            for j in turns[n + 1 : n + 3]:  # i is in the ``prev`` context of the two turns after it
+                if segment_of[j] == seg:
+                    out[j] = out.get(j, 0.0) + p.prev * s
+            for j in turns[max(0, n - 2) : n]:  # and in the ``next`` context of the two before it
+                if segment_of[j] == seg:
+                    out[j] = out.get(j, 0.0) + p.next * s
+        return out
 
-    def _load(self, scores: dict[int, float], extra: dict[int, float]) -> list[_Cand]:
-        ids = sorted(scores, key=lambda i: -scores[i])[: CANDIDATES * 2]
+    def _load(self, scores: dict[int, float], first: dict[int, float], extra: dict[int, float]) -> list[_Cand]:
+        ids = sorted(scores, key=lambda i: -scores[i])
+        ids = ids[:CANDIDATES] if CANDIDATES > 0 else ids
         ids += [i for i in extra if i not in scores]
         if not ids:
             return []
-        marks = ",".join("?" * len(ids))
-        rows = self._q(
+        rows = self._q_in(
             "SELECT id, owner, kind, ts_us, sender, segment, seq, ref, title, work_item_id, words, question "
-            f"FROM search_docs WHERE id IN ({marks})",
+            "FROM search_docs WHERE id IN ({})",
             ids,
         )
         owners = set(self.owners)
@@ -355,6 +339,9 @@ class _Planner:
         out = []
         for r in rows:
             c = _Cand(int(r[0]), scores.get(int(r[0]), 0.0), *r[1:])
+            c.first = first.get(c.id, 0.0)
+            # The engine filtered already; checked again here, for neighbours and dense candidates
+            # (and because an agent must never see another's memory).
             if c.owner not in owners or (f.kinds and c.kind not in f.kinds):
                 continue
             if (f.since_us is not None and c.ts_us < f.since_us) or (f.until_us is not None and c.ts_us > f.until_us):
@@ -363,8 +350,7 @@ class _Planner:
                 continue
             out.append(c)
         out.sort(key=lambda c: -c.score)
-        lexical = [c for c in out if c.id in scores][:CANDIDATES]
-        return lexical + [c for c in out if c.id not in scores]
+        return out
 
     def hits(self, ranked: list[_Cand], plan: QueryPlan) -> tuple[Hit, ...]:
         if not ranked:
@@ -378,77 +364,32 @@ class _Planner:
             for c in ranked
         )
 
-    def segment_scores(self, plan: QueryPlan, segments: set[int], exhaustive: bool) -> dict[int, float]:
-        """BM25 of whole conversation segments, for the segments among the candidates."""
-        if not segments:
-            return {}
-        expr = plan.expression()
-        if not exhaustive:  # only rare terms: the segment index is as large as the turn index
-            rare = [t for t in plan.terms if self._df(t) <= RARE_DOCS]
-            if not rare:
-                return {}
-            expr = " OR ".join(_quote(t) for t in rare)
-        rows = self._q(
-            "SELECT rowid, bm25(search_segments, 1.0, 0.0) AS s FROM search_segments WHERE search_segments MATCH ? "
-            "ORDER BY s LIMIT 200",
-            [f"body : ({expr})"],
-        )
-        return {int(r[0]): -float(r[1]) for r in rows if int(r[0]) in segments}
 
-    def count(self, plan: QueryPlan) -> tuple[int, bool]:
-        """Documents matching any term, within scope and filters; exact below ``COUNT_CAP``.
-
-        Phrases are left out of the expression: a document matching a phrase matches its words.
-        Foreign owners are filtered by a join on the few rows counted, not by AND-ing owner tokens
-        that most documents carry (that walks their whole doclists). ``CROSS JOIN`` keeps FTS5 the
-        outer loop: SQLite would otherwise walk the owner index and probe FTS5 per row (seconds).
-        """
-        where, args = self._range_sql()
-        # Any other owner with documents must be filtered out, however many owners we search
-        # (an agent searches three owners; a home with two agents and no workspace file has three).
-        foreign = any(n > 0 and o not in self.owners for o, n in self.counts.items())
-        by_owner = not self.scope_in_fts and foreign
-        f = self.filters
-        sql_args: list[object] = [self._scoped(" OR ".join(_quote(t) for t in plan.terms)), *args]
-        if not by_owner and f.work_item_id is None and f.since_us is None and f.until_us is None:
-            sql = f"SELECT 1 FROM search_fts WHERE search_fts MATCH ?{where}"
-        else:
-            sql = (
-                "SELECT 1 FROM search_fts CROSS JOIN search_docs d ON d.id = search_fts.rowid "
-                f"WHERE search_fts MATCH ?{where.replace('rowid', 'search_fts.rowid')}"
-            )
-            if by_owner:
-                sql += f" AND d.owner IN ({','.join('?' * len(self.owners))})"
-                sql_args += self.owners
-            if f.work_item_id is not None:
-                sql += " AND d.work_item_id = ?"
-                sql_args.append(f.work_item_id)
-            if f.since_us is not None:
-                sql += " AND d.ts_us >= ?"
-                sql_args.append(f.since_us)
-            if f.until_us is not None:
-                sql += " AND d.ts_us <= ?"
-                sql_args.append(f.until_us)
-        rows = self._q(f"SELECT count(*) FROM ({sql} LIMIT {COUNT_CAP})", sql_args)
-        n = int(rows[0][0])
-        return n, n < COUNT_CAP
-
-
-def _text_only(expr: str) -> str:
-    """``expr`` limited to the text columns: query words never match the hidden ``scope`` tokens."""
-    return f"{{body prev next meta}} : ({expr})"
+def _segment_scores(cands: list[_Cand]) -> dict[int, float]:
+    """Each candidate segment's relevance as a whole: the sum of the engine scores of its turns
+    among the engine's best ``SEGMENT_OF`` (a segment whose turns between them match more of the
+    query scores higher)."""
+    best = sorted((c for c in cands if c.first > 0), key=lambda c: (-c.first, c.id))[:SEGMENT_OF]
+    out: dict[int, float] = {}
+    for c in best:
+        if c.segment is not None:
+            out[c.segment] = out.get(c.segment, 0.0) + c.first
+    return out
 
 
 def _rerank(
-    planner: _Planner, plan: QueryPlan, cands: list[_Cand], p: RankParams, exhaustive: bool, dense: dict[int, float]
+    plan: QueryPlan, cands: list[_Cand], p: RankParams, dense: dict[int, float], newest: int | None = None
 ) -> list[_Cand]:
+    """Re-rank the candidates. Every part is a function of the document and the query (the
+    scale is the engine's best score, ages count from the index's newest document) except the
+    segment sums, which see only the candidates' turns."""
     if not cands:
         return []
-    top = max(c.score for c in cands) or 1.0
-    segs = planner.segment_scores(plan, {c.segment for c in cands if c.segment is not None}, exhaustive)
+    top = max(c.first for c in cands) or max(c.score for c in cands) or 1.0
+    segs = _segment_scores(cands)
     seg_top = max(segs.values(), default=0.0) or 1.0
     named = set(plan.terms)
-    newest = max(c.ts_us for c in cands)
+    newest = max(c.ts_us for c in cands) if newest is None else newest
     kinds = dict(p.kind_weights)
     for c in cands:
         s = c.score
@@ -458,6 +399,7 @@ def _rerank(
             s += p.sender * top
         if plan.dates and _on_date(c.ts_us, plan.dates):
             s += p.date * top
+        s += p.phrase * top * c.phrases
         if c.kind in ("message", "reply"):
             n = c.words
             s *= (min(n, p.short_words) / p.short_words) ** p.short_turn if n else 0.0

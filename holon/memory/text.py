@@ -1,4 +1,4 @@
-"""Text for the search index: normalising documents and turning any string into a safe FTS5 query.
+"""Text for the search index: normalising documents and turning any string into safe query terms.
 
 SQLite's ``porter unicode61`` tokenizer stems English suffixes and folds case and diacritics, but
 it has two gaps that matter for memory search:
@@ -11,7 +11,9 @@ it has two gaps that matter for memory search:
 * **Irregular English forms.** Porter maps "painted" to "paint" but not "drew" to "draw" or
   "children" to "child". A small table of irregular verbs and plurals is folded before indexing.
 
-Queries are never passed to FTS5 as syntax. ``plan_query`` extracts words, drops stop words, and
+The search engine (``holon.memory.engine``) receives ``index_terms`` of each document and the
+same terms of each query as term objects; durable entries still use an FTS5 table. Queries are
+never passed to either as syntax. ``plan_query`` extracts words, drops stop words, and
 quotes every term, so quotes, ``NEAR``, ``*``, parentheses, column filters and NUL bytes in a query
 are just text. That is the only way a string reaches ``MATCH``.
 
@@ -37,7 +39,9 @@ __all__ = [
     "QueryPlan",
     "content_terms",
     "content_words",
+    "engine_term",
     "fold",
+    "index_terms",
     "is_unsegmented",
     "plan_query",
     "quote",
@@ -129,6 +133,30 @@ def fold(text: str) -> str:
     return _UNSEG_RUN.sub(lambda m: f" {_indexed(m.group(0))} ", text)
 
 
+def index_terms(text: str) -> str:
+    """``text`` as the search engine receives it: holon's words, space-separated, in order.
+
+    The words of ``fold(text)`` (irregular forms folded), cut to ``MAX_TERM_CHARS``; an
+    unsegmented run gives its bigrams and every single character, so a one-character query finds
+    it. The engine only splits on spaces and stems English suffixes (``holon.memory.engine``);
+    queries go through the same mapping (``engine_term``, then the engine's ``analyze``).
+    """
+    out: list[str] = []
+    for w in words(fold(text)):
+        if is_unsegmented(w):
+            out.append(w)
+            if len(w) == 2:
+                out.append(w[0])  # fold() already gives the run's last character alone
+        else:
+            out.append(w[:MAX_TERM_CHARS])
+    return " ".join(out)
+
+
+def engine_term(term: str) -> str:
+    """A ``QueryPlan`` term as ``index_terms`` would have written it."""
+    return term[:MAX_TERM_CHARS]
+
+
 def word_count(text: str) -> int:
     """How many words ``text`` has: ``WORDS`` matches, and one per character of unsegmented runs.
 
@@ -156,7 +184,8 @@ _SUFFIXES = ("ingly", "edly", "ing", "ies", "ied", "ed", "es", "s", "ly")
 
 @functools.lru_cache(maxsize=65_536)
 def stem(word: str) -> str:
-    """A light stem for matching words in Python (snippets, coverage); FTS5 uses Porter."""
+    """A light stem for matching words in Python (snippets, coverage); the search engine uses
+    Snowball, the durable entries' FTS5 table Porter."""
     word = IRREGULAR.get(word, word)
     for suffix in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:

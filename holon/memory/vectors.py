@@ -1,4 +1,4 @@
-"""Optional dense retrieval: document embeddings beside the FTS5 index, fused into the ranking.
+"""Optional dense retrieval: document embeddings beside the text index, fused into the ranking.
 
 Search works fully without this module's help; an ``Embedder`` only adds a second opinion. It is
 used when the home configures one (``[memory] embeddings``): the embedded MiniLM model from the

@@ -1,0 +1,265 @@
+"""The search engine behind the index projection: tantivy, the one module of holon that imports it.
+
+Why tantivy (RFC 0004, "Engine"): its BM25 top-k is exact and costs milliseconds where SQLite's
+FTS5 must score every match (hundreds of milliseconds for a common word in a million documents),
+and its index is a fraction of FTS5's size. holon keeps its own term logic: the text arrives
+already analysed (``holon.memory.text.index_terms``: folded irregular forms, CJK
+bigrams and single characters), joined by spaces; the engine's analyser only splits it on spaces
+and applies the Snowball English stemmer (measured on LoCoMo against holon's light stemmer: RFC
+0004), so Chinese works and a query's terms are holon's. Query terms go through the same
+analyser (``analyze``) and become term objects, never parsed: no string can be syntax.
+
+Fields: ``id`` (the ``search_docs`` id, indexed and fast), ``owner``, ``kind`` and ``work`` (raw
+keywords, for filters), ``ts`` (microseconds, a fast field only: time ranges are read from it),
+``body`` (the document's terms and, for a conversation turn, those of the two turns before it:
+what a turn is found by, so that a short answer is found through its question) and ``meta``
+(sender, kind and date words). Nothing is stored and no positions are kept: what a hit shows
+comes from SQLite, and adjacent query words are checked there (``holon.memory.search``).
+
+Consistency with SQLite (the index's other half and its cursor): ``write`` commits tantivy
+*before* the caller's SQLite transaction commits, so the cursor never runs ahead of what tantivy
+holds. A crash between the two leaves tantivy ahead: the batch is folded again and, since ids
+are reused by the rolled-back transaction's successor, each document is written as
+delete-by-id-then-add, which makes the repeat idempotent. A missing or unreadable directory
+opens as an empty index, and the caller (``SearchIndex``) rebuilds the projection when tantivy
+holds fewer documents than SQLite counts.
+
+Processes: tantivy allows one writer per directory. A writer is taken only inside a SQLite
+write transaction (which already serialises writers across processes) and released before it
+ends; readers never lock and see each commit after a ``reload`` (about 35 µs, done per search).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tantivy
+
+from holon.errors import HolonError
+
+__all__ = ["DIR_NAME", "Engine", "EngineError", "Row", "engine_at"]
+
+#: The engine's directory, beside the database file.
+DIR_NAME = "search.tantivy"
+#: Writer memory (tantivy needs at least 15 MB for one indexing thread).
+HEAP = 64_000_000
+_ANALYZER = "holon"
+
+
+class EngineError(HolonError):
+    """The search engine's directory cannot be used (the message names it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    id: int
+    owner: str
+    kind: str
+    ts_us: int
+    work_item_id: str
+    body: str
+    """Space-separated terms (``holon.memory.text.index_terms``): the document's, and for a turn
+    also the two previous turns' of its segment."""
+    meta: str
+
+
+def _analyzer() -> Any:  # Any: tantivy.TextAnalyzer
+    """Split on spaces (the text is holon's terms already), then the Snowball English stemmer."""
+    return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).filter(tantivy.Filter.stemmer("english")).build()
+
+
+def _schema() -> Any:  # Any: tantivy.Schema, untyped
+    b = tantivy.SchemaBuilder()
+    b.add_integer_field("id", indexed=True, fast=True)
+    b.add_text_field("owner", tokenizer_name="raw", index_option="basic")
+    b.add_text_field("kind", tokenizer_name="raw", index_option="basic")
+    b.add_text_field("work", tokenizer_name="raw", index_option="basic")
+    b.add_integer_field("ts", fast=True)
+    b.add_text_field("body", tokenizer_name=_ANALYZER, index_option="freq")
+    b.add_text_field("meta", tokenizer_name=_ANALYZER, index_option="freq")
+    return b.build()
+
+
+class Engine:
+    """One tantivy index directory. Use ``engine_at`` (one instance per directory and process)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.schema = _schema()
+        self.analyzer = _analyzer()
+        self._lock = threading.Lock()
+        self.index = self._open()
+
+    def _open(self) -> Any:  # Any: tantivy.Index
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            try:
+                index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
+            except ValueError:  # unreadable or of another schema: a projection starts over
+                shutil.rmtree(self.path, ignore_errors=True)
+                self.path.mkdir(parents=True, exist_ok=True)
+                index = tantivy.Index(self.schema, path=str(self.path), reuse=True)
+        except OSError as e:
+            raise EngineError(f"cannot open the search index at {self.path}: {e}") from e
+        index.register_tokenizer(_ANALYZER, self.analyzer)
+        return index
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def write(self, rows: Iterable[Row], deletes: Iterable[int] = (), *, owners: Iterable[str] = (),
+              clear: bool = False) -> None:  # fmt: skip
+        """Apply and commit: delete ``deletes`` ids and every document of ``owners`` (or all, with
+        ``clear``), then write ``rows`` (each replacing any document of its id)."""
+        rows = list(rows)
+        deletes = list(deletes)
+        owners = list(owners)
+        if not (rows or deletes or owners or clear):
+            return
+        with self._lock:
+            writer = self.index.writer(heap_size=HEAP, num_threads=1)
+            try:
+                if clear:
+                    writer.delete_all_documents()
+                for owner in owners:
+                    writer.delete_documents_by_term("owner", owner)
+                for doc_id in deletes:
+                    writer.delete_documents_by_term("id", doc_id)
+                document = tantivy.Document
+                for r in rows:
+                    writer.delete_documents_by_term("id", r.id)
+                    writer.add_document(
+                        document(id=r.id, owner=r.owner, kind=r.kind, work=r.work_item_id, ts=r.ts_us, body=r.body,
+                                 meta=r.meta)
+                    )  # fmt: skip
+                writer.commit()
+            except BaseException:
+                writer.rollback()
+                raise
+            finally:
+                writer.wait_merging_threads()  # releases the directory's writer lock
+            self.index.reload()
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def searcher(self) -> Any:  # Any: tantivy.Searcher
+        self.index.reload()
+        return self.index.searcher()
+
+    def analyze(self, terms: Iterable[str]) -> list[str]:
+        """``terms`` (holon's, ``holon.memory.text.engine_term``) as the engine indexes them,
+        distinct, in order: what a term query must name."""
+        out: dict[str, None] = {}
+        for term in terms:
+            out |= dict.fromkeys(self.analyzer.analyze(term))
+        return list(out)
+
+    def tokens(self, text: str) -> list[str]:
+        """``text`` (holon's terms, space-separated) as the engine indexes it, in order."""
+        return list(self.analyzer.analyze(text))
+
+    def num_docs(self) -> int:
+        return int(self.searcher().num_docs)
+
+    def doc_freq(self, term: str) -> int:
+        """Documents whose body holds ``term`` (deleted ones may still count until a merge)."""
+        return int(self.searcher().doc_freq("body", term))
+
+    def top(
+        self,
+        terms: Sequence[str],
+        *,
+        owners: Sequence[str],
+        kinds: Sequence[str] = (),
+        since_us: int | None = None,
+        until_us: int | None = None,
+        work_item_id: str | None = None,
+        weights: tuple[float, float] = (1.0, 0.2),
+        limit: int,
+        count: bool = True,
+    ) -> tuple[list[tuple[int, float]], int]:
+        """The exact top ``limit`` by BM25 (``body`` and ``meta`` weighted by ``weights``) among
+        ``owners``' documents matching any term, with the filters; and how many match."""
+        t, s = tantivy.Query, self.schema
+        should = []
+        for name, w in zip(("body", "meta"), weights, strict=True):
+            if w > 0:
+                should += [(tantivy.Occur.Should, t.boost_query(t.term_query(s, name, term), w)) for term in terms]
+        if not should or not owners:
+            return [], 0
+        text = t.boolean_query(should)
+        must = [(tantivy.Occur.Must, text), (tantivy.Occur.Must, t.term_set_query(s, "owner", list(owners)))]
+        if kinds:
+            must.append((tantivy.Occur.Must, t.term_set_query(s, "kind", list(kinds))))
+        if work_item_id is not None:
+            must.append((tantivy.Occur.Must, t.term_query(s, "work", work_item_id)))
+        if since_us is not None or until_us is not None:
+            must.append((tantivy.Occur.Must, t.range_query(s, "ts", tantivy.FieldType.Integer, since_us, until_us)))
+        searcher = self.searcher()
+        found = searcher.search(t.boolean_query(must), limit, count=count)
+        hits = found.hits
+        ids = searcher.fast_field_values("id", [addr for _score, addr in hits]) if hits else []
+        return [(int(i), float(score)) for i, (score, _addr) in zip(ids, hits, strict=True)], int(found.count or 0)
+
+    def bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
+
+
+_engines: dict[Path, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def engine_at(directory: Path) -> Engine:
+    """The engine stored in ``directory`` (``DIR_NAME`` inside it), opened once per process."""
+    path = (directory / DIR_NAME).resolve()
+    with _engines_lock:
+        engine = _engines.get(path)
+        if engine is None or not path.exists():
+            engine = _engines[path] = Engine(path)
+        return engine
+
+
+class PlainIndex:
+    """tantivy used the plain way, for ``holon bench search``'s dedicated-engine anchor: one
+    ``body`` field analysed by tantivy's own English stemmer (stored, so a hit can show its text)
+    and a fast ``id``; a query is the disjunction of the terms, top ``limit`` by BM25, no count.
+    Here so that tantivy stays imported in one module of holon."""
+
+    def __init__(self, path: Path) -> None:
+        b = tantivy.SchemaBuilder()
+        b.add_integer_field("id", stored=True, fast=True)
+        b.add_text_field("body", stored=True, tokenizer_name="en_stem")
+        self.path = path
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        self.index = tantivy.Index(b.build(), path=str(path))
+        self.searcher: Any = None  # Any: tantivy.Searcher
+
+    def add(self, rows: Iterable[tuple[int, str]]) -> None:
+        writer = self.index.writer(heap_size=256_000_000)
+        for doc_id, body in rows:
+            writer.add_document(tantivy.Document(id=doc_id, body=body))
+        writer.commit()
+        writer.wait_merging_threads()
+        self.index.reload()
+        self.searcher = self.index.searcher()
+
+    def parse(self, terms: Sequence[str]) -> Any:  # Any: tantivy.Query
+        text = " OR ".join('"' + t.replace('"', " ").replace("\\", " ") + '"' for t in terms)
+        return self.index.parse_query(text, ["body"])
+
+    def search(self, query: Any, limit: int) -> list[Any]:  # Any: tantivy's query and doc addresses
+        return [addr for _score, addr in self.searcher.search(query, limit, count=False).hits]
+
+    def ids(self, addresses: Sequence[Any]) -> list[int]:
+        return [int(i) for i in self.searcher.fast_field_values("id", list(addresses))] if addresses else []
+
+    def version(self) -> str:
+        from importlib.metadata import version
+
+        return version("tantivy")
