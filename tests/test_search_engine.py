@@ -79,6 +79,7 @@ def test_a_batch_written_twice_leaves_one_document_per_id(engine: Engine) -> Non
     assert _ids(engine, "heron", ["agent:b"]) == []
 
 
+@pytest.mark.slow  # starts a reader process
 def test_a_reader_in_another_process_searches_while_the_writer_is_held(engine: Engine, tmp_path: Path) -> None:
     writer = engine.index.writer(heap_size=15_000_000, num_threads=1)  # as the daemon while it indexes
     try:
