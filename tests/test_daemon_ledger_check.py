@@ -71,8 +71,12 @@ def test_a_large_ledger_is_walked_while_the_daemon_runs_and_damage_stops_it(tmp_
         await asyncio.sleep(0)
         assert ledger.calls == [False], "the walk waits for the API"
         listening.set()
-        while len(ledger.calls) < 2:  # the walk started; it is held at its gate
-            await asyncio.sleep(0.01)
+
+        async def walk_started() -> None:  # the walk started; it is held at its gate
+            while len(ledger.calls) < 2:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(walk_started(), timeout=30)  # a deadline, not a duration
         assert not stop.is_set() and not pages.done.is_set()
         gate.set()  # the walk ends and finds the damage
         await watch
