@@ -10,6 +10,7 @@ fixes the agent's settings the queued input is answered on the next retry.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.daemon import agents, completed_inputs, payloads, submit
@@ -36,8 +37,15 @@ def test_an_unset_key_variable_is_shown_once_and_the_input_waits_for_the_fix(tmp
                 return any(p["kind"] == "error" for *_, p in payloads(home, "brief.delivered"))
 
             wait_for("the error brief", briefed, timeout=30)
-            status = holon(home, "daemon", "status", "--json", env=env).json()
-            row = next(a for a in status["status"]["agents"] if a["name"] == "alice")
+
+            def alice() -> dict[str, Any]:
+                status = holon(home, "daemon", "status", "--json", env=env).json()
+                return next(a for a in status["status"]["agents"] if a["name"] == "alice")
+
+            # Without HTTP the status comes from daemon.json, rewritten within a second of a change:
+            # the brief (committed with the settle) can be seen before the file shows the hold-back.
+            wait_for("status to show the failure", lambda: alice()["state"] == "failed", timeout=15)
+            row = alice()
             assert row["state"] == "failed" and VAR in row["detail"], row
             assert agents(home)["alice"]["pending_inputs"] == [seq]
             configure_agent_out_of_process(home)
