@@ -24,15 +24,22 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import time
 from typing import Any
 
 import psycopg
-
 from common import (
-    APPEND_ONLY_DDL, EVENTS_DDL, GAPLESS_DDL, GENESIS, LEDGER_LOCK, chain, emit, header_of, median,
-    payload_of, scratch_db,
+    APPEND_ONLY_DDL,
+    EVENTS_DDL,
+    GAPLESS_DDL,
+    GENESIS,
+    LEDGER_LOCK,
+    chain,
+    emit,
+    header_of,
+    median,
+    payload_of,
+    scratch_db,
 )  # fmt: skip
 
 COLS = "seq, id, agent_id, type, version, ts_us, origin, authority, turn_id, work_item_id, task_id, episode_id, idempotency_key, payload, hash"
@@ -109,7 +116,10 @@ def one_tx(conn: psycopg.Connection, strategy: str, agent: str, n0: int, k: int)
                 cur = conn.cursor()
                 cur.executemany(INSERT, rows)
                 if strategy == "advisory_proj":
-                    cur.executemany(UPSERT, [("agent", f"{agent}:{j}", agent, "running", None, r[0], STATE) for j, r in enumerate(rows)])
+                    cur.executemany(
+                        UPSERT,
+                        [("agent", f"{agent}:{j}", agent, "running", None, r[0], STATE) for j, r in enumerate(rows)],
+                    )
                     cur.execute(CURSOR, (head,))
                 cur.execute("COMMIT")
         except BaseException:
@@ -218,7 +228,11 @@ def gaps_demo(url: str) -> dict[str, Any]:
     a = psycopg.connect(url)
     b = psycopg.connect(url)
     r = psycopg.connect(url, autocommit=True)
-    ins = lambda c, i: c.execute(INSERT_SEQ + " RETURNING seq", (*header_of(0, "agt_demo", i)[1:], payload_of(i), "-" * 64)).fetchone()[0]  # noqa: E731
+
+    def ins(c: psycopg.Connection, i: int) -> int:
+        row = (*header_of(0, "agt_demo", i)[1:], payload_of(i), "-" * 64)
+        return int(c.execute(INSERT_SEQ + " RETURNING seq", row).fetchone()[0])
+
     sa = ins(a, 1)  # A takes seq 1 ...
     sb = ins(b, 2)  # ... B takes seq 2 and commits first
     b.commit()
@@ -242,7 +256,11 @@ def gaps_demo(url: str) -> dict[str, Any]:
 def trigger_costs(url: str, seconds: float, sync: str) -> dict[str, Any]:
     """Raw single-writer inserts with each trigger added in turn (µs per event, wall and client CPU)."""
     out: dict[str, Any] = {}
-    for name, gapless, append_only in (("no_trigger", False, False), ("append_only", False, True), ("append_only_and_gapless", True, True)):
+    for name, gapless, append_only in (
+        ("no_trigger", False, False),
+        ("append_only", False, True),
+        ("append_only_and_gapless", True, True),
+    ):
         for k in (1, 10):
             vals = []
             for _ in range(3):
@@ -265,12 +283,10 @@ def main() -> None:
         grid = [(s, k, w) for w in (1, 4) for k in (1, 10) for s in STRATEGIES if not (s == "raw" and w > 1)]
         samples: dict[str, list[dict[str, float]]] = {}
         for rnd in range(a.rounds):
-            order = grid[rnd % len(grid):] + grid[: rnd % len(grid)]  # rotate, so load drifts hit every variant
+            order = grid[rnd % len(grid) :] + grid[: rnd % len(grid)]  # rotate, so load drifts hit every variant
             for s, k, w in order:
                 samples.setdefault(f"{s}/batch{k}/writers{w}", []).append(run(url, s, k, w, a.seconds, a.sync))
-        table = {
-            key: {m: round(median([v[m] for v in vs]), 1) for m in vs[0]} for key, vs in samples.items()
-        }
+        table = {key: {m: round(median([v[m] for v in vs]), 1) for m in vs[0]} for key, vs in samples.items()}
         result["appends"] = table
         for k in (1, 10):
             raw = table[f"raw/batch{k}/writers1"]["events_per_s"]

@@ -26,8 +26,7 @@ import time
 from typing import Any
 
 import psycopg
-
-from append import BEGIN_APPEND_FN, CURSOR, HEAD, STATE, rows_for
+from append import BEGIN_APPEND_FN, CURSOR, STATE, rows_for
 from common import APPEND_ONLY_DDL, EVENTS_DDL, GENESIS, LEDGER_LOCK, emit, median, scratch_db
 
 GAPLESS_STATEMENT_DDL = f"""
@@ -46,7 +45,23 @@ END $$;
 CREATE TRIGGER events_gapless AFTER INSERT ON events REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION holon_gapless_stmt();
 """
-TYPES = ["bigint", "text", "text", "text", "int", "bigint", "text", "text", "text", "text", "text", "text", "text", "text", "text"]
+TYPES = [
+    "bigint",
+    "text",
+    "text",
+    "text",
+    "int",
+    "bigint",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+]
 COLS = "seq, id, agent_id, type, version, ts_us, origin, authority, turn_id, work_item_id, task_id, episode_id, idempotency_key, payload, hash"
 INSERT_UNNEST = f"INSERT INTO events ({COLS}) SELECT * FROM unnest({', '.join(f'%s::{t}[]' for t in TYPES)})"
 UPSERT_UNNEST = (
@@ -68,7 +83,7 @@ def setup(url: str) -> None:
 
 
 def columns(rows: list[tuple[Any, ...]]) -> list[list[Any]]:
-    return [list(col) for col in zip(*rows)]
+    return [list(col) for col in zip(*rows, strict=True)]
 
 
 def raw(url: str, k: int, seconds: float, sync: str) -> float:
@@ -223,7 +238,9 @@ def main() -> None:
         for _ in range(a.rounds):
             for k in (1, 10):
                 variants = (
-                    ("raw_unnest", raw), ("holon_shape", holon_shape), ("rows_raw", rows_raw),
+                    ("raw_unnest", raw),
+                    ("holon_shape", holon_shape),
+                    ("rows_raw", rows_raw),
                     ("rows_two_trips", lambda *x: rows_holon(*x, optimistic=False)),
                     ("rows_optimistic", lambda *x: rows_holon(*x, optimistic=True)),
                 )
@@ -231,15 +248,21 @@ def main() -> None:
                     s.setdefault(f"{name}/batch{k}", []).append(fn(url, k, a.seconds, a.sync))
     med = {key: round(median(v), 1) for key, v in s.items()}
     out: dict[str, Any] = {"synchronous_commit": a.sync, "events_per_s": med}
-    out["ratio_holon_shape_to_raw"] = {f"batch{k}": round(med[f"holon_shape/batch{k}"] / med[f"raw_unnest/batch{k}"], 3) for k in (1, 10)}
+    out["ratio_holon_shape_to_raw"] = {
+        f"batch{k}": round(med[f"holon_shape/batch{k}"] / med[f"raw_unnest/batch{k}"], 3) for k in (1, 10)
+    }
     for v in ("rows_two_trips", "rows_optimistic"):
-        out[f"ratio_{v}_to_rows_raw"] = {f"batch{k}": round(med[f"{v}/batch{k}"] / med[f"rows_raw/batch{k}"], 3) for k in (1, 10)}
+        out[f"ratio_{v}_to_rows_raw"] = {
+            f"batch{k}": round(med[f"{v}/batch{k}"] / med[f"rows_raw/batch{k}"], 3) for k in (1, 10)
+        }
     # the same ratio with holon's own Python per event (52 µs of CPU on the SQLite bench: folds 22,
     # derivations 13, flush 10, encode/hash 7; RFC 0001) added to the measured storage path
     for k in (1, 10):
         for v, r in (("holon_shape", "raw_unnest"), ("rows_two_trips", "rows_raw"), ("rows_optimistic", "rows_raw")):
             per_event = 1 / med[f"{v}/batch{k}"] + 52e-6
-            out.setdefault("predicted_ratio_with_holon_python", {})[f"{v}/batch{k}"] = round((1 / per_event) / med[f"{r}/batch{k}"], 3)
+            out.setdefault("predicted_ratio_with_holon_python", {})[f"{v}/batch{k}"] = round(
+                (1 / per_event) / med[f"{r}/batch{k}"], 3
+            )
     emit(out)
 
 

@@ -32,8 +32,7 @@ from typing import Any
 
 import psycopg
 import psycopg_pool
-
-from common import APPEND_ONLY_DDL, EVENTS_DDL, GAPLESS_DDL, GENESIS, LEDGER_LOCK, chain, emit, median, pct, scratch_db
+from common import APPEND_ONLY_DDL, EVENTS_DDL, GAPLESS_DDL, LEDGER_LOCK, chain, emit, median, pct, scratch_db
 
 COLS = "seq, id, agent_id, type, version, ts_us, origin, authority, turn_id, work_item_id, task_id, episode_id, idempotency_key, payload, hash"
 INSERT = f"INSERT INTO events ({COLS}) VALUES ({', '.join(['%s'] * 15)})"
@@ -128,7 +127,7 @@ class Node:
             seq += 1
             header = (seq, f"evt_{self.name}_{Node.n:08d}", agent, t, 1, 1_700_000_000_000_000 + Node.n,
                       f"runtime:{self.name}", "runtime", None, None, None, None, key)  # fmt: skip
-            payload = '{"node":"%s"}' % self.name
+            payload = f'{{"node":"{self.name}"}}'
             prev = chain(prev, header, payload)
             rows.append((*header, payload, prev))
         return rows
@@ -140,7 +139,10 @@ class Node:
                 token = self.tokens.get(agent, 0)
                 self.conn.execute("SELECT set_config('holon.fence', %s, true)", (f"{self.name}:{token}",))
             seq, prev = self.conn.execute("SELECT * FROM holon_begin_append()").fetchone()
-            if key is not None and self.conn.execute("SELECT 1 FROM events WHERE idempotency_key = %s", (key,)).fetchone():
+            if (
+                key is not None
+                and self.conn.execute("SELECT 1 FROM events WHERE idempotency_key = %s", (key,)).fetchone()
+            ):
                 return []  # already recorded (by another node): a no-op, as Ledger.append does
             rows = self._rows(seq, prev, agent, types, key)
             self.conn.cursor().executemany(INSERT, rows)
@@ -213,7 +215,9 @@ def takeover_waits(url: str) -> dict[str, Any]:
     hold, started = threading.Event(), threading.Event()
     res: dict[str, Any] = {}
     # A starts an append while its lease is live and keeps the transaction open past the expiry.
-    t = threading.Thread(target=lambda: res.setdefault("a", a.append("agt_y", ["tool.called"], hold=hold, started=started)))
+    t = threading.Thread(
+        target=lambda: res.setdefault("a", a.append("agt_y", ["tool.called"], hold=hold, started=started))
+    )
     t.start()
     started.wait()
     waited = wait_expired(b.conn, "agt_y")
@@ -257,7 +261,10 @@ def node_name(url: str) -> dict[str, Any]:
     first = psycopg.connect(url, autocommit=True)
     second = psycopg.connect(url, autocommit=True)
     admin = psycopg.connect(url, autocommit=True)
-    out = {"first": first.execute(key, ("n1",)).fetchone()[0], "second_same_name": second.execute(key, ("n1",)).fetchone()[0]}
+    out = {
+        "first": first.execute(key, ("n1",)).fetchone()[0],
+        "second_same_name": second.execute(key, ("n1",)).fetchone()[0],
+    }
     out["second_other_name"] = second.execute(key, ("n2",)).fetchone()[0]
     pid = first.info.backend_pid
     admin.execute("SELECT pg_terminate_backend(%s)", (pid,))  # the first node's process dies
@@ -271,7 +278,7 @@ def node_name(url: str) -> dict[str, Any]:
     return out
 
 
-def notify(url: str, n: int = 200) -> dict[str, Any]:
+def notify(url: str, n: int = 200) -> dict[str, Any]:  # noqa: PLR0915 (one scenario, read top to bottom)
     setup(url)
     listener = psycopg.connect(url, autocommit=True)
     listener.execute("LISTEN holon_events")
@@ -290,7 +297,7 @@ def notify(url: str, n: int = 200) -> dict[str, Any]:
     a = Node(url, "node-a")
     a.conn.execute("SET synchronous_commit = off")
     sent: dict[int, float] = {}
-    for i in range(n):
+    for _ in range(n):
         with a.conn.transaction():
             seq, prev = a.conn.execute("SELECT * FROM holon_begin_append()").fetchone()
             rows = a._rows(seq, prev, "agt_n", ["message.received"], None)
@@ -354,7 +361,11 @@ def heartbeat(url: str) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 n = c.execute(HEARTBEAT, {"node": "node-a", "lease_s": 15}).rowcount
                 vals.append((time.perf_counter() - t0) * 1000)
-            out[f"agents_{agents}"] = {"renewed": n, "ms_p50": round(pct(vals, 50), 3), "ms_p95": round(pct(vals, 95), 3)}
+            out[f"agents_{agents}"] = {
+                "renewed": n,
+                "ms_p50": round(pct(vals, 50), 3),
+                "ms_p95": round(pct(vals, 95), 3),
+            }
     return out
 
 
@@ -369,14 +380,20 @@ def reconnect(url: str) -> dict[str, Any]:
         c.execute("SELECT 1")
         out["killed_idle_in_tx_error"] = None
     except psycopg.Error as e:
-        out["killed_idle_in_tx_error"] = f"{type(e).__module__}.{type(e).__name__} sqlstate={e.sqlstate} closed={c.closed}"
+        out["killed_idle_in_tx_error"] = (
+            f"{type(e).__module__}.{type(e).__name__} sqlstate={e.sqlstate} closed={c.closed}"
+        )
     c.close()
     # 2. a pool whose connections are checked on checkout: one killed connection is replaced unseen
-    pool = psycopg_pool.ConnectionPool(url, min_size=2, max_size=4, check=psycopg_pool.ConnectionPool.check_connection, open=True)
+    pool = psycopg_pool.ConnectionPool(
+        url, min_size=2, max_size=4, check=psycopg_pool.ConnectionPool.check_connection, open=True
+    )
     pool.wait()
     with pool.connection() as pc:
         pid = pc.info.backend_pid
-    admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    admin.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
     time.sleep(0.05)  # let the server finish closing them
     t0 = time.perf_counter()
     with pool.connection() as pc:

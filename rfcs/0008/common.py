@@ -108,7 +108,7 @@ CREATE TRIGGER events_gapless BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCT
 
 
 def payload_of(i: int, size: int = 300) -> str:
-    body = ("word%d " % (i % 97)) * (size // 8)
+    body = f"word{i % 97} " * (size // 8)
     return json.dumps({"text": body[:size], "turn_id": f"trn_{i // 10:08d}"}, sort_keys=True, separators=(",", ":"))
 
 

@@ -25,7 +25,6 @@ import time
 from typing import Any
 
 import psycopg
-
 from common import EVENTS_DDL, emit, header_of, median, payload_of, scratch_db
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -76,7 +75,11 @@ def statement_costs(url: str, n: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     from sqlalchemy import MetaData, Table, create_engine, insert, select, text
 
-    for mode, threshold in (("psycopg_auto_prepare", 5), ("psycopg_never_prepared", None), ("psycopg_always_prepared", 0)):
+    for mode, threshold in (
+        ("psycopg_auto_prepare", 5),
+        ("psycopg_never_prepared", None),
+        ("psycopg_always_prepared", 0),
+    ):
         with psycopg.connect(url, prepare_threshold=threshold) as c:
             ins = lambda: c.execute(INSERT, seq.next_rows(1)[0])  # noqa: E731
             sel = lambda: c.execute("SELECT payload FROM events WHERE seq = %s", (1_000_001,)).fetchone()  # noqa: E731
@@ -94,8 +97,8 @@ def statement_costs(url: str, n: int) -> dict[str, Any]:
         core_ins = insert(events)
         core_sel = select(events.c.payload).where(events.c.seq == 1_000_001)
         cases = {
-            "sqlalchemy_text/insert": lambda: c.execute(t_ins, dict(zip(names, seq.next_rows(1)[0]))),
-            "sqlalchemy_core/insert": lambda: c.execute(core_ins, dict(zip(names, seq.next_rows(1)[0]))),
+            "sqlalchemy_text/insert": lambda: c.execute(t_ins, dict(zip(names, seq.next_rows(1)[0], strict=True))),
+            "sqlalchemy_core/insert": lambda: c.execute(core_ins, dict(zip(names, seq.next_rows(1)[0], strict=True))),
             "sqlalchemy_text/select_pk": lambda: c.execute(t_sel, {"s": 1_000_001}).fetchone(),
             "sqlalchemy_core/select_pk": lambda: c.execute(core_sel).fetchone(),
         }
@@ -143,7 +146,9 @@ def batch_costs(url: str, n: int) -> dict[str, Any]:
     names = [col.name for col in events.columns]
     with eng.connect() as c:
         core_ins = insert(events)
-        w, cpu = timed(lambda: c.execute(core_ins, [dict(zip(names, r)) for r in seq.next_rows(10)]), n // 10)
+        w, cpu = timed(
+            lambda: c.execute(core_ins, [dict(zip(names, r, strict=True)) for r in seq.next_rows(10)]), n // 10
+        )
         out["sqlalchemy_core_executemany"] = {"wall_us_per_10": round(w, 1), "cpu_us_per_10": round(cpu, 1)}
         c.rollback()
     eng.dispose()

@@ -24,7 +24,6 @@ import time
 from typing import Any
 
 import psycopg
-
 from common import emit, pct, scratch_db
 
 VOCAB = 20_000
@@ -60,7 +59,7 @@ def gin(url: str, docs: list[tuple[int, str, str]], qs: dict[str, list[str]]) ->
     out: dict[str, Any] = {}
     with psycopg.connect(url, autocommit=True) as c:
         c.execute(
-            "CREATE TABLE search_docs (id BIGINT PRIMARY KEY, owner TEXT COLLATE \"C\" NOT NULL, text TEXT NOT NULL, "
+            'CREATE TABLE search_docs (id BIGINT PRIMARY KEY, owner TEXT COLLATE "C" NOT NULL, text TEXT NOT NULL, '
             "tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED)"
         )
         t0 = time.perf_counter()
@@ -73,9 +72,11 @@ def gin(url: str, docs: list[tuple[int, str, str]], qs: dict[str, list[str]]) ->
         out["build_s"] = round(time.perf_counter() - t0, 2)
         size = c.execute("SELECT pg_total_relation_size('search_docs')").fetchone()[0]
         out["bytes_per_doc"] = round(size / len(docs), 1)
-        out["gin_bytes_per_doc"] = round(c.execute("SELECT pg_relation_size('search_docs_tsv')").fetchone()[0] / len(docs), 1)
+        out["gin_bytes_per_doc"] = round(
+            c.execute("SELECT pg_relation_size('search_docs_tsv')").fetchone()[0] / len(docs), 1
+        )
         for kind, qq in qs.items():
-            lat, cpu = [], []
+            lat = []
             for i, q in enumerate(qq):
                 t0 = time.perf_counter()
                 c.execute(GIN_Q, (q, f"own_{i % 50:02d}")).fetchall()
@@ -123,8 +124,12 @@ def tantivy_top(index: Any, q: str, owner: str | None) -> list[tuple[float, int]
 
     searcher = index.searcher()
     body = index.parse_query(q, ["body"])
-    query = body if owner is None else tantivy.Query.boolean_query(
-        [(tantivy.Occur.Must, body), (tantivy.Occur.Must, tantivy.Query.term_query(index.schema, "owner", owner))]
+    query = (
+        body
+        if owner is None
+        else tantivy.Query.boolean_query(
+            [(tantivy.Occur.Must, body), (tantivy.Occur.Must, tantivy.Query.term_query(index.schema, "owner", owner))]
+        )
     )
     hits = searcher.search(query, 10).hits
     return [(round(score, 5), searcher.doc(addr)["id"][0]) for score, addr in hits]
@@ -162,7 +167,9 @@ def determinism(docs: list[tuple[int, str, str]], qs: dict[str, list[str]]) -> d
                 res[f"{name}_differs_ties_by_id"] = res.get(f"{name}_differs_ties_by_id", 0) + (
                     sorted(ta, key=lambda h: (-h[0], h[1])) != sorted(other, key=lambda h: (-h[0], h[1]))
                 )
-                res[f"{name}_scores_differ"] = res.get(f"{name}_scores_differ", 0) + ([h[0] for h in ta] != [h[0] for h in other])
+                res[f"{name}_scores_differ"] = res.get(f"{name}_scores_differ", 0) + (
+                    [h[0] for h in ta] != [h[0] for h in other]
+                )
         return {
             "queries": len(probe), **res,
             "num_docs": [x.searcher().num_docs for x in (a, b, c)],

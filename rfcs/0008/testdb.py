@@ -20,9 +20,8 @@ import time
 from typing import Any
 
 import psycopg
-
-from common import ADMIN_URL, APPEND_ONLY_DDL, EVENTS_DDL, GAPLESS_DDL, emit, median, url_of
 from cluster import LEASE_DDL
+from common import ADMIN_URL, APPEND_ONLY_DDL, EVENTS_DDL, GAPLESS_DDL, emit, median, url_of
 
 DDL = EVENTS_DDL + APPEND_ONLY_DDL + GAPLESS_DDL + LEASE_DDL
 
@@ -31,7 +30,7 @@ def ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-def main() -> None:
+def main() -> None:  # noqa: PLR0915 (one measurement after another, read top to bottom)
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=10)
     a = ap.parse_args()
@@ -53,7 +52,10 @@ def main() -> None:
                 t0 = time.perf_counter()
                 admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
                 drop.append(ms(t0))
-            out[f"create_from_template_{strategy}"] = {"create_ms": round(median(create), 1), "drop_ms": round(median(drop), 1)}
+            out[f"create_from_template_{strategy}"] = {
+                "create_ms": round(median(create), 1),
+                "drop_ms": round(median(drop), 1),
+            }
         create, drop = [], []
         with psycopg.connect(url_of(tpl), autocommit=True) as c:
             for i in range(a.n):
@@ -88,7 +90,7 @@ def main() -> None:
             c.execute("CREATE TABLE IF NOT EXISTS blobs (hash TEXT PRIMARY KEY, body BYTEA)")
             for how in ("truncate", "delete"):
                 vals = []
-                for i in range(a.n):
+                for _ in range(a.n):
                     c.execute(
                         "INSERT INTO events (seq, id, agent_id, type, version, ts_us, origin, authority, payload, hash) "
                         "SELECT g, 'e' || g, 'a', 'message.received', 1, 0, 'o', 'a', 'p', 'h' FROM generate_series(1, 200) g"

@@ -18,7 +18,6 @@ import time
 from typing import Any
 
 import psycopg
-
 from cluster import LEASE_DDL
 from common import APPEND_ONLY_DDL, EVENTS_DDL, GAPLESS_DDL, LEDGER_LOCK, emit, median, scratch_db
 
