@@ -270,7 +270,7 @@ def format_lines(r: dict[str, Any]) -> list[str]:
     ]
     for c in r["input_clients"]:
         lines.append(
-            f"    {c:>3} clients: {_n(r[f'inputs_per_s_c{c}'])}/s, {_n(r[f'inputs_per_cpu_s_c{c}'])} per daemon "
+            f"    {c:>3} client{'s' if c > 1 else ' '}: {_n(r[f'inputs_per_s_c{c}'])}/s, {_n(r[f'inputs_per_cpu_s_c{c}'])} per daemon "
             f"CPU s, {r[f'inputs_per_commit_c{c}']} per commit; without group commit "
             f"{_n(r[f'inputs_per_s_c{c}_no_group'])}/s, {_n(r[f'inputs_per_cpu_s_c{c}_no_group'])} per CPU s "
             f"(ratio {r[f'group_commit_ratio_c{c}']}, CPU {r[f'group_commit_cpu_ratio_c{c}']})"
