@@ -14,6 +14,7 @@ def test_bench_daemon_tiny(tmp_path) -> None:  # type: ignore[no-untyped-def]
     r = holon(tmp_path / "unused", "bench", "daemon", "--agents", "3", "--turns", "2", "--latency-ms", "20",
               "--idle-agents", "5", "--idle-window-s", "1", "--events-small", "300", "--events-large", "900",
               "--restart-agents", "3", "--restart-runs", "1",
+              "--input-clients", "2", "--inputs", "4", "--input-agents", "1", "--input-rounds", "1",
               "--json", timeout=840)  # fmt: skip
     assert r.code == 0, r
     out = r.json()
@@ -35,6 +36,7 @@ def test_bench_daemon_tiny(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert out["restart_growth"] == pytest.approx(out["restart_s_1m"] / out["restart_s_10k"], rel=0.01)
     assert out["rss_mb_after_run"] > 0  # the daemon and its model processes
     assert "latency bound" in format_report(out) and "RSS after the run" in format_report(out)
+    assert out["sections"] == ["throughput", "idle", "restart", "inputs"] and out["lost_inputs"] == 0
 
 
 def test_bench_daemon_inputs_tiny(tmp_path) -> None:  # type: ignore[no-untyped-def]
