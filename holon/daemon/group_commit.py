@@ -6,9 +6,9 @@ transaction body and returns its result once it is committed; the bodies queued 
 previous group was committing (or in the same turn of the event loop) run one after another in
 one transaction, with the hooks flushed between them (``Transaction.flush_hooks``), so each body
 reads what the ones before it wrote, exactly as if it had its own transaction. The commit runs in
-a worker thread, so the loop is free during the fsync; but a ledger read on the loop (a request
-handler's agent lookup) waits for the group's transaction to end, which bounds how many requests
-the next group gathers (RFC 0001, "The append path").
+a worker thread, so the loop can take the next requests during the fsync (a ledger read on the
+loop, such as a request handler's agent lookup, still waits for the group's transaction to end);
+a group holds what the loop got through meanwhile (RFC 0001, "The append path").
 
 Nothing is acknowledged before it is durable: a caller's ``await`` returns only after the COMMIT
 of the transaction holding its events returned. When any body of a group raises, the whole group
