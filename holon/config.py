@@ -294,6 +294,10 @@ class DaemonSettings(_Section):
     warm_model: bool = True
     """Start the model process (and the local model server, when an agent uses it) with the
     daemon, in the background, rather than on the first call (RFC 0005, "Warm model path")."""
+    group_commit: bool = True
+    """Inputs arriving over HTTP together commit in one transaction (one fsync), in a worker
+    thread (RFC 0001, "The append path"). ``false``: each input commits alone on the event loop, as
+    before group commit; ``holon bench daemon`` measures that as its baseline."""
 
 
 class LocalSettings(_Section):

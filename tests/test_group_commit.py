@@ -82,3 +82,19 @@ def test_an_error_fails_only_its_own_input(store: Store) -> None:
         deliver_input(
             store, A, "different", origin="o", authority="operator", sender="s", channel="c", idempotency_key="k1"
         )
+
+
+def test_disabled_commits_each_input_alone(store: Store) -> None:
+    """``[daemon] group_commit = false``: every body its own transaction, as before group commit;
+    the counters say so (one input per commit)."""
+    store.append(agent_created(A, "alice"))
+    group = GroupCommit(store.ledger, enabled=False)
+
+    async def main() -> list[int]:
+        return await asyncio.gather(*(group.run(_deliver(store, f"input {i}")) for i in range(5)))
+
+    seqs = asyncio.run(main())
+    assert seqs == list(range(2, 7))
+    assert group.counters() == {"group_commit": False, "inputs": 5, "commits": 5}
+    assert store.agent("alice").pending_inputs == seqs
+    assert store.ledger.verify().ok and store.replay().ok

@@ -24,6 +24,12 @@ process drives the agents through the HTTP API like operators would.
   the stream's unfinished turns and tasks, agents answered by a model that replies at once): time
   from spawning ``holon serve`` to the first healthy ``GET /v1/health``, so process start and
   imports are included; median of three after a warm-up start. ``restart_growth`` is the ratio.
+* **Inputs** (``holon.bench.daemon_inputs``). 1, 8 and 32 concurrent clients post inputs to paused
+  agents (no turn runs), on a daemon with group commit and on one without: acknowledged inputs per
+  second and per CPU second of the daemon, inputs per commit, the ratios, and ``lost_inputs``
+  (acknowledged, not in the ledger).
+
+``sections`` (``--sections``) picks which of the four run; the keys of the others are absent.
 """
 
 from __future__ import annotations
@@ -361,6 +367,9 @@ def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
+SECTIONS = ("throughput", "idle", "restart", "inputs")
+
+
 def run_daemon_bench(
     *,
     agents: int = 100,
@@ -372,60 +381,104 @@ def run_daemon_bench(
     events_large: int = 1_000_000,
     restart_agents: int = 100,
     restart_runs: int = 3,
+    input_clients: tuple[int, ...] = (1, 8, 32),
+    inputs: int = 960,
+    input_agents: int = 10,
+    input_rounds: int = 3,
+    sections: tuple[str, ...] = SECTIONS,
 ) -> dict[str, Any]:
+    """Measure ``sections`` (all by default; see the module docstring and ``holon.bench.daemon_inputs``)."""
+    from holon.bench import daemon_inputs  # it builds on this module's process helpers
+
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        raise ValueError(f"unknown sections {sorted(unknown)}: choose from {', '.join(SECTIONS)}")
+    out: dict[str, Any] = {"sections": [s for s in SECTIONS if s in sections]}
+    methods: list[str] = []
+    total, done = len(out["sections"]) + ("restart" in sections), 0
     with tempfile.TemporaryDirectory(prefix="holon-bench-daemon-") as tmp:
         root = Path(tmp)
-        out: dict[str, Any] = {"agents": agents, "turns": turns, "latency_ms": latency_ms}
-        step(f"{agents} agents x {turns} turns through the daemon", 0, 4)
-        out.update(_throughput(root, agents, turns, latency_ms))
-        step(f"idle daemon with {idle_agents} agents", 1, 4)
-        out["idle_agents"] = idle_agents
-        rss, cpu_pct = _idle(root, idle_agents, idle_window_s)
-        out["idle_rss_mb_1000_agents"] = round(rss, 1)
-        out["idle_cpu_pct_1000_agents"] = round(cpu_pct, 2)
-        out["idle_window_s"] = idle_window_s
-        script = root / "instant.json"
-        script.write_text("[]")  # an exhausted script answers every call at once
-        fake_argv = [sys.executable, "-m", "holon.testing.fake_llm", "--script", str(script)]
-        with _process(fake_argv, env=_env(), first_line=True) as (_fake, model_url):
-            step(f"restart on {events_small:,} events", 2, 4)
-            small, small_cpu, small_n = _restart(root, events_small, "small", model_url, restart_agents, restart_runs)
-            step(f"restart on {events_large:,} events", 3, 4)
-            large, large_cpu, large_n = _restart(root, events_large, "large", model_url, restart_agents, restart_runs)
-    out.update(
-        restart_s_10k=round(small, 3),
-        restart_s_1m=round(large, 3),
-        restart_growth=round(large / small, 3),
-        restart_cpu_s_10k=round(small_cpu, 3),
-        restart_cpu_s_1m=round(large_cpu, 3),
-        restart_events_small=small_n,
-        restart_events_large=large_n,
-        restart_agents=restart_agents,
-        restart_runs=restart_runs,
-        synchronous="NORMAL",
-        targets=TARGETS,
-        method=METHOD.format(agents=agents, turns=turns, latency_ms=latency_ms, idle_agents=idle_agents,
-                             idle_window_s=idle_window_s, small=events_small, large=events_large,
-                             runs=restart_runs, restart_agents=restart_agents),
-    )  # fmt: skip
+        if "throughput" in sections:
+            out.update(agents=agents, turns=turns, latency_ms=latency_ms)
+            step(f"{agents} agents x {turns} turns through the daemon", done, total)
+            done += 1
+            out.update(_throughput(root, agents, turns, latency_ms))
+        if "idle" in sections:
+            step(f"idle daemon with {idle_agents} agents", done, total)
+            done += 1
+            out["idle_agents"] = idle_agents
+            rss, cpu_pct = _idle(root, idle_agents, idle_window_s)
+            out["idle_rss_mb_1000_agents"] = round(rss, 1)
+            out["idle_cpu_pct_1000_agents"] = round(cpu_pct, 2)
+            out["idle_window_s"] = idle_window_s
+        if "restart" in sections:
+            script = root / "instant.json"
+            script.write_text("[]")  # an exhausted script answers every call at once
+            fake_argv = [sys.executable, "-m", "holon.testing.fake_llm", "--script", str(script)]
+            with _process(fake_argv, env=_env(), first_line=True) as (_fake, model_url):
+                step(f"restart on {events_small:,} events", done, total)
+                small, small_cpu, small_n = _restart(
+                    root, events_small, "small", model_url, restart_agents, restart_runs
+                )
+                step(f"restart on {events_large:,} events", done + 1, total)
+                large, large_cpu, large_n = _restart(
+                    root, events_large, "large", model_url, restart_agents, restart_runs
+                )
+                done += 2
+            out.update(
+                restart_s_10k=round(small, 3),
+                restart_s_1m=round(large, 3),
+                restart_growth=round(large / small, 3),
+                restart_cpu_s_10k=round(small_cpu, 3),
+                restart_cpu_s_1m=round(large_cpu, 3),
+                restart_events_small=small_n,
+                restart_events_large=large_n,
+                restart_agents=restart_agents,
+                restart_runs=restart_runs,
+            )
+        if set(sections) - {"inputs"}:
+            out["synchronous"] = "NORMAL"
+            methods.append(METHOD.format(agents=agents, turns=turns, latency_ms=latency_ms, idle_agents=idle_agents,
+                                         idle_window_s=idle_window_s, small=events_small, large=events_large,
+                                         runs=restart_runs, restart_agents=restart_agents))  # fmt: skip
+        if "inputs" in sections:
+            found = daemon_inputs.run_inputs(
+                root, clients=input_clients, inputs=inputs, agents=input_agents, rounds=input_rounds
+            )
+            methods.append(found.pop("method"))
+            out.update(found)
+    out.update(targets=TARGETS, method=" ".join(methods))
     return out
 
 
 def format_report(r: dict[str, Any]) -> str:
-    return "\n".join(
-        [
+    lines = []
+    if "turns_per_s" in r:
+        lines += [
             f"daemon benchmark ({r['agents']} agents x {r['turns']} turns, model latency {r['latency_ms']:.0f} ms)",
             f"  {r['turns_per_s']:.1f} turns/s against a latency bound of {r['latency_bound_turns_per_s']} turns/s "
             f"(ratio {r['turns_per_s_vs_latency_bound']}); wall {r['wall_s']:.2f} s",
             f"  CPU per turn {r['cpu_ms_per_turn']:.1f} ms (daemon and its model processes; the daemon alone "
             f"{r['cpu_ms_per_turn_daemon']:.1f} ms) on {r['cores']} cores: the CPU allows "
             f"{r['cpu_bound_turns_per_s']} turns/s; RSS after the run {r['rss_mb_after_run']:.0f} MB",
+        ]
+    else:
+        lines.append(f"daemon benchmark ({', '.join(r['sections'])})")
+    if "idle_rss_mb_1000_agents" in r:
+        lines.append(
             f"  idle RSS with {r['idle_agents']:,} agents: {r['idle_rss_mb_1000_agents']:.1f} MB "
             f"(target <= {TARGETS['idle_rss_mb_1000_agents']:.0f}); idle CPU {r['idle_cpu_pct_1000_agents']:.2f}% "
-            f"of a core over {r['idle_window_s']:.0f} s (target <= {TARGETS['idle_cpu_pct_1000_agents']})",
+            f"of a core over {r['idle_window_s']:.0f} s (target <= {TARGETS['idle_cpu_pct_1000_agents']})"
+        )
+    if "restart_s_1m" in r:
+        lines.append(
             f"  restart to healthy: {r['restart_s_10k']:.3f} s at {r['restart_events_small']:,} events, "
             f"{r['restart_s_1m']:.3f} s at {r['restart_events_large']:,} (target <= {TARGETS['restart_s_1m']} s), "
             f"growth {r['restart_growth']:.2f}x (target <= {TARGETS['restart_growth']}); the daemon's CPU by then "
-            f"{r['restart_cpu_s_10k']:.3f} s / {r['restart_cpu_s_1m']:.3f} s",
-        ]
-    )
+            f"{r['restart_cpu_s_10k']:.3f} s / {r['restart_cpu_s_1m']:.3f} s"
+        )
+    if "lost_inputs" in r:
+        from holon.bench.daemon_inputs import format_lines
+
+        lines += format_lines(r)
+    return "\n".join(lines)

@@ -167,19 +167,43 @@ def daemon(
     events_large: Annotated[int, typer.Option(min=100, help="Ledger size of the large restart.")] = 1_000_000,
     restart_agents: Annotated[int, typer.Option(min=1, help="Agents in the restart ledgers.")] = 100,
     restart_runs: Annotated[int, typer.Option(min=1, help="Measured starts per restart size (median).")] = 3,
+    input_clients: Annotated[
+        str, typer.Option(help="Concurrent posting clients of the input section, comma-separated.")
+    ] = "1,8,32",
+    inputs: Annotated[int, typer.Option(min=1, help="Inputs posted per client count (split among the clients).")] = 960,
+    input_agents: Annotated[int, typer.Option(min=1, help="Paused agents the inputs go to, per client count.")] = 10,
+    input_rounds: Annotated[
+        int, typer.Option(min=1, help="Rounds of the input section, group commit on and off alternating (median).")
+    ] = 3,
+    sections: Annotated[
+        str, typer.Option(help="Which to run, comma-separated: throughput, idle, restart, inputs.")
+    ] = "throughput,idle,restart,inputs",
     json_out: JsonOpt = False,
 ) -> None:
     """Many agents through the real daemon process: turns/s against the model's latency bound, CPU per
-    turn, idle RSS and restart time."""
-    from holon.bench.daemon import format_report, run_daemon_bench
+    turn, idle RSS and restart time; inputs per second over HTTP with group commit and without."""
+    from holon.bench.daemon import SECTIONS, format_report, run_daemon_bench
+    from holon.errors import UsageError
 
     c = ctx_of(ctx, None, json_out)
+    chosen = tuple(s.strip() for s in sections.split(",") if s.strip())
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if unknown or not chosen:
+        raise UsageError(f"--sections {sections!r}: choose from {', '.join(SECTIONS)}")
+    try:
+        levels = tuple(int(n) for n in input_clients.split(",") if n.strip())
+    except ValueError:
+        levels = ()
+    if not levels or min(levels) < 1:
+        raise UsageError(f"--input-clients {input_clients!r}: positive whole numbers, comma-separated (1,8,32)")
     with _progress("daemon"):
         result = run_daemon_bench(
             agents=agents, turns=turns, latency_ms=latency_ms, idle_agents=idle_agents,
             idle_window_s=idle_window_s,
             events_small=events_small, events_large=events_large,
             restart_agents=restart_agents, restart_runs=restart_runs,
+            input_clients=levels, inputs=inputs, input_agents=input_agents, input_rounds=input_rounds,
+            sections=chosen,
         )  # fmt: skip
     emit(c, result, format_report(result))
 

@@ -6,13 +6,20 @@ transaction body and returns its result once it is committed; the bodies queued 
 previous group was committing (or in the same turn of the event loop) run one after another in
 one transaction, with the hooks flushed between them (``Transaction.flush_hooks``), so each body
 reads what the ones before it wrote, exactly as if it had its own transaction. The commit runs in
-a worker thread, so the loop keeps taking requests (the next group) during the fsync.
+a worker thread, so the loop can take the next requests during the fsync (a ledger read on the
+loop, such as a request handler's agent lookup, still waits for the group's transaction to end);
+a group holds what the loop got through meanwhile (RFC 0001, "The append path").
 
 Nothing is acknowledged before it is durable: a caller's ``await`` returns only after the COMMIT
 of the transaction holding its events returned. When any body of a group raises, the whole group
 rolls back and every body runs again alone, in its own transaction: one caller's error (an
 idempotency conflict, an unknown agent) stays that caller's, and the others commit as they would
 have alone.
+
+``enabled=False`` (``[daemon] group_commit = false``) commits each body alone, on the event loop,
+as inputs were committed before group commit: the in-run baseline of ``holon bench daemon``'s
+input section. The counters (``commits``, ``inputs``) are kept either way and shown by ``GET
+/v1/status`` under ``inputs``.
 """
 
 from __future__ import annotations
@@ -41,18 +48,30 @@ class _Outcome(Generic[T]):
 class GroupCommit:
     """Runs transaction bodies queued together in one write transaction of ``ledger``."""
 
-    def __init__(self, ledger: Ledger, *, max_group: int = 128) -> None:
+    def __init__(self, ledger: Ledger, *, max_group: int = 128, enabled: bool = True) -> None:
         self.ledger = ledger
         self.max_group = max_group
+        self.enabled = enabled
         self._queue: list[tuple[Body, asyncio.Future[Any]]] = []
         self._drainer: asyncio.Task[None] | None = None
         self.groups = 0
         """Transactions committed for groups (a health counter; ``bodies / groups`` is the batching)."""
         self.bodies = 0
 
+    def counters(self) -> dict[str, Any]:
+        """What ``GET /v1/status`` shows under ``inputs``: bodies (inputs) committed, in how many
+        transactions, and whether they are grouped."""
+        return {"group_commit": self.enabled, "inputs": self.bodies, "commits": self.groups}
+
     async def run(self, body: Callable[[Transaction], T]) -> T:
         """Run ``body`` in a write transaction shared with the bodies queued beside it; returns its
         result once that transaction is committed (or raises what ``body`` raised, alone)."""
+        if not self.enabled:  # the baseline: alone, in the loop, as before group commit
+            with self.ledger.transaction() as tx:
+                value = body(tx)
+            self.groups += 1
+            self.bodies += 1
+            return value
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queue.append((body, future))

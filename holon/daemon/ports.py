@@ -39,13 +39,15 @@ ORIGIN = "operator:daemon"
 
 
 class Ports:
-    def __init__(self, store: Store, *, clock: Clock, host: AgentHost, wakes: Wakes, phase: Phase) -> None:
+    def __init__(
+        self, store: Store, *, clock: Clock, host: AgentHost, wakes: Wakes, phase: Phase, group: GroupCommit
+    ) -> None:
         self.store = store
         self.clock = clock
         self.host = host
         self.wakes = wakes
         self.phase = phase
-        self.group = GroupCommit(store.ledger)
+        self.group = group
 
     def _check_open(self) -> None:
         if not self.phase.accepting:

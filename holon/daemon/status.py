@@ -2,7 +2,8 @@
 
 ``holon.runtime.status.decide`` is the one function every view uses; this room adds what only the
 running daemon knows (a turn runs, an agent is held back until a retry time, a budget is used up)
-and the daemon's counters (ledger head, projection lag, index and evolve errors, timer jobs).
+and the daemon's counters (ledger head, projection lag, index and evolve errors, timer jobs, inputs
+committed and in how many transactions).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from holon.clock import Clock
 from holon.daemon.budget import Budgets
+from holon.daemon.group_commit import GroupCommit
 from holon.daemon.maintenance import Maintenance
 from holon.daemon.wakes import Phase
 from holon.projections import Store
@@ -28,7 +30,7 @@ __all__ = ["StatusView"]
 class StatusView:
     def __init__(
         self, store: Store, *, clock: Clock, host: AgentHost, budgets: Budgets, timers: Timers,
-        maintenance: Maintenance, phase: Phase,
+        maintenance: Maintenance, phase: Phase, inputs: GroupCommit,
     ) -> None:  # fmt: skip
         self.store = store
         self.clock = clock
@@ -37,6 +39,7 @@ class StatusView:
         self.timers = timers
         self.maintenance = maintenance
         self.phase = phase
+        self.inputs = inputs
 
     def agent_status(
         self, agent: AgentState, *, waits: list[WaitProjection] | None = None,
@@ -100,6 +103,7 @@ class StatusView:
             "commands": {"sandbox": sandbox.mode, "warning": sandbox.warning},
             "evolve": self.maintenance.evolve_status(),
             "timers": self.timers.jobs(),
+            "inputs": self.inputs.counters(),
             "agents": [
                 self._entry(a, waits.get(a.agent_id, []), timers.get(a.agent_id, [])) for a in self.store.agents()
             ],

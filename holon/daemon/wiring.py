@@ -21,6 +21,7 @@ from typing import Any
 from holon.clock import Clock, SystemClock
 from holon.daemon.budget import Budgets
 from holon.daemon.firing import TimerFiring
+from holon.daemon.group_commit import GroupCommit
 from holon.daemon.maintenance import Maintenance, ModelCalls
 from holon.daemon.notices import Notices
 from holon.daemon.ports import Ports
@@ -173,10 +174,12 @@ def build_daemon(
     warmth = Warmth(store, settings=settings, resolver=own, phase=phase)
     wakes.ready = warmth.ready
     wakes.on_agents_changed = warmth.warm
+    group = GroupCommit(store.ledger, enabled=settings.group_commit)
     status = StatusView(
-        store, clock=clock, host=host, budgets=budgets, timers=timers, maintenance=maintenance, phase=phase
-    )
-    ports = Ports(store, clock=clock, host=host, wakes=wakes, phase=phase)
+        store, clock=clock, host=host, budgets=budgets, timers=timers, maintenance=maintenance, phase=phase,
+        inputs=group,
+    )  # fmt: skip
+    ports = Ports(store, clock=clock, host=host, wakes=wakes, phase=phase, group=group)
     return Rooms(
         store=store, clock=clock, phase=phase, host=host, budgets=budgets, timers=timers, index=index,
         evolver=evolver, notices=notices, wakes=wakes, firing=firing, maintenance=maintenance,
