@@ -328,19 +328,23 @@ def test_agent_created_projection(alice: Store) -> None:
 
 
 def test_rows_whose_indexed_columns_stay_are_updated_in_place(alice: Store) -> None:
-    """A row whose agent_id/status/label are stored as they are gets only its seq and state
+    """A row whose agent_id and label are stored as they are gets only its status, seq and state
     written (no index pages touched); one deleted behind the projector's back is written again."""
     conn = alice.ledger._conn
     put(alice, ev.TurnStarted(turn_id="turn_1"), turn_id="turn_1")
-    assert alice.projector._rows.stored[("agent", A)] == (A, "running", "alice")
+    put(alice, ev.TurnSettled(turn_id="turn_1", outcome="completed", reply="done"), turn_id="turn_1")
+    assert alice.projector._rows.stored[("agent", A)] == (A, "alice")
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
-    try:
-        put(alice, ev.TurnSettled(turn_id="turn_1", outcome="completed", reply="done"), turn_id="turn_1")
-        put(alice, ev.DecisionRecorded(text="ship it"))  # the agent row stays "idle"
+    try:  # every row of the second turn exists already, and the agent goes running -> idle again
+        put(alice, ev.TurnStarted(turn_id="turn_2"), turn_id="turn_2")
+        put(alice, ev.TurnSettled(turn_id="turn_2", outcome="completed", reply="done"), turn_id="turn_2")
     finally:
         conn.set_trace_callback(None)
-    assert any(s.startswith("UPDATE projection_rows SET seq") for s in statements)
+    assert not any(s.startswith("INSERT INTO projection_rows") for s in statements)
+    assert any(s.startswith("UPDATE projection_rows SET status") for s in statements)
+    agent = alice.agent_state(A)
+    assert agent is not None and agent.status == "idle"
     conn.execute("DELETE FROM projection_rows WHERE kind = 'working_memory'")  # behind its back
     put(alice, ev.DecisionRecorded(text="and test it"))
     assert alice.working_memory_state(A) is not None

@@ -39,14 +39,15 @@ _UPSERT = (
     "ON CONFLICT(kind, key) DO UPDATE SET agent_id = excluded.agent_id, status = excluded.status, "
     "label = excluded.label, seq = excluded.seq, state = excluded.state"
 )
-# A row whose indexed columns (agent_id, status, label) are stored as they are: only its seq and
-# state change. The upsert above assigns every column, and SQLite then rewrites the row's entries
-# in ``projection_rows_agent`` and ``projection_agent_name`` even when their values are the same:
-# one or two more pages per row in every commit's WAL (measured: an agent row 3 pages, 1 with this).
-_UPDATE = "UPDATE projection_rows SET seq = ?, state = ? WHERE kind = ? AND key = ?"
+# A row whose indexed columns (agent_id, label) are stored as they are: only its status (in no
+# index), seq and state change. The upsert above assigns every column, and SQLite then rewrites the
+# row's entries in ``projection_rows_agent`` and ``projection_agent_name`` even when their values
+# are the same: one or two more pages per row in every commit's WAL (measured: an agent row 3
+# pages, 1 with this).
+_UPDATE = "UPDATE projection_rows SET status = ?, seq = ?, state = ? WHERE kind = ? AND key = ?"
 
-Columns = tuple[str, str | None, str | None]
-"""A row's indexed columns: ``(agent_id, status, label)`` (``row_columns``)."""
+Indexed = tuple[str, str | None]
+"""A row's indexed columns besides its key: ``(agent_id, label)``."""
 
 
 def load_state(conn: sqlite3.Connection, key: Key) -> State | None:
@@ -59,24 +60,24 @@ class _Rows(dict[Key, State | None]):
 
     ``stored`` holds the indexed columns of the rows known to be in the database as they are
     there (loaded here, or written by ``Projector.flush``), so a flush that leaves them as they
-    are writes only ``seq`` and ``state``."""
+    are writes only ``status``, ``seq`` and ``state``."""
 
     conn: sqlite3.Connection | None = None
 
     def __init__(self) -> None:
         super().__init__()
-        self.stored: dict[Key, Columns] = {}
+        self.stored: dict[Key, Indexed] = {}
 
     def __missing__(self, key: Key) -> State | None:
         assert self.conn is not None, "rows are only read inside a transaction"
         row = self.conn.execute(
-            "SELECT state, agent_id, status, label FROM projection_rows WHERE kind = ? AND key = ?", key
+            "SELECT state, agent_id, label FROM projection_rows WHERE kind = ? AND key = ?", key
         ).fetchone()
         if row is None:
             self[key] = None
             return None
         state = self[key] = KINDS[key[0]].model.model_validate_json(row[0])
-        self.stored[key] = (row[1], row[2], row[3])
+        self.stored[key] = (row[1], row[2])
         return state
 
     def clear(self) -> None:
@@ -207,13 +208,15 @@ class Projector:
                 gone.append(key)
                 stored.pop(key, None)
                 continue
-            columns = row_columns(key[0], state)
-            row = (key[0], key[1], *columns, seq, state_json(state))
-            (updates if stored.get(key) == columns else rows).append(row)
+            agent_id, status, label = row_columns(key[0], state)
+            row = (key[0], key[1], agent_id, status, label, seq, state_json(state))
+            (updates if stored.get(key) == (agent_id, label) else rows).append(row)
         conn = tx.conn
         if gone:
             conn.executemany("DELETE FROM projection_rows WHERE kind = ? AND key = ?", gone)
-        if updates and conn.executemany(_UPDATE, [(r[5], r[6], r[0], r[1]) for r in updates]).rowcount != len(updates):
+        if updates and conn.executemany(_UPDATE, [(r[3], r[5], r[6], r[0], r[1]) for r in updates]).rowcount != len(
+            updates
+        ):
             # A row this process saw is no longer there (nothing in holon deletes rows behind the
             # projector's back, but the guard is one comparison): write them all in full.
             rows += updates
@@ -223,7 +226,7 @@ class Projector:
             taken = next((r[4] for r in rows if r[0] == "agent"), None)
             raise ConflictError(f"agent name {taken!r} is already taken" if taken else str(e)) from e
         for r in rows:
-            stored[(r[0], r[1])] = (r[2], r[3], r[4])
+            stored[(r[0], r[1])] = (r[2], r[4])
         write_cursor(conn, CURSOR_NAME, self._folded_to, PROJECTOR_VERSION)
         self._dirty.clear()
         self._flushed_to = self._folded_to
