@@ -327,6 +327,38 @@ def test_agent_created_projection(alice: Store) -> None:
     assert alice.agent("alice").settings == {"temperature": 0.5}
 
 
+def test_rows_whose_indexed_columns_stay_are_updated_in_place(alice: Store) -> None:
+    """A row whose agent_id and label are stored as they are gets only its status, seq and state
+    written (no index pages touched); one deleted behind the projector's back is written again."""
+    conn = alice.ledger._conn
+    put(alice, ev.TurnStarted(turn_id="turn_1"), turn_id="turn_1")
+    put(alice, ev.TurnSettled(turn_id="turn_1", outcome="completed", reply="done"), turn_id="turn_1")
+    assert alice.projector._rows.stored[("agent", A)] == (A, "alice")
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:  # every row of the second turn exists already, and the agent goes running -> idle again
+        put(alice, ev.TurnStarted(turn_id="turn_2"), turn_id="turn_2")
+        put(alice, ev.TurnSettled(turn_id="turn_2", outcome="completed", reply="done"), turn_id="turn_2")
+    finally:
+        conn.set_trace_callback(None)
+    assert not any(s.startswith("INSERT INTO projection_rows") for s in statements)
+    assert any(s.startswith("UPDATE projection_rows SET status") for s in statements)
+    agent = alice.agent_state(A)
+    assert agent is not None and agent.status == "idle"
+    conn.execute("DELETE FROM projection_rows WHERE kind = 'working_memory'")  # behind its back
+    put(alice, ev.DecisionRecorded(text="and test it"))
+    assert alice.working_memory_state(A) is not None
+    assert alice.replay().ok
+
+
+def test_a_taken_name_is_refused_at_the_append_that_takes_it(alice: Store) -> None:
+    with pytest.raises(ConflictError, match="already taken"):
+        alice.append(agent_created("agt_other", "alice"))
+    put(alice, ev.DecisionRecorded(text="still writable"))
+    assert [a.name for a in alice.agents()] == ["alice"]
+    assert alice.replay().ok
+
+
 def test_work_item_switch_and_return(alice: Store) -> None:
     put(alice, ev.WorkItemOpened(work_item_id="A", title="first", objective="do A", plan=["a1"]))
     assert wm(alice)["active_work_item"] == "A"

@@ -29,6 +29,7 @@ from holon.projections.state import (
     EpisodeDrafts,
     KeyPoint,
     TaskProjection,
+    ThreadStart,
     WaitProjection,
     WorkItemState,
 )
@@ -223,7 +224,7 @@ def _read_turn(store: Store, started_seq: int, settled_seq: int) -> HistoryTurn 
     return HistoryTurn(p.turn_id, start.seq, settled.seq, start.work_item_id, inputs, _text(store, p.reply), p.outcome)
 
 
-def _thread_of(work_item_id: str | None, seq: int, conv_starts: list[KeyPoint], conv_seqs: list[int]) -> str:
+def _thread_of(work_item_id: str | None, seq: int, conv_starts: list[ThreadStart], conv_seqs: list[int]) -> str:
     if work_item_id is not None:
         return work_item_id
     at = bisect.bisect_right(conv_seqs, seq)

@@ -54,7 +54,7 @@ from typing import Any
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.projections import dialogue
-from holon.projections.state import Draft, EpisodeDrafts, KeyPoint, ThreadVocabulary, WorkItemState
+from holon.projections.state import Draft, EpisodeDrafts, KeyPoint, ThreadStart, ThreadVocabulary, WorkItemState
 
 __all__ = [
     "CONTENT_TYPES",
@@ -389,7 +389,7 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
             k.model_copy(update={"thread": thread}) if k.seq in taken and k.speaker == "operator" else k for k in points
         ]
     if thread != s.thread:
-        starts = [*starts, KeyPoint(seq=event.seq, text="", thread=thread)][-THREAD_STARTS:]
+        starts = [*starts, ThreadStart(seq=event.seq, thread=thread)][-THREAD_STARTS:]
     up_state, points = _remember(s, event, said, thread, points)
     d = s.current or Draft(seq_start=event.seq, thread=thread, last_us=event.ts_us)
     up: dict[str, Any] = {"thread": thread}

@@ -29,6 +29,7 @@ __all__ = [
     "Draft",
     "EpisodeDrafts",
     "KeyPoint",
+    "ThreadStart",
     "ThreadVocabulary",
 ]
 
@@ -195,10 +196,7 @@ class TimerProjection(State):
 
 
 class KeyPoint(State):
-    """A statement that must outlive the turns around it (a decision, a rule), with who stated it.
-
-    Also used, with ``text`` empty, for where a thread (re)starts (``EpisodeDrafts.thread_starts``).
-    """
+    """A statement that must outlive the turns around it (a decision, a rule), with who stated it."""
 
     seq: int
     """The operator message that stated or accepted it."""
@@ -215,6 +213,16 @@ class KeyPoint(State):
     explicit: bool = True
     """Stated or accepted in words; ``False`` for a proposal accepted only by carrying on, which
     holds in its own thread alone."""
+
+
+class ThreadStart(State):
+    """Where a thread (re)started: the event's seq and the thread (``EpisodeDrafts.thread_starts``).
+
+    Its own two-field model (it was a ``KeyPoint`` with empty text until issue 18): the drafts row is
+    rewritten on most events an agent appends, and 24 full key points were 3.9 of its 4.5 KB."""
+
+    seq: int
+    thread: str
 
 
 class ThreadVocabulary(State):
@@ -258,9 +266,8 @@ class EpisodeDrafts(State):
     """The thread the agent is in now."""
     key_points: list[KeyPoint] = []
     """The latest operator decisions and rules, across threads (at most ``KEY_POINTS``)."""
-    thread_starts: list[KeyPoint] = []
-    """Where recent threads began or were returned to (``seq``, ``thread``; ``text`` unused),
-    oldest first."""
+    thread_starts: list[ThreadStart] = []
+    """Where recent threads began or were returned to, oldest first."""
     vocabularies: list[ThreadVocabulary] = []
     """Recent conversation threads' vocabularies, most recently used last."""
     last_reply: str = ""
