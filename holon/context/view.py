@@ -339,7 +339,7 @@ def gather(
     current: Sequence[Event] = (),
 ) -> TurnView:
     """Read what a turn of ``agent_id`` (started at ``started_seq``) may show the model."""
-    agent = store.agent(agent_id)
+    agent = store.agent_state(agent_id) or store.agent(agent_id)
     home = Path(agent.home)
     wm, item = _working_memory(store, agent_id)
     active = wm.get("active_work_item")

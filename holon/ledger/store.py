@@ -420,6 +420,14 @@ class Ledger:
         with self._lock:
             return self._head(self._conn)[0]
 
+    @contextmanager
+    def reading(self) -> Iterator[int]:
+        """Hold the ledger's lock over a few reads that must agree with each other and with the
+        hooks' in-memory state (no append of this process lands between them); yields the head as
+        the ledger's connection sees it (inside an open transaction: with what it appended)."""
+        with self._lock:
+            yield self._head(self._conn)[0]
+
     def get(self, seq: int) -> Event:
         with self._lock:
             row = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE seq = ?", (seq,)).fetchone()

@@ -112,7 +112,7 @@ class TurnRunner:
 
     async def run(self, agent_id: str) -> TurnResult | None:
         """Run one turn over the agent's pending inputs; ``None`` when there are none."""
-        agent = self.store.agent(agent_id)
+        agent = self.store.agent_state(agent_id) or self.store.agent(agent_id)
         if not agent.pending_inputs:
             return None
         try:
