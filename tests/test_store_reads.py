@@ -86,3 +86,26 @@ def test_a_rollback_leaves_nothing_held(store: Store, alice: AgentState) -> None
 def test_agent_by_name_still_works(store: Store) -> None:
     made = create_agent(store, "carol")
     assert store.agent("carol") == made == store.agent(made.agent_id)
+
+
+def test_one_head_read_for_many_reads_and_appends_inside_are_seen(store: Store, alice: AgentState) -> None:
+    store.append(_open_item(alice.agent_id, "wi_1", "first"))  # type: ignore[arg-type]
+    heads: list[str] = []
+    store.ledger.db.connection().set_trace_callback(
+        lambda sql: heads.append(sql) if "ORDER BY seq DESC" in sql else None
+    )
+    try:
+        with store.ledger.reading() as head:
+            for _ in range(3):
+                assert store.work_item("wi_1").title == "first"  # type: ignore[union-attr]
+                with store.ledger.reading() as inner:
+                    assert inner == head
+            assert len(heads) == 1
+            # An append of this thread inside the block moves past the block's head: the read
+            # after it is not served from the rows held at that head.
+            store.append(
+                make_event(alice.agent_id, ev.WorkItemUpdated(work_item_id="wi_1", title="second"), work_item_id="wi_1")
+            )
+            assert store.work_item("wi_1").title == "second"  # type: ignore[union-attr]
+    finally:
+        store.ledger.db.connection().set_trace_callback(None)

@@ -152,7 +152,10 @@ class TurnRunner:
         # pending for the next turn.
         inputs = admit(self.store, agent, budget, counter, registry.schemas())
         started = append(self._started(agent.agent_id, turn_id, inputs))[0]
-        view = gather(self.store, agent.agent_id, inputs=inputs, started_seq=started.seq, tools=registry.schemas())
+        view = gather(
+            self.store, agent.agent_id, inputs=inputs, started_seq=started.seq, tools=registry.schemas(),
+            started_us=started.ts_us,
+        )  # fmt: skip
         plan = TurnPlan(
             turn_id, agent, provider, settings, budget, counter, registry, turn_limits(self.limits, agent),
             tuple(inputs), view,
