@@ -192,6 +192,10 @@ class Manifest:
         JSON (a manifest lists ~100 sections and most are the same from round to round)."""
         if len(self.sections_json) != len(self.sections):
             return orjson.dumps(self.to_json(), option=_SORTED)
+        return self._framed(b",".join(self.sections_json))
+
+    def _framed(self, sections: bytes) -> bytes:
+        """The manifest's canonical JSON around its sections' joined JSON."""
         budget = orjson.dumps(
             {"context_window": self.context_window, "limit": self.limit, "output_reserve": self.output_reserve},
             option=_SORTED,
@@ -203,12 +207,21 @@ class Manifest:
                 b',"digest":',
                 orjson.dumps(self.digest),
                 b',"sections":[',
-                b",".join(self.sections_json),
+                sections,
                 b'],"used_tokens":',
                 orjson.dumps(self.used_tokens),
                 b"}",
             )
         )
+
+    def json_bytes_against(self, base: Manifest) -> bytes:
+        """``json_bytes`` with each section entry that ``base`` has too written as its index in
+        ``base.sections`` (``holon.context.manifests.whole_manifest`` reads it back whole)."""
+        if len(self.sections_json) != len(self.sections) or len(base.sections_json) != len(base.sections):
+            return self.json_bytes()
+        index = {entry: i for i, entry in enumerate(base.sections_json)}
+        shown = [entry if (i := index.get(entry)) is None else str(i).encode() for entry in self.sections_json]
+        return self._framed(b",".join(shown))
 
     def summary(self) -> dict[str, int]:
         """Counts for ``context.assembled``'s summary: sections by representation, references."""

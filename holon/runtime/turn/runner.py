@@ -188,8 +188,9 @@ class TurnRunner:
         # What the model is about to see, and that it was asked: committed before the call.
         round_no = state.rounds
         record = context_event(
-            state.turn_id, round_no, plan.budget, assembly, record_prompts=self.context.record_prompts
-        )
+            state.turn_id, round_no, plan.budget, assembly, record_prompts=self.context.record_prompts,
+            base=state.first_record,
+        )  # fmt: skip
         requested = ev.ModelRequested(
             turn_id=state.turn_id,
             round=round_no,
@@ -198,8 +199,9 @@ class TurnRunner:
             tools=len(assembly.tools),
             prompt_tokens_est=assembly.used_tokens,
         )
-        append(*self._events(state.agent_id, state.turn_id, (record, requested)))
-        return Request(dataclasses.replace(state, sections=tuple(sections)), assembly)
+        recorded = append(*self._events(state.agent_id, state.turn_id, (record, requested)))[0]
+        first = state.first_record or (recorded.seq, assembly.manifest)
+        return Request(dataclasses.replace(state, sections=tuple(sections), first_record=first), assembly)
 
     async def _request(self, step: Request) -> Record | Settle:
         state, plan, assembly = step.state, step.state.plan, step.assembly
