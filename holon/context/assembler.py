@@ -192,6 +192,10 @@ class Manifest:
         JSON (a manifest lists ~100 sections and most are the same from round to round)."""
         if len(self.sections_json) != len(self.sections):
             return orjson.dumps(self.to_json(), option=_SORTED)
+        return self._framed(b",".join(self.sections_json))
+
+    def _framed(self, sections: bytes) -> bytes:
+        """The manifest's canonical JSON around its sections' joined JSON."""
         budget = orjson.dumps(
             {"context_window": self.context_window, "limit": self.limit, "output_reserve": self.output_reserve},
             option=_SORTED,
@@ -203,23 +207,34 @@ class Manifest:
                 b',"digest":',
                 orjson.dumps(self.digest),
                 b',"sections":[',
-                b",".join(self.sections_json),
+                sections,
                 b'],"used_tokens":',
                 orjson.dumps(self.used_tokens),
                 b"}",
             )
         )
 
+    def json_bytes_against(self, base: Manifest) -> bytes:
+        """``json_bytes`` with each section entry that ``base`` has too written as its index in
+        ``base.sections`` (``holon.context.manifests.whole_manifest`` reads it back whole)."""
+        if len(self.sections_json) != len(self.sections) or len(base.sections_json) != len(base.sections):
+            return self.json_bytes()
+        index = {entry: i for i, entry in enumerate(base.sections_json)}
+        shown = [entry if (i := index.get(entry)) is None else str(i).encode() for entry in self.sections_json]
+        return self._framed(b",".join(shown))
+
     def summary(self) -> dict[str, int]:
         """Counts for ``context.assembled``'s summary: sections by representation, references."""
-        out = {
-            form: sum(1 for s in self.sections if s.representation == form and not s.excluded)
-            for form in ("full", "compact", "omitted")
-        }
-        out["excluded"] = sum(1 for s in self.sections if s.excluded)
-        out["refs_included"] = sum(len(s.refs_included) for s in self.sections)
-        out["refs_omitted"] = sum(len(s.refs_omitted) for s in self.sections)
-        return out
+        counts = {"full": 0, "compact": 0, "omitted": 0}
+        excluded = included = omitted = 0
+        for s in self.sections:  # one pass (twice per turn, ~100 sections)
+            if s.excluded:
+                excluded += 1
+            else:
+                counts[s.representation] += 1
+            included += len(s.refs_included)
+            omitted += len(s.refs_omitted)
+        return {**counts, "excluded": excluded, "refs_included": included, "refs_omitted": omitted}
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,11 +275,18 @@ STABLE_SHARE = 0.6
 def _steps(sections: list[Section]) -> list[tuple[Section, int]]:
     """A fixed degradation sequence: (section, new level)."""
     by_priority = sorted((s for s in sections if not s.excluded), key=lambda s: (s.priority, s.key))
-    spare = {s.key: s.last_resort if s.pinned else 0 for s in by_priority}
-    steps = [(s, i) for s in by_priority for i in range(1, len(s.renderings) - spare[s.key])]
-    steps += [(s, len(s.renderings)) for s in by_priority if not s.pinned]
-    steps += [(s, i) for s in by_priority for i in range(max(1, len(s.renderings) - spare[s.key]), len(s.renderings))]
-    return steps
+    compact: list[tuple[Section, int]] = []
+    omit: list[tuple[Section, int]] = []
+    late: list[tuple[Section, int]] = []
+    for s in by_priority:  # one pass, three sequences (in this order)
+        n = len(s.renderings)
+        if n > 1:
+            keep = n - (s.last_resort if s.pinned else 0)
+            compact += [(s, i) for i in range(1, keep)]
+            late += [(s, i) for i in range(max(1, keep), n)]
+        if not s.pinned:
+            omit.append((s, n))
+    return compact + omit + late
 
 
 def _run(
@@ -381,23 +403,32 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) ->
     manifest_sections: list[ManifestSection] = []
     used: dict[str, Rendering] = {}
     sections_json: list[bytes] = []
-    for s in ordered:
-        chosen = picked.get(s.key)
-        reason = reasons.get(s.key, "pinned" if s.pinned else (s.reason or "fits"))
-        entry, entry_json = _manifest_section(s, chosen, reason)
+    by_id = _MANIFEST_BY_ID
+    for s in ordered:  # ~100 sections twice per turn: lookups kept local
+        key = s.key
+        chosen = picked.get(key)
+        reason = reasons.get(key) or ("pinned" if s.pinned else (s.reason or "fits"))
+        full = s.renderings[0]
+        found = by_id.get((key, s.tier, s.excluded, reason, id(full), id(chosen)))  # ``_manifest_section``'s
+        if found is not None and found[0] is full and found[1] is chosen:
+            entry, entry_json = found[2]
+        else:
+            entry, entry_json = _manifest_section(s, chosen, reason)
         manifest_sections.append(entry)
         sections_json.append(entry_json)
         if chosen is None:
             continue
-        used[s.key] = chosen
-        tools.extend(chosen.tools)
-        if s.slot == "system" and chosen.text:
+        used[key] = chosen
+        if chosen.tools:
+            tools.extend(chosen.tools)
+        slot = s.slot
+        if slot == "system" and chosen.text:
             system_parts.append(chosen.text)
-        elif s.slot == "context" and chosen.text:
+        elif slot == "context" and chosen.text:
             context_parts.append(chosen.text)
-        elif s.slot == "history" and chosen.messages:
+        elif slot == "history" and chosen.messages:
             history.extend(chosen.messages)
-        elif s.slot == "history" and chosen.text:
+        elif slot == "history" and chosen.text:
             context_parts.append(chosen.text)  # a summary standing in for past turns
         else:
             tail.extend(chosen.messages)
@@ -425,6 +456,7 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) ->
 
 _MANIFEST_ENTRIES: dict[tuple[Any, ...], tuple[ManifestSection, bytes]] = {}
 _MANIFEST_ENTRIES_LIMIT = 50_000
+_MANIFEST_BY_ID: dict[tuple[Any, ...], tuple[Rendering, Rendering | None, tuple[ManifestSection, bytes]]] = {}
 
 
 def _manifest_section(s: Section, chosen: Rendering | None, reason: str) -> tuple[ManifestSection, bytes]:
@@ -432,6 +464,12 @@ def _manifest_section(s: Section, chosen: Rendering | None, reason: str) -> tupl
     the stable tier) come back turn after turn with the same entry, so entries are kept by what
     they are made of."""
     full = s.renderings[0]
+    # Renderings are frozen and mostly the same objects turn after turn (their builders keep
+    # them): the entry is found by their identity first, without hashing their refs again.
+    fast = (s.key, s.tier, s.excluded, reason, id(full), id(chosen))
+    found = _MANIFEST_BY_ID.get(fast)
+    if found is not None and found[0] is full and found[1] is chosen:
+        return found[2]
     key = (
         s.key, s.tier, s.excluded, reason, full.tokens, full.refs,
         None if chosen is None else chosen.form, 0 if chosen is None else chosen.tokens,
@@ -454,4 +492,7 @@ def _manifest_section(s: Section, chosen: Rendering | None, reason: str) -> tupl
         if len(_MANIFEST_ENTRIES) >= _MANIFEST_ENTRIES_LIMIT:
             _MANIFEST_ENTRIES.clear()
         hit = _MANIFEST_ENTRIES[key] = (entry, orjson.dumps(entry.to_json(), option=_SORTED))
+    if len(_MANIFEST_BY_ID) >= _MANIFEST_ENTRIES_LIMIT:
+        _MANIFEST_BY_ID.clear()
+    _MANIFEST_BY_ID[fast] = (full, chosen, hit)  # holds the renderings: their ids stay theirs
     return hit

@@ -15,7 +15,7 @@ from holon.ledger import events as ev
 from holon.projections import Store
 from holon.projections.state import AgentState
 
-__all__ = ["turn_contexts"]
+__all__ = ["turn_contexts", "whole_manifest"]
 
 _SCAN = 500
 """How many recent ``context.assembled`` events of the agent are searched for the turn."""
@@ -42,6 +42,27 @@ def _text(store: Store, value: Any) -> str | None:
     return resolved.text
 
 
+def whole_manifest(
+    store: Store, text: str | None, base_seq: int | None, known: dict[int, ev.ContextAssembled] | None = None
+) -> dict[str, Any] | None:
+    """A recorded manifest as a whole: one written against an earlier round's (``manifest_base``)
+    has each repeated entry as its index in that manifest's sections, put back here."""
+    if not text:
+        return None
+    manifest: dict[str, Any] = json.loads(text)
+    if base_seq is None:
+        return manifest
+    base = (known or {}).get(base_seq)
+    if base is None:
+        found = store.ledger.get(base_seq).payload
+        assert isinstance(found, ev.ContextAssembled), base_seq
+        base = found
+    base_manifest = whole_manifest(store, _text(store, base.manifest), base.manifest_base)
+    entries = base_manifest["sections"] if base_manifest is not None else []
+    manifest["sections"] = [entries[s] if isinstance(s, int) else s for s in manifest["sections"]]
+    return manifest
+
+
 def turn_contexts(store: Store, agent: AgentState, turn: str | None = None) -> list[dict[str, Any]]:
     """One item per model round of ``turn`` (a turn id or its suffix; default the agent's last turn).
 
@@ -54,6 +75,7 @@ def turn_contexts(store: Store, agent: AgentState, turn: str | None = None) -> l
         raise NotFoundError(f"no assembled context for agent {agent.name}" + (f" and turn {turn}" if turn else ""))
     items = []
     tools_text = None
+    by_seq = {e.seq: p for e, p in rounds}
     for e, p in rounds:
         manifest_text = _text(store, p.manifest)
         prompt_text = _text(store, p.prompt)
@@ -67,7 +89,7 @@ def turn_contexts(store: Store, agent: AgentState, turn: str | None = None) -> l
                 "used_tokens": p.used_tokens,
                 "digest": p.manifest_digest,
                 "summary": p.summary,
-                "manifest": json.loads(manifest_text) if manifest_text else None,
+                "manifest": whole_manifest(store, manifest_text, p.manifest_base, by_seq),
                 "prompt": {"messages": json.loads(prompt_text), "tools": json.loads(tools_text or "[]")}
                 if prompt_text
                 else None,

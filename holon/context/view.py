@@ -338,9 +338,25 @@ def gather(
     started_seq: int,
     tools: list[dict[str, Any]] | tuple[dict[str, Any], ...],
     current: Sequence[Event] = (),
+    started_us: int | None = None,
 ) -> TurnView:
-    """Read what a turn of ``agent_id`` (started at ``started_seq``) may show the model."""
-    agent = store.agent(agent_id)
+    """Read what a turn of ``agent_id`` (started at ``started_seq``, at ``started_us`` when the
+    caller has that event) may show the model. The reads share one look at the ledger's head
+    (``Ledger.reading``): rows the projector holds are served from memory."""
+    with store.ledger.reading():
+        return _gather(store, agent_id, inputs, started_seq, tools, current, started_us)
+
+
+def _gather(
+    store: Store,
+    agent_id: str,
+    inputs: list[int],
+    started_seq: int,
+    tools: list[dict[str, Any]] | tuple[dict[str, Any], ...],
+    current: Sequence[Event],
+    started_us: int | None,
+) -> TurnView:
+    agent = store.agent_state(agent_id) or store.agent(agent_id)
     home = Path(agent.home)
     wm, item = _working_memory(store, agent_id)
     active = wm.get("active_work_item")
@@ -385,6 +401,7 @@ def gather(
     query = " ".join(_text(store, e.payload.text) for e in input_events if isinstance(e.payload, ev.MessageReceived))
     if isinstance(item, WorkItemState):
         query += f" {item.title} {item.objective}"
+    now_us = started_us if started_us is not None else _turn_time(store, started_seq)
     return TurnView(
         agent=agent,
         agents_md=_read(home / "AGENTS.md") or "",
@@ -403,7 +420,7 @@ def gather(
         last_turn=history[-1] if history else None,
         resumed=resumed,
         rounds=_rounds(store, list(current)),
-        recall=recall(store, agent, query, _turn_time(store, started_seq), _limits(store)),
+        recall=recall(store, agent, query, now_us, _limits(store)),
         skills=_skills(home),
     )
 
@@ -464,13 +481,11 @@ def _skills(home: Path) -> tuple[tuple[str, str, str], ...]:
 def refresh(store: Store, view: TurnView, rounds: tuple[RoundView, ...]) -> TurnView:
     """The view for the next round of the same turn: state tools may have changed, re-read."""
     agent_id = view.agent.agent_id
-    wm, item = _working_memory(store, agent_id)
+    with store.ledger.reading():
+        wm, item = _working_memory(store, agent_id)
+        open_items = tuple(store.work_items(agent_id=agent_id, status=OPEN_STATUSES))
+        tasks = tuple(store.tasks(agent_id=agent_id, status="running"))
+        waits = tuple(store.waits(agent_id=agent_id, status="pending"))
     return dataclasses.replace(
-        view,
-        working_memory=wm,
-        work_item=item,
-        open_items=tuple(store.work_items(agent_id=agent_id, status=OPEN_STATUSES)),
-        tasks=tuple(store.tasks(agent_id=agent_id, status="running")),
-        waits=tuple(store.waits(agent_id=agent_id, status="pending")),
-        rounds=rounds,
+        view, working_memory=wm, work_item=item, open_items=open_items, tasks=tasks, waits=waits, rounds=rounds
     )

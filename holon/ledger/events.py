@@ -614,7 +614,12 @@ class ContextAssembled(PayloadBase):
     manifest_digest: str
     summary: dict[str, JSONValue] = Field(default_factory=dict)
     manifest: LargeText | None = None
-    """The full manifest as JSON."""
+    """The full manifest as JSON; written against ``manifest_base`` when that is set."""
+    manifest_base: int | None = None
+    """The seq of an earlier ``context.assembled`` of the same turn (its first round) whose
+    manifest this one's is written against: an entry of ``sections`` that is the same as that
+    manifest's entry at index ``i`` is the number ``i`` (a later round repeats most of the first
+    round's ~100 entries; issue 18). ``holon.context.manifests`` reads it whole."""
     prompt: LargeText | None = None
     """The exact messages sent, as JSON (``[context] record_prompts``)."""
     tools: LargeText | None = None

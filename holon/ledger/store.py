@@ -296,6 +296,7 @@ class Ledger:
         self.hooks: list[TransactionHook] = list(hooks)
         self._lock = threading.RLock()
         self._known_head: int | None = None
+        self._read_head: int | None = None  # inside ``reading`` (under the lock)
         self.anchor = anchor
         self._conn = self._open(create=create)
         self._refusal = self._check_anchor_on_open()
@@ -419,6 +420,24 @@ class Ledger:
     def head(self) -> int:
         with self._lock:
             return self._head(self._conn)[0]
+
+    @contextmanager
+    def reading(self) -> Iterator[int]:
+        """Hold the ledger's lock over reads that must agree with each other and with the hooks'
+        in-memory state; yields the head as the ledger's connection saw it when the outermost
+        such block began (inside an open transaction: with what it appended). Nested blocks
+        read no head of their own: a caller gathering many reads wraps them in one block. An
+        append inside a block moves the head past the yielded one (a reader comparing it with
+        the hooks' state then sees they differ)."""
+        with self._lock:
+            if self._read_head is not None:
+                yield self._read_head
+                return
+            self._read_head = self._head(self._conn)[0]
+            try:
+                yield self._read_head
+            finally:
+                self._read_head = None
 
     def get(self, seq: int) -> Event:
         with self._lock:

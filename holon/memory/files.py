@@ -167,13 +167,37 @@ def _check(agent: AgentState, scope: MemoryScope, path: str, purpose: Purpose) -
         raise UsageError(f"file:{scope}/{path} cannot be written: in the {scope} scope write {allowed_paths}")
 
 
-def _check_scope_root(scope: MemoryScope, root: Path) -> None:
+def _check_scope_root(scope: MemoryScope, root: Path) -> str:
     """Refuse a scope directory (``<workspace>/.holon``, ``<agent home>/memory``) that is a symlink
     or resolves outside its parent: following one would let an agent read and write memory that
-    is not its own, e.g. another agent's private notes (issue 14, finding 11)."""
+    is not its own, e.g. another agent's private notes (issue 14, finding 11). Returns the
+    directory's real path.
+
+    A directory that is not a symlink resolves to its name under its parent's real path (what
+    ``os.path.realpath`` of it gives), so it cannot lead outside; only the parent is resolved
+    (each resolution is an ``lstat`` per part of the path: the prompt's files are located every
+    turn, issue 18)."""
     parent = os.path.realpath(root.parent)
-    if root.is_symlink() or os.path.commonpath([parent, os.path.realpath(root)]) != parent:
+    if root.is_symlink():
         raise UsageError(f"the {scope} memory directory {root} is a symlink or leads outside {root.parent}; refused")
+    return os.path.join(parent, root.name)
+
+
+def _resolves_inside(real_root: str, target: Path, rel: str) -> bool:
+    """Whether ``target`` (``rel`` under a scope directory whose real path is ``real_root``) resolves
+    inside ``real_root``. When no part of ``rel`` is a symlink it resolves to ``real_root/rel``
+    (as ``os.path.realpath`` would: a missing part and everything after it is taken as it is), so
+    one ``lstat`` per part answers; a symlink among them is resolved whole."""
+    path = real_root
+    for part in rel.split("/"):
+        path = os.path.join(path, part)
+        try:
+            link = stat.S_ISLNK(os.lstat(path).st_mode)
+        except OSError:
+            return True
+        if link:
+            return os.path.commonpath([real_root, os.path.realpath(target)]) == real_root
+    return True
 
 
 def locate(
@@ -190,12 +214,11 @@ def locate(
     root = scope_dir(paths, agent, scope)
     if scope == "operator":
         ensure_operator_file(paths)
+        real_root = os.path.realpath(root)
     else:
-        _check_scope_root(scope, root)
+        real_root = _check_scope_root(scope, root)
     target = root / rel
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(target)
-    if os.path.commonpath([real_root, real]) != real_root:
+    if not _resolves_inside(real_root, target, rel):
         raise UsageError(f"file:{scope}/{rel} leads outside the {scope} memory directory (a symlink?); refused")
     return MemoryFile(scope, rel, target, root)
 

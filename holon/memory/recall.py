@@ -106,7 +106,8 @@ def recall(store: Store, agent: AgentState, query: str, now_us: int, limits: Rec
     owners = owners_for(agent)
     active = store.durable_entries(owners, active_only=True)
     q = content_terms(query)
-    indexed = durable_matches(store, owners, query)
+    # The index only ranks active entries: without any, it is not asked (a query per turn).
+    indexed = durable_matches(store, owners, query) if active else {}
     left: list[tuple[str, str]] = []
     scored: list[tuple[float, DurableState]] = []
     for s in active:

@@ -234,6 +234,24 @@ class Projector:
             self._rows.clear()
             self._memo.clear()
 
+    # --- reads (``Store``) ----------------------------------------------------------------------
+
+    def held(self, key: Key, head: int) -> tuple[bool, State | None]:
+        """``(True, state)`` when this process holds the row of ``key`` as the database has it at
+        ``head`` (``None``: no such row); ``(False, None)`` when it must be read from the database.
+
+        The rows held are the database's when everything up to ``head`` is folded and written:
+        the same test the ledger uses to keep them between transactions (another process that
+        appends moves the head, and this process resets on its next transaction). Inside an open
+        transaction the head includes what it appended, and ``flush`` has written it. States are
+        frozen and shared: callers must not change their lists or dicts (reducers never do)."""
+        if self._folded_to != head or self._flushed_to != head:
+            return False, None
+        rows = self._rows
+        if key not in rows:
+            return False, None
+        return True, dict.__getitem__(rows, key)
+
     def reset(self) -> None:
         self._recent.clear()
         self._memo.clear()

@@ -9,7 +9,7 @@ inspection read.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from holon.clock import Clock, SystemClock
 from holon.config import HomePaths, Settings
@@ -119,14 +119,22 @@ class Store:
     # One accessor per projection kind, returning its state model: ``store.task(id)``,
     # ``store.tasks(agent_id=..., status=...)``. Lists are in the order their rows last changed.
 
+    #
+    # A row the synchronous projector holds as the database has it is served from memory (no
+    # query, no JSON validation: ``Projector.held``); any other is read from ``projection_rows``.
+
     def _one(self, kind: str, model: type[S], key: str) -> S | None:
         assert KINDS[kind].model is model, kind
-        rows = self.ledger.query("SELECT state FROM projection_rows WHERE kind = ? AND key = ?", (kind, key))
+        with self.ledger.reading() as head:
+            hit, state = self.projector.held((kind, key), head)
+            if hit:
+                return cast(S, state)  # the row of a ``kind`` is its model (asserted above)
+            rows = self.ledger.query("SELECT state FROM projection_rows WHERE kind = ? AND key = ?", (kind, key))
         return model.model_validate_json(rows[0][0]) if rows else None
 
     def _all(self, kind: str, model: type[S], agent_id: str | None, status: str | tuple[str, ...] | None) -> list[S]:
         assert KINDS[kind].model is model, kind
-        sql = "SELECT state FROM projection_rows WHERE kind = ?"
+        sql = "SELECT key, state FROM projection_rows WHERE kind = ?"
         params: list[object] = [kind]
         if agent_id is not None:
             sql += " AND agent_id = ?"
@@ -137,7 +145,14 @@ class Store:
         elif status is not None:
             sql += " AND status = ?"
             params.append(status)
-        return [model.model_validate_json(r[0]) for r in self.ledger.query(sql + " ORDER BY seq", params)]
+        held = self.projector.held
+        out: list[S] = []
+        with self.ledger.reading() as head:
+            rows = self.ledger.query(sql + " ORDER BY seq", params)
+            for key, raw in rows:
+                hit, state = held((kind, key), head)
+                out.append(cast(S, state) if hit and state is not None else model.model_validate_json(raw))
+        return out
 
     def agent_state(self, agent_id: str) -> AgentState | None:
         """An agent by id, or ``None`` (``agent`` finds one by name or id, or raises)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from holon.config import ContextSettings
-from holon.context.assembler import Assembly, Budget
+from holon.context.assembler import Assembly, Budget, Manifest
 from holon.context.sections import fixed_minimum, input_tokens
 from holon.context.tokens import MESSAGE_OVERHEAD, TokenCounter
 from holon.context.view import gather
@@ -71,11 +71,23 @@ def admit(
 
 
 def context_event(
-    turn_id: str, round_no: int, budget: Budget, a: Assembly, *, record_prompts: bool
+    turn_id: str,
+    round_no: int,
+    budget: Budget,
+    a: Assembly,
+    *,
+    record_prompts: bool,
+    base: tuple[int, Manifest] | None = None,
 ) -> ev.ContextAssembled:
     """What the model is about to see in round ``round_no``: the manifest, a summary, and (with
-    ``[context] record_prompts``) the prompt itself."""
+    ``[context] record_prompts``) the prompt itself. With ``base`` (the seq and manifest of the
+    turn's first ``context.assembled``) the manifest is written against that one's: the entries
+    it repeats by their index (``manifest_base``)."""
     summary = a.manifest.summary()
+    if base is not None:
+        manifest, manifest_base = a.manifest.json_bytes_against(base[1]).decode(), base[0]
+    else:
+        manifest, manifest_base = a.manifest.json_bytes().decode(), None
     prompt = (a.messages_json or canonical_json(a.messages)).decode() if record_prompts else None
     tools = canonical_json(a.tools).decode() if record_prompts and round_no == 0 else None
     return ev.ContextAssembled(
@@ -85,7 +97,8 @@ def context_event(
         used_tokens=a.used_tokens,
         manifest_digest=a.digest,
         summary=dict(summary),
-        manifest=a.manifest.json_bytes().decode(),
+        manifest=manifest,
+        manifest_base=manifest_base,
         prompt=prompt,
         tools=tools,
     )

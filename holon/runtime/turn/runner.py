@@ -112,7 +112,7 @@ class TurnRunner:
 
     async def run(self, agent_id: str) -> TurnResult | None:
         """Run one turn over the agent's pending inputs; ``None`` when there are none."""
-        agent = self.store.agent(agent_id)
+        agent = self.store.agent_state(agent_id) or self.store.agent(agent_id)
         if not agent.pending_inputs:
             return None
         try:
@@ -152,7 +152,10 @@ class TurnRunner:
         # pending for the next turn.
         inputs = admit(self.store, agent, budget, counter, registry.schemas())
         started = append(self._started(agent.agent_id, turn_id, inputs))[0]
-        view = gather(self.store, agent.agent_id, inputs=inputs, started_seq=started.seq, tools=registry.schemas())
+        view = gather(
+            self.store, agent.agent_id, inputs=inputs, started_seq=started.seq, tools=registry.schemas(),
+            started_us=started.ts_us,
+        )  # fmt: skip
         plan = TurnPlan(
             turn_id, agent, provider, settings, budget, counter, registry, turn_limits(self.limits, agent),
             tuple(inputs), view,
@@ -185,8 +188,9 @@ class TurnRunner:
         # What the model is about to see, and that it was asked: committed before the call.
         round_no = state.rounds
         record = context_event(
-            state.turn_id, round_no, plan.budget, assembly, record_prompts=self.context.record_prompts
-        )
+            state.turn_id, round_no, plan.budget, assembly, record_prompts=self.context.record_prompts,
+            base=state.first_record,
+        )  # fmt: skip
         requested = ev.ModelRequested(
             turn_id=state.turn_id,
             round=round_no,
@@ -195,8 +199,9 @@ class TurnRunner:
             tools=len(assembly.tools),
             prompt_tokens_est=assembly.used_tokens,
         )
-        append(*self._events(state.agent_id, state.turn_id, (record, requested)))
-        return Request(dataclasses.replace(state, sections=tuple(sections)), assembly)
+        recorded = append(*self._events(state.agent_id, state.turn_id, (record, requested)))[0]
+        first = state.first_record or (recorded.seq, assembly.manifest)
+        return Request(dataclasses.replace(state, sections=tuple(sections), first_record=first), assembly)
 
     async def _request(self, step: Request) -> Record | Settle:
         state, plan, assembly = step.state, step.state.plan, step.assembly

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from holon.context.assembler import Assembly, Budget, Section
+from holon.context.assembler import Assembly, Budget, Manifest, Section
 from holon.context.tokens import TokenCounter
 from holon.context.view import RoundView, TurnView
 from holon.ledger import events as ev
@@ -127,6 +127,9 @@ class TurnState:
     sections: tuple[Section, ...] = ()
     """The prompt's candidate sections as the last round built them: built once, for the turn's
     first round; each later round updates only what it changed (``update_sections``)."""
+    first_record: tuple[int, Manifest] | None = None
+    """The seq of the turn's first ``context.assembled`` and its manifest: a later round's
+    manifest is recorded against it (``manifest_base``)."""
     tool_calls: int = 0
     tool_errors: int = 0
     usage: ev.Usage = field(default_factory=ev.Usage)
