@@ -31,6 +31,7 @@ ends; readers never lock and see each commit after a ``reload`` (about 35 µs, d
 
 from __future__ import annotations
 
+import math
 import shutil
 import threading
 from collections.abc import Iterable, Sequence
@@ -42,13 +43,27 @@ import tantivy
 
 from holon.errors import HolonError
 
-__all__ = ["DIR_NAME", "Engine", "EngineError", "Row", "engine_at"]
+__all__ = ["BASE", "DIR_NAME", "Engine", "EngineError", "Filters", "Matches", "Row", "engine_at"]
 
 #: The engine's directory, beside the database file.
 DIR_NAME = "search.tantivy"
 #: Writer memory (tantivy needs at least 15 MB for one indexing thread).
 HEAP = 64_000_000
 _ANALYZER = "holon"
+#: What a match scores before its BM25 (and its weight): a document's score is
+#: ``(BASE + BM25) * weight``, so a weak match of a short text still counts beside its neighbours'.
+BASE = float(__import__("os").environ.get("HOLON_BASE", "1.0"))
+_FAST = ("id", "weight", "features", "ts", "seg", "p1", "p2")
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """What a search is narrowed to besides its owners."""
+
+    kinds: tuple[str, ...] = ()
+    since_us: int | None = None
+    until_us: int | None = None
+    work_item_id: str | None = None
 
 
 class EngineError(HolonError):
@@ -66,6 +81,47 @@ class Row:
     """Space-separated terms (``holon.memory.text.index_terms``): the document's, and for a turn
     also the two previous turns' of its segment."""
     meta: str
+    weight: int = 0
+    """The document's prior as tantivy's ``weight_by_field`` reads it (``holon.memory.prior``)."""
+    features: int = 0
+    """Kind, bare question and word count packed in one integer (``holon.memory.prior.pack``)."""
+    segment: int = 0
+    """The conversation segment of a turn (0: none)."""
+    before: tuple[int, int] = (0, 0)
+    """The ids of the (up to) two turns before a turn in its segment, nearest first (0: none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Matches:
+    """Documents as a search sees them, read from the engine alone, column by column (a search
+    reads a few hundred: no object per document)."""
+
+    ids: list[int]
+    scores: list[float]
+    """``BASE`` + BM25 over ``body`` and ``meta``, times the document's weight (0: no match)."""
+    weights: list[float]
+    """The multiplier each score carries: ``log2(2 + Row.weight)``."""
+    features: list[int]
+    ts_us: list[int]
+    segments: list[int]
+    before: list[int]
+    """The turn before each (0: none) ..."""
+    before2: list[int]
+    """... and the one before that."""
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+_NO_MATCHES = Matches([], [], [], [], [], [], [], [])
+_WEIGHTS: dict[int, float] = {}
+
+
+def _weight(code: int) -> float:
+    w = _WEIGHTS.get(code)
+    if w is None:
+        w = _WEIGHTS[code] = math.log2(2 + max(0, code))
+    return w
 
 
 def _analyzer() -> Any:  # Any: tantivy.TextAnalyzer
@@ -82,6 +138,8 @@ def _schema() -> Any:  # Any: tantivy.Schema, untyped
     b.add_integer_field("ts", fast=True)
     b.add_text_field("body", tokenizer_name=_ANALYZER, index_option="freq")
     b.add_text_field("meta", tokenizer_name=_ANALYZER, index_option="freq")
+    for name in ("weight", "features", "seg", "p1", "p2"):
+        b.add_integer_field(name, fast=True)
     return b.build()
 
 
@@ -134,7 +192,8 @@ class Engine:
                     writer.delete_documents_by_term("id", r.id)
                     writer.add_document(
                         document(id=r.id, owner=r.owner, kind=r.kind, work=r.work_item_id, ts=r.ts_us, body=r.body,
-                                 meta=r.meta)
+                                 meta=r.meta, weight=r.weight, features=r.features, seg=r.segment, p1=r.before[0],
+                                 p2=r.before[1])
                     )  # fmt: skip
                 writer.commit()
             except BaseException:
@@ -165,9 +224,101 @@ class Engine:
     def num_docs(self) -> int:
         return int(self.searcher().num_docs)
 
-    def doc_freq(self, term: str) -> int:
-        """Documents whose body holds ``term`` (deleted ones may still count until a merge)."""
-        return int(self.searcher().doc_freq("body", term))
+    def doc_freq(self, term: str, *, field: str = "body", searcher: Any = None) -> int:  # Any: tantivy.Searcher
+        """Documents whose ``field`` holds ``term`` (deleted ones may still count until a merge)."""
+        return int((searcher or self.searcher()).doc_freq(field, term))
+
+    def _scoring(self, terms: Sequence[str], owners: Sequence[str], f: Filters, weights: tuple[float, float]) -> Any:
+        """The query a document is scored by (Any: tantivy.Query): any term in ``body``/``meta``
+        (weighted), owned by ``owners``, passing ``f``; its score ``BASE`` + BM25 (filters score 0)."""
+        t, s = tantivy.Query, self.schema
+        should = []
+        for name, w in zip(("body", "meta"), weights, strict=True):
+            if w > 0:
+                should += [(tantivy.Occur.Should, t.boost_query(t.term_query(s, name, term), w)) for term in terms]
+        if not should or not owners:
+            return None
+        must = [(tantivy.Occur.Must, t.boolean_query(should))]
+        must.append((tantivy.Occur.Must, t.const_score_query(self._any("owner", owners), BASE)))
+        return t.boolean_query(must + self._filters(f))
+
+    def _any(self, name: str, values: Sequence[Any]) -> Any:  # Any: tantivy's values and Query
+        """Documents whose ``name`` is one of ``values``: term queries, OR-ed. (A term set query
+        costs about 0.3 ms at 100,000 documents whatever it matches: it builds a bitset; a term
+        query walks its posting list lazily, skipping with the text's.)"""
+        t, s = tantivy.Query, self.schema
+        if len(values) == 1:
+            return t.term_query(s, name, values[0])
+        return t.boolean_query([(tantivy.Occur.Should, t.term_query(s, name, v)) for v in values])
+
+    def _filters(self, f: Filters) -> list[tuple[Any, Any]]:  # Any: tantivy's Occur and Query
+        t, s = tantivy.Query, self.schema
+        out = []
+        if f.kinds:
+            out.append(self._any("kind", f.kinds))
+        if f.work_item_id is not None:
+            out.append(t.term_query(s, "work", f.work_item_id))
+        if f.since_us is not None or f.until_us is not None:
+            out.append(t.range_query(s, "ts", tantivy.FieldType.Integer, f.since_us, f.until_us))
+        return [(tantivy.Occur.Must, t.const_score_query(q, 0.0)) for q in out]
+
+    def matches(
+        self,
+        terms: Sequence[str],
+        *,
+        owners: Sequence[str],
+        filters: Filters | None = None,
+        weights: tuple[float, float] = (1.0, 0.2),
+        limit: int,
+        count: bool = True,
+        searcher: Any = None,  # Any: tantivy.Searcher
+    ) -> tuple[Matches, int]:
+        """The exact top ``limit`` by score (``Matches.scores``: BM25 over ``body`` and ``meta``
+        weighted by ``weights``, plus ``BASE``, times the document's weight) among ``owners``'
+        documents matching any term and passing ``filters``; and how many match (0 unless ``count``)."""
+        query = self._scoring(terms, owners, filters or Filters(), weights)
+        if query is None or limit <= 0:
+            return _NO_MATCHES, 0
+        searcher = searcher or self.searcher()
+        found = searcher.search(query, limit, count=count, weight_by_field="weight")
+        return self._read(searcher, found.hits), int(found.count or 0)
+
+    def score(
+        self,
+        ids: Sequence[int],
+        terms: Sequence[str],
+        *,
+        owners: Sequence[str],
+        filters: Filters | None = None,
+        weights: tuple[float, float] = (1.0, 0.2),
+        searcher: Any = None,  # Any: tantivy.Searcher
+    ) -> Matches:
+        """The documents of ``ids`` that belong to ``owners`` and pass ``filters``, each with the
+        score ``matches`` gives it (bit for bit: the same scoring query), 0 if it matches no term."""
+        if not ids or not owners:
+            return _NO_MATCHES
+        t, f = tantivy.Query, filters or Filters()
+        must = [
+            (tantivy.Occur.Must, t.const_score_query(self._any("id", ids), 0.0)),
+            (tantivy.Occur.Must, t.const_score_query(self._any("owner", owners), 0.0)),
+            *self._filters(f),
+        ]
+        scoring = self._scoring(terms, owners, f, weights)
+        if scoring is not None:
+            must.append((tantivy.Occur.Should, scoring))
+        searcher = searcher or self.searcher()
+        found = searcher.search(t.boolean_query(must), len(ids), count=False, weight_by_field="weight")
+        return self._read(searcher, found.hits)
+
+    @staticmethod
+    def _read(searcher: Any, hits: list[tuple[float, Any]]) -> Matches:  # Any: tantivy's searcher, addresses
+        if not hits:
+            return _NO_MATCHES
+        addresses = [addr for _score, addr in hits]
+        ids, weights, features, ts, seg, p1, p2 = (searcher.fast_field_values(n, addresses) for n in _FAST)
+        return Matches(ids, [score for score, _addr in hits], [_weight(w or 0) for w in weights],
+                       [f or 0 for f in features], [t or 0 for t in ts], [g or 0 for g in seg], [b or 0 for b in p1],
+                       [b or 0 for b in p2])  # fmt: skip
 
     def top(
         self,
@@ -182,28 +333,10 @@ class Engine:
         limit: int,
         count: bool = True,
     ) -> tuple[list[tuple[int, float]], int]:
-        """The exact top ``limit`` by BM25 (``body`` and ``meta`` weighted by ``weights``) among
-        ``owners``' documents matching any term, with the filters; and how many match."""
-        t, s = tantivy.Query, self.schema
-        should = []
-        for name, w in zip(("body", "meta"), weights, strict=True):
-            if w > 0:
-                should += [(tantivy.Occur.Should, t.boost_query(t.term_query(s, name, term), w)) for term in terms]
-        if not should or not owners:
-            return [], 0
-        text = t.boolean_query(should)
-        must = [(tantivy.Occur.Must, text), (tantivy.Occur.Must, t.term_set_query(s, "owner", list(owners)))]
-        if kinds:
-            must.append((tantivy.Occur.Must, t.term_set_query(s, "kind", list(kinds))))
-        if work_item_id is not None:
-            must.append((tantivy.Occur.Must, t.term_query(s, "work", work_item_id)))
-        if since_us is not None or until_us is not None:
-            must.append((tantivy.Occur.Must, t.range_query(s, "ts", tantivy.FieldType.Integer, since_us, until_us)))
-        searcher = self.searcher()
-        found = searcher.search(t.boolean_query(must), limit, count=count)
-        hits = found.hits
-        ids = searcher.fast_field_values("id", [addr for _score, addr in hits]) if hits else []
-        return [(int(i), float(score)) for i, (score, _addr) in zip(ids, hits, strict=True)], int(found.count or 0)
+        """``matches`` as ``(id, score)`` pairs (tests and tools that need no fast fields)."""
+        f = Filters(tuple(kinds), since_us, until_us, work_item_id)
+        found, n = self.matches(terms, owners=owners, filters=f, weights=weights, limit=limit, count=count)
+        return list(zip(found.ids, found.scores, strict=True)), n
 
     def bytes(self) -> int:
         return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
@@ -255,6 +388,11 @@ class PlainIndex:
 
     def search(self, query: Any, limit: int) -> list[Any]:  # Any: tantivy's query and doc addresses
         return [addr for _score, addr in self.searcher.search(query, limit, count=False).hits]
+
+    def texts(self, addresses: Sequence[Any]) -> list[str]:  # Any: tantivy's doc addresses
+        """The stored body of each hit (what a caller shows: holon's hits carry their text)."""
+        doc = self.searcher.doc
+        return [str(doc(addr).get_first("body") or "") for addr in addresses]
 
     def ids(self, addresses: Sequence[Any]) -> list[int]:
         return [int(i) for i in self.searcher.fast_field_values("id", list(addresses))] if addresses else []
