@@ -181,17 +181,18 @@ def test_search_bench_measures_every_peer_in_process() -> None:
     assert "holon/raw p95" in bench.format_report(r)
 
 
-def test_recall_is_exact_even_from_a_tiny_first_top_k(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the engine's first top-k cut to 2 and the candidate sets to 3, the bound deepens the
-    top-k until nothing left out can win: the bench's exact reference agrees on every query."""
+def test_recall_shows_what_a_small_candidate_set_loses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the engine's top-k cut to 2 candidates, re-ranking loses some of the exact top 10, and
+    the searches that lost something were not certified exact."""
     monkeypatch.setattr(memory_search, "CANDIDATES", 2)
-    monkeypatch.setattr(memory_search, "CONTEXT_OF", 3)
-    monkeypatch.setattr(memory_search, "PHRASE_OF", 3)
-    monkeypatch.setattr(memory_search, "SEGMENT_OF", 3)
+    monkeypatch.setattr(memory_search, "CONTEXT_OF", 1)
+    monkeypatch.setattr(memory_search, "PHRASE_OF", 1)
+    monkeypatch.setattr(memory_search, "SEGMENT_OF", 1)
     monkeypatch.setattr(TantivyIndex, "available", staticmethod(lambda: False))
     r = bench.run_search_bench(sizes=(1_500,), queries=3)
-    assert r["recall_at_10_vs_exact_1500"] == 1.0
-    assert all(c["recall_at_10_vs_exact"] == 1.0 for c in r["by_class_1500"].values())
+    assert r["by_class_1500"]["common"]["recall_at_10_vs_exact"] < 1.0
+    assert r["by_class_1500"]["common"]["bounded_share"] > 0
+    assert 0 < r["recall_at_10_vs_exact_1500"] < 1.0
     assert memory_search.CANDIDATES == 2, "exact_ranking puts the limit back"
     assert r["tantivy"].startswith("not measured: the tantivy package is not installed")
     assert not any(k.startswith(("tantivy_", "ratio_to_tantivy")) for k in r)

@@ -44,8 +44,8 @@ Side = Literal["holon", "raw", "tantivy", "tantivy_ids"]
 def exact_ranking() -> Iterator[None]:
     """holon's ranking applied to every match: the engine returns all of them instead of its
     top-k, and all are ranked by the same function (``holon.memory.search``: every part of it is a
-    function of the query, the document and the index, so this is the reference its bounded
-    top-k must equal).
+    function of the query, the document and the index, so this is the reference a re-ranked
+    top-k is measured against, and equals when certified).
 
     Measurement only: the bench flips the planner's limit for the block and puts it back.
     """

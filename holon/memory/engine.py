@@ -31,7 +31,6 @@ ends; readers never lock and see each commit after a ``reload`` (about 35 µs, d
 
 from __future__ import annotations
 
-import math
 import shutil
 import threading
 from collections.abc import Iterable, Sequence
@@ -50,10 +49,10 @@ DIR_NAME = "search.tantivy"
 #: Writer memory (tantivy needs at least 15 MB for one indexing thread).
 HEAP = 64_000_000
 _ANALYZER = "holon"
-#: What a match scores before its BM25 (and its weight): a document's score is
-#: ``(BASE + BM25) * weight``, so a weak match of a short text still counts beside its neighbours'.
-BASE = float(__import__("os").environ.get("HOLON_BASE", "1.0"))
-_FAST = ("id", "weight", "features", "ts", "seg", "p1", "p2")
+#: What a match scores before its BM25: a document's score is ``BASE + BM25`` (what the owner
+#: filter used to add as a side effect, kept explicit since LoCoMo's weights were chosen with it).
+BASE = 1.0
+_FAST = ("id", "features", "ts", "seg", "p1", "p2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +80,6 @@ class Row:
     """Space-separated terms (``holon.memory.text.index_terms``): the document's, and for a turn
     also the two previous turns' of its segment."""
     meta: str
-    weight: int = 0
-    """The document's prior as tantivy's ``weight_by_field`` reads it (``holon.memory.prior``)."""
     features: int = 0
     """Kind, bare question and word count packed in one integer (``holon.memory.prior.pack``)."""
     segment: int = 0
@@ -98,9 +95,7 @@ class Matches:
 
     ids: list[int]
     scores: list[float]
-    """``BASE`` + BM25 over ``body`` and ``meta``, times the document's weight (0: no match)."""
-    weights: list[float]
-    """The multiplier each score carries: ``log2(2 + Row.weight)``."""
+    """``BASE`` + BM25 over ``body`` and ``meta`` (0: no match)."""
     features: list[int]
     ts_us: list[int]
     segments: list[int]
@@ -113,15 +108,7 @@ class Matches:
         return len(self.ids)
 
 
-_NO_MATCHES = Matches([], [], [], [], [], [], [], [])
-_WEIGHTS: dict[int, float] = {}
-
-
-def _weight(code: int) -> float:
-    w = _WEIGHTS.get(code)
-    if w is None:
-        w = _WEIGHTS[code] = math.log2(2 + max(0, code))
-    return w
+_NO_MATCHES = Matches([], [], [], [], [], [], [])
 
 
 def _analyzer() -> Any:  # Any: tantivy.TextAnalyzer
@@ -138,7 +125,7 @@ def _schema() -> Any:  # Any: tantivy.Schema, untyped
     b.add_integer_field("ts", fast=True)
     b.add_text_field("body", tokenizer_name=_ANALYZER, index_option="freq")
     b.add_text_field("meta", tokenizer_name=_ANALYZER, index_option="freq")
-    for name in ("weight", "features", "seg", "p1", "p2"):
+    for name in ("features", "seg", "p1", "p2"):
         b.add_integer_field(name, fast=True)
     return b.build()
 
@@ -192,8 +179,7 @@ class Engine:
                     writer.delete_documents_by_term("id", r.id)
                     writer.add_document(
                         document(id=r.id, owner=r.owner, kind=r.kind, work=r.work_item_id, ts=r.ts_us, body=r.body,
-                                 meta=r.meta, weight=r.weight, features=r.features, seg=r.segment, p1=r.before[0],
-                                 p2=r.before[1])
+                                 meta=r.meta, features=r.features, seg=r.segment, p1=r.before[0], p2=r.before[1])
                     )  # fmt: skip
                 writer.commit()
             except BaseException:
@@ -274,13 +260,13 @@ class Engine:
         searcher: Any = None,  # Any: tantivy.Searcher
     ) -> tuple[Matches, int]:
         """The exact top ``limit`` by score (``Matches.scores``: BM25 over ``body`` and ``meta``
-        weighted by ``weights``, plus ``BASE``, times the document's weight) among ``owners``'
-        documents matching any term and passing ``filters``; and how many match (0 unless ``count``)."""
+        weighted by ``weights``, plus ``BASE``) among ``owners``' documents matching any term and
+        passing ``filters``, with their fast fields; and how many match (0 unless ``count``)."""
         query = self._scoring(terms, owners, filters or Filters(), weights)
         if query is None or limit <= 0:
             return _NO_MATCHES, 0
         searcher = searcher or self.searcher()
-        found = searcher.search(query, limit, count=count, weight_by_field="weight")
+        found = searcher.search(query, limit, count=count)
         return self._read(searcher, found.hits), int(found.count or 0)
 
     def score(
@@ -307,7 +293,7 @@ class Engine:
         if scoring is not None:
             must.append((tantivy.Occur.Should, scoring))
         searcher = searcher or self.searcher()
-        found = searcher.search(t.boolean_query(must), len(ids), count=False, weight_by_field="weight")
+        found = searcher.search(t.boolean_query(must), len(ids), count=False)
         return self._read(searcher, found.hits)
 
     @staticmethod
@@ -315,10 +301,9 @@ class Engine:
         if not hits:
             return _NO_MATCHES
         addresses = [addr for _score, addr in hits]
-        ids, weights, features, ts, seg, p1, p2 = (searcher.fast_field_values(n, addresses) for n in _FAST)
-        return Matches(ids, [score for score, _addr in hits], [_weight(w or 0) for w in weights],
-                       [f or 0 for f in features], [t or 0 for t in ts], [g or 0 for g in seg], [b or 0 for b in p1],
-                       [b or 0 for b in p2])  # fmt: skip
+        ids, features, ts, seg, p1, p2 = (searcher.fast_field_values(n, addresses) for n in _FAST)
+        return Matches(ids, [score for score, _addr in hits], [f or 0 for f in features], [t or 0 for t in ts],
+                       [g or 0 for g in seg], [b or 0 for b in p1], [b or 0 for b in p2])  # fmt: skip
 
     def top(
         self,

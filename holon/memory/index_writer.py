@@ -24,7 +24,7 @@ from typing import Any
 
 from holon.clock import utc
 from holon.memory.engine import Engine, Row, engine_at
-from holon.memory.prior import pack, weight_code
+from holon.memory.prior import pack
 from holon.memory.text import index_terms, word_count
 
 __all__ = ["CONTEXT_CAP", "DOC_CAP", "SEGMENT_GAP_US", "SEGMENT_MAX_TURNS", "Doc", "cap", "engine_for", "meta_text"]
@@ -149,7 +149,7 @@ class _Writer:
             before_ids = (nearest[0], nearest[1])
         self.rows[doc_id] = Row(
             doc_id, doc.owner, doc.kind, doc.ts_us, doc.work_item_id or "", body, index_terms(meta_text(doc)),
-            weight_code(doc.kind, words, question), pack(doc.kind, words, question), segment, before_ids,
+            pack(doc.kind, words, question), segment, before_ids,
         )  # fmt: skip
         self.owner_counts[doc.owner] = self.owner_counts.get(doc.owner, 0) + 1
         return doc_id

@@ -1,34 +1,19 @@
-"""Ranking weights and a document's prior: what a search multiplies a document's match by before
-anything about the query is known (RFC 0004, "Ranking", "Exact top 10").
+"""Ranking weights and a document's prior: what a search multiplies a document's score by before
+anything about the query is known (RFC 0004, "Ranking").
 
 The prior is a function of the document alone: its kind (files and episodes above raw tool
 output), and for a conversation turn its length (turns too short to carry information are
-lowered) and whether it is a bare question. The index stores it twice (``holon.memory.engine``):
-
-* ``weight``: the prior under the default weights, as tantivy's ``weight_by_field`` reads it (a
-  score times ``log2(2 + weight)``), so that the engine's top-k is exact for BM25 times the prior
-  and a search needs few candidates;
-* ``features``: kind, question and word count packed in one integer, so that a search with other
-  weights (``holon bench locomo --set``) computes its own prior from the engine's fast fields.
+lowered) and whether it is a bare question. The engine stores what it is computed from
+(``features``: kind, question and word count packed in one integer, a fast field), so a search
+reads it with the candidates' scores, under whatever weights it runs with.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
-__all__ = [
-    "KIND_CODES",
-    "WEIGHT_SCALE",
-    "RankParams",
-    "max_prior_ratio",
-    "pack",
-    "prior",
-    "prior_of",
-    "unpack",
-    "weight_code",
-]
+__all__ = ["KIND_CODES", "RankParams", "max_prior", "pack", "prior", "prior_of", "unpack"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +57,6 @@ KIND_CODES = ("", "message", "reply", "brief", "tool_result", "episode", "decisi
 _CODE = {k: i for i, k in enumerate(KIND_CODES)}
 _TURNS = frozenset(("message", "reply"))
 _WORDS_CAP = 255
-#: ``log2(2 + weight)`` is the prior times this: at least 1 for any non-zero default prior (the
-#: smallest is about 0.32), at most about 24 (a 25-bit integer); integer weights resolve the
-#: prior to about 0.3 %. The resolution costs no exactness (a search reads the weight back), only
-#: a little ordering: the bound uses ``max_prior_ratio``.
-WEIGHT_SCALE = 20.0
 _DEFAULT = RankParams()
 
 
@@ -115,22 +95,7 @@ def prior_of(features: int, p: RankParams = _DEFAULT) -> float:
     return got
 
 
-def weight_code(kind: str, words: int, question: bool) -> int:
-    """The ``weight`` stored for a document: ``log2(2 + weight)`` is ``WEIGHT_SCALE`` times its
-    default prior (at least 1, tantivy's floor: a prior of 0 is stored as 0)."""
-    w = WEIGHT_SCALE * prior(kind, words, question)
-    return 0 if w <= 1 else round(2.0**w - 2)
-
-
-@functools.lru_cache(maxsize=64)
-def max_prior_ratio(p: RankParams) -> float:
-    """The largest ``prior(p) / log2(2 + weight)`` over every document (the engine's score times
-    it bounds BM25 times the prior of any document the engine has not returned). Every kind, word
-    count and question flag is enumerated, so it holds whatever ``p`` is."""
-    words = range(0, max(p.short_words, _DEFAULT.short_words) + 2)
-    return max(
-        prior(kind, n, q, p) / math.log2(2 + weight_code(kind, n, q))
-        for kind in KIND_CODES
-        for n in words
-        for q in (False, True)
-    )
+def max_prior(p: RankParams, kinds: tuple[str, ...] = ()) -> float:
+    """The largest prior any document (of ``kinds``, if given) can have under ``p``."""
+    weights = dict(p.kind_weights)
+    return max(weights.get(k, 1.0) for k in (kinds or KIND_CODES))

@@ -1,33 +1,41 @@
 """MemorySearch: ranked retrieval over an agent's own index documents and the scopes shared with it.
 
-The ranking is one function of the query and the index (RFC 0004, "Ranking", "Exact top 10"),
-each part measured on LoCoMo with ``holon bench locomo``. For a document d matching the query:
+Ranking, in two stages (each part measured on LoCoMo with ``holon bench locomo``; RFC 0004):
 
-* **match**: ``BASE`` + BM25 over d's terms (for a conversation turn, with those of the two turns
-  before it in its segment: a short answer such as "Thanks! It was Matt Patterson" is found
-  through the question that preceded it) and its metadata (sender, kind, date words; weight
-  ``meta``), among the owners' documents that pass the filters (``holon.memory.engine``);
-* **neighbouring turns**: plus ``next`` times the matches of the two turns after d, when they are
-  among the best ``CONTEXT_OF`` (by the engine's score below); such a turn is a candidate even if
-  it matched nothing itself;
-* **prior** (``holon.memory.prior``): times d's kind weight, and for a turn its short-turn and
-  bare-question factors; and times its **recency** (+5 % halving every 30 days from the index's
-  newest document);
-* **lifts**, times ``1 +`` their sum: **segment** (the sum of the matches of d's segment's turns
-  among the best ``SEGMENT_OF``, over the best segment's), **date** (the query names d's day or
-  month), **sender** (the query names d's sender), **phrase** (among the best ``PHRASE_OF``, the
-  share of the query's adjacent word pairs adjacent in d's own text).
+1. **The engine** (``holon.memory.engine``, tantivy) returns the exact top ``CANDIDATES`` by its
+   score, ``BASE`` + BM25 over the document's terms (for a conversation turn, with those of the
+   two turns before it in its segment: a short answer such as "Thanks! It was Matt Patterson" is
+   found through the question that preceded it) and its metadata (sender, kind, date words;
+   weight ``meta``), among the owners' documents that pass the filters; how many documents match
+   (exact); and, from its fast fields, what re-ranking needs of each (prior features, time,
+   segment, the two turns before it). SQLite is read only for the lifts below that need a
+   document's sender or text, and only for the candidates they could bring into the first
+   ``limit``, and last for the hits' text.
+2. **Re-ranking** of those candidates in Python:
+   * **neighbouring turns**: a turn is lifted by the engine scores of the two turns after it
+     among the best ``CONTEXT_OF`` (weight ``next``), and such a neighbour joins the candidates
+     even if it matched nothing itself;
+   * **phrases**: among the best ``PHRASE_OF``, a document whose own text holds the query's
+     adjacent word pairs adjacent is lifted (weight ``phrase``; the engine keeps no positions);
+   * **segment relevance**: the sum of the scores of a segment's turns among the best
+     ``SEGMENT_OF`` lifts its turns (over the best segment's sum), so a question about one
+     evening's talk prefers that evening;
+   * **sender**: a turn spoken by someone the query names is lifted a little;
+   * **dates**: a query naming a calendar date or month lifts documents from that day or month;
+   * **priors** (``holon.memory.prior``): turns too short to carry information, and bare
+     questions, are lowered; kinds have small weights; newer documents get a small recency lift.
+   Lifts are added in units of the engine's best score, then the sum is multiplied by the prior
+   and recency.
 
-"The best N" are the best N by the engine's score, match times prior (ties by id), which is what
-the engine ranks by (the prior is stored per document: ``weight_by_field``). So every part is a
-function of the document, the query and the index, and the first ``limit`` are exact: the
-engine's top ``CANDIDATES`` are ranked, and since a document the engine did not return scores at
-most its k-th score times the largest prior ratio, recency and lifts (``_Ranker._bound``), the
-top-k is deepened (x4) until the ``limit``-th score is above that bound. Sender and phrase lifts
-need SQLite and are read only for the candidates they could bring into the first ``limit``; the
-hits' text is read last, for the ``limit`` shown. ``CANDIDATES = 0`` ranks every match the same
-way: ``holon bench search``'s exact reference, equal by construction
-(``tests/test_search_exact.py`` checks it on random indexes).
+Every part is a function of the query, the document and the index ("the best N" are the engine's
+best N by score, ties by id), so the ranking applied to every match (``CANDIDATES = 0``) is the
+exact reference ``holon bench search`` compares with. The first stage is exact; the second sees
+the engine's top ``CANDIDATES`` and their neighbours, and a document beyond them can still win
+when the lifts (added in units of the best score) outweigh the scores' spread: a search
+**certifies** its first ``limit`` (``SearchResult.exhaustive``) when the ``limit``-th score is
+above a bound on any document left out (``_Ranker._bound``), and a certified result equals the
+exhaustive ranking (``tests/test_search_exact.py``). Deepening the top-k until every search is
+certified was measured and not kept (RFC 0004, "Exact top 10").
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from typing import Any
 from holon.clock import format_us, utc
 from holon.memory.engine import Filters, Matches
 from holon.memory.index import Freshness, SearchIndex
-from holon.memory.prior import RankParams, max_prior_ratio, prior_of
+from holon.memory.prior import RankParams, max_prior, prior_of
 from holon.memory.text import WORDS, QueryPlan, engine_term, index_terms, plan_query, stem
 from holon.memory.vectors import Embedder, dense_scores, embed_pending
 
@@ -53,9 +61,10 @@ __all__ = ["KINDS", "Hit", "RankParams", "SearchFilters", "SearchResult", "searc
 #: Document kinds a search can be narrowed to.
 KINDS = ("message", "reply", "brief", "tool_result", "episode", "decision", "work_item", "task", "file")
 
-#: The engine's top-k a search starts from (deepened x4 while the bound is not met; at least one
-#: more than ``SEGMENT_OF`` and ``limit``). 0: every match (what ``holon bench search`` compares against).
-CANDIDATES = 256
+#: The engine's exact top-k re-ranked in Python (at least one more than ``SEGMENT_OF`` and the
+#: limit, so that ties at those cuts show). 0: every match (the exact reference of ``holon bench
+#: search``).
+CANDIDATES = 201
 #: The engine's best matches whose two turns before them are lifted (by ``next``) ...
 CONTEXT_OF = 50
 #: ... whose text is checked for the query's adjacent word pairs ...
@@ -64,7 +73,6 @@ PHRASE_OF = 50
 SEGMENT_OF = 200
 _IN_CHUNK = 30_000
 _DEFAULT = RankParams()
-_EXP = __import__('os').environ.get('HOLON_EXP', '')
 SNIPPET_CHARS = 240
 #: Documents a search embeds before it runs, at most (the rest wait for later searches or the
 #: daemon's background pass): a search never stalls on a large backlog.
@@ -113,7 +121,8 @@ class SearchResult:
     total_exact: bool
     """Always true since the engine counts exactly (kept for callers)."""
     exhaustive: bool
-    """Always true: the engine's first stage is exact (see the module docstring)."""
+    """The hits are certified to be the exact first ``limit`` of the ranking applied to every
+    match (no document beyond the engine's top-k can outrank them); false when one might."""
     freshness: Freshness
     notes: tuple[str, ...] = field(default=())
 
@@ -141,11 +150,10 @@ class _Cand:
 
     id: int
     base: float
-    """Prior x recency x (match + ``next`` x the matches of the two turns after it among the best
-    ``CONTEXT_OF``), where match is ``BASE`` + BM25 (``holon.memory.engine``): the score before
-    the query's lifts."""
+    """Prior x recency x the engine's best score: what one unit of lift adds."""
     known: float
-    """With the lifts known from the engine alone (segment, date)."""
+    """Prior x recency x (score + ``next`` x the scores of the two turns after it among the best
+    ``CONTEXT_OF`` + the lifts known from the engine alone: segment, date)."""
     unknown: float
     """The most the lifts read from SQLite (sender, phrase) can add."""
     phrase: bool
@@ -163,6 +171,8 @@ class _Scored:
     unknown: list[float]
     phrase: set[int]
     joined: int
+    top: float
+    """The engine's best score (the unit of the lifts)."""
 
 
 def search(
@@ -192,9 +202,9 @@ def search(
     if embedder is not None:
         embed_pending(index, embedder, limit=EMBED_PER_SEARCH)
         dense = dense_scores(index, embedder, ranker.owners, query)
-    ranked, total = ranker.run(dense)
+    ranked, total, certified = ranker.run(dense)
     hits = ranker.hits(ranked[:limit])
-    return SearchResult(query[:200], plan.terms, hits, max(total, len(ranked)), True, True, freshness)
+    return SearchResult(query[:200], plan.terms, hits, max(total, len(ranked)), True, certified, freshness)
 
 
 class _Ranker:
@@ -215,7 +225,6 @@ class _Ranker:
         self.terms = self.engine.analyze(engine_term(t) for t in plan.terms)
         self.pairs = self._pairs() if params.phrase > 0 else {}
         self.named = params.sender > 0 and self._may_name_a_sender()
-        self.rounds = 0
 
     def _q(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         return self.index.store.ledger.query(sql, list(params))
@@ -246,13 +255,19 @@ class _Ranker:
     def _fetch(self, limit: int, *, count: bool) -> tuple[Matches, int]:
         p = self.params
         return self.engine.matches(
-            self.terms, owners=self.owners, filters=self.filters, weights=(p.body, p.meta), limit=limit, count=count,
+            self.terms,
+            owners=self.owners,
+            filters=self.filters,
+            weights=(p.body, p.meta),
+            limit=limit,
+            count=count,
             searcher=self.searcher,
         )
 
-    def run(self, dense: dict[int, float]) -> tuple[list[_Cand], int]:
-        """The candidates that can reach the first ``limit``, best first (the first ``limit`` exact),
-        and how many documents match (plus the neighbours that joined without matching)."""
+    def run(self, dense: dict[int, float]) -> tuple[list[_Cand], int, bool]:
+        """The candidates that can reach the first ``limit``, best first; how many documents match
+        (plus the neighbours that joined without matching); and whether the first ``limit`` are
+        certified exact."""
         sets = max(SEGMENT_OF, CONTEXT_OF, PHRASE_OF)
         if CANDIDATES <= 0:  # every match (the bench's exact reference)
             _, total = self._fetch(1, count=True)
@@ -261,19 +276,18 @@ class _Ranker:
         else:
             k = max(CANDIDATES, sets + 1, self.limit + 1)
             matches, total = self._fetch(k, count=True)
-        while True:
-            self.rounds += 1
-            complete = len(matches) < k
-            scores = matches.scores
-            # The best SEGMENT_OF/CONTEXT_OF/PHRASE_OF must be settled: no tie across the cut.
-            if complete or len(scores) <= sets or min(scores) < sorted(scores, reverse=True)[sets - 1]:
-                scored = self._rank(matches, dense)
-                best = heapq.nlargest(self.limit, scored.known)
-                floor = best[-1] if len(best) == self.limit else -1.0
-                if complete or dense or floor > self._bound(min(scores)):
-                    break
-            k *= 4
-            matches, _ = self._fetch(k, count=False)
+        scores = matches.scores
+        complete = CANDIDATES <= 0 or len(scores) < k
+        scored = self._rank(matches, dense)
+        best = heapq.nlargest(self.limit, scored.known)
+        floor = best[-1] if len(best) == self.limit else -1.0
+        # Certified: nothing was left out, or the best SEGMENT_OF/CONTEXT_OF/PHRASE_OF are settled
+        # (no tie across the cut) and no document left out can reach the limit-th score.
+        certified = complete or (
+            not dense
+            and (len(scores) <= sets or scores[-1] < sorted(scores, reverse=True)[sets - 1])
+            and floor > self._bound(scores[-1], scored.top)
+        )
         cands = [
             _Cand(i, base, known, unknown, i in scored.phrase, known)
             for i, base, known, unknown in zip(scored.ids, scored.base, scored.known, scored.unknown, strict=True)
@@ -286,27 +300,23 @@ class _Ranker:
             for c in cands:
                 c.final = c.final / lex_top + self.params.dense * max(0.0, dense.get(c.id, 0.0)) / dense_top
         cands.sort(key=lambda c: (-c.final, -c.id))
-        return cands, total + scored.joined
+        return cands, total + scored.joined, certified
 
-    def _bound(self, kth: float) -> float:
-        """The most a document the engine did not return can score: its match times its prior is at
-        most ``kth`` (the engine's k-th score) times ``max_prior_ratio``; it is no neighbour of the
-        best ``CONTEXT_OF`` (they were all read) nor among the best ``PHRASE_OF``; recency, its
-        segment, a date and a sender lift it at most by their weights. (The margin covers tantivy
-        multiplying by its weight in single precision.)"""
+    def _bound(self, kth: float, top: float) -> float:
+        """The most a document the engine did not return can score: its own score is at most
+        ``kth`` (the engine's k-th); it is no neighbour of the best ``CONTEXT_OF`` (they were all
+        read) nor among the best ``PHRASE_OF``; its segment, a date and a sender can lift it by
+        their weights in units of ``top``; its prior and recency multiply that by at most theirs."""
         p = self.params
         lifts = p.segment + (p.date if self.plan.dates else 0.0) + (p.sender if self.named else 0.0)
-        return (1 + p.recency) * max_prior_ratio(p) * kth * (1 + lifts) * (1 + 1e-5)
+        return (1 + p.recency) * max_prior(p, self.filters.kinds) * (kth + top * lifts) * (1 + 1e-9)
 
     def _rank(self, m: Matches, dense: dict[int, float]) -> _Scored:
         p = self.params
         n = len(m)
-        ids, scores, weights = list(m.ids), m.scores, m.weights
-        match = [s / w for s, w in zip(scores, weights, strict=True)]
-        order = sorted(range(n), key=lambda i: (-scores[i], ids[i]))
-        if "order_e" in _EXP:
-            order = sorted(range(n), key=lambda i: (-match[i], ids[i]))
-        top = max(match, default=1.0) or 1.0
+        ids, match = list(m.ids), list(m.scores)
+        order = sorted(range(n), key=lambda i: (-match[i], ids[i]))
+        top = match[order[0]] if n else 0.0
         lift: dict[int, float] = {}
         if p.next > 0:
             for i in order[:CONTEXT_OF]:
@@ -326,41 +336,38 @@ class _Ranker:
             more = self.engine.score(missing, self.terms, owners=self.owners, filters=self.filters,
                                      weights=(p.body, p.meta), searcher=self.searcher)  # fmt: skip
             ids += more.ids
-            match += [s / w for s, w in zip(more.scores, more.weights, strict=True)]
+            match += more.scores
             features += more.features
             ts += more.ts_us
             segs += more.segments
             joined = sum(1 for s in more.scores if s == 0)
+        scale = top or max(match, default=0.0) or 1.0
         seg_top = max(segments.values(), default=0.0) or 1.0
         seg_lift = {g: p.segment * v / seg_top for g, v in segments.items()}
         newest = self._newest()
         recency, half_life = p.recency, p.recency_half_life_days * 86_400e6
         priors = _prior_table(p)
         dates, date_lift, nxt = self.plan.dates, p.date, p.next
-        sender = p.sender if self.named else 0.0
+        unknown_lift = p.sender if self.named else 0.0
         base, known, unknown = [], [], []
         for doc_id, mt, feat, t, g in zip(ids, match, features, ts, segs, strict=True):
             pr = priors.get(feat)
             if pr is None:
                 pr = priors[feat] = prior_of(feat, p)
-            b = pr * (1 + recency * math.pow(0.5, (newest - t) / half_life)) * (mt + nxt * lift.get(doc_id, 0.0))
+            pr *= 1 + recency * math.pow(0.5, (newest - t) / half_life)
             lifts = seg_lift.get(g, 0.0) if g else 0.0
             if dates and _on_date(t, dates):
                 lifts += date_lift
-            if "add" in _EXP:
-                pr_r = pr * (1 + recency * math.pow(0.5, (newest - t) / half_life)) * top
-                base.append(pr_r)
-                known.append(b + pr_r * lifts)
-                unknown.append(pr_r * (sender + (p.phrase if doc_id in phrase else 0.0)))
-                continue
-            base.append(b)
-            known.append(b * (1 + lifts))
-            unknown.append(b * (sender + (p.phrase if doc_id in phrase else 0.0)))
-        return _Scored(ids, base, known, unknown, phrase, joined)
+            base.append(pr * scale)
+            known.append(pr * (mt + nxt * lift.get(doc_id, 0.0) + scale * lifts))
+            unknown.append(pr * scale * (unknown_lift + (p.phrase if doc_id in phrase else 0.0)))
+        return _Scored(ids, base, known, unknown, phrase, joined, top)
 
     def _resolve(self, cands: list[_Cand], floor: float) -> None:
         """Read the sender and phrase lifts (SQLite) of the candidates that could reach the first
-        ``limit`` with them: the others stay below ``floor`` whatever they are."""
+        ``limit`` with them: the others stay below ``floor`` whatever they are. Senders first
+        (cheap), then phrases best-first, stopping when no text left can change the first
+        ``limit`` (analysing a text is the costly part)."""
         need = [c for c in cands if c.unknown > 0 and c.known + c.unknown >= floor]
         if not need:
             return
@@ -371,13 +378,21 @@ class _Ranker:
                                                                      [c.id for c in need])}  # fmt: skip
         named = set(self.plan.terms)
         for c in need:
-            sender, text = rows.get(c.id, ("", ""))
-            extra = 0.0
+            sender = rows.get(c.id, ("", ""))[0]
             if self.named and sender and named & _name_words(sender):
-                extra += p.sender
-            if phrases and text and c.phrase:
-                extra += p.phrase * self._phrase_share(text)
-            c.final = c.known + c.base * extra
+                c.final = c.known + c.base * p.sender
+        if not phrases:
+            return
+        texts = [c for c in need if c.phrase]
+        texts.sort(key=lambda c: -(c.final + c.base * p.phrase))
+        finals = heapq.nlargest(self.limit, (c.final for c in cands))
+        for c in texts:
+            if len(finals) == self.limit and c.final + c.base * p.phrase < finals[-1]:
+                break  # neither this text nor any after it can reach the first limit
+            share = self._phrase_share(rows.get(c.id, ("", ""))[1])
+            if share:
+                c.final += c.base * p.phrase * share
+                finals = heapq.nlargest(self.limit, (x.final for x in cands))
 
     def _phrase_share(self, text: str) -> float:
         """The share of the query's adjacent word pairs found adjacent in ``text`` (the engine keeps
