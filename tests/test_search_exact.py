@@ -133,3 +133,6 @@ def test_the_engine_scores_a_document_the_same_through_both_queries(index: Searc
     again = engine.score(top.ids, terms, owners=["agent:a"])
     assert dict(zip(again.ids, again.scores, strict=True)) == dict(zip(top.ids, top.scores, strict=True))
     assert len(engine.score(top.ids[:1], terms, owners=["agent:b"])) == 0
+    excluded, n = engine.matches(terms, owners=["agent:a"], limit=50, others=["agent:b"])
+    assert excluded.ids == top.ids and excluded.scores == top.scores, "excluding the others: the same ranking"
+    assert n == engine.matches(terms, owners=["agent:a"], limit=1)[1]

@@ -72,6 +72,8 @@ PHRASE_OF = 50
 #: ... and whose matches make up their segments' relevance.
 SEGMENT_OF = 200
 _IN_CHUNK = 30_000
+#: At most this many other owners are excluded from a search rather than its own intersected.
+OTHERS_EXCLUDED = 16
 _DEFAULT = RankParams()
 SNIPPET_CHARS = 240
 #: Documents a search embeds before it runs, at most (the rest wait for later searches or the
@@ -225,6 +227,8 @@ class _Ranker:
         self.terms = self.engine.analyze(engine_term(t) for t in plan.terms)
         self.pairs = self._pairs() if params.phrase > 0 else {}
         self.named = params.sender > 0 and self._may_name_a_sender()
+        self.others: list[str] | None = None
+        self.others_read = False
 
     def _q(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         return self.index.store.ledger.query(sql, list(params))
@@ -262,7 +266,21 @@ class _Ranker:
             limit=limit,
             count=count,
             searcher=self.searcher,
+            others=self._others(),
         )
+
+    def _others(self) -> list[str] | None:
+        """The other owners with documents, when the searcher's own hold most of the index and
+        they are few: the engine then excludes them rather than intersecting with its own (the
+        same documents; the hits are checked against SQLite's owners again)."""
+        if not self.others_read:
+            self.others_read = True
+            counts = self.index.owner_docs()
+            mine = sum(n for o, n in counts.items() if o in self.owners and n > 0)
+            others = [o for o, n in counts.items() if o not in self.owners and n > 0]
+            if len(others) <= OTHERS_EXCLUDED and sum(counts[o] for o in others) <= mine:
+                self.others = others
+        return self.others
 
     def run(self, dense: dict[int, float]) -> tuple[list[_Cand], int, bool]:
         """The candidates that can reach the first ``limit``, best first; how many documents match
