@@ -42,6 +42,7 @@ ends; readers never lock and see each commit after a ``reload`` (about 35 µs, d
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from collections.abc import Iterable, Sequence
@@ -150,6 +151,7 @@ class Engine:
         self.schema = _schema()
         self.analyzer = _analyzer()
         self._lock = threading.Lock()
+        self._generation: tuple[int, int, int] | None = None
         self.index = self._open()
 
     def _open(self) -> Any:  # Any: tantivy.Index
@@ -204,7 +206,17 @@ class Engine:
     # --- reading ------------------------------------------------------------------------------
 
     def searcher(self) -> Any:  # Any: tantivy.Searcher
-        self.index.reload()
+        """A searcher on the last commit of any process. The index is reloaded only when its
+        ``meta.json`` changed (a commit or merge replaces it: a new inode): a reload costs about
+        0.2 ms at 1,000,000 documents, the ``stat`` a few microseconds."""
+        try:
+            st = os.stat(self.path / "meta.json")
+            generation: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            generation = None
+        if generation is None or generation != self._generation:
+            self.index.reload()
+            self._generation = generation
         return self.index.searcher()
 
     def analyze(self, terms: Iterable[str]) -> list[str]:
