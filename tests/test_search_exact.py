@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from holon.memory import search as memory_search
 from holon.memory.index import SearchIndex
 from holon.memory.index_writer import Doc
+from holon.memory.prior import max_prior, pack, prior, prior_of
 from holon.memory.search import RankParams, SearchFilters, search
 from holon.projections import Store
 
@@ -136,3 +137,12 @@ def test_the_engine_scores_a_document_the_same_through_both_queries(index: Searc
     excluded, n = engine.matches(terms, owners=["agent:a"], limit=50, others=["agent:b"])
     assert excluded.ids == top.ids and excluded.scores == top.scores, "excluding the others: the same ranking"
     assert n == engine.matches(terms, owners=["agent:a"], limit=1)[1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(kind=st.sampled_from([*KINDS, "brief", "work_item", "task", "unknown"]), words=st.integers(0, 400),
+       question=st.booleans())  # fmt: skip
+def test_the_engine_keeps_what_a_prior_is_computed_from(kind: str, words: int, question: bool) -> None:
+    p = RankParams(short_words=40, short_turn=0.5)
+    assert prior_of(pack(kind, words, question), p) == prior(kind, words, question, p)
+    assert prior(kind, words, question, p) <= max_prior(p)

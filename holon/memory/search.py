@@ -210,7 +210,8 @@ def search(
 
 
 class _Ranker:
-    """One search's ranking: the engine's top-k, deepened until nothing it left out can win."""
+    """One search's ranking: the engine's top-k re-ranked, certified exact when nothing it left
+    out can reach the first ``limit``."""
 
     def __init__(
         self, index: SearchIndex, owners: list[str], filters: SearchFilters, params: RankParams, plan: QueryPlan,
@@ -223,7 +224,7 @@ class _Ranker:
         self.params = params
         self.plan = plan
         self.limit = limit
-        self.searcher = self.engine.searcher()  # one reload per search (about 0.1 ms each)
+        self.searcher = self.engine.searcher()  # one per search: every engine query sees one commit
         self.terms = self.engine.analyze(engine_term(t) for t in plan.terms)
         self.pairs = self._pairs() if params.phrase > 0 else {}
         self.named = params.sender > 0 and self._may_name_a_sender()
