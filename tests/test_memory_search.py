@@ -425,7 +425,6 @@ def test_the_engine_ranks_every_match_whatever_the_history_size(
     agent = current(store, alice)
 
     result = search_memory(store, agent, "common ocelot")
-    assert result.exhaustive is True
     assert result.hits[0].ref == f"event:{first}"
     assert result.total == brute_total(store, owners_for(agent), "common ocelot") == 301
     assert result.more and result.total_exact
@@ -433,6 +432,7 @@ def test_the_engine_ranks_every_match_whatever_the_history_size(
 
     rare = search_memory(store, agent, "ocelot")
     assert [h.ref for h in rare.hits] == [f"event:{first}"] and rare.total == 1
+    assert rare.exhaustive, "every match was a candidate: certified exact"
 
     common = search_memory(store, agent, "common", limit=5)
     assert common.total == 301 and len(common.hits) == 5

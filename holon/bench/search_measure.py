@@ -37,15 +37,15 @@ def pct(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-Side = Literal["holon", "raw", "tantivy"]
+Side = Literal["holon", "raw", "tantivy", "tantivy_ids"]
 
 
 @contextmanager
 def exact_ranking() -> Iterator[None]:
-    """holon's ranking applied to every match: the engine's first stage returns all of them, not
-    its top ``CANDIDATES``, and all are re-ranked. The re-ranking is the same function of the
-    query and the document (its neighbour and segment lifts come from the engine's best
-    ``CONTEXT_OF``/``SEGMENT_OF`` matches, the same in both runs since the first stage is exact).
+    """holon's ranking applied to every match: the engine returns all of them instead of its
+    top-k, and all are ranked by the same function (``holon.memory.search``: every part of it is a
+    function of the query, the document and the index, so this is the reference a re-ranked
+    top-k is measured against, and equals when certified).
 
     Measurement only: the bench flips the planner's limit for the block and puts it back.
     """
@@ -70,7 +70,7 @@ class Sides:
         self.index, self.owner, self.raw, self.tantivy = index, owner, raw, tantivy
         self.names: list[Side] = ["holon", "raw"]
         if tantivy is not None:
-            self.names.append("tantivy")
+            self.names += ["tantivy", "tantivy_ids"]
 
     def holon(self, query: str) -> tuple[Timing, list[str], bool]:
         """(timing, refs of the hits, exhaustive) of MemorySearch."""
@@ -81,9 +81,11 @@ class Sides:
         if side == "holon":
             return self.holon(query)
         terms = plan_query(query).terms
-        peer = self.raw if side == "raw" else self.tantivy
-        assert peer is not None
-        timing, ids = peer.query(terms)
+        if side == "raw":
+            timing, ids = self.raw.query(terms)
+            return timing, ids, True
+        assert self.tantivy is not None
+        timing, ids = self.tantivy.query(terms, texts=side == "tantivy")
         return timing, ids, True
 
 

@@ -8,7 +8,10 @@
 * ``TantivyIndex``: the dedicated-engine anchor, tantivy used the plain way (its own analyser,
   where holon's engine gets holon's terms): one ``body`` text field (stemmed English, stored, so a
   hit can show its text as holon's can) and an ``id``; a query is the disjunction of the quoted
-  terms, top 10 by tantivy's BM25, without counting matches.
+  terms, top 10 by tantivy's BM25, without counting matches, and the stored text of the 10 hits
+  is read (holon's search returns its hits' text: the same job from the caller's side). The side
+  ``tantivy_ids`` times the search alone (ids and scores: the anchor's definition before
+  2026-11-27), reported beside it.
 
 Both index the same text holon's ``body`` column holds (``holon.memory.index_writer``: the folded
 text, titles of non-turn documents included). Sizes: ``index_bytes`` is what the index costs on
@@ -120,11 +123,15 @@ class TantivyIndex(OptionalPeer):
         self.docs += len(bodies)
         self.plain.add(zip(range(start + 1, self.docs + 1), bodies, strict=True))
 
-    def query(self, terms: tuple[str, ...], limit: int = 10) -> tuple[Timing, list[int]]:
-        """(timing, document numbers of the top ``limit``), parsing included; the numbers are those
-        ``BodyFts`` gives (read from the fast ``id`` after the clock stops)."""
+    def query(self, terms: tuple[str, ...], limit: int = 10, *, texts: bool = True) -> tuple[Timing, list[int]]:
+        """(timing, document numbers of the top ``limit``), parsing included and, with ``texts``,
+        reading the stored text of each hit (what holon's search does for its hits: like for
+        like); the numbers are those ``BodyFts`` gives (read from the fast ``id`` after the clock
+        stops). ``texts=False`` is the anchor's definition before 2026-11-27 (ids and scores only)."""
         watch = Stopwatch()
         found = self.plain.search(self.plain.parse(terms), limit)
+        if texts:
+            self.plain.texts(found)
         timing = watch.stop()
         return timing, self.plain.ids(found)
 

@@ -75,8 +75,9 @@ __all__ = [
 #: 5: durable memory entries (``search_durable``), for recall.
 #: 6: the text is indexed by tantivy (``holon.memory.engine``), without the neighbours' text.
 #: 7: a turn's engine row carries its ``context`` (its text with the two turns before it).
+#: 8: engine rows carry the prior, packed features, segment and the two turns before (fast fields).
 #: (A change of the tables themselves is a new migration in ``index_schema``, usually with a bump.)
-INDEX_VERSION = 7
+INDEX_VERSION = 8
 CURSOR_NAME = "search"
 #: Events per catch-up transaction.
 BATCH = 2_000

@@ -24,6 +24,7 @@ from typing import Any
 
 from holon.clock import utc
 from holon.memory.engine import Engine, Row, engine_at
+from holon.memory.prior import pack
 from holon.memory.text import index_terms, word_count
 
 __all__ = ["CONTEXT_CAP", "DOC_CAP", "SEGMENT_GAP_US", "SEGMENT_MAX_TURNS", "Doc", "cap", "engine_for", "meta_text"]
@@ -90,9 +91,9 @@ class _Segment:
     id: int
     last_ts_us: int
     turns: int
-    recent: list[str] | None = None
-    """The text of its last two turns (``CONTEXT_CAP`` characters each): the next turn's context
-    (read when a turn continues a segment committed earlier)."""
+    recent: list[tuple[int, str]] | None = None
+    """The ids and text of its last two turns (``CONTEXT_CAP`` characters each): the next turn's
+    context and neighbours (read when a turn continues a segment committed earlier)."""
 
 
 class _Writer:
@@ -116,6 +117,8 @@ class _Writer:
         if row is not None:
             self.delete(row[0])
         stripped = doc.text.strip()
+        words = word_count(stripped[:DOC_CAP])
+        question = stripped.endswith("?") and "\n" not in stripped
         cur = self.conn.execute(
             "INSERT INTO search_docs(key, ref, owner, kind, seq, ts_us, sender, work_item_id, words, question, "
             "title, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -128,21 +131,26 @@ class _Writer:
                 doc.ts_us,
                 doc.sender,
                 doc.work_item_id,
-                word_count(stripped[:DOC_CAP]),
-                int(stripped.endswith("?") and "\n" not in stripped),
+                words,
+                int(question),
                 doc.title,
                 cap(doc.text),
             ),
         )
         doc_id = int(cur.lastrowid or 0)
         body = index_terms(body_of(doc))
+        segment, before_ids = 0, (0, 0)
         if doc.turn:
             segment, before = self._join_segment(doc, doc_id)
             self.conn.execute("UPDATE search_docs SET segment = ? WHERE id = ?", (segment, doc_id))
             if before:
-                body += " " + index_terms("\n".join(before))
-        self.rows[doc_id] = Row(doc_id, doc.owner, doc.kind, doc.ts_us, doc.work_item_id or "", body,
-                                index_terms(meta_text(doc)))  # fmt: skip
+                body += " " + index_terms("\n".join(text for _id, text in before))
+            nearest = [i for i, _text in reversed(before)] + [0, 0]
+            before_ids = (nearest[0], nearest[1])
+        self.rows[doc_id] = Row(
+            doc_id, doc.owner, doc.kind, doc.ts_us, doc.work_item_id or "", body, index_terms(meta_text(doc)),
+            pack(doc.kind, words, question), segment, before_ids,
+        )  # fmt: skip
         self.owner_counts[doc.owner] = self.owner_counts.get(doc.owner, 0) + 1
         return doc_id
 
@@ -177,20 +185,21 @@ class _Writer:
             self.segments[owner] = _Segment(row[0], row[1], row[2]) if row is not None else None
         return self.segments[owner]
 
-    def _join_segment(self, doc: Doc, doc_id: int) -> tuple[int, list[str]]:
+    def _join_segment(self, doc: Doc, doc_id: int) -> tuple[int, list[tuple[int, str]]]:
         """Put a turn in its owner's current segment (or a new one); returns the segment id and
-        the text of the (up to) two turns before it in the segment."""
+        the ids and text of the (up to) two turns before it in the segment, oldest first."""
         seg = self._segment(doc.owner)
         if seg is None or doc.ts_us - seg.last_ts_us > SEGMENT_GAP_US or seg.turns >= SEGMENT_MAX_TURNS:
             seg = _Segment(doc_id, doc.ts_us, 0, [])
             self.segments[doc.owner] = seg
         if seg.recent is None:  # a segment of an earlier transaction, continued: its last two turns
             last = self.conn.execute(
-                "SELECT text FROM search_docs WHERE segment = ? AND id >= ? ORDER BY id DESC LIMIT 2", (seg.id, seg.id)
+                "SELECT id, text FROM search_docs WHERE segment = ? AND id >= ? ORDER BY id DESC LIMIT 2",
+                (seg.id, seg.id),
             ).fetchall()
-            seg.recent = [cap(r[0], CONTEXT_CAP) for r in reversed(last)]
+            seg.recent = [(int(r[0]), cap(r[1], CONTEXT_CAP)) for r in reversed(last)]
         before = seg.recent
-        seg.recent = [*before, cap(doc.text, CONTEXT_CAP)][-2:]
+        seg.recent = [*before, (doc_id, cap(doc.text, CONTEXT_CAP))][-2:]
         seg.turns += 1
         seg.last_ts_us = doc.ts_us
         self.conn.execute(

@@ -2,34 +2,47 @@
 
 Ranking, in two stages (each part measured on LoCoMo with ``holon bench locomo``; RFC 0004):
 
-1. **The engine** (``holon.memory.engine``, tantivy) returns the exact top ``CANDIDATES`` by BM25
-   over the document's terms (for a conversation turn, with those of the two turns before it in
-   its segment: a short answer such as "Thanks! It was Matt Patterson" is found through the
-   question that preceded it) and its metadata (sender, kind, date words; weight ``meta``), among
-   the owners' documents that pass the filters; and how many documents match (exact).
+1. **The engine** (``holon.memory.engine``, tantivy) returns the exact top ``CANDIDATES`` by its
+   score, ``BASE`` + BM25 over the document's terms (for a conversation turn, with those of the
+   two turns before it in its segment: a short answer such as "Thanks! It was Matt Patterson" is
+   found through the question that preceded it) and its metadata (sender, kind, date words;
+   weight ``meta``), among the owners' documents that pass the filters; how many documents match
+   (exact); and, from its fast fields, what re-ranking needs of each (prior features, time,
+   segment, the two turns before it). SQLite is read only for the lifts below that need a
+   document's sender or text, and only for the candidates they could bring into the first
+   ``limit``, and last for the hits' text.
 2. **Re-ranking** of those candidates in Python:
    * **neighbouring turns**: a turn is lifted by the engine scores of the two turns after it
-     (weight ``next``; ``prev`` lifts by the two before it, 0 since they are indexed with it),
-     and such a neighbour joins the candidates even if it matched nothing itself;
+     among the best ``CONTEXT_OF`` (weight ``next``), and such a neighbour joins the candidates
+     even if it matched nothing itself;
    * **phrases**: among the best ``PHRASE_OF``, a document whose own text holds the query's
      adjacent word pairs adjacent is lifted (weight ``phrase``; the engine keeps no positions);
-   * **segment relevance**: the conversation segment a turn belongs to is scored as a whole (the
-     sum of its candidate turns' scores) and lifts its turns, so a question about one evening's
-     talk prefers that evening;
+   * **segment relevance**: the sum of the scores of a segment's turns among the best
+     ``SEGMENT_OF`` lifts its turns (over the best segment's sum), so a question about one
+     evening's talk prefers that evening;
    * **sender**: a turn spoken by someone the query names is lifted a little;
    * **dates**: a query naming a calendar date or month lifts documents from that day or month;
-   * **priors**: turns too short to carry information, and bare questions, are lowered; kinds have
-     small weights (curated files and episodes above raw tool output); newer documents get a small
-     recency lift.
+   * **priors** (``holon.memory.prior``): turns too short to carry information, and bare
+     questions, are lowered; kinds have small weights; newer documents get a small recency lift.
+   Lifts are added in units of the engine's best score, then the sum is multiplied by the prior
+   and recency.
 
-The first stage is exact whatever the index's size (``SearchResult.exhaustive`` is always true;
-the field stays for callers); the second re-orders its top ``CANDIDATES`` (and their neighbours).
+Every part is a function of the query, the document and the index ("the best N" are the engine's
+best N by score, ties by id), so the ranking applied to every match (``CANDIDATES = 0``) is the
+exact reference ``holon bench search`` compares with. The first stage is exact; the second sees
+the engine's top ``CANDIDATES`` and their neighbours, and a document beyond them can still win
+when the lifts (added in units of the best score) outweigh the scores' spread: a search
+**certifies** its first ``limit`` (``SearchResult.exhaustive``) when the ``limit``-th score is
+above a bound on any document left out (``_Ranker._bound``), and a certified result equals the
+exhaustive ranking (``tests/test_search_exact.py``). Deepening the top-k until every search is
+certified was measured and not kept (RFC 0004, "Exact top 10").
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import heapq
 import itertools
 import math
 from collections.abc import Sequence
@@ -37,7 +50,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from holon.clock import format_us, utc
+from holon.memory.engine import Filters, Matches
 from holon.memory.index import Freshness, SearchIndex
+from holon.memory.prior import RankParams, max_prior, prior_of
 from holon.memory.text import WORDS, QueryPlan, engine_term, index_terms, plan_query, stem
 from holon.memory.vectors import Embedder, dense_scores, embed_pending
 
@@ -46,58 +61,24 @@ __all__ = ["KINDS", "Hit", "RankParams", "SearchFilters", "SearchResult", "searc
 #: Document kinds a search can be narrowed to.
 KINDS = ("message", "reply", "brief", "tool_result", "episode", "decision", "work_item", "task", "file")
 
-#: The engine's exact top-k: the candidates re-ranked in Python (0: every match, what
-#: ``holon bench search`` compares against).
-CANDIDATES = 200
-#: The engine's best matches whose neighbouring turns are lifted (``_Planner._with_context``) ...
+#: The engine's exact top-k re-ranked in Python (at least one more than ``SEGMENT_OF`` and the
+#: limit, so that ties at those cuts show). 0: every match (the exact reference of ``holon bench
+#: search``).
+CANDIDATES = 201
+#: The engine's best matches whose two turns before them are lifted (by ``next``) ...
 CONTEXT_OF = 50
-#: ... among the documents this many ids before and after them.
-CONTEXT_IDS = 4
-#: The engine's best matches whose text is checked for the query's adjacent word pairs.
+#: ... whose text is checked for the query's adjacent word pairs ...
 PHRASE_OF = 50
-#: The engine's best matches whose scores make up their segments' (``_segment_scores``).
+#: ... and whose matches make up their segments' relevance.
 SEGMENT_OF = 200
 _IN_CHUNK = 30_000
+#: At most this many other owners are excluded from a search rather than its own intersected.
+OTHERS_EXCLUDED = 16
+_DEFAULT = RankParams()
 SNIPPET_CHARS = 240
 #: Documents a search embeds before it runs, at most (the rest wait for later searches or the
 #: daemon's background pass): a search never stalls on a large backlog.
 EMBED_PER_SEARCH = 256
-
-
-@dataclass(frozen=True, slots=True)
-class RankParams:
-    """Ranking weights. Defaults are what LoCoMo measurement chose; see RFC 0004."""
-
-    body: float = 1.0
-    """Weight of the query's terms in a document's engine ``body``: its text and, for a turn,
-    the two turns before it (``holon.memory.index_writer``)."""
-    prev: float = 0.0
-    """Lift of a turn by the engine scores of the two turns before it (0: they are indexed with
-    it instead, which LoCoMo prefers: RFC 0004, "Engine")."""
-    next: float = 0.2
-    """Lift of a turn by the engine scores of the two turns after it."""
-    meta: float = 0.2
-    segment: float = 0.3
-    sender: float = 0.2
-    date: float = 0.3
-    short_turn: float = 0.3
-    short_words: int = 30
-    question: float = 0.1
-    phrase: float = 0.3
-    """Lift (times the best engine score) of a document among the best ``PHRASE_OF`` whose own
-    text holds the query's adjacent word pairs adjacent (in proportion to the pairs found)."""
-    recency: float = 0.05
-    dense: float = 0.4
-    """Weight of embedding similarity, when an embedder is configured."""
-    recency_half_life_days: float = 30.0
-    kind_weights: tuple[tuple[str, float], ...] = (
-        ("file", 1.15),
-        ("episode", 1.1),
-        ("decision", 1.1),
-        ("work_item", 1.05),
-        ("task", 0.9),
-        ("tool_result", 0.85),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +123,8 @@ class SearchResult:
     total_exact: bool
     """Always true since the engine counts exactly (kept for callers)."""
     exhaustive: bool
-    """Always true: the engine's first stage is exact (see the module docstring)."""
+    """The hits are certified to be the exact first ``limit`` of the ranking applied to every
+    match (no document beyond the engine's top-k can outrank them); false when one might."""
     freshness: Freshness
     notes: tuple[str, ...] = field(default=())
 
@@ -166,24 +148,33 @@ class SearchResult:
 
 @dataclass(slots=True)
 class _Cand:
+    """A candidate that can reach the first ``limit``."""
+
     id: int
-    score: float
-    owner: str = ""
-    kind: str = ""
-    ts_us: int = 0
-    sender: str = ""
-    segment: int | None = None
-    seq: int | None = None
-    ref: str = ""
-    title: str = ""
-    work_item_id: str | None = None
-    words: int = 0
-    question: int = 0
-    text: str = ""
-    first: float = 0.0
-    """The engine's score (0 for a neighbour or dense candidate that was not among its top)."""
-    phrases: float = 0.0
-    """The share of the query's adjacent word pairs found adjacent in its text."""
+    base: float
+    """Prior x recency x the engine's best score: what one unit of lift adds."""
+    known: float
+    """Prior x recency x (score + ``next`` x the scores of the two turns after it among the best
+    ``CONTEXT_OF`` + the lifts known from the engine alone: segment, date)."""
+    unknown: float
+    """The most the lifts read from SQLite (sender, phrase) can add."""
+    phrase: bool
+    """Among the best ``PHRASE_OF``: its text is checked for the query's adjacent word pairs."""
+    final: float = 0.0
+
+
+@dataclass(slots=True)
+class _Scored:
+    """Every candidate of one round, column by column."""
+
+    ids: list[int]
+    base: list[float]
+    known: list[float]
+    unknown: list[float]
+    phrase: set[int]
+    joined: int
+    top: float
+    """The engine's best score (the unit of the lifts)."""
 
 
 def search(
@@ -193,7 +184,7 @@ def search(
     *,
     filters: SearchFilters = SearchFilters(),
     limit: int = 10,
-    params: RankParams = RankParams(),
+    params: RankParams = _DEFAULT,
     embedder: Embedder | None = None,
 ) -> SearchResult:
     """Search the documents of ``owners`` (the caller decides which scopes an agent may see).
@@ -206,215 +197,261 @@ def search(
     limit = max(1, min(int(limit), 100))
     if plan.empty or not owners:
         return SearchResult(query[:200], plan.terms, (), 0, True, True, freshness, ("no searchable words",))
-    planner = _Planner(index, list(dict.fromkeys(owners)), filters, params)
+    if params.prev != 0:
+        raise ValueError("RankParams.prev: only 0 is supported (the turns before a turn are indexed with it)")
+    ranker = _Ranker(index, list(dict.fromkeys(owners)), filters, params, plan, limit)
     dense: dict[int, float] = {}
     if embedder is not None:
         embed_pending(index, embedder, limit=EMBED_PER_SEARCH)
-        dense = dense_scores(index, embedder, planner.owners, query)
-    cands, total = planner.candidates(plan, extra=dense)
-    ranked = _rerank(plan, cands, params, dense, planner.newest())
-    hits = planner.hits(ranked[:limit], plan)
-    return SearchResult(query[:200], plan.terms, hits, max(total, len(ranked)), True, True, freshness)
+        dense = dense_scores(index, embedder, ranker.owners, query)
+    ranked, total, certified = ranker.run(dense)
+    hits = ranker.hits(ranked[:limit])
+    return SearchResult(query[:200], plan.terms, hits, max(total, len(ranked)), True, certified, freshness)
 
 
-class _Planner:
-    def __init__(self, index: SearchIndex, owners: list[str], filters: SearchFilters, params: RankParams) -> None:
+class _Ranker:
+    """One search's ranking: the engine's top-k re-ranked, certified exact when nothing it left
+    out can reach the first ``limit``."""
+
+    def __init__(
+        self, index: SearchIndex, owners: list[str], filters: SearchFilters, params: RankParams, plan: QueryPlan,
+        limit: int,
+    ) -> None:  # fmt: skip
         self.index = index
+        self.engine = index.engine
         self.owners = owners
-        self.filters = filters
+        self.filters = Filters(filters.kinds, filters.since_us, filters.until_us, filters.work_item_id)
         self.params = params
+        self.plan = plan
+        self.limit = limit
+        self.searcher = self.engine.searcher()  # one per search: every engine query sees one commit
+        self.terms = self.engine.analyze(engine_term(t) for t in plan.terms)
+        self.pairs = self._pairs() if params.phrase > 0 else {}
+        self.named = params.sender > 0 and self._may_name_a_sender()
+        self.others: list[str] | None = None
+        self.others_read = False
 
     def _q(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         return self.index.store.ledger.query(sql, list(params))
 
-    def newest(self) -> int | None:
-        """The time of the index's newest document (recency counts from it)."""
-        row = self._q("SELECT max(ts_us) FROM search_docs", ())
-        return int(row[0][0]) if row and row[0][0] is not None else None
-
     def _q_in(self, sql: str, ids: Sequence[int]) -> list[tuple[Any, ...]]:
-        """``sql`` with its ``{}`` filled by ``ids`` as parameters, in chunks SQLite accepts (only
-        the bench's exact reference has that many); rows of the chunks in order."""
+        """``sql`` with its ``{}`` filled by ``ids`` as parameters, in chunks SQLite accepts."""
         out: list[tuple[Any, ...]] = []
         for at in range(0, len(ids), _IN_CHUNK):
             chunk = ids[at : at + _IN_CHUNK]
             out += self._q(sql.format(",".join("?" * len(chunk))), chunk)
         return out
 
-    def candidates(self, plan: QueryPlan, *, extra: dict[int, float]) -> tuple[list[_Cand], int]:
-        """The engine's exact top ``CANDIDATES`` with their neighbouring turns, plus ``extra``
-        (dense) ones; and how many documents match."""
-        p, f = self.params, self.filters
-        engine = self.index.engine
-        terms = engine.analyze(engine_term(t) for t in plan.terms)
-
-        def top(limit: int) -> tuple[list[tuple[int, float]], int]:
-            return engine.top(
-                terms, owners=self.owners, kinds=f.kinds, since_us=f.since_us, until_us=f.until_us,
-                work_item_id=f.work_item_id, weights=(p.body, p.meta), limit=limit,
-            )  # fmt: skip
-
-        top_k, total = top(CANDIDATES) if CANDIDATES > 0 else top(1)
-        if CANDIDATES <= 0 and total > 1:  # every match (the bench's exact reference)
-            top_k, total = top(total)
-        scores = dict(top_k)
-        cands = self._load(self._with_context(scores), scores, extra)
-        if p.phrase > 0:
-            self._phrases(plan, cands)
-        joined = sum(1 for c in cands if c.id not in scores and c.id not in extra)
-        return cands, total + joined
-
-    def _phrases(self, plan: QueryPlan, cands: list[_Cand]) -> None:
-        """Mark the best ``PHRASE_OF`` candidates whose own text holds the query's adjacent word
-        pairs adjacent (the engine keeps no positions: RFC 0004, "Engine"). Only a text holding
-        both words of a pair as written (any case) is analysed: analysing all 50 texts cost
-        about 1.6 ms per query."""
-        engine = self.index.engine
+    def _pairs(self) -> dict[tuple[str, str], tuple[str, str]]:
+        """The query's adjacent word pairs: as the engine analyses them, and as written."""
         pairs: dict[tuple[str, str], tuple[str, str]] = {}
-        for ph in plan.phrases:
+        for ph in self.plan.phrases:
             words = ph.split()
-            pair = engine.analyze(engine_term(w) for w in words)
+            pair = self.engine.analyze(engine_term(w) for w in words)
             if len(words) == 2 and len(pair) == 2:
                 pairs[(pair[0], pair[1])] = (words[0].casefold(), words[1].casefold())
-        best = sorted((c for c in cands if c.first > 0), key=lambda c: (-c.first, c.id))[:PHRASE_OF]
-        if not pairs or not best:
-            return
-        texts = dict(self._q_in("SELECT id, text FROM search_docs WHERE id IN ({})", [c.id for c in best]))
-        for c in best:
-            text = texts.get(c.id, "")
-            folded = text.casefold()
-            if not any(a in folded and b in folded for a, b in pairs.values()):
-                continue
-            tokens = engine.tokens(index_terms(text))
-            found = pairs.keys() & set(itertools.pairwise(tokens))
-            c.phrases = len(found) / len(pairs)
+        return pairs
 
-    def _with_context(self, scores: dict[int, float]) -> dict[int, float]:
-        """``scores`` with each turn lifted by its neighbours' scores: a turn by the two before it
-        (``prev``: a short answer is found through its question), by the two after it (``next``).
+    def _may_name_a_sender(self) -> bool:
+        """Whether a query word is in some document's ``meta`` (sender, kind and date words): if not,
+        no sender can be named and the sender lift is known to be 0 everywhere."""
+        return any(self.engine.doc_freq(t, field="meta", searcher=self.searcher) > 0 for t in self.terms)
 
-        Neighbours are turns of the same segment within ``CONTEXT_IDS`` ids of a candidate among
-        the best ``CONTEXT_OF``; a neighbour that was no candidate joins with its lift alone.
-        """
+    def _fetch(self, limit: int, *, count: bool) -> tuple[Matches, int]:
         p = self.params
-        best = sorted(scores, key=lambda i: -scores[i])[:CONTEXT_OF]
-        if not best or (p.prev <= 0 and p.next <= 0):
-            return dict(scores)
-        ids = sorted({j for i in best for j in range(i - CONTEXT_IDS, i + CONTEXT_IDS + 1) if j > 0})
-        rows = self._q_in(
-            "SELECT id, segment FROM search_docs WHERE id IN ({}) AND segment IS NOT NULL "
-            "AND kind IN ('message', 'reply') ORDER BY id",
-            ids,
+        return self.engine.matches(
+            self.terms,
+            owners=self.owners,
+            filters=self.filters,
+            weights=(p.body, p.meta),
+            limit=limit,
+            count=count,
+            searcher=self.searcher,
+            others=self._others(),
         )
-        segment_of = {int(r[0]): int(r[1]) for r in rows}
-        turns = [int(r[0]) for r in rows]
-        at = {doc_id: n for n, doc_id in enumerate(turns)}
-        out = dict(scores)
-        for i in best:
-            n = at.get(i)
-            if n is None:
-                continue
-            s, seg = scores[i], segment_of[i]
-            for j in turns[n + 1 : n + 3]:  # i is in the ``prev`` context of the two turns after it
-                if segment_of[j] == seg:
-                    out[j] = out.get(j, 0.0) + p.prev * s
-            for j in turns[max(0, n - 2) : n]:  # and in the ``next`` context of the two before it
-                if segment_of[j] == seg:
-                    out[j] = out.get(j, 0.0) + p.next * s
-        return out
 
-    def _load(self, scores: dict[int, float], first: dict[int, float], extra: dict[int, float]) -> list[_Cand]:
-        ids = sorted(scores, key=lambda i: -scores[i])
-        ids = ids[:CANDIDATES] if CANDIDATES > 0 else ids
-        ids += [i for i in extra if i not in scores]
-        if not ids:
-            return []
-        rows = self._q_in(
-            "SELECT id, owner, kind, ts_us, sender, segment, seq, ref, title, work_item_id, words, question "
-            "FROM search_docs WHERE id IN ({})",
-            ids,
+    def _others(self) -> list[str] | None:
+        """The other owners with documents, when the searcher's own hold most of the index and
+        they are few: the engine then excludes them rather than intersecting with its own (the
+        same documents; the hits are checked against SQLite's owners again)."""
+        if not self.others_read:
+            self.others_read = True
+            counts = self.index.owner_docs()
+            mine = sum(n for o, n in counts.items() if o in self.owners and n > 0)
+            others = [o for o, n in counts.items() if o not in self.owners and n > 0]
+            if len(others) <= OTHERS_EXCLUDED and sum(counts[o] for o in others) <= mine:
+                self.others = others
+        return self.others
+
+    def run(self, dense: dict[int, float]) -> tuple[list[_Cand], int, bool]:
+        """The candidates that can reach the first ``limit``, best first; how many documents match
+        (plus the neighbours that joined without matching); and whether the first ``limit`` are
+        certified exact."""
+        sets = max(SEGMENT_OF, CONTEXT_OF, PHRASE_OF)
+        if CANDIDATES <= 0:  # every match (the bench's exact reference)
+            _, total = self._fetch(1, count=True)
+            k = max(total, 1)
+            matches, _ = self._fetch(k, count=False)
+        else:
+            k = max(CANDIDATES, sets + 1, self.limit + 1)
+            matches, total = self._fetch(k, count=True)
+        scores = matches.scores
+        complete = CANDIDATES <= 0 or len(scores) < k
+        scored = self._rank(matches, dense)
+        best = heapq.nlargest(self.limit, scored.known)
+        floor = best[-1] if len(best) == self.limit else -1.0
+        # Certified: nothing was left out, or the best SEGMENT_OF/CONTEXT_OF/PHRASE_OF are settled
+        # (no tie across the cut) and no document left out can reach the limit-th score.
+        certified = complete or (
+            not dense
+            and (len(scores) <= sets or scores[-1] < sorted(scores, reverse=True)[sets - 1])
+            and floor > self._bound(scores[-1], scored.top)
         )
-        owners = set(self.owners)
-        f = self.filters
-        out = []
-        for r in rows:
-            c = _Cand(int(r[0]), scores.get(int(r[0]), 0.0), *r[1:])
-            c.first = first.get(c.id, 0.0)
-            # The engine filtered already; checked again here, for neighbours and dense candidates
-            # (and because an agent must never see another's memory).
-            if c.owner not in owners or (f.kinds and c.kind not in f.kinds):
-                continue
-            if (f.since_us is not None and c.ts_us < f.since_us) or (f.until_us is not None and c.ts_us > f.until_us):
-                continue
-            if f.work_item_id is not None and c.work_item_id != f.work_item_id:
-                continue
-            out.append(c)
-        out.sort(key=lambda c: -c.score)
-        return out
+        cands = [
+            _Cand(i, base, known, unknown, i in scored.phrase, known)
+            for i, base, known, unknown in zip(scored.ids, scored.base, scored.known, scored.unknown, strict=True)
+            if dense or known + unknown >= floor
+        ]
+        self._resolve(cands, floor)
+        if dense:
+            lex_top = max((c.final for c in cands), default=0.0) or 1.0
+            dense_top = max(dense.values()) or 1.0
+            for c in cands:
+                c.final = c.final / lex_top + self.params.dense * max(0.0, dense.get(c.id, 0.0)) / dense_top
+        cands.sort(key=lambda c: (-c.final, -c.id))
+        return cands, total + scored.joined, certified
 
-    def hits(self, ranked: list[_Cand], plan: QueryPlan) -> tuple[Hit, ...]:
+    def _bound(self, kth: float, top: float) -> float:
+        """The most a document the engine did not return can score: its own score is at most
+        ``kth`` (the engine's k-th); it is no neighbour of the best ``CONTEXT_OF`` (they were all
+        read) nor among the best ``PHRASE_OF``; its segment, a date and a sender can lift it by
+        their weights in units of ``top``; its prior and recency multiply that by at most theirs."""
+        p = self.params
+        lifts = p.segment + (p.date if self.plan.dates else 0.0) + (p.sender if self.named else 0.0)
+        return (1 + p.recency) * max_prior(p, self.filters.kinds) * (kth + top * lifts) * (1 + 1e-9)
+
+    def _rank(self, m: Matches, dense: dict[int, float]) -> _Scored:
+        p = self.params
+        n = len(m)
+        ids, match = list(m.ids), list(m.scores)
+        order = sorted(range(n), key=lambda i: (-match[i], ids[i]))
+        top = match[order[0]] if n else 0.0
+        lift: dict[int, float] = {}
+        if p.next > 0:
+            for i in order[:CONTEXT_OF]:
+                for before in (m.before[i], m.before2[i]):
+                    if before:
+                        lift[before] = lift.get(before, 0.0) + match[i]
+        segments: dict[int, float] = {}
+        for i in order[:SEGMENT_OF]:
+            if m.segments[i]:
+                segments[m.segments[i]] = segments.get(m.segments[i], 0.0) + match[i]
+        phrase = {ids[i] for i in order[:PHRASE_OF]} if self.pairs else set()
+        features, ts, segs = list(m.features), list(m.ts_us), list(m.segments)
+        present = set(ids)
+        missing = [i for i in lift if i not in present] + [i for i in dense if i not in present and i not in lift]
+        joined = 0
+        if missing:  # neighbours and dense candidates the top-k did not hold: filtered and scored alike
+            more = self.engine.score(missing, self.terms, owners=self.owners, filters=self.filters,
+                                     weights=(p.body, p.meta), searcher=self.searcher)  # fmt: skip
+            ids += more.ids
+            match += more.scores
+            features += more.features
+            ts += more.ts_us
+            segs += more.segments
+            joined = sum(1 for s in more.scores if s == 0)
+        scale = top or max(match, default=0.0) or 1.0
+        seg_top = max(segments.values(), default=0.0) or 1.0
+        seg_lift = {g: p.segment * v / seg_top for g, v in segments.items()}
+        newest = self._newest()
+        recency, half_life = p.recency, p.recency_half_life_days * 86_400e6
+        priors = _prior_table(p)
+        dates, date_lift, nxt = self.plan.dates, p.date, p.next
+        unknown_lift = p.sender if self.named else 0.0
+        base, known, unknown = [], [], []
+        for doc_id, mt, feat, t, g in zip(ids, match, features, ts, segs, strict=True):
+            pr = priors.get(feat)
+            if pr is None:
+                pr = priors[feat] = prior_of(feat, p)
+            pr *= 1 + recency * math.pow(0.5, (newest - t) / half_life)
+            lifts = seg_lift.get(g, 0.0) if g else 0.0
+            if dates and _on_date(t, dates):
+                lifts += date_lift
+            base.append(pr * scale)
+            known.append(pr * (mt + nxt * lift.get(doc_id, 0.0) + scale * lifts))
+            unknown.append(pr * scale * (unknown_lift + (p.phrase if doc_id in phrase else 0.0)))
+        return _Scored(ids, base, known, unknown, phrase, joined, top)
+
+    def _resolve(self, cands: list[_Cand], floor: float) -> None:
+        """Read the sender and phrase lifts (SQLite) of the candidates that could reach the first
+        ``limit`` with them: the others stay below ``floor`` whatever they are. Senders first
+        (cheap), then phrases best-first, stopping when no text left can change the first
+        ``limit`` (analysing a text is the costly part)."""
+        need = [c for c in cands if c.unknown > 0 and c.known + c.unknown >= floor]
+        if not need:
+            return
+        p = self.params
+        phrases = p.phrase > 0 and bool(self.pairs)
+        cols = "id, sender, text" if phrases else "id, sender, ''"
+        rows = {int(r[0]): (str(r[1]), str(r[2])) for r in self._q_in(f"SELECT {cols} FROM search_docs WHERE id IN ({{}})",
+                                                                     [c.id for c in need])}  # fmt: skip
+        named = set(self.plan.terms)
+        for c in need:
+            sender = rows.get(c.id, ("", ""))[0]
+            if self.named and sender and named & _name_words(sender):
+                c.final = c.known + c.base * p.sender
+        if not phrases:
+            return
+        texts = [c for c in need if c.phrase]
+        texts.sort(key=lambda c: -(c.final + c.base * p.phrase))
+        finals = heapq.nlargest(self.limit, (c.final for c in cands))
+        for c in texts:
+            if len(finals) == self.limit and c.final + c.base * p.phrase < finals[-1]:
+                break  # neither this text nor any after it can reach the first limit
+            share = self._phrase_share(rows.get(c.id, ("", ""))[1])
+            if share:
+                c.final += c.base * p.phrase * share
+                finals = heapq.nlargest(self.limit, (x.final for x in cands))
+
+    def _phrase_share(self, text: str) -> float:
+        """The share of the query's adjacent word pairs found adjacent in ``text`` (the engine keeps
+        no positions: RFC 0004, "Engine"). Only a text holding both words of a pair as written (any
+        case) is analysed."""
+        folded = text.casefold()
+        if not any(a in folded and b in folded for a, b in self.pairs.values()):
+            return 0.0
+        tokens = self.engine.tokens(index_terms(text))
+        return len(self.pairs.keys() & set(itertools.pairwise(tokens))) / len(self.pairs)
+
+    def _newest(self) -> int:
+        """The time of the index's newest document (recency counts from it)."""
+        row = self._q("SELECT max(ts_us) FROM search_docs", ())
+        return int(row[0][0]) if row and row[0][0] is not None else 0
+
+    def hits(self, ranked: list[_Cand]) -> tuple[Hit, ...]:
         if not ranked:
             return ()
-        marks = ",".join("?" * len(ranked))
-        texts: dict[int, str] = dict(
-            self._q(f"SELECT id, text FROM search_docs WHERE id IN ({marks})", [c.id for c in ranked])
-        )
-        return tuple(
-            Hit(c.ref, c.kind, c.title, snippet(texts.get(c.id, ""), plan), c.score, c.ts_us, c.sender, c.seq)
-            for c in ranked
-        )
+        rows = {
+            int(r[0]): r
+            for r in self._q_in(
+                "SELECT id, owner, ref, kind, title, text, ts_us, sender, seq FROM search_docs WHERE id IN ({})",
+                [c.id for c in ranked],
+            )
+        }
+        owners = set(self.owners)
+        out = []
+        for c in ranked:
+            r = rows.get(c.id)
+            if r is None or r[1] not in owners:  # the engine filtered already; an agent never sees another's
+                continue
+            out.append(Hit(r[2], r[3], r[4], snippet(r[5], self.plan), c.final, int(r[6]), r[7], r[8]))
+        return tuple(out)
 
 
-def _segment_scores(cands: list[_Cand]) -> dict[int, float]:
-    """Each candidate segment's relevance as a whole: the sum of the engine scores of its turns
-    among the engine's best ``SEGMENT_OF`` (a segment whose turns between them match more of the
-    query scores higher)."""
-    best = sorted((c for c in cands if c.first > 0), key=lambda c: (-c.first, c.id))[:SEGMENT_OF]
-    out: dict[int, float] = {}
-    for c in best:
-        if c.segment is not None:
-            out[c.segment] = out.get(c.segment, 0.0) + c.first
-    return out
-
-
-def _rerank(
-    plan: QueryPlan, cands: list[_Cand], p: RankParams, dense: dict[int, float], newest: int | None = None
-) -> list[_Cand]:
-    """Re-rank the candidates. Every part is a function of the document and the query (the
-    scale is the engine's best score, ages count from the index's newest document) except the
-    segment sums, which see only the candidates' turns."""
-    if not cands:
-        return []
-    top = max(c.first for c in cands) or max(c.score for c in cands) or 1.0
-    segs = _segment_scores(cands)
-    seg_top = max(segs.values(), default=0.0) or 1.0
-    named = set(plan.terms)
-    newest = max(c.ts_us for c in cands) if newest is None else newest
-    kinds = dict(p.kind_weights)
-    for c in cands:
-        s = c.score
-        if c.segment is not None and c.segment in segs:
-            s += p.segment * top * segs[c.segment] / seg_top
-        if c.sender and named & _name_words(c.sender):
-            s += p.sender * top
-        if plan.dates and _on_date(c.ts_us, plan.dates):
-            s += p.date * top
-        s += p.phrase * top * c.phrases
-        if c.kind in ("message", "reply"):
-            n = c.words
-            s *= (min(n, p.short_words) / p.short_words) ** p.short_turn if n else 0.0
-            if c.question:
-                s *= 1 - p.question
-        s *= kinds.get(c.kind, 1.0)
-        age_days = (newest - c.ts_us) / 86_400e6
-        s *= 1 + p.recency * math.pow(0.5, age_days / p.recency_half_life_days)
-        c.score = s
-    if dense:
-        lex_top = max(c.score for c in cands) or 1.0
-        dense_top = max(dense.values()) or 1.0
-        for c in cands:
-            c.score = c.score / lex_top + p.dense * max(0.0, dense.get(c.id, 0.0)) / dense_top
-    return sorted(cands, key=lambda c: (-c.score, -c.id))
+@functools.lru_cache(maxsize=64)
+def _prior_table(p: RankParams) -> dict[int, float]:
+    """Priors by packed features under ``p``, filled as met (a few hundred distinct values)."""
+    return {}
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,0 +1,148 @@
+"""A search that certifies its hits (``SearchResult.exhaustive``) returns exactly the first
+``limit`` of the ranking applied to every match, on a random index (turns in segments, other
+kinds, two owners, senders, dates) and random queries, with the candidate sets cut small so that
+uncertified results, ties at the cuts and the SQLite-read lifts all happen; and the ranking
+applied to every match is always certified.
+
+Real SQLite and a real engine directory; hypothesis draws the queries and the cuts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from holon.memory import search as memory_search
+from holon.memory.index import SearchIndex
+from holon.memory.index_writer import Doc
+from holon.memory.prior import max_prior, pack, prior, prior_of
+from holon.memory.search import RankParams, SearchFilters, search
+from holon.projections import Store
+
+WORDS = ["heron", "mill", "river", "paint", "garden", "coffee", "train", "ticket", "maria", "jon", "march", "blue",
+         "whale", "ferry", "bread", "oven", "lake", "trail", "ridge", "eagle"]  # fmt: skip
+RARE = ["ocelot", "quokka", "zither", "yurt", "kumquat", "axolotl"]
+SENDERS = ["Maria Lopez", "Jon", "ops bot", ""]
+KINDS = ["message", "reply", "tool_result", "episode", "decision", "file"]
+OWNERS = ["agent:a", "agent:b"]
+DAY_US = 86_400_000_000
+T0 = 1_709_251_200_000_000  # 2024-03-01
+
+
+@contextmanager
+def cut(candidates: int, sets: int) -> Iterator[None]:
+    saved = (memory_search.CANDIDATES, memory_search.CONTEXT_OF, memory_search.PHRASE_OF, memory_search.SEGMENT_OF)
+    memory_search.CANDIDATES = candidates
+    memory_search.CONTEXT_OF = memory_search.PHRASE_OF = max(1, sets // 2)
+    memory_search.SEGMENT_OF = sets
+    try:
+        yield
+    finally:
+        (memory_search.CANDIDATES, memory_search.CONTEXT_OF, memory_search.PHRASE_OF,
+         memory_search.SEGMENT_OF) = saved  # fmt: skip
+
+
+def _docs(rng: random.Random, n: int) -> list[Doc]:
+    docs, ts = [], T0
+    for i in range(n):
+        ts += rng.choice([60, 600, 3 * 3600, 5 * DAY_US // 1_000_000]) * 1_000_000
+        kind = rng.choice(KINDS) if rng.random() < 0.3 else rng.choice(["message", "reply"])
+        length = rng.choice([1, 2, 4, 8, 20, 40])
+        text = " ".join(rng.choice(WORDS) for _ in range(length))
+        if rng.random() < 0.1:
+            text += " " + rng.choice(RARE)
+        if rng.random() < 0.2:
+            text += "?"
+        docs.append(
+            Doc(key=f"d:{i}", ref=f"event:{i}", owner=rng.choice(OWNERS) if rng.random() < 0.2 else OWNERS[0],
+                kind=kind, ts_us=ts, title=f"t{i}", text=text, seq=i, sender=rng.choice(SENDERS),
+                turn=kind in ("message", "reply"))
+        )  # fmt: skip
+    return docs
+
+
+@pytest.fixture
+def index(store: Store) -> SearchIndex:
+    idx = SearchIndex(store)
+    idx.add_documents(_docs(random.Random(5), 400), batch=97)
+    return idx
+
+
+def _ranked(index: SearchIndex, query: str, limit: int, **kw: object) -> tuple[list[tuple[str, float]], bool]:
+    result = search(index, ["agent:a"], query, limit=limit, **kw)  # type: ignore[arg-type]
+    return [(h.ref, h.score) for h in result.hits], result.exhaustive
+
+
+queries = st.lists(st.sampled_from([*WORDS, *RARE, *RARE, "maria lopez", "1 march 2024", "march 2024", "blue whale"]),
+                   min_size=1, max_size=4).map(" ".join)  # fmt: skip
+
+
+certified: list[bool] = []
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=queries, limit=st.sampled_from([1, 3, 10]), candidates=st.integers(1, 60), sets=st.integers(1, 12))
+def test_a_certified_ranking_equals_the_exhaustive_one(
+    index: SearchIndex, query: str, limit: int, candidates: int, sets: int
+) -> None:
+    with cut(0, sets):
+        exact, always = _ranked(index, query, limit)
+    with cut(candidates, sets):
+        bounded, sure = _ranked(index, query, limit)
+    assert always, "every match ranked is exact by definition"
+    certified.append(sure)
+    if sure:
+        assert [r for r, _ in bounded] == [r for r, _ in exact]
+        assert [s for _, s in bounded] == pytest.approx([s for _, s in exact], rel=1e-9)
+
+
+def test_some_of_those_rankings_were_certified_and_some_not() -> None:
+    assert any(certified) and not all(certified), certified
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=queries, kinds=st.lists(st.sampled_from(KINDS), max_size=2, unique=True), days=st.integers(0, 400))
+def test_filters_and_other_weights_keep_a_certificate_true(
+    index: SearchIndex, query: str, kinds: list[str], days: int
+) -> None:
+    f = SearchFilters(kinds=tuple(kinds), since_us=T0 + days * DAY_US)
+    p = RankParams(short_turn=0.6, question=0.3, segment=0.5, sender=0.4)
+    with cut(0, 6):
+        exact, _ = _ranked(index, query, 5, filters=f, params=p)
+    with cut(40, 6):
+        bounded, sure = _ranked(index, query, 5, filters=f, params=p)
+    if sure:
+        assert [r for r, _ in bounded] == [r for r, _ in exact]
+
+
+def test_a_rare_word_is_certified(index: SearchIndex) -> None:
+    """Its every match is among the candidates."""
+    with cut(40, 1):
+        hits, sure = _ranked(index, "yurt", 3)
+    assert sure and hits
+
+
+def test_the_engine_scores_a_document_the_same_through_both_queries(index: SearchIndex) -> None:
+    engine = index.engine
+    terms = engine.analyze(["heron", "mill"])
+    top, _ = engine.matches(terms, owners=["agent:a"], limit=50)
+    again = engine.score(top.ids, terms, owners=["agent:a"])
+    assert dict(zip(again.ids, again.scores, strict=True)) == dict(zip(top.ids, top.scores, strict=True))
+    assert len(engine.score(top.ids[:1], terms, owners=["agent:b"])) == 0
+    excluded, n = engine.matches(terms, owners=["agent:a"], limit=50, others=["agent:b"])
+    assert excluded.ids == top.ids and excluded.scores == top.scores, "excluding the others: the same ranking"
+    assert n == engine.matches(terms, owners=["agent:a"], limit=1)[1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(kind=st.sampled_from([*KINDS, "brief", "work_item", "task", "unknown"]), words=st.integers(0, 400),
+       question=st.booleans())  # fmt: skip
+def test_the_engine_keeps_what_a_prior_is_computed_from(kind: str, words: int, question: bool) -> None:
+    p = RankParams(short_words=40, short_turn=0.5)
+    assert prior_of(pack(kind, words, question), p) == prior(kind, words, question, p)
+    assert prior(kind, words, question, p) <= max_prior(p)
