@@ -97,10 +97,10 @@ async def _client(port: int, token: str | None, jobs: list[tuple[str, str]], ack
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             )
             writer.write(request.encode() + body)
-            status, payload = await _response(reader)
+            status, answer = await _response(reader)
             if status != 202:
-                raise RuntimeError(f"input to {agent} answered {status}: {payload[:300]!r}")
-            acks.append((int(json.loads(payload)["seq"]), text))
+                raise RuntimeError(f"input to {agent} answered {status}: {answer[:300]!r}")
+            acks.append((int(json.loads(answer)["seq"]), text))
     finally:
         writer.close()
         await writer.wait_closed()
