@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Literal
 from zoneinfo import ZoneInfo
 
+from holon.clock import parse_us
 from holon.config import zone_problem
 from holon.errors import UsageError
 from holon.ids import new_id
@@ -175,8 +176,10 @@ def next_after(kind: TimerKind, spec: str, after_us: int) -> int | None:
 
 
 def first_due(kind: TimerKind, spec: str, now_us: int) -> int | None:
+    """The first due time of a timer made at ``now_us`` (a one-shot's ``spec`` is the aware UTC
+    time ``parse_schedule`` wrote, so ``parse_us``'s naive-is-UTC rule never applies)."""
     if kind == "once":
-        return to_us(datetime.fromisoformat(spec))
+        return parse_us(spec)
     return next_after(kind, spec, now_us)
 
 
