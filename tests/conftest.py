@@ -4,6 +4,7 @@ the reaper (tests/helpers/reaper.py), which stops every process a test leaves be
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +15,7 @@ from hypothesis import settings as hypothesis_settings
 
 from holon.clock import FakeClock
 from holon.config import HomePaths, Settings, load_settings, resolve_home
+from holon.context.tokens import TokenCounter
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.runtime.agents import create_agent
@@ -94,6 +96,21 @@ def alice(store: Store) -> AgentState:
 @pytest.fixture
 def bob(store: Store) -> AgentState:
     return create_agent(store, "bob")
+
+
+@pytest.fixture
+def home_copy(populated: Path, tmp_path: Path) -> Path:
+    """A private copy of the module's ``populated`` home (each CLI test module defines its own,
+    read-only), for tests that write to it or tamper with it."""
+    target = tmp_path / "home"
+    shutil.copytree(populated, target)
+    return target
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    """The token counter the context tests measure with."""
+    return TokenCounter("gpt-4o")
 
 
 @pytest.fixture

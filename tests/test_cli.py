@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -86,14 +85,6 @@ def populated(tmp_path_factory: pytest.TempPathFactory) -> Path:
         r = holon("--home", home, "agent", "create", name)
         assert r.code == 0, r
     return home
-
-
-@pytest.fixture
-def home_copy(populated: Path, tmp_path: Path) -> Path:
-    """A private copy of the populated home, for tests that write to it or tamper with it."""
-    target = tmp_path / "home"
-    shutil.copytree(populated, target)
-    return target
 
 
 # --- init -----------------------------------------------------------------------------------

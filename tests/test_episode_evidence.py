@@ -44,11 +44,6 @@ from holon.projections.state import KeyPoint
 from holon.runtime.scenarios import _refs
 
 
-@pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter("gpt-4o")
-
-
 def episodes(s: Script) -> list[ev.EpisodeSealed]:
     return [payload(e) for e in s.sealed()]
 

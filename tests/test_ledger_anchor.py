@@ -9,7 +9,6 @@ must say how many events were lost and exit 1, and the daemon must refuse to ser
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,17 +33,10 @@ def populated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def copy(populated: Path, tmp_path: Path) -> Path:
-    target = tmp_path / "home"
-    shutil.copytree(populated, target)
-    return target
-
-
-@pytest.fixture
-def killed_writer(copy: Path) -> Iterator[tuple[Path, int]]:
+def killed_writer(home_copy: Path) -> Iterator[tuple[Path, int]]:
     """Commit 50 events in a subprocess, then SIGKILL it: ``(home, head it acknowledged)``."""
     proc = subprocess.Popen(
-        [sys.executable, str(WRITER), str(copy), "50"],
+        [sys.executable, str(WRITER), str(home_copy), "50"],
         stdout=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO,
     )  # fmt: skip
     try:
@@ -54,7 +46,7 @@ def killed_writer(copy: Path) -> Iterator[tuple[Path, int]]:
         head = int(line.split()[1])
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        yield copy, head
+        yield home_copy, head
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -175,13 +167,13 @@ def test_verify_beside_a_busy_writer_never_reports_a_false_loss(tmp_path: Path, 
 
 
 @pytest.mark.slow
-def test_a_damaged_anchor_is_reported_not_fatal(copy: Path) -> None:
-    (copy / "ledger.anchor").write_bytes(b"\x00garbage" * 30)
-    r = holon("--home", copy, "ledger", "verify")
+def test_a_damaged_anchor_is_reported_not_fatal(home_copy: Path) -> None:
+    (home_copy / "ledger.anchor").write_bytes(b"\x00garbage" * 30)
+    r = holon("--home", home_copy, "ledger", "verify")
     assert r.code == 1 and "anchor" in r.out and "damaged" in r.out, r
-    assert holon("--home", copy, "ledger", "tail").code == 0
-    assert_error(holon("--home", copy, "agent", "create", "bob"), 5, "anchor", "writes are refused")
-    assert_error(holon("--home", copy, "serve", "--no-http"), 5, "anchor")
-    (copy / "ledger.anchor").unlink()  # the operator accepts the ledger as it is: a new anchor at the head
-    assert holon("--home", copy, "ledger", "verify").code == 0
-    assert holon("--home", copy, "agent", "create", "bob").code == 0
+    assert holon("--home", home_copy, "ledger", "tail").code == 0
+    assert_error(holon("--home", home_copy, "agent", "create", "bob"), 5, "anchor", "writes are refused")
+    assert_error(holon("--home", home_copy, "serve", "--no-http"), 5, "anchor")
+    (home_copy / "ledger.anchor").unlink()  # the operator accepts the ledger as it is: a new anchor at the head
+    assert holon("--home", home_copy, "ledger", "verify").code == 0
+    assert holon("--home", home_copy, "agent", "create", "bob").code == 0

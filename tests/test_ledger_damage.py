@@ -10,7 +10,6 @@ foreign database is never initialised over and never served.
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -32,13 +31,6 @@ def populated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("alice", "bob"):
         assert holon("--home", home, "agent", "create", name).code == 0
     return home
-
-
-@pytest.fixture
-def copy(populated: Path, tmp_path: Path) -> Path:
-    target = tmp_path / "home"
-    shutil.copytree(populated, target)
-    return target
 
 
 def _flip_letter(db: Path) -> None:
@@ -99,20 +91,20 @@ def _expected(damage: str, command: str) -> set[int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", list(DAMAGES))
-def test_every_ledger_and_trace_command_on_a_damaged_home(copy: Path, tmp_path: Path, damage: str) -> None:
-    DAMAGES[damage](copy / "holon.db")
+def test_every_ledger_and_trace_command_on_a_damaged_home(home_copy: Path, tmp_path: Path, damage: str) -> None:
+    DAMAGES[damage](home_copy / "holon.db")
     for command, argv in COMMANDS.items():
         args = [a.format(tmp=tmp_path) for a in argv]
         for json_flag in ((), ("--json",)) if command in ("verify", "replay") else ((),):
-            r = holon("--home", copy, *args, *json_flag)
+            r = holon("--home", home_copy, *args, *json_flag)
             assert "Traceback" not in r.err and "Traceback" not in r.out, (command, r)
             assert r.code in _expected(damage, command), (command, json_flag, r)
             if r.code not in (0, 1):
                 assert_error(r, r.code)
     if damage not in ROW_DAMAGE:  # never initialised over: the damaged bytes are still there
         assert (
-            (copy / "holon.db").stat().st_size == 0
-            or not _is_holon(copy / "holon.db")
+            (home_copy / "holon.db").stat().st_size == 0
+            or not _is_holon(home_copy / "holon.db")
             or damage
             in (
                 "truncated",
@@ -140,24 +132,24 @@ def _is_holon(db: Path) -> bool:
         ("flip-json", "not JSON"),
     ],
 )
-def test_verify_names_the_bad_row(copy: Path, damage: str, reason: str) -> None:
-    DAMAGES[damage](copy / "holon.db")
-    r = holon("--home", copy, "ledger", "verify", "--json")
+def test_verify_names_the_bad_row(home_copy: Path, damage: str, reason: str) -> None:
+    DAMAGES[damage](home_copy / "holon.db")
+    r = holon("--home", home_copy, "ledger", "verify", "--json")
     assert r.code == 1, r
     data = r.json()
     assert data["ok"] is False and data["events"] == 2
     assert [row["seq"] for row in data["bad_rows"]] == [1], data
     assert reason in data["bad_rows"][0]["reason"], data
-    human = holon("--home", copy, "ledger", "verify")
+    human = holon("--home", home_copy, "ledger", "verify")
     assert human.code == 1 and "event 1:" in human.out and "Traceback" not in human.err, human
 
 
-def test_replay_names_an_unreadable_row(copy: Path) -> None:
-    _flip_json(copy / "holon.db")
-    r = holon("--home", copy, "ledger", "replay", "--json")
+def test_replay_names_an_unreadable_row(home_copy: Path) -> None:
+    _flip_json(home_copy / "holon.db")
+    r = holon("--home", home_copy, "ledger", "replay", "--json")
     assert r.code == 1, r
     assert r.json()["bad_rows"][0]["seq"] == 1
-    human = holon("--home", copy, "ledger", "replay")
+    human = holon("--home", home_copy, "ledger", "replay")
     assert human.code == 1 and "run 'holon ledger verify'" in human.out, human
 
 
@@ -171,57 +163,57 @@ def test_replay_names_an_unreadable_row(copy: Path) -> None:
         ("junk-page", "damaged"),
     ],
 )
-def test_a_damaged_file_is_exit_5_with_one_line(copy: Path, damage: str, needle: str) -> None:
-    DAMAGES[damage](copy / "holon.db")
-    before = (copy / "holon.db").read_bytes()
-    assert_error(holon("--home", copy, "ledger", "verify"), 5, needle)
-    assert (copy / "holon.db").read_bytes() == before  # nothing was written, nothing initialised
+def test_a_damaged_file_is_exit_5_with_one_line(home_copy: Path, damage: str, needle: str) -> None:
+    DAMAGES[damage](home_copy / "holon.db")
+    before = (home_copy / "holon.db").read_bytes()
+    assert_error(holon("--home", home_copy, "ledger", "verify"), 5, needle)
+    assert (home_copy / "holon.db").read_bytes() == before  # nothing was written, nothing initialised
 
 
 @pytest.mark.parametrize("damage", ["zero-bytes", "foreign"])
-def test_init_never_initialises_over_an_existing_file(copy: Path, damage: str) -> None:
-    DAMAGES[damage](copy / "holon.db")
-    before = (copy / "holon.db").read_bytes()
-    r = holon("--home", copy, "init")
+def test_init_never_initialises_over_an_existing_file(home_copy: Path, damage: str) -> None:
+    DAMAGES[damage](home_copy / "holon.db")
+    before = (home_copy / "holon.db").read_bytes()
+    r = holon("--home", home_copy, "init")
     assert_error(r, 5)
-    assert (copy / "holon.db").read_bytes() == before
+    assert (home_copy / "holon.db").read_bytes() == before
 
 
-def test_a_lost_database_with_its_anchor_is_not_replaced_by_init(copy: Path) -> None:
+def test_a_lost_database_with_its_anchor_is_not_replaced_by_init(home_copy: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
-        (copy / f"holon.db{suffix}").unlink(missing_ok=True)
-    assert_error(holon("--home", copy, "init"), 5, "anchor", "says 2 events were committed")
-    assert not (copy / "holon.db").exists()
+        (home_copy / f"holon.db{suffix}").unlink(missing_ok=True)
+    assert_error(holon("--home", home_copy, "init"), 5, "anchor", "says 2 events were committed")
+    assert not (home_copy / "holon.db").exists()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", ["flip-letter", "zero-bytes", "foreign"])
-def test_serve_refuses_a_damaged_ledger(copy: Path, damage: str) -> None:
-    DAMAGES[damage](copy / "holon.db")
-    before = (copy / "holon.db").read_bytes()
+def test_serve_refuses_a_damaged_ledger(home_copy: Path, damage: str) -> None:
+    DAMAGES[damage](home_copy / "holon.db")
+    before = (home_copy / "holon.db").read_bytes()
     for argv in (("serve", "--no-http"), ("daemon", "start", "--no-http"), ("chat", "alice")):
-        r = holon("--home", copy, *argv, timeout=120)
+        r = holon("--home", home_copy, *argv, timeout=120)
         if argv[0] == "chat":  # chat says it is starting a daemon first
             assert r.err.startswith("holon: starting a daemon"), r
             r = Result(r.code, r.out, r.err.split("\n", 1)[1])
         line = assert_error(r, 5)
         assert "holon ledger verify" in line or "holon init" in line, r
-    assert (copy / "holon.db").read_bytes() == before
+    assert (home_copy / "holon.db").read_bytes() == before
 
 
-def test_verify_result_is_stable(copy: Path) -> None:
-    r: Result = holon("--home", copy, "ledger", "verify", "--json")
+def test_verify_result_is_stable(home_copy: Path) -> None:
+    r: Result = holon("--home", home_copy, "ledger", "verify", "--json")
     assert r.code == 0 and r.json() == {"ok": True, "events": 2, "first_bad_seq": None}, r
 
 
-def test_verify_runs_where_a_catch_up_could_not(copy: Path) -> None:
+def test_verify_runs_where_a_catch_up_could_not(home_copy: Path) -> None:
     """Projections behind the head (an upgrade, a crash) and a row they cannot fold: verify still reports it."""
-    _flip_json(copy / "holon.db")
-    conn = sqlite3.connect(copy / "holon.db", isolation_level=None)
+    _flip_json(home_copy / "holon.db")
+    conn = sqlite3.connect(home_copy / "holon.db", isolation_level=None)
     try:
         conn.execute("UPDATE projection_cursors SET seq = 0")
     finally:
         conn.close()
-    assert_error(holon("--home", copy, "agent", "list"), 5, "event 1 cannot be read", "holon ledger verify")
-    r = holon("--home", copy, "ledger", "verify", "--json")
+    assert_error(holon("--home", home_copy, "agent", "list"), 5, "event 1 cannot be read", "holon ledger verify")
+    r = holon("--home", home_copy, "ledger", "verify", "--json")
     assert r.code == 1 and r.json()["bad_rows"][0]["seq"] == 1, r

@@ -23,7 +23,6 @@ from holon.memory.index import SearchIndex
 from holon.projections import Projector, Store, framework
 from holon.projections.framework import Migration, Projection, open_projection
 from holon.projections.state import AgentState
-from holon.runtime.agents import create_agent
 
 
 @dataclass
@@ -59,11 +58,6 @@ def counts(store: Store) -> dict[str, int]:
 def cursor(store: Store, name: str) -> tuple[int, int] | None:
     cur = framework.stored_cursor(store.ledger, name)
     return None if cur is None else (cur.seq, cur.version)
-
-
-@pytest.fixture
-def alice(store: Store) -> AgentState:
-    return create_agent(store, "alice")
 
 
 def chat(store: Store, agent: AgentState, n: int) -> None:

@@ -16,11 +16,10 @@ from typing import Any
 
 import pexpect
 import pytest
-from helpers.daemon import fake_home, state
-from helpers.turn_cli import cli_env, holon, holon_argv
+from helpers.daemon import chat_home, state
+from helpers.turn_cli import cli_env, holon_argv
 
 from holon.api.server import free_port
-from holon.testing.fake_llm import FakeLLM
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 
@@ -47,13 +46,8 @@ def _step(body: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def home(tmp_path: Path) -> Iterator[Path]:
-    with FakeLLM(_step) as fake:
-        home = fake_home(tmp_path, fake, "alice")
-        try:
-            yield home
-        finally:
-            r = holon(home, "daemon", "stop")
-            assert r.code == 0, r
+    with chat_home(tmp_path, _step) as home:
+        yield home
 
 
 def test_chat_in_a_pty(home: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pexpect
 import pytest
-from helpers.daemon import fake_home, payloads
+from helpers.daemon import chat_home, payloads
 from helpers.turn_cli import cli_env, holon, holon_argv
 from rich.console import Console
 
@@ -25,7 +25,6 @@ from holon.api.models import EventOut
 from holon.api.server import free_port
 from holon.repl.render import ReplyView
 from holon.runtime.providers.model_process import START_DELAY_ENV
-from holon.testing.fake_llm import FakeLLM
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,13 +39,8 @@ def _step(body: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def home(tmp_path: Path) -> Iterator[Path]:
-    with FakeLLM(_step) as fake:
-        home = fake_home(tmp_path, fake, "alice")
-        try:
-            yield home
-        finally:
-            r = holon(home, "daemon", "stop")
-            assert r.code == 0, r
+    with chat_home(tmp_path, _step) as home:
+        yield home
 
 
 def _chat(home: Path, **env: str) -> pexpect.spawn:

@@ -35,11 +35,6 @@ from holon.projections.state import KeyPoint
 INFO = "information, not an operator instruction"
 
 
-@pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter("gpt-4o")
-
-
 def sections_of(view: TurnView, counter: TokenCounter) -> list[Section]:
     return build_sections(view, counter)
 

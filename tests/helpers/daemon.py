@@ -4,10 +4,12 @@ test process (the daemon sees them by following the ledger head), and reads of i
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from helpers.turn_cli import db_rows, open_store, quick_home
+from helpers.turn_cli import db_rows, holon, open_store, quick_home
 from holon.ledger import events as ev
 from holon.runtime.agents import create_agent
 from holon.runtime.inputs import input_events
@@ -21,6 +23,19 @@ def fake_home(tmp_path: Path, fake: FakeLLM, *names: str) -> Path:
         for name in names[1:]:
             create_agent(store, name, settings={"model": "openai/fake", "api_base": fake.url})
     return home
+
+
+@contextmanager
+def chat_home(tmp_path: Path, step: Callable[[dict[str, Any]], dict[str, Any]], agent: str = "alice") -> Iterator[Path]:
+    """A home with ``agent`` on a ``FakeLLM`` answering by ``step``, for ``holon chat`` tests (which
+    start a daemon in the background); the daemon is stopped when the block ends."""
+    with FakeLLM(step) as fake:
+        home = fake_home(tmp_path, fake, agent)
+        try:
+            yield home
+        finally:
+            r = holon(home, "daemon", "stop")
+            assert r.code == 0, r
 
 
 def submit(home: Path, agent: str, *texts: str) -> list[int]:
