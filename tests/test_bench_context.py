@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from holon.bench.context import format_report, run_context_bench
 from holon.bench.progress import reporting
 
 
+@pytest.mark.slow  # runs a benchmark
 def test_bench_context_tiny() -> None:
     steps: list[str] = []
     with reporting(lambda label, done, total: steps.append(label)):

@@ -29,6 +29,7 @@ def _events(n: int) -> list[NewEvent]:
     return [next(stream) for _ in range(n)]
 
 
+@pytest.mark.slow  # runs a benchmark
 def test_every_side_is_measured_in_cpu_time(tiny: None) -> None:
     steps: list[str] = []
     with reporting(lambda label, done, total: steps.append(label)):
@@ -51,6 +52,7 @@ def test_every_side_is_measured_in_cpu_time(tiny: None) -> None:
     assert "raw sqlite3" in bench.format_report(r)
 
 
+@pytest.mark.slow  # runs a benchmark
 def test_without_eventsourcing_the_report_says_so(tiny: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(EventSourcingRecorder, "available", staticmethod(lambda: False))
     r = bench.run_ledger_bench(replay_events=1_000, rounds=1)

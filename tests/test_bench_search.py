@@ -157,6 +157,7 @@ def test_index_rows_do_not_depend_on_batching(tmp_path: Path) -> None:
     assert sum(1 for r in rows if r[1] == "work_item:wi_1") == 1, "a rewritten document has one row"
 
 
+@pytest.mark.slow  # runs a benchmark
 def test_search_bench_measures_every_peer_in_process() -> None:
     r = bench.run_search_bench(sizes=(1_500,), queries=2)
     label = "1500"
@@ -181,6 +182,7 @@ def test_search_bench_measures_every_peer_in_process() -> None:
     assert "holon/raw p95" in bench.format_report(r)
 
 
+@pytest.mark.slow  # runs a benchmark
 def test_recall_shows_what_a_small_candidate_set_loses(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the engine's top-k cut to 2 candidates, re-ranking loses some of the exact top 10, and
     the searches that lost something were not certified exact."""

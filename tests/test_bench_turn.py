@@ -8,6 +8,7 @@ from holon.bench.progress import reporting
 from holon.bench.turn import format_report, run_turn_bench
 
 
+@pytest.mark.slow  # runs a benchmark
 def test_bench_turn_tiny() -> None:
     steps: list[str] = []
     with reporting(lambda label, done, total: steps.append(label)):

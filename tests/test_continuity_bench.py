@@ -24,6 +24,7 @@ def handful(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.mark.slow  # runs a benchmark
 def test_the_report_counts_cells_per_variant_and_names_failures(tmp_path: Path) -> None:
     r = run_continuity_bench(handful(tmp_path), fresh_check=False)
     assert r["scenarios_run"] == 3
