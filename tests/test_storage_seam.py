@@ -3,8 +3,11 @@ over the ledger's tables or decodes a stored payload by hand.
 
 import-linter cannot see SQL strings, so this reads the source: every string literal (docstrings
 excepted) of every module under ``holon/`` is searched for ``FROM events`` / ``INTO events`` /
-``UPDATE events`` (any case, any whitespace) and the same over the projection tables, and every
-``json.loads`` / ``orjson.loads`` call for an argument named like a payload. Reads go through
+``UPDATE events`` (any case, any whitespace), the same over the projection tables (rows, cursors,
+migrations) and the ledger's ``blobs`` and ``schema_migrations``, and every ``json.loads`` /
+``orjson.loads`` call for an argument named like a payload. Tables owned higher up are named in SQL
+by their owner only (``TABLE_OWNERS``: ``search_*`` by ``holon.memory``, ``evolve_*`` by
+``holon.evolve``), whether through ``ledger.query(...)`` or anything else. Reads go through
 ``EventQuery`` and the named reads of ``Ledger`` and ``Store`` instead (RFC 0001, "The storage seam").
 """
 
@@ -32,14 +35,32 @@ ALLOWED: dict[str, str] = {
 
 EVENTS_SQL = re.compile(r"\b(?:from|into|update)\s+events\b", re.IGNORECASE)
 PROJECTION_SQL = re.compile(
-    r"\b(?:from|into|update|join)\s+projection_(?:rows|cursors)\b|\bdelete\s+from\s+projection_", re.IGNORECASE
+    r"\b(?:from|into|update|join)\s+projection_(?:rows|cursors|migrations)\b|\bdelete\s+from\s+projection_",
+    re.IGNORECASE,
 )
+LEDGER_TABLES_SQL = re.compile(
+    r"\b(?:from|into|update|join)\s+(?:blobs|schema_migrations)\b|\bdelete\s+from\s+(?:blobs|schema_migrations)\b",
+    re.IGNORECASE,
+)
+"""The ledger's other tables: the blob store and its own migrations."""
+
+TABLE_OWNERS: dict[str, str] = {"search_": "memory", "evolve_": "evolve"}
+"""A table prefix and the package that owns those tables (DDL, reads and writes, through
+``Ledger.query``/``execute`` or a connection): nobody else names them in SQL."""
 
 
-def _modules() -> Iterator[tuple[str, ast.Module]]:
+def _owned_sql(prefix: str) -> re.Pattern[str]:
+    return re.compile(
+        rf"\b(?:from|into|update|join|table(?:\s+if\s+(?:not\s+)?exists)?)\s+{prefix}\w+|\bdelete\s+from\s+{prefix}\w+",
+        re.IGNORECASE,
+    )
+
+
+def _modules(owners: tuple[str, ...] = OWNERS) -> Iterator[tuple[str, ast.Module]]:
+    """Every module of ``holon/`` outside the packages ``owners``."""
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel.split("/", 1)[0] in OWNERS:
+        if rel.split("/", 1)[0] in owners:
             continue
         yield rel, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
@@ -104,6 +125,25 @@ def test_no_sql_over_projection_tables_outside_the_projections() -> None:
     assert _violations(PROJECTION_SQL) == [], "use Store's named reads (state, rows, durable_entries, cursors ...)"
 
 
+def test_no_sql_over_the_ledgers_other_tables_outside_the_ledger() -> None:
+    assert _violations(LEDGER_TABLES_SQL) == [], "blobs and schema_migrations belong to holon.ledger (Ledger's methods)"
+
+
+@pytest.mark.parametrize("prefix", sorted(TABLE_OWNERS))
+def test_each_owned_table_is_named_in_sql_by_its_owner_only(prefix: str) -> None:
+    """``search_*`` only in ``holon.memory``, ``evolve_*`` only in ``holon.evolve``: another package
+    asks the owner's named methods (the index's, the job queue's), never ``ledger.query(...)``."""
+    pattern = _owned_sql(prefix)
+    found = [
+        f"holon/{rel}:{line}: {text.strip()[:80]!r}"
+        for rel, tree in _modules((TABLE_OWNERS[prefix],))
+        if not rel.startswith("bench/")  # the benchmarks' peers keep tables of their own, in databases of their own
+        for line, text in _strings(tree)
+        if pattern.search(text)
+    ]
+    assert found == [], f"{prefix}* tables belong to holon.{TABLE_OWNERS[prefix]}"
+
+
 def test_no_payload_json_decoded_outside_the_ledger() -> None:
     found = [f"holon/{rel}:{line}" for rel, tree in _modules() if rel not in ALLOWED for line in _payload_loads(tree)]
     assert found == [], "payloads are decoded (and upcast) by the codec: read Event.payload"
@@ -116,7 +156,10 @@ def test_the_allowlist_names_only_files_that_still_need_it() -> None:
         rel
         for rel in ALLOWED
         if rel in trees
-        and not any(EVENTS_SQL.search(t) or PROJECTION_SQL.search(t) for _, t in _strings(trees[rel]))
+        and not any(
+            EVENTS_SQL.search(t) or PROJECTION_SQL.search(t) or LEDGER_TABLES_SQL.search(t)
+            for _, t in _strings(trees[rel])
+        )
         and not any(_payload_loads(trees[rel]))
     ]
     missing = [rel for rel in ALLOWED if rel not in trees]
@@ -134,10 +177,17 @@ d = "SELECT state FROM projection_rows"
 e = json.loads(row.payload)
 f = orjson.loads(payload)
 g = json.loads(body)
+h = ledger.query("SELECT version FROM projection_migrations")
+i = "DELETE FROM blobs WHERE body IS NULL"
+j = ledger.query("SELECT rowid FROM search_fts WHERE search_fts MATCH ?")
+k = "CREATE TABLE IF NOT EXISTS evolve_jobs (id)"
 '''
     tree = ast.parse(src)
     assert sorted({line for line, text in _strings(tree) if EVENTS_SQL.search(text)}) == [3, 4, 5]
-    assert sorted({line for line, text in _strings(tree) if PROJECTION_SQL.search(text)}) == [6]
+    assert sorted({line for line, text in _strings(tree) if PROJECTION_SQL.search(text)}) == [6, 10]
+    assert sorted({line for line, text in _strings(tree) if LEDGER_TABLES_SQL.search(text)}) == [11]
+    assert sorted({line for line, text in _strings(tree) if _owned_sql("search_").search(text)}) == [12]
+    assert sorted({line for line, text in _strings(tree) if _owned_sql("evolve_").search(text)}) == [13]
     assert sorted(_payload_loads(tree)) == [7, 8]
 
 
