@@ -3,13 +3,12 @@ real ledger), the chat-completion input rule, and how much of a reply a stream h
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 from helpers.api_server import ApiServer, api_server
+from helpers.wait import wait_for
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -111,13 +110,6 @@ def _subscribers(server: ApiServer) -> int:
     return int(server.call(lambda: len(server.port._subscribers)))  # type: ignore[union-attr]
 
 
-def _until(what: str, cond: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.slow  # waits on real time (a daemon's timers, a collector's timeout, a client's disconnect)
 def test_waits_end_when_the_client_goes_away(tmp_path: Path, fast_ledger: None) -> None:
     """A request waiting for a turn (here: of a paused agent, which never comes) holds a
@@ -136,7 +128,7 @@ def test_waits_end_when_the_client_goes_away(tmp_path: Path, fast_ledger: None) 
             with pytest.raises(httpx.ReadTimeout), short, short.stream(method, path, json=body) as r:
                 for _ in r.iter_lines():
                     pass
-            _until(f"the wait of {path} to end", lambda: _subscribers(server) == base)
+            wait_for(f"the wait of {path} to end", lambda: _subscribers(server) == base)
 
 
 def test_the_public_docs_paths_lead_nowhere_else(tmp_path: Path, fast_ledger: None) -> None:

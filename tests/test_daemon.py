@@ -220,7 +220,9 @@ def test_pause_resume_abort_delete_and_notices(store: Any) -> None:
 
             daemon.pause("alice")
             _say(daemon, "alice", "are you there?")
-            await asyncio.sleep(0.2)
+            # Idle means no agent is runnable or running: were the pause ignored, the input would be
+            # runnable, until_idle would wait for its turn, and the input would no longer be pending.
+            await daemon.until_idle()
             assert store.agent("alice").pending_inputs, "a paused agent takes no turn"
             assert daemon.agent_status(store.agent("alice")).state == "paused"
             daemon.resume("alice")

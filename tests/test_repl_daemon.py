@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers.api_server import ApiServer, api_server
+from helpers.wait import wait_for
 from rich.console import Console
 
 from holon.clock import FakeClock
@@ -189,18 +190,14 @@ def test_abort_stops_the_running_turn(server: ApiServer, http: httpx.Client, scr
     script.add(slow)
     talking = threading.Thread(target=chat.handle, args=("take your time",))
     talking.start()
-    _until(lambda: http.get("/v1/agents/ada/status").json()["state"] == "running")
+    wait_for(
+        'http.get("/v1/agents/ada/status").json()["state"] == "running"',
+        lambda: http.get("/v1/agents/ada/status").json()["state"] == "running",
+    )
     assert "aborting the running turn" in _run(other, other_screen, "/abort")
     talking.join(20)
     assert not talking.is_alive(), "the reply never settled"
     assert "[turn failed: aborted by the operator]" in screen.take()
-
-
-def _until(check: Any, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 # --- a message the agent will not answer now ----------------------------------------------------
@@ -255,10 +252,16 @@ def test_pausing_while_the_message_waits_in_the_queue_ends_the_wait(
 
     script.add(held)
     assert http.post("/v1/agents/ada/inputs", json={"text": "first"}).status_code == 202
-    _until(lambda: http.get("/v1/agents/ada/status").json()["state"] == "running")
+    wait_for(
+        'http.get("/v1/agents/ada/status").json()["state"] == "running"',
+        lambda: http.get("/v1/agents/ada/status").json()["state"] == "running",
+    )
     talking = threading.Thread(target=chat.handle, args=("second",), daemon=True)
     talking.start()  # queued behind the running turn: the REPL follows it
-    _until(lambda: len(http.get("/v1/agents/ada").json()["agent"]["pending_inputs"]) == 1)
+    wait_for(
+        'len(http.get("/v1/agents/ada").json()["agent"]["pending_inputs"]) == 1',
+        lambda: len(http.get("/v1/agents/ada").json()["agent"]["pending_inputs"]) == 1,
+    )
     assert http.post("/v1/agents/ada/pause").status_code == 200
     talking.join(15)
     assert not talking.is_alive(), "the REPL kept waiting for a reply from a paused agent"

@@ -28,6 +28,7 @@ import pytest
 from helpers.api_server import ApiServer, api_server
 from helpers.runtime import SCRIPTED
 from helpers.turn_cli import db_rows, holon, wait_for
+from helpers.wait import await_for
 
 from holon.clock import SystemClock
 from holon.daemon import Daemon
@@ -65,6 +66,8 @@ def _prompts(home: Path, timer_id: str) -> list[str]:
 def _stops_firing(home: Path, timer_id: str) -> None:
     """No firing after the cancellation was acknowledged, over more than two periods."""
     before = _firings(home, timer_id)
+    # A negative wait that is inherent: the daemon is another process on the real clock, and a
+    # cancelled timer leaves no event to wait for; only time passing over two 1 s periods shows it.
     time.sleep(2.5)
     assert _firings(home, timer_id) == before, "a cancelled timer fired again"
 
@@ -269,13 +272,6 @@ def _by_agent(scripts: dict[str, ScriptedProvider]) -> Callable[[AgentState], An
     return lambda agent: (scripts[agent.name], SCRIPTED)
 
 
-async def _until(check: Callable[[], Any], what: str, timeout_s: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 SLEEP = {"command": "sleep 60", "wait_s": 0}
 
 
@@ -313,11 +309,11 @@ def test_delete_kills_the_agents_tasks_and_deletes_its_children(store: Store) ->
             daemon.submit(
                 "boss", "Go.", origin="operator:test", authority="operator", sender="operator", channel="test"
             )
-            await _until(
-                lambda: any(a.name == "runner" and daemon.host.is_running(a.agent_id) for a in store.agents()),
+            await await_for(
                 "runner's turn",
+                lambda: any(a.name == "runner" and daemon.host.is_running(a.agent_id) for a in store.agents()),
             )
-            await _until(lambda: len(daemon.host.tasks.running) == 2, "two background tasks")
+            await await_for("two background tasks", lambda: len(daemon.host.tasks.running) == 2)
             commands = [t for t in store.rows("task", status="running") if t.kind == "command"]
             pids.extend(_pid(store, t.task_id) for t in commands)
             assert len(pids) == 2 and all(_group_alive(p) for p in pids)
@@ -328,8 +324,8 @@ def test_delete_kills_the_agents_tasks_and_deletes_its_children(store: Store) ->
 
             assert [a.name for a in store.agents()] == ["other"], "children and grandchildren are deleted too"
             assert not daemon.host.tasks.running
-            await _until(lambda: not any(_group_alive(p) for p in pids), "the task processes to die", 10)
-            await _until(lambda: not daemon.host.is_running(ids["runner"]), "runner's turn to stop")
+            await await_for("the task processes to die", lambda: not any(_group_alive(p) for p in pids))
+            await await_for("runner's turn to stop", lambda: not daemon.host.is_running(ids["runner"]))
             tasks = [t for agent_id in ids.values() for t in store.rows("task", agent_id=agent_id)]
             assert not [t for t in tasks if t.state in ("running", "pending")], tasks
             assert {t.state for t in tasks if t.kind == "command"} == {"cancelled"}
@@ -339,6 +335,8 @@ def test_delete_kills_the_agents_tasks_and_deletes_its_children(store: Store) ->
             assert not any(home.exists() for home in homes)
             await daemon.until_idle(timeout_s=10)
             head = store.ledger.head()
+            # Inherent negative wait: what this guards against is a stray task of the deleted line
+            # (a tool process's watcher, a child's wake) appending later; no event marks its absence.
             await asyncio.sleep(0.3)
             late = [e for e in store.ledger.read(head) if e.agent_id in ids.values()]
             assert late == [], "nothing of the deleted line runs on"
@@ -384,15 +382,15 @@ def test_deleting_a_child_alone_tells_its_parent(store: Store) -> None:
             daemon.submit(
                 "boss", "Go.", origin="operator:test", authority="operator", sender="operator", channel="test"
             )
-            await _until(lambda: daemon.host.tasks.running, "digger's task")
-            await _until(
-                lambda: store.rows("wait", agent_id=store.agent("boss").agent_id, status="pending"), "boss's wait"
+            await await_for("digger's task", lambda: daemon.host.tasks.running)
+            await await_for(
+                "boss's wait", lambda: store.rows("wait", agent_id=store.agent("boss").agent_id, status="pending")
             )
             [command] = daemon.host.tasks.running.values()
             pid = command.proc.pid
             daemon.delete("digger")
             assert [a.name for a in store.agents()] == ["boss"]
-            await _until(lambda: not _group_alive(pid), "digger's task process to die", 10)
+            await await_for("digger's task process to die", lambda: not _group_alive(pid))
             await daemon.until_idle(timeout_s=10)
             boss = store.agent("boss").agent_id
             [task] = [t for t in store.rows("task", agent_id=boss) if t.kind == "child_agent"]

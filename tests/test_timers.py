@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 from helpers.runtime import SCRIPTED
+from helpers.wait import await_for
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -464,13 +463,6 @@ def _jobs(daemon: Daemon) -> set[str]:
     return {job.id for job in daemon.timers.scheduler.get_jobs()}
 
 
-async def _until(check: Callable[[], Any], timeout_s: float = 15.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
 @pytest.mark.parametrize("spec", ["* * * * *", "CRON_TZ=Europe/Paris * * * * *"])
 def test_a_cron_timer_fires_and_its_next_due_time_comes_from_the_cron(store: Store, spec: str) -> None:
     """In UTC and in a zone: the zoned trigger fires the same way."""
@@ -483,8 +475,8 @@ def test_a_cron_timer_fires_and_its_next_due_time_comes_from_the_cron(store: Sto
             if MIN - due % MIN < 10 * S:  # the cron's next minute would be due before a loaded machine fires
                 due += MIN - due % MIN + 1_200_000  # (and the firing would count it missed)
             timer_id = _schedule(store, "watcher", "cron", spec, due, "Check the build.")
-            await _until(lambda: timer_id in _jobs(daemon))  # the scheduler holds the job
-            await _until(lambda: _fired(store, timer_id), timeout_s=40)
+            await await_for("the scheduler to hold the job", lambda: timer_id in _jobs(daemon))
+            await await_for("_fired(store, timer_id)", lambda: _fired(store, timer_id))
             await daemon.until_idle()
             [fired] = _fired(store, timer_id)
             assert fired.scheduled_for_us == due and fired.missed == 0
@@ -512,9 +504,10 @@ def test_a_one_shot_timer_fires_once_and_is_done(store: Store) -> None:
             when = datetime.now(UTC) + timedelta(seconds=1)
             event = timer_event(when.isoformat(), now_us=SystemClock().now_us(), prompt="Stand-up now.")
             store.append(NewEvent(store.agent("ada").agent_id, event, origin="operator:test", authority="operator"))
-            await _until(lambda: _fired(store, event.timer_id))
+            await await_for("_fired(store, event.timer_id)", lambda: _fired(store, event.timer_id))
             await daemon.until_idle()
-            await asyncio.sleep(1.5)  # nothing fires again
+            # Nothing can fire again: the scheduler holds no job for the timer and it is done (checked
+            # below), which is what a wait "long enough to see no second firing" would only sample.
             [fired] = _fired(store, event.timer_id)
             assert fired.next_fire_us is None and fired.scheduled_for_us == event.next_fire_us
             timer = store.state("timer", event.timer_id)
@@ -534,7 +527,7 @@ def test_a_restart_makes_jobs_from_the_projection_without_a_timer_cancelled_whil
             daemon.create_agent("ada")
             keep = _schedule(store, "ada", "interval", "3600", far, "hourly")
             drop = _schedule(store, "ada", "cron", "0 * * * *", far, "on the hour")
-            await _until(lambda: {keep, drop} <= _jobs(daemon))
+            await await_for("{keep, drop} <= _jobs(daemon)", lambda: {keep, drop} <= _jobs(daemon))
         return keep, drop
 
     keep, drop = asyncio.run(first())
@@ -558,7 +551,7 @@ def test_firings_while_paused_coalesce_into_the_one_queued_input(store: Store) -
             daemon.create_agent("watcher", settings={"background": True})
             daemon.pause("watcher")
             timer_id = _schedule(store, "watcher", "interval", "1", SystemClock().now_us() + 300_000, "Check.")
-            await _until(lambda: len(_fired(store, timer_id)) >= 4)
+            await await_for("len(_fired(store, timer_id)) >= 4", lambda: len(_fired(store, timer_id)) >= 4)
             agent_id = store.agent("watcher").agent_id
             store.append(NewEvent(agent_id, ev.TimerCancelled(timer_id=timer_id), origin="operator:test", authority="operator"))  # fmt: skip
             assert len(store.agent("watcher").pending_inputs) == 1, "one input however many firings"
