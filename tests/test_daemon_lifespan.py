@@ -4,10 +4,10 @@ a start that fails half-way undoes what it did. A real ``Daemon`` on a real stor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers.wait import await_for
 
 from holon.daemon import Daemon
 from holon.errors import ConflictError
@@ -15,13 +15,6 @@ from holon.projections import Store
 from holon.runtime.ingress import InputSpec
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
-        await asyncio.sleep(0.01)
 
 
 def _no_model(agent: Any) -> Any:
@@ -41,12 +34,12 @@ async def _opens_then_closes(store: Store) -> None:
         stored = daemon.submit("ann", InputSpec("hello", origin="operator:test", channel="test"))
         assert stored.payload.text == "hello"  # type: ignore[attr-defined]
     assert not daemon.accepting
-    await _until(lambda: not daemon.timers.scheduler.running)  # APScheduler stops on the loop's next pass
+    await await_for("APScheduler to stop (on the loop's next pass)", lambda: not daemon.timers.scheduler.running)
     with pytest.raises(ConflictError, match="not taking input"):
         daemon.submit("ann", "again")
     again = Daemon(store, resolver=_no_model, poll_s=0.01)  # the host lock was let go
-    await again.start()
-    await again.stop(grace_s=0)
+    async with again.running(grace_s=0):
+        assert again.accepting
 
 
 def test_a_start_that_fails_undoes_what_it_did(store: Store) -> None:
@@ -58,9 +51,9 @@ async def _fails_half_way(store: Store) -> None:
     async with first.running(grace_s=0):
         second = Daemon(store, resolver=_no_model, poll_s=0.01)
         with pytest.raises(ConflictError, match="another holon process"):
-            await second.start()
+            async with second.running():
+                raise AssertionError("a second daemon on the same home must not start")
         assert not second.accepting and not second.timers.scheduler.running
-        await second.stop()  # nothing to stop: a no-op
         assert first.accepting
         first.create_agent("bob")
         assert [a["name"] for a in first.status()["agents"]] == ["bob"]

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers.runtime import SCRIPTED
+from helpers.wait import await_for
 
 from holon.api.app import create_app
 from holon.api.server import build_server, free_port
@@ -175,16 +176,16 @@ def test_a_graceful_stop_reports_the_killed_task_to_the_agent_after_restart(stor
 
     async def first_run() -> str:
         daemon = Daemon(store, resolver=lambda agent: (first, SCRIPTED), poll_s=0.01)
-        await daemon.start()
-        try:
+        async with daemon.running(grace_s=1):
             daemon.create_agent("ada")
             daemon.submit("ada", "Run the job.", origin="operator:test", authority="operator", sender="operator",
                           channel="test")  # fmt: skip
-            await _until(lambda: store.rows("wait", status="pending") and not daemon.host.is_running(_id(store)))
+            await await_for(
+                'store.rows("wait", status="pending") and not daemon.host.is_running...',
+                lambda: store.rows("wait", status="pending") and not daemon.host.is_running(_id(store)),
+            )
             [task] = store.rows("task", status="running")
-            await _until(begun.exists)
-        finally:
-            await daemon.stop(grace_s=1)
+            await await_for("begun.exists", begun.exists)
         return task.task_id
 
     task_id = asyncio.run(first_run())
@@ -217,10 +218,3 @@ def test_a_graceful_stop_reports_the_killed_task_to_the_agent_after_restart(stor
 
 def _id(store: Store) -> str:
     return store.agent("ada").agent_id
-
-
-async def _until(check: Any, timeout_s: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)

@@ -70,7 +70,6 @@ class Daemon:
         self.tracer = rooms.tracer
         self.poll_s = poll_s
         self._owned_resolver = rooms.resolver
-        self._lifespan: Lifespan | None = None
 
     # --- the lifespan -----------------------------------------------------------------------
 
@@ -81,19 +80,6 @@ class Daemon:
         """The lifespan; ``warm_after``: start the background imports once it is set (``Warmth``)."""
         async with Lifespan(self.rooms, grace_s=grace_s, warm_after=warm_after):
             yield self
-
-    async def start(self) -> None:
-        """Enter the lifespan (``holon.daemon.lifespan``); ``stop`` leaves it."""
-        lifespan = Lifespan(self.rooms)
-        await lifespan.__aenter__()
-        self._lifespan = lifespan
-
-    async def stop(self, *, grace_s: float | None = None) -> None:
-        """Stop taking input and starting turns; let running turns finish for ``grace_s``; settle the rest."""
-        lifespan, self._lifespan = self._lifespan, None
-        if lifespan is not None:
-            lifespan.grace_s = grace_s
-            await lifespan.__aexit__(None, None, None)
 
     async def until_idle(self, *, timeout_s: float = 30.0) -> None:
         """Wait until no agent has a runnable input or a running turn (tests, benchmarks)."""

@@ -1,7 +1,6 @@
 """The daemon's one lifespan: an async context manager over an ``AsyncExitStack``.
 
-``holon serve`` (``holon.daemon.process``) and the tests (``Daemon.running``, ``Daemon.start`` /
-``Daemon.stop``) all run it. Each step of the start pushes its own undoing, so the stop is the
+``holon serve`` (``holon.daemon.process``) and the tests (``Daemon.running``) all run it. Each step of the start pushes its own undoing, so the stop is the
 start in reverse, and a start that fails half-way undoes exactly what it did:
 
 1. the daemon's own resources (its model resolver, the live trace exporter): closed last;
@@ -17,7 +16,7 @@ start in reverse, and a start that fails half-way undoes exactly what it did:
 8. input is accepted: at stop, no more input, turns or timer firings (``Phase.draining``).
 
 The grace period (``[daemon] grace_s`` unless given) is read when the stop begins
-(``Lifespan.grace_s``), so ``Daemon.stop(grace_s=...)`` can name it late.
+(``Lifespan.grace_s``), so a caller holding the ``Lifespan`` can name it late.
 """
 
 from __future__ import annotations

@@ -94,19 +94,18 @@ class ApiServer:
         provider = echo_provider()
         self.port = Daemon(store, resolver=lambda agent: (provider, SCRIPTED), clock=self.clock,
                            sleep=SleepRecorder(), poll_s=0.02)  # fmt: skip
-        await self.port.start()
-        app = create_app(
-            self.port, token=self.token, max_body_bytes=self.max_body_bytes, allowed_hosts=self.allowed_hosts
-        )
-        self._server = build_server(app, host="127.0.0.1", port=self.port_number, token=self.token)
-        serving = asyncio.create_task(self._server.serve())
-        while not self._server.started and not serving.done():
-            await asyncio.sleep(0.01)
-        self._ready.set()
         try:
-            await serving
+            async with self.port.running(grace_s=1):
+                app = create_app(
+                    self.port, token=self.token, max_body_bytes=self.max_body_bytes, allowed_hosts=self.allowed_hosts
+                )
+                self._server = build_server(app, host="127.0.0.1", port=self.port_number, token=self.token)
+                serving = asyncio.create_task(self._server.serve())
+                while not self._server.started and not serving.done():
+                    await asyncio.sleep(0.01)
+                self._ready.set()
+                await serving
         finally:
-            await self.port.stop(grace_s=1)
             store.close()
 
     def start(self) -> ApiServer:
