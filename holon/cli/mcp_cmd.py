@@ -22,6 +22,7 @@ def mcp(
     from holon.errors import UsageError
     from holon.logs import configure_logging
     from holon.mcp.server import build_server
+    from holon.runtime.status import is_internal
 
     c = ctx_of(ctx, home, False)
     settings = load_settings(c.paths)
@@ -31,7 +32,7 @@ def mcp(
     with open_store(c) as store:
         if agent is None:
             # The diagnostic agent (``holon diagnose``) is holon's own, never the one meant.
-            names = [a.name for a in store.agents() if not a.settings.get("diagnostic")]
+            names = [a.name for a in store.agents() if not is_internal(a)]
             if len(names) != 1:
                 raise UsageError(f"pass --agent: this home has {len(names)} agents ({', '.join(names[:10])})")
             agent = names[0]

@@ -76,9 +76,10 @@ def delete_offline(store: Store, agent: str, *, origin: str = "operator:cli") ->
 def _tell_parent(store: Store, child: AgentState) -> None:
     """The parent's task on a deleted child ends ``cancelled`` and it gets the news as an input."""
     from holon.runtime.inputs import input_events
+    from holon.runtime.settings import read_settings
 
-    task_id = child.settings.get("parent_task_id")
-    if child.parent_id is None or not isinstance(task_id, str):
+    task_id = read_settings(child.settings).settings.parent_task_id
+    if child.parent_id is None or task_id is None:
         return
     if getattr(store.task(task_id), "state", None) != "running":
         return

@@ -74,6 +74,8 @@ def is_background(agent: AgentState) -> bool:
 
     The one place that decides it: background agents may only append to the workspace file.
     """
+    # Raw, not ``holon.runtime.settings.read_settings``: holon.memory sits below holon.runtime (the
+    # import-linter layers). Stored settings are validated on the way in, so this reads a bool.
     return bool(agent.settings.get("background")) or agent.template == "monitor"
 
 

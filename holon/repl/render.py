@@ -24,6 +24,7 @@ from rich.text import Text
 from holon.api.models import EventOut
 from holon.clock import format_us
 from holon.projections.state import AgentState
+from holon.runtime.settings import read_settings
 from holon.runtime.status import describe
 
 __all__ = [
@@ -264,7 +265,7 @@ def agents_table(
     for a in agents:
         mark = "*" if a.name == current else ""
         one = (live or {}).get(a.agent_id)
-        model = str((one or {}).get("model") or a.settings.get("model", ""))
+        model = str((one or {}).get("model") or read_settings(a.settings).settings.model or "")
         status, detail = _agent_state(a, one)
         table.add_row(mark, a.name, status, model, str(a.turns), str(len(a.pending_inputs)), detail)
     console.print(table if agents else "no agents")

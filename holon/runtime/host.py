@@ -393,8 +393,8 @@ class AgentHost:
     def child_deleted(self, child: AgentState) -> None:
         """The operator deleted a child agent before it answered: its parent's task on it ends
         ``cancelled`` and the parent is told, as with any task result (its waits on it resolve)."""
-        task_id = child.settings.get("parent_task_id")
-        if child.parent_id is None or not isinstance(task_id, str):
+        task_id = read_settings(child.settings).settings.parent_task_id
+        if child.parent_id is None or task_id is None:
             return
         if getattr(self.store.task(task_id), "state", None) != "running":
             return
@@ -413,8 +413,8 @@ class AgentHost:
         if result.outcome not in ("completed", "failed"):
             return
         agent = self.store.agent(agent_id)
-        task_id = agent.settings.get("parent_task_id")
-        if agent.parent_id is None or not isinstance(task_id, str):
+        task_id = read_settings(agent.settings).settings.parent_task_id
+        if agent.parent_id is None or task_id is None:
             return
         task = self.store.task(task_id)
         if task is None or getattr(task, "state", None) != "running":

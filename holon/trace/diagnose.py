@@ -485,7 +485,7 @@ def _agent(store: Store, model: dict[str, Any]) -> str:
     except NotFoundError:
         old = None
     if old is not None:
-        if not old.settings.get("diagnostic"):
+        if not read_settings(old.settings).settings.diagnostic:
             raise ConflictError(
                 f"agent {AGENT_NAME!r} is one of your agents, not holon's diagnostic agent; "
                 "rename or delete it to use holon diagnose"
@@ -507,8 +507,8 @@ _RETIRED = "retired: each holon diagnose run starts from a clean context (its re
 def _diagnostic_agents(store: Store) -> set[str]:
     """Every diagnostic agent's id, retired ones included: their turns are diagnoses, not traces to study."""
     created = {e.agent_id for e in store.ledger.find(EventQuery(types=("agent.created",)))
-               if isinstance(e.payload, ev.AgentCreated) and e.payload.settings.get("diagnostic")}  # fmt: skip
-    return created | {a.agent_id for a in store.agents() if a.settings.get("diagnostic")}
+               if isinstance(e.payload, ev.AgentCreated) and read_settings(e.payload.settings).settings.diagnostic}  # fmt: skip
+    return created | {a.agent_id for a in store.agents() if read_settings(a.settings).settings.diagnostic}
 
 
 def model_failed(store: Store, result: TurnResult) -> bool:
