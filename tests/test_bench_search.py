@@ -131,6 +131,7 @@ def _docs() -> list[Doc]:
     return docs
 
 
+@pytest.mark.slow  # ~800 engine commits, each synced to disk (~25 s): out of the fast loop
 def test_index_rows_do_not_depend_on_batching(tmp_path: Path) -> None:
     """The writer holds engine rows back until the end of a transaction; the rows are the same,
     and so is the ranking of an index without rewrites (a rewritten document's old version stays

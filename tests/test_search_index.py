@@ -392,6 +392,7 @@ def test_sigkill_during_catch_up_loses_and_repeats_nothing(
     assert len(keys) == len(set(keys))
 
 
+@pytest.mark.slow  # eight homes built, caught up in pieces and rebuilt (~15 s): out of the fast loop
 @settings(max_examples=8, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cuts=st.lists(st.integers(1, 40), min_size=1, max_size=10), batch=st.integers(1, 9))
 def test_any_split_of_catch_up_equals_one_pass(

@@ -14,6 +14,7 @@ by their owner only (``TABLE_OWNERS``: ``search_*`` by ``holon.memory``, ``evolv
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -58,11 +59,18 @@ def _owned_sql(prefix: str) -> re.Pattern[str]:
 
 def _modules(owners: tuple[str, ...] = OWNERS) -> Iterator[tuple[str, ast.Module]]:
     """Every module of ``holon/`` outside the packages ``owners``."""
-    for path in sorted(ROOT.rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        if rel.split("/", 1)[0] in owners:
-            continue
-        yield rel, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for rel, tree in _parsed():
+        if rel.split("/", 1)[0] not in owners:
+            yield rel, tree
+
+
+@functools.cache
+def _parsed() -> tuple[tuple[str, ast.Module], ...]:
+    """Every module of ``holon/``, parsed once for all the scans (they only read the trees)."""
+    return tuple(
+        (path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        for path in sorted(ROOT.rglob("*.py"))
+    )
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
@@ -76,7 +84,18 @@ def _docstrings(tree: ast.Module) -> set[int]:
     return out
 
 
-def _strings(tree: ast.Module) -> Iterator[tuple[int, str]]:
+def _strings(tree: ast.Module) -> list[tuple[int, str]]:
+    """The string constants (docstrings aside) and f-strings' literal parts of ``tree``, with lines."""
+    key = id(tree)
+    if key not in _STRINGS:
+        _STRINGS[key] = (tree, list(_scan_strings(tree)))
+    return _STRINGS[key][1]
+
+
+_STRINGS: dict[int, tuple[ast.Module, list[tuple[int, str]]]] = {}  # the tree kept: its id stays its own
+
+
+def _scan_strings(tree: ast.Module) -> Iterator[tuple[int, str]]:
     docs = _docstrings(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
