@@ -111,9 +111,11 @@ def open_pool(
 ) -> ConnectionPool[psycopg.Connection[tuple[Any, ...]]]:
     """A started pool of autocommit connections for readers (the appender keeps its own connection).
 
-    Waits for its first connections so that an unreachable server is reported here, once, with
-    its cause, instead of as a ``PoolTimeout`` at the first read."""
+    One direct connection first: a server that does not answer is reported at once with libpq's
+    cause (the pool's workers would retry in the background until its timeout and only log why);
+    then the pool waits for its first connections."""
     pg = parse_url(url)
+    probe(url, timeout_s=timeout_s)
     pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
         url,
         min_size=min(2, size),
@@ -125,11 +127,7 @@ def open_pool(
     )
     try:
         pool.open(wait=True, timeout=timeout_s + 1)
-    except PoolTimeout as e:
+    except PoolTimeout as e:  # it answered the probe, then stopped answering
         pool.close()
-        try:  # one direct attempt names the cause the pool's workers only logged
-            probe(url, timeout_s=timeout_s)
-        except StorageUnavailable as direct:
-            raise direct from e
         raise StorageUnavailable(f"cannot reach PostgreSQL at {pg.where}: no connection within {timeout_s:g} s") from e
     return pool
