@@ -16,16 +16,18 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers.factories import agent_created, make_event
 from helpers.pg import PgDatabase
 from helpers.pg_appender import rows_for
 
 from holon.errors import LedgerError
 from holon.ledger import GENESIS_HASH, NewEvent
 from holon.ledger import events as ev
-from holon.ledger.codec import chain_hash_of, decode_payload
+from holon.ledger.codec import BlobBody, chain_hash_of, decode_payload
 from holon.ledger.envelope import EVENT_FIELDS
 from holon.ledger.pg.append import Head, append, begin_append, insert_and_commit
 from holon.ledger.pg.connect import connect
+from holon.projections import Store
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 APPENDER = Path(__file__).parent / "helpers" / "pg_appender.py"
@@ -76,6 +78,28 @@ def test_large_payloads_go_to_the_blob_store(pg_db: PgDatabase) -> None:
         blobs = conn.execute("SELECT size, length(body), created_us, referenced_us FROM blobs").fetchall()
         assert blobs == [(20_000, 20_000, 1, 2)]  # stored once, referenced again
         _check_chain(conn)
+
+
+def test_sqlite_rows_arrive_byte_for_byte(store: Store, pg_db: PgDatabase) -> None:
+    """The same event bytes and hashes on both engines: a SQLite ledger's rows (derived events,
+    text that is not ASCII, a NUL escaped by canonical JSON, a blob) stored on PostgreSQL as they
+    are read back identical, and their chain recomputes there (what ``storage migrate`` relies on)."""
+    store.append(agent_created("agt_1", "one"))
+    store.append(
+        make_event(
+            "agt_1", ev.MessageReceived(text="héllo ✓ 🙂 \x00 end"), origin="operator:cli", authority="operator"
+        ),
+        make_event("agt_1", ev.MessageReceived(text="y" * 20_000)),
+        make_event("agt_1", ev.DecisionRecorded(text="d"), idempotency_key="k-1"),
+    )
+    rows = list(store.ledger.read_rows())
+    blobs = [BlobBody(h, bytes(body)) for h, body in store.ledger.query("SELECT hash, body FROM blobs")]
+    assert len(rows) >= 4 and blobs
+    with connect(pg_db.url) as conn:
+        assert begin_append(conn) == Head(0, GENESIS_HASH, 0)
+        insert_and_commit(conn, rows, blobs, now_us=1)
+        assert _check_chain(conn) == rows
+        assert conn.execute("SELECT hash, body FROM blobs").fetchall() == [(b.hash, b.data) for b in blobs]
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from holon.config import HomePaths, StorageSettings, load_settings, storage_target
 from holon.errors import ConfigError
 from holon.runtime.home import check_storage, open_home
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
 
 SQLITE_DDL_SHA256 = "82727a9469b895a85942375778ac7e5d6076dfcff55d89b36d1085b69d0894bc"
 """sha256 of ``"\\n;\\n".join(ddl("sqlite"))`` before ``COLLATE "C"`` was declared for PostgreSQL."""
@@ -77,3 +81,18 @@ def test_sqlite_ddl_is_unchanged_by_the_postgresql_collation() -> None:
     assert not any("COLLATE" in s for s in sqlite)
     assert hashlib.sha256("\n;\n".join(sqlite).encode()).hexdigest() == SQLITE_DDL_SHA256
     assert all('COLLATE "C"' in s for s in ddl("postgresql") if s.startswith("CREATE TABLE"))
+
+
+def test_the_engine_parameter_gives_a_storage_url(engine: EngineTarget, home: HomePaths) -> None:
+    """The ``engine`` fixture (RFC 0008, "One fixture parameter"): a URL ``[storage] url`` accepts,
+    naming the home's file or a live, migrated PostgreSQL database."""
+    target = storage_target(home, StorageSettings(url=engine.url))
+    assert target.engine == engine.name
+    if engine.name == "sqlite":
+        assert target.path == home.db
+    else:
+        from holon.ledger.pg.connect import connect
+        from holon.ledger.pg.migrations import current_version, latest_version
+
+        with connect(engine.url) as conn:
+            assert current_version(conn) == latest_version()
