@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,13 +21,13 @@ from helpers.factories import agent_created, make_event
 from helpers.pg import PgDatabase
 from helpers.pg_appender import rows_for
 
-from holon.errors import LedgerError
+from holon.errors import LedgerError, StorageUnavailable
 from holon.ledger import GENESIS_HASH, NewEvent
 from holon.ledger import events as ev
 from holon.ledger.codec import BlobBody, chain_hash_of, decode_payload
 from holon.ledger.envelope import EVENT_FIELDS
 from holon.ledger.pg.append import Head, append, begin_append, insert_and_commit
-from holon.ledger.pg.connect import connect
+from holon.ledger.pg.connect import connect, parse_url
 from holon.projections import Store
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -149,6 +150,19 @@ def test_a_failing_build_rolls_back_and_releases_the_lock(pg_db: PgDatabase) -> 
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         _append(other, "after")  # would wait forever on the ledger lock if it were still held
         assert len(_check_chain(other)) == 1
+
+
+def test_a_server_lost_mid_append_is_retryable_not_a_refusal(pg_db: PgDatabase) -> None:
+    with connect(pg_db.url) as conn, connect(pg_db.url) as killer:
+        head = begin_append(conn)
+        rows, _ = rows_for(head, _events("agt_1", "lost"), now_us=1)
+        killer.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        where = re.escape(parse_url(pg_db.url).where)
+        with pytest.raises(StorageUnavailable, match=rf"^lost PostgreSQL at {where} during an append: "):
+            insert_and_commit(conn, rows)
+        assert conn.closed
+        _append(killer, "after")  # the lock died with the backend
+        assert len(_check_chain(killer)) == 1
 
 
 @pytest.mark.slow  # starts four processes
