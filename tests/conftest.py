@@ -224,12 +224,17 @@ def pg_worker_db(request: pytest.FixtureRequest, pg_template: str) -> Iterator[P
 
 
 @pytest.fixture
-def pg_db(pg_worker_db: PgDatabase) -> PgDatabase:
-    """A migrated PostgreSQL database with no rows: this worker's, emptied before the test."""
+def pg_db(request: pytest.FixtureRequest, pg_worker_db: PgDatabase) -> Iterator[PgDatabase]:
+    """A migrated PostgreSQL database with no rows: this worker's, emptied before the test; where the
+    test role may not switch triggers off (not a superuser), a fresh copy of the template instead."""
     from helpers import pg
 
-    pg.reset(pg_worker_db)
-    return pg_worker_db
+    if pg.can_reset(pg_worker_db):
+        pg.reset(pg_worker_db)
+        yield pg_worker_db
+        return
+    own: Callable[..., PgDatabase] = request.getfixturevalue("pg_new_db")
+    yield own()
 
 
 @pytest.fixture

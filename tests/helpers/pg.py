@@ -12,13 +12,15 @@ gets there first.
 Resetting a worker's database is ``DELETE`` from every table in ``session_replication_role =
 replica``, where the append-only triggers do not fire (18.5 ms against 211-352 ms for a database
 from the template, RFC 0008 "Per-test databases"); it needs a superuser, which the test role is
-here. Test databases run with ``synchronous_commit = off``: a commit costs no disk flush (the
-suite's ``fast_ledger`` on SQLite), and only a crash of the server itself could lose one.
+here (elsewhere ``pg_db`` gives each test a fresh copy of the template instead). Test databases
+run with ``synchronous_commit = off``: a commit costs no disk flush (the suite's ``fast_ledger``
+on SQLite), and only a crash of the server itself could lose one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import zlib
@@ -33,6 +35,7 @@ __all__ = [
     "ADMIN_URL",
     "PgDatabase",
     "admin",
+    "can_reset",
     "create_from_template",
     "drop",
     "drop_run",
@@ -150,6 +153,15 @@ def drop_run(run: str) -> list[str]:
         for name in sorted(names, key=lambda n: n.startswith("holon_tpl_")):
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
     return names
+
+
+@functools.cache
+def can_reset(db: PgDatabase) -> bool:
+    """Whether the test role may empty ``db`` with its triggers off (``session_replication_role``
+    needs a superuser); asked once per database."""
+    with db.connect() as conn:
+        row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+    return bool(row and row[0])
 
 
 def reset(db: PgDatabase) -> None:
