@@ -16,6 +16,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -38,12 +39,15 @@ __all__ = [
     "ModelDefaults",
     "RuntimeSettings",
     "Settings",
+    "StorageSettings",
+    "StorageTarget",
     "ToolsSettings",
     "config_path",
     "load_settings",
     "local_zone_name",
     "resolve_home",
     "setting_sources",
+    "storage_target",
     "zone_problem",
 ]
 
@@ -68,6 +72,71 @@ class LedgerSettings(_Section):
     """How much of a blob's text the event itself keeps as a preview."""
     blob_retention_days: int = Field(90, ge=0, le=36_500)
     """Blob bodies older than this may be pruned by ``holon ledger prune``; 0 keeps them forever."""
+
+
+#: URL schemes ``[storage] url`` accepts: SQLite (the embedded default) and PostgreSQL (RFC 0008).
+STORAGE_SCHEMES: dict[str, str] = {"sqlite": "sqlite", "postgresql": "postgresql", "postgres": "postgresql"}
+
+
+class StorageSettings(_Section):
+    """Where the ledger lives (RFC 0008): the home's SQLite file, or a PostgreSQL database."""
+
+    url: str = ""
+    """``sqlite:///PATH`` (SQLAlchemy's form: ``sqlite:////abs/holon.db``; a relative PATH is
+    under the home) or ``postgresql://USER@HOST:PORT/DB``. Empty: the home's own SQLite file,
+    ``sqlite:///<home>/holon.db``."""
+    connect_timeout_s: float = Field(5.0, gt=0, le=300)
+    """How long connecting to a PostgreSQL server may take before holon reports it unreachable."""
+    pool_size: int = Field(8, ge=1, le=256)
+    """PostgreSQL connections kept for readers and the API (the appender has its own)."""
+    prepare: bool = True
+    """Let psycopg prepare statements that run often; ``false`` behind PgBouncer in transaction mode."""
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            return value
+        scheme = value.split(":", 1)[0].lower() if ":" in value else ""
+        if scheme not in STORAGE_SCHEMES:
+            shown = f"scheme {scheme!r}" if scheme else "no scheme"
+            raise ValueError(
+                f"{shown} is not a storage engine holon knows; use sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
+            )
+        if STORAGE_SCHEMES[scheme] == "sqlite" and (not value.startswith(f"{scheme}:///") or value == f"{scheme}:///"):
+            raise ValueError("a SQLite URL is sqlite:///PATH (three slashes; sqlite:////abs/path for an absolute path)")
+        if STORAGE_SCHEMES[scheme] == "postgresql":
+            try:
+                urlsplit(value).port  # noqa: B018  # raises on a port that is not a number
+            except ValueError as e:
+                raise ValueError(f"not a PostgreSQL URL ({e}); use postgresql://USER@HOST:PORT/DB") from e
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class StorageTarget:
+    """A resolved ``[storage] url``: which engine, and its URL (a SQLite target has its file)."""
+
+    engine: Literal["sqlite", "postgresql"]
+    url: str
+    path: Path | None = None
+
+
+def storage_target(home: HomePaths, storage: StorageSettings) -> StorageTarget:
+    """The ledger's place for ``home``: ``storage.url`` resolved, the home's SQLite file by default.
+
+    A relative SQLite path is taken under the home (not the working directory), so a home keeps
+    meaning the same files wherever holon is started from."""
+    url = storage.url
+    if not url:
+        return StorageTarget("sqlite", f"sqlite:///{home.db}", home.db)
+    scheme, rest = url.split(":", 1)
+    if STORAGE_SCHEMES[scheme.lower()] == "postgresql":
+        return StorageTarget("postgresql", url)
+    raw = Path(rest[3:]).expanduser()
+    path = raw if raw.is_absolute() else home.root / raw
+    return StorageTarget("sqlite", f"sqlite:///{path}", path)
 
 
 #: Key variables of well-known providers (litellm's own names): agents may name these by default.
@@ -352,6 +421,7 @@ class Settings(BaseSettings):
     daemon: DaemonSettings = DaemonSettings()
     tools: ToolsSettings = ToolsSettings()
     local: LocalSettings = LocalSettings()
+    storage: StorageSettings = StorageSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -8,6 +8,7 @@ into one line on stderr and the exit code below, never a traceback.
     HolonError                      exit 1
     ├── ConfigError                 exit 2   bad config file, unknown key, bad value
     ├── UsageError                  exit 2   bad command-line input
+    ├── StorageUnavailable          exit 2   the storage server (PostgreSQL) cannot be reached
     ├── NotFoundError               exit 3   no such agent, event, blob, home
     │   └── HomeNotFoundError
     ├── ConflictError               exit 4   name taken, idempotency key reused differently
@@ -40,6 +41,7 @@ __all__ = [
     "ModelKeyMissing",
     "ModelNotConfigured",
     "NotFoundError",
+    "StorageUnavailable",
     "UsageError",
 ]
 
@@ -62,6 +64,15 @@ class ConfigError(HolonError):
 
 
 class UsageError(HolonError):
+    exit_code = 2
+
+
+class StorageUnavailable(HolonError):
+    """The ledger's database server does not answer (refused, timed out, name not resolved).
+
+    At start it is a configuration problem of the operator's (exit 2, one line naming host and
+    port, never the password); while running it is retryable (RFC 0008, "Lost mid-run")."""
+
     exit_code = 2
 
 

@@ -1,13 +1,21 @@
 """Shared fixtures: an isolated home per test, a FakeClock, an open ``Store``, the API server; and
-the reaper (tests/helpers/reaper.py), which stops every process a test leaves behind."""
+the reaper (tests/helpers/reaper.py), which stops every process a test leaves behind.
+
+PostgreSQL (tests/helpers/pg.py, RFC 0008 "Tests"): ``pg_db`` is this worker's migrated database,
+emptied before each test; ``pg_new_db`` makes a database of a test's own; ``engine`` is the fixture
+parameter over ``sqlite`` and ``postgresql`` a test opts into. None of them ever skips: a server
+that does not answer is an error, and the run fails if any ``postgresql`` test reports skipped."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 from helpers import reaper
@@ -24,6 +32,7 @@ from holon.testing.fake_llm import FakeLLM
 if TYPE_CHECKING:
     import httpx
     from helpers.api_server import ApiServer
+    from helpers.pg import PgDatabase
 
 # Property tests build real databases; a per-example deadline only adds flakiness on slow CI.
 hypothesis_settings.register_profile("holon", deadline=None, print_blob=True)
@@ -32,14 +41,68 @@ hypothesis_settings.load_profile("holon")
 
 def pytest_configure(config: pytest.Config) -> None:
     reaper.pytest_configure(config)
+    # One run id for the controller and its xdist workers (handed over in pytest_configure_node):
+    # the names of every PostgreSQL database this run makes carry it.
+    workerinput = getattr(config, "workerinput", None)
+    config.stash[_PG_RUN] = workerinput["holon_pg_run"] if workerinput else _new_run_id()
+
+
+_PG_RUN = pytest.StashKey[str]()
+_PG_SKIPPED: list[str] = []
+"""Node ids of ``postgresql`` tests reported skipped in this run."""
+_POSTGRESQL_PARAM = re.compile(r"\[(?:.*-)?postgresql(?:-.*)?\]$")
+"""A test id parametrized with ``postgresql`` (``test_x[postgresql]``, ``test_x[postgresql-3]``)."""
+
+
+def _new_run_id() -> str:
+    import secrets
+
+    return secrets.token_hex(4)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:  # Any: xdist's WorkerController
+    """xdist: hand the controller's run id to each worker."""
+    node.workerinput["holon_pg_run"] = node.config.stash[_PG_RUN]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Remember every ``postgresql``-parametrized test that reports skipped (on the controller,
+    which sees its workers' reports too)."""
+    if report.skipped and _POSTGRESQL_PARAM.search(report.nodeid):
+        _PG_SKIPPED.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The controller (or a run without workers) drops every database of the run, and fails the run
+    when a ``postgresql`` test was skipped: that half of the suite never passes by not running."""
+    config = session.config
+    if getattr(config, "workerinput", None) is not None:
+        return
+    import contextlib
+
+    with contextlib.suppress(Exception):  # psycopg missing or the server gone: nothing was created
+        from helpers import pg
+
+        pg.drop_run(config.stash[_PG_RUN])
+    if _PG_SKIPPED:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _PG_SKIPPED and getattr(terminalreporter.config, "workerinput", None) is None:
+        terminalreporter.section("postgresql tests skipped: the run fails", sep="=", red=True)
+        for nodeid in _PG_SKIPPED:
+            terminalreporter.write_line(f"{nodeid}: the PostgreSQL half of the suite must run, never skip")
 
 
 @pytest.fixture(autouse=True)
 def _hermetic_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test sees the developer's HOLON_* variables, nor the terminal size pytest-xdist's workers
-    set (COLUMNS=80 LINES=24: a serial run has none), so both runs format output alike."""
+    """No test sees the developer's HOLON_* variables (but HOLON_TEST_PG, the tests' PostgreSQL), nor
+    the terminal size pytest-xdist's workers set (COLUMNS=80 LINES=24: a serial run has none), so
+    both runs format output alike."""
     for var in list(os.environ):
-        if var.startswith("HOLON_") or var in ("COLUMNS", "LINES"):
+        if (var.startswith("HOLON_") and var != "HOLON_TEST_PG") or var in ("COLUMNS", "LINES"):
             monkeypatch.delenv(var)
 
 
@@ -127,3 +190,89 @@ def client(server: ApiServer) -> Iterator[httpx.Client]:
     """An httpx client of ``server`` (a test file's own ``server`` when it has one), token sent."""
     with server.client() as c:
         yield c
+
+
+# --- PostgreSQL (tests/helpers/pg.py) -----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_template(request: pytest.FixtureRequest) -> str:
+    """The run's migrated template database (made once per run by the first worker to ask)."""
+    from helpers import pg
+
+    try:
+        return pg.ensure_template(request.config.stash[_PG_RUN])
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)  # an error of every test that needs it, never a skip
+
+
+def _worker(request: pytest.FixtureRequest) -> str:
+    workerinput = getattr(request.config, "workerinput", None)
+    return str(workerinput["workerid"]) if workerinput else "main"
+
+
+@pytest.fixture(scope="session")
+def pg_worker_db(request: pytest.FixtureRequest, pg_template: str) -> Iterator[PgDatabase]:
+    """This worker's database, a copy of the template, dropped at the end of the session."""
+    from helpers import pg
+
+    db = pg.create_from_template(f"holon_w_{request.config.stash[_PG_RUN]}_{_worker(request)}", pg_template)
+    try:
+        yield db
+    finally:
+        pg.drop(db.name)
+
+
+@pytest.fixture
+def pg_db(request: pytest.FixtureRequest, pg_worker_db: PgDatabase) -> Iterator[PgDatabase]:
+    """A migrated PostgreSQL database with no rows: this worker's, emptied before the test; where the
+    test role may not switch triggers off (not a superuser), a fresh copy of the template instead."""
+    from helpers import pg
+
+    if pg.can_reset(pg_worker_db):
+        pg.reset(pg_worker_db)
+        yield pg_worker_db
+        return
+    own: Callable[..., PgDatabase] = request.getfixturevalue("pg_new_db")
+    yield own()
+
+
+@pytest.fixture
+def pg_new_db(request: pytest.FixtureRequest, pg_template: str) -> Iterator[Callable[..., PgDatabase]]:
+    """Make databases of the test's own: ``pg_new_db()`` migrated (from the template),
+    ``pg_new_db(migrated=False)`` empty; all dropped when the test ends."""
+    from helpers import pg
+
+    made: list[str] = []
+    counter = itertools.count(1)
+    prefix = f"holon_own_{request.config.stash[_PG_RUN]}_{_worker(request)}"
+
+    def make(*, migrated: bool = True) -> PgDatabase:
+        db = pg.create_from_template(f"{prefix}_{next(counter)}", pg_template if migrated else None)
+        made.append(db.name)
+        return db
+
+    try:
+        yield make
+    finally:
+        for name in made:
+            pg.drop(name)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineTarget:
+    """What the ``engine`` fixture gives a test: which engine, and the storage URL to use."""
+
+    name: Literal["sqlite", "postgresql"]
+    url: str
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request: pytest.FixtureRequest, home: HomePaths) -> EngineTarget:
+    """The fixture parameter over both engines (RFC 0008, "One fixture parameter"): the home's SQLite
+    file, or this worker's emptied PostgreSQL database. Tests opt in by taking it; the storage
+    fixtures (``home``, ``store``) follow it once the PostgreSQL engine is wired in (RFC 0008 step 4)."""
+    if request.param == "sqlite":
+        return EngineTarget("sqlite", f"sqlite:///{home.db}")
+    db: PgDatabase = request.getfixturevalue("pg_db")
+    return EngineTarget("postgresql", db.url)

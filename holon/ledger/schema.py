@@ -6,6 +6,9 @@ bridge a second storage engine starts from (RFC 0001, "The storage seam"). What 
 metadata can say is per engine: the ``events`` triggers that make the table append-only and
 gapless, and SQLite's ``STRICT`` tables.
 
+PostgreSQL's history is frozen text too (``holon.ledger.pg.migrations``, migration 1 rendered from
+``ddl("postgresql")``); ``tests/test_pg_migrations.py`` checks that database against these classes.
+
 SQLite's own DDL is history: ``holon.ledger.migrations`` holds the statements that built every
 existing database and never changes them. ``tests/test_migrations.py`` checks that these classes,
 the DDL they generate and the migrated database agree (columns, NOT NULL, keys, indexes), and that
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, Index, Integer, text
+from sqlalchemy import BigInteger, Index, Integer, String, text
 from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlmodel import Field, SQLModel
 
@@ -27,6 +30,18 @@ __all__ = ["BlobRow", "EventRow", "ProjectionCursorRow", "ProjectionRow", "Schem
 #: Microsecond times and sequence numbers outgrow 32 bits: BIGINT, except on SQLite where
 #: ``INTEGER`` is already 64-bit (and only ``INTEGER PRIMARY KEY`` is the rowid).
 Int64: Any = BigInteger().with_variant(Integer(), "sqlite")
+
+
+#: Text compared as bytes on every engine: SQLite compares text bytewise; PostgreSQL compares in the
+#: database's collation (``en_US.UTF-8`` orders ``a`` < ``B``), so key and label columns are
+#: ``COLLATE "C"`` there and any ``ORDER BY`` over them agrees across engines (RFC 0008,
+#: "Collation"). The SQLite DDL is unchanged (``VARCHAR``, as SQLModel's ``str`` renders it).
+#: Documents (``payload``, ``state``) are never compared or sorted: plain text.
+ByteText: Any = String().with_variant(String(collation="C"), "postgresql")
+
+
+def _text(*, primary_key: bool = False, unique: bool = False, nullable: bool = False) -> Any:  # Any: SQLModel's Field
+    return Field(default=None if nullable else ..., primary_key=primary_key, unique=unique, sa_type=ByteText)
 
 
 def _int64(*, primary_key: bool = False, nullable: bool = False) -> Any:  # Any: SQLModel's Field
@@ -46,20 +61,20 @@ class EventRow(SQLModel, table=True):
     )  # fmt: skip
 
     seq: int = _int64(primary_key=True)
-    id: str = Field(unique=True)
-    agent_id: str
-    type: str
+    id: str = _text(unique=True)
+    agent_id: str = _text()
+    type: str = _text()
     version: int
     ts_us: int = _int64()
-    origin: str
-    authority: str
-    turn_id: str | None = None
-    work_item_id: str | None = None
-    task_id: str | None = None
-    episode_id: str | None = None
-    idempotency_key: str | None = None
+    origin: str = _text()
+    authority: str = _text()
+    turn_id: str | None = _text(nullable=True)
+    work_item_id: str | None = _text(nullable=True)
+    task_id: str | None = _text(nullable=True)
+    episode_id: str | None = _text(nullable=True)
+    idempotency_key: str | None = _text(nullable=True)
     payload: str
-    hash: str
+    hash: str = _text()
 
 
 class BlobRow(SQLModel, table=True):
@@ -69,7 +84,7 @@ class BlobRow(SQLModel, table=True):
               postgresql_where=text("body IS NOT NULL")),
     )  # fmt: skip
 
-    hash: str = Field(primary_key=True)
+    hash: str = _text(primary_key=True)
     size: int = _int64()
     body: bytes | None = None
     created_us: int = _int64()
@@ -85,11 +100,11 @@ class ProjectionRow(SQLModel, table=True):
               postgresql_where=text("kind = 'agent'")),
     )  # fmt: skip
 
-    kind: str = Field(primary_key=True)
-    key: str = Field(primary_key=True)
-    agent_id: str
-    status: str | None = None
-    label: str | None = None
+    kind: str = _text(primary_key=True)
+    key: str = _text(primary_key=True)
+    agent_id: str = _text()
+    status: str | None = _text(nullable=True)
+    label: str | None = _text(nullable=True)
     seq: int = _int64()
     state: str
 
@@ -97,7 +112,7 @@ class ProjectionRow(SQLModel, table=True):
 class ProjectionCursorRow(SQLModel, table=True):
     __tablename__ = "projection_cursors"
 
-    name: str = Field(primary_key=True)
+    name: str = _text(primary_key=True)
     seq: int = _int64()
     version: int
 
@@ -106,7 +121,7 @@ class SchemaMigrationRow(SQLModel, table=True):
     __tablename__ = "schema_migrations"
 
     version: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
-    name: str
+    name: str = _text()
     applied_us: int = _int64()
 
 

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from holon.clock import Clock
-from holon.config import HomePaths, Settings, load_settings
-from holon.errors import HolonError, HomeNotFoundError
+from holon.config import HomePaths, Settings, load_settings, storage_target
+from holon.errors import ConfigError, HolonError, HomeNotFoundError
 from holon.logs import configure_logging, get_logger
 from holon.paths import private_dir, tighten, write_private
 from holon.projections import Store
 from holon.resources import default_config_text
 
-__all__ = ["InitResult", "init_home", "open_home"]
+__all__ = ["InitResult", "check_storage", "init_home", "open_home"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,7 @@ class InitResult:
 def init_home(paths: HomePaths, *, clock: Clock | None = None) -> InitResult:
     """Create ``paths`` with a config file, a migrated database, the log and agent folders and the
     operator's memory file (``memory/operator.md``, shared by every agent of the home)."""
+    check_storage(paths, load_settings(paths))  # before anything is made: a URL refused leaves no home behind
     created = not _exists(paths.db)
     try:
         for directory in (paths.root, paths.logs, paths.agents):
@@ -64,14 +65,34 @@ def open_home(
     Never creates a database: a missing, empty or foreign ``holon.db`` is an error. A home
     made before homes were private is tightened (directories 0700, files 0600) on the way in.
     """
+    settings: Settings = load_settings(paths)
+    check_storage(paths, settings)
     if not _exists(paths.db):
         raise HomeNotFoundError(f"no holon home at {paths.root} (run 'holon init' or pass --home)")
     for path in (paths.root, paths.logs, paths.agents, paths.config, paths.anchor, paths.logs / "holon.log"):
         tighten(path)
-    settings: Settings = load_settings(paths)
     if log:
         _configure(paths, settings, service=service)
     return Store.open(paths, settings, clock=clock, create=False, catch_up=catch_up)
+
+
+def check_storage(paths: HomePaths, settings: Settings) -> None:
+    """Refuse a ``[storage] url`` this holon cannot open yet, before anything touches a database.
+
+    The home's SQLite file is the one engine wired in (RFC 0008 builds PostgreSQL in steps): a
+    ``postgresql://`` URL exits 2 with one line (naming an unreachable server as such), and so does a
+    SQLite file other than the home's own. The storage open path (``Store.open``) takes this over
+    once it opens an engine from the URL."""
+    target = storage_target(paths, settings.storage)
+    if target.engine == "postgresql":
+        from holon.ledger.pg.start import refuse_until_wired
+
+        refuse_until_wired(target.url, timeout_s=settings.storage.connect_timeout_s)
+    if target.path != paths.db:
+        raise ConfigError(
+            f"storage.url names the SQLite file {target.path}; only the home's own file ({paths.db}) is supported "
+            "yet: leave [storage] url empty"
+        )
 
 
 def _exists(path: Path) -> bool:

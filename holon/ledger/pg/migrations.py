@@ -1,0 +1,230 @@
+"""The PostgreSQL schema's history: named, ordered migrations, each applied once in its own transaction.
+
+As on SQLite (``holon.ledger.migrations``) a migration is frozen text: what built a database never
+changes when the SQLModel classes change later. Migration 1 is ``holon.ledger.schema.ddl
+("postgresql")`` as it rendered when it was written (text keys in ``COLLATE "C"``, so that
+ordering agrees with SQLite's bytewise comparison), plus what no portable metadata can say
+(RFC 0008, "Append-only and gapless in the database"):
+
+* ``events`` is append-only: row triggers refuse UPDATE and DELETE, and a statement trigger refuses
+  TRUNCATE (which fires no row trigger);
+* ``events`` is gapless in one total order: the row trigger takes the ledger lock itself (a no-op
+  for the writer already holding it), so any client, ``psql`` included, is serialized, then checks
+  the new ``seq`` against the head, read after the lock in a fresh READ COMMITTED snapshot;
+* ``holon_begin_append()`` takes the ledger lock and reads the head in one round trip.
+
+``migrate`` serializes concurrent runners with a second advisory lock (``MIGRATION_LOCK``) instead
+of SQLite's ``BEGIN IMMEDIATE`` and refuses a database whose schema is newer than this code.
+``tests/test_pg_migrations.py`` checks the migrated database against the SQLModel classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from holon.errors import MigrationError
+
+__all__ = ["LEDGER_LOCK", "MIGRATIONS", "MIGRATION_LOCK", "Migration", "current_version", "latest_version", "migrate"]
+
+LEDGER_LOCK = 0x686F6C6F6E
+"""The transaction-level advisory lock every append holds ("holon" in ASCII). Advisory locks are
+per database, so two holon databases on one server never contend."""
+MIGRATION_LOCK = LEDGER_LOCK + 1
+"""Held by whoever applies migrations, one step at a time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+# Bookkeeping first (its own statement, created by ``migrate`` before migration 1 so that the
+# step can be recorded): the ``schema_migrations`` table as ``ddl("postgresql")`` renders it.
+_BOOKKEEPING = """
+    CREATE TABLE schema_migrations (
+        version INTEGER NOT NULL,
+        name VARCHAR COLLATE "C" NOT NULL,
+        applied_us BIGINT NOT NULL,
+        PRIMARY KEY (version)
+    )
+    """
+
+_TABLES: tuple[str, ...] = (
+    # --- holon.ledger.schema.ddl("postgresql") as rendered for this migration (whitespace aside,
+    # schema_migrations apart); frozen ---
+    """
+    CREATE TABLE blobs (
+        hash VARCHAR COLLATE "C" NOT NULL,
+        size BIGINT NOT NULL,
+        body BYTEA,
+        created_us BIGINT NOT NULL,
+        referenced_us BIGINT NOT NULL,
+        pruned_us BIGINT,
+        PRIMARY KEY (hash)
+    )
+    """,
+    "CREATE INDEX blobs_referenced ON blobs (referenced_us) WHERE body IS NOT NULL",
+    """
+    CREATE TABLE events (
+        seq BIGINT NOT NULL,
+        id VARCHAR COLLATE "C" NOT NULL,
+        agent_id VARCHAR COLLATE "C" NOT NULL,
+        type VARCHAR COLLATE "C" NOT NULL,
+        version INTEGER NOT NULL,
+        ts_us BIGINT NOT NULL,
+        origin VARCHAR COLLATE "C" NOT NULL,
+        authority VARCHAR COLLATE "C" NOT NULL,
+        turn_id VARCHAR COLLATE "C",
+        work_item_id VARCHAR COLLATE "C",
+        task_id VARCHAR COLLATE "C",
+        episode_id VARCHAR COLLATE "C",
+        idempotency_key VARCHAR COLLATE "C",
+        payload VARCHAR NOT NULL,
+        hash VARCHAR COLLATE "C" NOT NULL,
+        PRIMARY KEY (seq),
+        UNIQUE (id)
+    )
+    """,
+    "CREATE INDEX events_agent ON events (agent_id, seq)",
+    "CREATE INDEX events_agent_type ON events (agent_id, type, seq, turn_id)",
+    "CREATE UNIQUE INDEX events_idempotency ON events (idempotency_key) WHERE idempotency_key IS NOT NULL",
+    """
+    CREATE TABLE projection_cursors (
+        name VARCHAR COLLATE "C" NOT NULL,
+        seq BIGINT NOT NULL,
+        version INTEGER NOT NULL,
+        PRIMARY KEY (name)
+    )
+    """,
+    """
+    CREATE TABLE projection_rows (
+        kind VARCHAR COLLATE "C" NOT NULL,
+        key VARCHAR COLLATE "C" NOT NULL,
+        agent_id VARCHAR COLLATE "C" NOT NULL,
+        status VARCHAR COLLATE "C",
+        label VARCHAR COLLATE "C",
+        seq BIGINT NOT NULL,
+        state VARCHAR NOT NULL,
+        PRIMARY KEY (kind, key)
+    )
+    """,
+    "CREATE UNIQUE INDEX projection_agent_name ON projection_rows (label) WHERE kind = 'agent'",
+    "CREATE INDEX projection_rows_agent ON projection_rows (kind, agent_id)",
+)
+
+_GUARDS: tuple[str, ...] = (
+    """
+    CREATE FUNCTION holon_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      RAISE EXCEPTION 'events are append-only: % refused', TG_OP USING ERRCODE = 'P0001';
+    END $$
+    """,
+    "CREATE TRIGGER events_no_update BEFORE UPDATE ON events FOR EACH ROW EXECUTE FUNCTION holon_refuse()",
+    "CREATE TRIGGER events_no_delete BEFORE DELETE ON events FOR EACH ROW EXECUTE FUNCTION holon_refuse()",
+    "CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events FOR EACH STATEMENT EXECUTE FUNCTION holon_refuse()",
+    f"""
+    CREATE FUNCTION holon_gapless() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE head BIGINT;
+    BEGIN
+      PERFORM pg_advisory_xact_lock({LEDGER_LOCK});
+      SELECT seq INTO head FROM events ORDER BY seq DESC LIMIT 1;
+      IF NEW.seq IS DISTINCT FROM coalesce(head, 0) + 1 THEN
+        RAISE EXCEPTION 'events.seq must be the next sequence number (% after %)', NEW.seq, coalesce(head, 0)
+          USING ERRCODE = 'P0002';
+      END IF;
+      RETURN NEW;
+    END $$
+    """,
+    "CREATE TRIGGER events_gapless BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION holon_gapless()",
+    f"""
+    CREATE FUNCTION holon_begin_append(OUT head_seq BIGINT, OUT head_hash TEXT, OUT head_ts_us BIGINT)
+    LANGUAGE plpgsql AS $$
+    BEGIN
+      PERFORM pg_advisory_xact_lock({LEDGER_LOCK});
+      SELECT seq, hash, ts_us INTO head_seq, head_hash, head_ts_us FROM events ORDER BY seq DESC LIMIT 1;
+      IF head_seq IS NULL THEN
+        head_seq := 0; head_hash := repeat('0', 64); head_ts_us := 0;
+      END IF;
+    END $$
+    """,
+)
+
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, "ledger", _TABLES + _GUARDS),)
+
+
+def latest_version() -> int:
+    return MIGRATIONS[-1].version
+
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+def _has_bookkeeping(conn: Conn) -> bool:
+    row = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def current_version(conn: Conn) -> int:
+    """The highest applied migration (0 for a database without holon's schema)."""
+    if not _has_bookkeeping(conn):
+        return 0
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _check_not_newer(conn: Conn) -> None:
+    have, latest = current_version(conn), latest_version()
+    if have > latest:
+        raise MigrationError(
+            f"the PostgreSQL database's schema v{have} is newer than this holon (v{latest}); upgrade holon"
+        )
+
+
+def migrate(conn: Conn, *, now_us: int, target: int | None = None, create: bool = True) -> list[int]:
+    """Apply pending migrations up to ``target`` (default: all); returns the versions applied.
+
+    ``conn`` must be in autocommit mode (each step is its own transaction). Safe beside other
+    runners: each step takes ``MIGRATION_LOCK`` and re-checks its row. With ``create=False`` the
+    database must already hold holon's schema: an empty or foreign database is never turned
+    into a ledger silently."""
+    if not conn.autocommit:
+        raise ValueError("migrate needs an autocommit connection (each migration is its own transaction)")
+    applied: list[int] = []
+    step = "the schema check"
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            if not _has_bookkeeping(conn):
+                if not create:
+                    raise MigrationError(
+                        "the PostgreSQL database holds no holon schema (no schema_migrations table); not creating one"
+                    )
+                conn.execute(_BOOKKEEPING)
+            _check_not_newer(conn)
+        for m in MIGRATIONS:
+            if target is not None and m.version > target:
+                break
+            step = f"migration {m.version} ({m.name})"
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                _check_not_newer(conn)  # another runner may have moved on meanwhile
+                done = conn.execute("SELECT 1 FROM schema_migrations WHERE version = %s", (m.version,)).fetchone()
+                if done is not None:
+                    continue
+                for statement in m.statements:
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_us) VALUES (%s, %s, %s)",
+                    (m.version, m.name, now_us),
+                )
+                applied.append(m.version)
+    except psycopg.OperationalError:
+        raise  # the server went away: not a problem of the schema (the caller translates it)
+    except psycopg.Error as e:
+        raise MigrationError(f"{step} failed on PostgreSQL: {str(e).strip().splitlines()[0]}") from e
+    return applied
