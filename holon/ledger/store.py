@@ -34,11 +34,12 @@ from holon.ledger.codec import (
     encode_payload,
 )
 from holon.ledger.damage import empty_file_error, file_state, inspect_existing, translate
-from holon.ledger.db import Database
+from holon.ledger.db import Database, SqliteConn
 from holon.ledger.envelope import EVENT_FIELDS, GENESIS_HASH, Event, NewEvent, header_values
 from holon.ledger.events import BlobRef, LargeText, Payload
 from holon.ledger.migrations import create_database, migrate
 from holon.ledger.query import EventKey, EventQuery
+from holon.ledger.sql import Conn, Params, Row
 from holon.ledger.verify import QUICK_CHECK_SKIPPED, check_anchor, quick_check, tail_check, verify_rows
 from holon.paths import tighten
 
@@ -120,9 +121,11 @@ def _decode(seq: int, type_: str, version: int, payload: str | bytes) -> Payload
 class Transaction:
     """An open write transaction. Obtain one from ``Ledger.transaction()``."""
 
-    def __init__(self, ledger: Ledger, conn: sqlite3.Connection, head_seq: int, head_hash: str) -> None:
+    def __init__(self, ledger: Ledger, conn: Conn, head_seq: int, head_hash: str) -> None:
         self.ledger = ledger
-        self.conn = conn
+        self.conn: Conn = conn
+        """The transaction's connection, for projections' own rows: engine-neutral SQL only
+        (``holon.ledger.sql``); events are written through ``append``, read through ``find``."""
         self.head_seq = head_seq
         self.head_hash = head_hash
         self.appended: list[Event] = []
@@ -155,7 +158,7 @@ class Transaction:
                 now = self.ledger.clock.now_us()
                 self.conn.executemany(_INSERT_BLOB, [(b.hash, len(b.data), b.data, now, now) for b in blobs])
             self.conn.executemany(EVENT_INSERT, rows)
-        except sqlite3.IntegrityError as e:
+        except self.conn.IntegrityError as e:
             raise LedgerError(f"append refused by the database: {e}") from e
         return out
 
@@ -301,7 +304,7 @@ class Ledger:
         self._conn = self._open(create=create)
         self._refusal = self._check_anchor_on_open()
 
-    def _open(self, *, create: bool) -> sqlite3.Connection:
+    def _open(self, *, create: bool) -> SqliteConn:
         """Connect, creating the file only when it is absent and ``create`` is set (``holon init``).
 
         An empty (0-byte) file or a SQLite file without holon's schema is refused, never migrated
@@ -413,7 +416,7 @@ class Ledger:
     # --- reading ----------------------------------------------------------------------------
 
     @staticmethod
-    def _head(conn: sqlite3.Connection) -> tuple[int, str]:
+    def _head(conn: Conn) -> tuple[int, str]:
         row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
         return (0, GENESIS_HASH) if row is None else (row[0], row[1])
 
@@ -594,12 +597,19 @@ class Ledger:
         with self._lock:
             return self._conn.execute(sql, (after, upto, turn_id)).fetchone() is not None
 
-    def query(
-        self, sql: str, params: tuple[object, ...] | list[object] = ()
-    ) -> list[tuple[Any, ...]]:  # Any: a sqlite3 row's values
-        """Run a read query on the ledger's connection (for projection reads on hot paths)."""
+    def query(self, sql: str, params: Params = ()) -> list[Row]:
+        """Run a read query on the ledger's connection (for projection reads on hot paths); the
+        SQL is engine-neutral (``holon.ledger.sql``)."""
         with self._lock:
-            return self._conn.execute(sql, params).fetchall()
+            return self._conn.fetchall(sql, params)
+
+    def has_table(self, name: str) -> bool:
+        """Whether the ledger's database holds a table ``name`` (a projection's bookkeeping)."""
+        with self._lock:
+            return (
+                self._conn.fetchone("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+                is not None
+            )
 
     def payload_text(self, seq: int) -> str:
         with self._lock:

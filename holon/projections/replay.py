@@ -12,13 +12,13 @@ here; ``holon ledger verify`` checks every row.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from holon.errors import EventValidationError
 from holon.ledger.envelope import EVENT_FIELDS
+from holon.ledger.sql import Conn
 from holon.ledger.store import row_to_event
 from holon.projections.fold import Key, fold_event, needs_decoding, row_columns, state_json
 from holon.projections.framework import read_cursor
@@ -49,7 +49,7 @@ class ReplayResult:
     """Events that could not be decoded (a damaged payload): ``(seq, reason)``, at most 100."""
 
 
-def replay(conn: sqlite3.Connection, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+def replay(conn: Conn, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
     """Rebuild projections from seq 0 on ``conn`` (a connection of its own) and compare."""
     conn.execute("BEGIN")
     try:
@@ -80,22 +80,24 @@ def replay(conn: sqlite3.Connection, *, progress: Callable[[int, int], None] | N
                 progress(count, head)
         elapsed = time.perf_counter() - started
         conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS replay_rows ({_COLS}, PRIMARY KEY (kind, key))")
-        conn.execute("DELETE FROM temp.replay_rows")
+        conn.execute("DELETE FROM replay_rows")
         scratch = []
         for key, state in states.items():
             if state is None:
                 continue
             agent_id, status, label = row_columns(key[0], state)
             scratch.append((key[0], key[1], agent_id, status, label, seqs[key], state_json(state)))
-        conn.executemany(f"INSERT INTO temp.replay_rows ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)", scratch)
+        conn.executemany(f"INSERT INTO replay_rows ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)", scratch)
+        # Unqualified names (a TEMP table shadows any other of its name) and named subqueries:
+        # the SQL both engines accept.
         diff_sql = (
-            f"SELECT kind, key FROM (SELECT {_COLS} FROM main.projection_rows EXCEPT SELECT {_COLS} FROM temp.replay_rows) "
-            f"UNION SELECT kind, key FROM (SELECT {_COLS} FROM temp.replay_rows EXCEPT SELECT {_COLS} FROM main.projection_rows)"
+            f"SELECT kind, key FROM (SELECT {_COLS} FROM projection_rows EXCEPT SELECT {_COLS} FROM replay_rows) AS lost "
+            f"UNION SELECT kind, key FROM (SELECT {_COLS} FROM replay_rows EXCEPT SELECT {_COLS} FROM projection_rows) AS extra"
         )
         diffs = conn.execute(diff_sql).fetchall()
         cursor = read_cursor(conn, CURSOR_NAME)
         cursor_ok = (cursor.seq if cursor else 0) == head
-        conn.execute("DROP TABLE temp.replay_rows")
+        conn.execute("DROP TABLE replay_rows")
     finally:
         conn.execute("ROLLBACK")
     return ReplayResult(
