@@ -9,6 +9,11 @@ migrations) and the ledger's ``blobs`` and ``schema_migrations``, and every ``js
 by their owner only (``TABLE_OWNERS``: ``search_*`` by ``holon.memory``, ``evolve_*`` by
 ``holon.evolve``), whether through ``ledger.query(...)`` or anything else. Reads go through
 ``EventQuery`` and the named reads of ``Ledger`` and ``Store`` instead (RFC 0001, "The storage seam").
+
+And ``sqlite3`` is imported only by the engines (``holon/ledger/sqlite/``, later ``holon/ledger/pg/``)
+and the search index's SQLite sidecar (``holon/memory/``), with the benchmarks' raw-SQLite peers
+listed by name (``SQLITE3_ALLOWED``): everything else runs on ``holon.ledger.sql.Conn`` and
+``holon.ledger.engine.Engine`` (RFC 0008, "The engine seam").
 """
 
 from __future__ import annotations
@@ -161,6 +166,62 @@ def test_each_owned_table_is_named_in_sql_by_its_owner_only(prefix: str) -> None
         if pattern.search(text)
     ]
     assert found == [], f"{prefix}* tables belong to holon.{TABLE_OWNERS[prefix]}"
+
+
+SQLITE3_HOMES = ("ledger/sqlite/", "ledger/pg/", "memory/")
+"""Where ``sqlite3`` may be imported: the SQLite engine, the PostgreSQL engine (which will keep a
+node-local sidecar) and the search index, which stays on SQLite whatever holds the ledger (RFC
+0008, decision 5). Everything else reaches storage through ``Ledger``, ``Transaction.conn``
+(``holon.ledger.sql.Conn``) and ``holon.ledger.engine.Engine``."""
+
+SQLITE3_ALLOWED: dict[str, str] = {
+    "bench/ledger.py": "the benchmark's physical baseline: raw sqlite3 inserts into the same events table",
+    "bench/ledger_peers.py": "the raw-sqlite3 peers holon's append is measured against",
+    "bench/search.py": "sizes of the index tables (dbstat) and the SQLite version, reported beside the figures",
+    "bench/search_peers.py": "the raw FTS5 peer the search engine is measured against, in a database of its own",
+}
+"""Modules outside ``SQLITE3_HOMES`` that import ``sqlite3``, each with its reason."""
+
+
+def _imports(tree: ast.Module, module: str) -> Iterator[int]:
+    """Lines of ``import module`` / ``from module import ...`` (a submodule counts)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
+            names = [node.module]
+        else:
+            continue
+        if any(n == module or n.startswith(f"{module}.") for n in names):
+            yield node.lineno
+
+
+def _sqlite3_importers() -> list[str]:
+    return [
+        f"holon/{rel}:{line}"
+        for rel, tree in _parsed()
+        if not rel.startswith(SQLITE3_HOMES) and rel not in SQLITE3_ALLOWED
+        for line in _imports(tree, "sqlite3")
+    ]
+
+
+def test_sqlite3_is_imported_only_by_the_engines_and_the_search_sidecar() -> None:
+    assert _sqlite3_importers() == [], (
+        "reach storage through Ledger, Transaction.conn (holon.ledger.sql.Conn) or the Engine; "
+        "SQLite specifics live in holon/ledger/sqlite/"
+    )
+
+
+def test_the_sqlite3_allowlist_names_only_files_that_still_import_it() -> None:
+    trees = dict(_parsed())
+    assert [rel for rel in SQLITE3_ALLOWED if rel not in trees or not any(_imports(trees[rel], "sqlite3"))] == []
+
+
+def test_the_import_scan_sees_what_it_must() -> None:
+    tree = ast.parse(
+        "import sqlite3\nimport os, sqlite3 as s\nfrom sqlite3 import Error\nfrom sqlite3x import y\nimport sqlite30\n"
+    )
+    assert list(_imports(tree, "sqlite3")) == [1, 2, 3]
 
 
 def test_no_payload_json_decoded_outside_the_ledger() -> None:

@@ -6,7 +6,7 @@ bridge a second storage engine starts from (RFC 0001, "The storage seam"). What 
 metadata can say is per engine: the ``events`` triggers that make the table append-only and
 gapless, and SQLite's ``STRICT`` tables.
 
-SQLite's own DDL is history: ``holon.ledger.migrations`` holds the statements that built every
+SQLite's own DDL is history: ``holon.ledger.sqlite.migrations`` holds the statements that built every
 existing database and never changes them. ``tests/test_migrations.py`` checks that these classes,
 the DDL they generate and the migrated database agree (columns, NOT NULL, keys, indexes), and that
 the ``events`` columns are the envelope's ``EVENT_FIELDS`` in order.

@@ -29,10 +29,11 @@ __all__ = ["ReplayResult", "replay"]
 
 _COLS = "kind, key, agent_id, status, label, seq, state"
 # The payload as bytes: one that is no longer UTF-8 fails its own row's decoding, not the whole query.
-_SELECT = (
-    f"SELECT {', '.join('CAST(payload AS BLOB)' if f == 'payload' else f for f in EVENT_FIELDS)} FROM events "
-    "WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000"
-)
+
+
+def _select(text_bytes: Callable[[str], str]) -> str:
+    columns = ", ".join(text_bytes("payload") if f == "payload" else f for f in EVENT_FIELDS)
+    return f"SELECT {columns} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +50,13 @@ class ReplayResult:
     """Events that could not be decoded (a damaged payload): ``(seq, reason)``, at most 100."""
 
 
-def replay(conn: Conn, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
-    """Rebuild projections from seq 0 on ``conn`` (a connection of its own) and compare."""
+def replay(
+    conn: Conn, *, text_bytes: Callable[[str], str], progress: Callable[[int, int], None] | None = None
+) -> ReplayResult:
+    """Rebuild projections from seq 0 on ``conn`` (a connection of its own) and compare.
+
+    ``text_bytes`` is the engine's ``Engine.text_bytes``: payloads are read as their stored bytes."""
+    select = _select(text_bytes)
     conn.execute("BEGIN")
     try:
         head = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
@@ -60,7 +66,7 @@ def replay(conn: Conn, *, progress: Callable[[int, int], None] | None = None) ->
         bad: list[tuple[int, str]] = []
         started = time.perf_counter()
         while True:
-            rows = conn.execute(_SELECT, (after, head)).fetchall()
+            rows = conn.execute(select, (after, head)).fetchall()
             if not rows:
                 break
             for raw in rows:
