@@ -72,9 +72,9 @@ def test_open_creates_only_when_asked_and_migrates_once(engine_factory: EngineFa
     engine = engine_factory("ledger")
     assert not engine.exists()
     with pytest.raises(LedgerError, match="no ledger database"):
-        engine.open(create=False, now_us=1)
+        engine.open(create=False, now_us=lambda: 1)
     assert not engine.exists()
-    assert engine.open(create=True, now_us=1) is True
+    assert engine.open(create=True, now_us=lambda: 1) is True
     assert engine.exists()
     assert engine.migrate(now_us=2) == []
     conn = engine.connection()
@@ -82,12 +82,12 @@ def test_open_creates_only_when_asked_and_migrates_once(engine_factory: EngineFa
     assert engine.has_table(conn, "events") and engine.has_table(conn, "projection_rows")
     assert not engine.has_table(conn, "no_such_table")
     again = engine_factory("ledger")  # another process on the same database
-    assert again.open(create=True, now_us=3) is False
+    assert again.open(create=True, now_us=lambda: 3) is False
 
 
 def test_an_empty_ledger_has_the_genesis_head(engine_factory: EngineFactory) -> None:
     engine = engine_factory("ledger")
-    engine.open(create=True, now_us=1)
+    engine.open(create=True, now_us=lambda: 1)
     assert engine.head(engine.connection()) == (0, GENESIS_HASH, 0)
     conn, head = engine.begin_append()
     assert head == (0, GENESIS_HASH, 0)
@@ -124,7 +124,7 @@ def test_rows_are_stored_and_read_back_as_they_are(engine_factory: EngineFactory
     )
 
     copy = engine_factory("copy")
-    copy.open(create=True, now_us=1)
+    copy.open(create=True, now_us=lambda: 1)
     assert copy.load_rows(rows) == 5
     assert [tuple(r) for r in copy.read_rows(copy.connection(), 0, limit=100)] == [tuple(r) for r in rows]
     copied = _ledger(copy)
@@ -240,7 +240,7 @@ def test_blobs_are_stored_read_and_pruned(engine_factory: EngineFactory) -> None
 
 def test_translate_names_only_driver_errors(engine_factory: EngineFactory) -> None:
     engine = engine_factory("ledger")
-    engine.open(create=True, now_us=1)
+    engine.open(create=True, now_us=lambda: 1)
     assert engine.translate(ValueError("not a database error")) is None
     conn = engine.connection()
     with pytest.raises(conn.Error) as caught:

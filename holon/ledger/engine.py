@@ -23,7 +23,7 @@ Rules every implementation keeps, checked by ``tests/test_engine_contract.py``:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -75,10 +75,12 @@ class Engine(Protocol):
         neither created nor opened (a 0-byte file, a directory in its place)."""
         ...
 
-    def open(self, *, create: bool, now_us: int) -> bool:
+    def open(self, *, create: bool, now_us: Callable[[], int]) -> bool:
         """Create the database when it does not exist and ``create`` is set (else ``LedgerError``),
         refuse one without holon's schema, connect, and migrate forwards. Returns whether this call
-        created it. Driver errors become ``LedgerError``/``MigrationError`` naming ``location``."""
+        created it. Driver errors become ``LedgerError``/``MigrationError`` naming ``location``.
+        ``now_us`` (the ledger's clock) is read when the database is created and when it is
+        migrated, once each, as before the engine seam (a fake clock's readings stay the same)."""
         ...
 
     def migrate(self, *, now_us: int) -> list[int]:

@@ -274,7 +274,7 @@ class Ledger:
                     f"it) says {mark.seq} events were committed: restore the database from a backup, or remove the "
                     "anchor to start an empty ledger"
                 )
-        created = engine.open(create=create, now_us=self.clock.now_us())
+        created = engine.open(create=create, now_us=self.clock.now_us)
         if created and anchor is not None:
             anchor.reset(0, GENESIS_HASH)
         return engine.connection()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Final
 
@@ -85,7 +85,7 @@ class SqliteEngine:
             raise empty_file_error(self.db.path)
         return state == "present"
 
-    def open(self, *, create: bool, now_us: int) -> bool:
+    def open(self, *, create: bool, now_us: Callable[[], int]) -> bool:
         """Connect, creating the file only when it is absent and ``create`` is set (``holon init``).
 
         An empty (0-byte) file or a SQLite file without holon's schema is refused, never migrated
@@ -97,7 +97,7 @@ class SqliteEngine:
             if not create:
                 raise LedgerError(f"there is no ledger database at {path} (run 'holon init')")
             try:
-                created = create_database(path, now_us=now_us)
+                created = create_database(path, now_us=now_us())
             except OSError as e:
                 raise LedgerError(f"cannot create the ledger database {path}: {e.strerror}") from e
             except sqlite3.Error as e:
@@ -107,7 +107,7 @@ class SqliteEngine:
         try:
             inspect_existing(path)
             self._conn = self.db.connection()
-            self.migrate(now_us=now_us, create=False)
+            self.migrate(now_us=now_us(), create=False)
         except LedgerError:
             self.close()
             raise
