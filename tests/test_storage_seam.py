@@ -224,6 +224,50 @@ def test_the_import_scan_sees_what_it_must() -> None:
     assert list(_imports(tree, "sqlite3")) == [1, 2, 3]
 
 
+SQLITE_ONLY_SQL = re.compile(
+    r"\binsert\s+or\s+(?:ignore|replace)\b|\bsqlite_\w+|\bpragma\s|\bjson_(?:extract|each)\b|\bindexed\s+by\b"
+    r"|\b(?:temp|main)\.\w|\bautoincrement\b|\bstrict\b",
+    re.IGNORECASE,
+)
+"""Constructs only SQLite accepts. SQL above the engine (``holon.projections``, ``holon.evolve``) is
+written in the subset SQLite and PostgreSQL share (``holon.ledger.sql``); what cannot be common
+is an ``Engine`` method (RFC 0008, step 1). ``holon.memory`` keeps its SQLite SQL (its sidecar)."""
+
+COMMON_SQL_PACKAGES = ("projections", "evolve")
+SQLITE_ONLY_ALLOWED: dict[str, str] = {
+    "projections/framework.py": "STRICT appended to projection_migrations' DDL on SQLite only (conn.dialect)",
+}
+
+
+def test_sql_above_the_engine_is_in_the_common_subset() -> None:
+    found = [
+        f"holon/{rel}:{line}: {text.strip()[:80]!r}"
+        for rel, tree in _parsed()
+        if rel.split("/", 1)[0] in COMMON_SQL_PACKAGES and rel not in SQLITE_ONLY_ALLOWED
+        for line, text in _strings(tree)
+        if SQLITE_ONLY_SQL.search(text)
+    ]
+    assert found == [], "write SQL both SQLite and PostgreSQL accept, or ask the engine (holon.ledger.engine)"
+    trees = dict(_parsed())
+    stale = [rel for rel in SQLITE_ONLY_ALLOWED if not any(SQLITE_ONLY_SQL.search(t) for _, t in _strings(trees[rel]))]
+    assert stale == [], "an allowlisted module no longer needs it"
+
+
+def test_the_common_subset_scan_sees_what_it_must() -> None:
+    bad = [
+        "INSERT OR IGNORE INTO t VALUES (?)",
+        "SELECT 1 FROM sqlite_master",
+        "PRAGMA page_count",
+        "SELECT json_extract(payload, '$.x')",
+        "FROM events INDEXED BY events_agent_type",
+        "DELETE FROM temp.replay_rows",
+        "CREATE TABLE t (x) STRICT",
+    ]
+    good = ["INSERT INTO t VALUES (?) ON CONFLICT (k) DO NOTHING", "SELECT main_id FROM t", "CREATE TEMP TABLE x (y)"]
+    assert [q for q in bad if not SQLITE_ONLY_SQL.search(q)] == []
+    assert [q for q in good if SQLITE_ONLY_SQL.search(q)] == []
+
+
 def test_no_payload_json_decoded_outside_the_ledger() -> None:
     found = [f"holon/{rel}:{line}" for rel, tree in _modules() if rel not in ALLOWED for line in _payload_loads(tree)]
     assert found == [], "payloads are decoded (and upcast) by the codec: read Event.payload"
