@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from holon.errors import LedgerError
 from holon.ledger.codec import BlobBody
@@ -41,8 +41,15 @@ __all__ = ["QUICK_CHECK_SKIPPED", "Engine", "Head", "LedgerStats", "translate"]
 QUICK_CHECK_SKIPPED = "quick_check skipped: over its time budget"
 """What ``Engine.verify_pages`` returns when its budget ran out first (the check counts as passed)."""
 
-Head = tuple[int, str, int]
-"""The ledger's head as ``(seq, hash, ts_us)``; ``(0, GENESIS_HASH, 0)`` when it is empty."""
+
+class Head(NamedTuple):
+    """The last committed event as the append lock's holder sees it; ``(0, GENESIS_HASH, 0)`` when
+    the ledger is empty. ``ts_us`` lets a writer keep time in the ledger from going backwards
+    across machines whose clocks disagree (RFC 0008, "Timestamps across machines")."""
+
+    seq: int
+    hash: str
+    ts_us: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ _INSERT_BLOB = (
     "pruned_us = CASE WHEN blobs.body IS NULL THEN NULL ELSE blobs.pruned_us END"
 )
 _HEAD = "SELECT seq, hash, ts_us FROM events ORDER BY seq DESC LIMIT 1"
-_EMPTY_HEAD: Final = (0, GENESIS_HASH, 0)
+_EMPTY_HEAD: Final = Head(0, GENESIS_HASH, 0)
 
 # Reads on the hot path of the API's reply tracking. They walk the covering index
 # ``events_agent_type`` (migration 4) and look into the payload with SQLite's JSON functions, so
@@ -171,7 +171,7 @@ class SqliteEngine:
 
     def head(self, conn: Conn) -> Head:
         row = conn.execute(_HEAD).fetchone()
-        return _EMPTY_HEAD if row is None else (row[0], row[1], row[2])
+        return _EMPTY_HEAD if row is None else Head(row[0], row[1], row[2])
 
     def load_rows(self, rows: Iterable[Row]) -> int:
         conn = self.connection()
