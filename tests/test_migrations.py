@@ -15,8 +15,8 @@ from holon.ledger import GENESIS_HASH, Database, Ledger, NewEvent
 from holon.ledger import events as ev
 from holon.ledger.codec import chain_hash, encode_payload, envelope_header
 from holon.ledger.envelope import header_of
-from holon.ledger.migrations import MIGRATIONS, current_version, migrate
 from holon.ledger.schema import BlobRow, EventRow, ProjectionCursorRow, ProjectionRow, SchemaMigrationRow
+from holon.ledger.sqlite.migrations import MIGRATIONS, current_version, migrate
 from holon.ledger.store import EVENT_INSERT, event_row
 from holon.projections import Store
 

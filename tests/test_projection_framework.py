@@ -16,7 +16,7 @@ from helpers.memsearch import answer, say
 from holon.errors import MigrationError
 from holon.evolve.jobs import JobQueue
 from holon.ledger import EventQuery, Transaction
-from holon.ledger.migrations import MIGRATIONS as LEDGER_MIGRATIONS
+from holon.ledger.sqlite.migrations import MIGRATIONS as LEDGER_MIGRATIONS
 from holon.memory import index as search_index
 from holon.memory.access import search_memory
 from holon.memory.index import SearchIndex

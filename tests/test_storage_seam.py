@@ -9,6 +9,11 @@ migrations) and the ledger's ``blobs`` and ``schema_migrations``, and every ``js
 by their owner only (``TABLE_OWNERS``: ``search_*`` by ``holon.memory``, ``evolve_*`` by
 ``holon.evolve``), whether through ``ledger.query(...)`` or anything else. Reads go through
 ``EventQuery`` and the named reads of ``Ledger`` and ``Store`` instead (RFC 0001, "The storage seam").
+
+And ``sqlite3`` is imported only by the engines (``holon/ledger/sqlite/``, later ``holon/ledger/pg/``)
+and the search index's SQLite sidecar (``holon/memory/``), with the benchmarks' raw-SQLite peers
+listed by name (``SQLITE3_ALLOWED``): everything else runs on ``holon.ledger.sql.Conn`` and
+``holon.ledger.engine.Engine`` (RFC 0008, "The engine seam").
 """
 
 from __future__ import annotations
@@ -161,6 +166,106 @@ def test_each_owned_table_is_named_in_sql_by_its_owner_only(prefix: str) -> None
         if pattern.search(text)
     ]
     assert found == [], f"{prefix}* tables belong to holon.{TABLE_OWNERS[prefix]}"
+
+
+SQLITE3_HOMES = ("ledger/sqlite/", "ledger/pg/", "memory/")
+"""Where ``sqlite3`` may be imported: the SQLite engine, the PostgreSQL engine (which will keep a
+node-local sidecar) and the search index, which stays on SQLite whatever holds the ledger (RFC
+0008, decision 5). Everything else reaches storage through ``Ledger``, ``Transaction.conn``
+(``holon.ledger.sql.Conn``) and ``holon.ledger.engine.Engine``."""
+
+SQLITE3_ALLOWED: dict[str, str] = {
+    "bench/ledger.py": "the benchmark's physical baseline: raw sqlite3 inserts into the same events table",
+    "bench/ledger_peers.py": "the raw-sqlite3 peers holon's append is measured against",
+    "bench/search.py": "sizes of the index tables (dbstat) and the SQLite version, reported beside the figures",
+    "bench/search_peers.py": "the raw FTS5 peer the search engine is measured against, in a database of its own",
+}
+"""Modules outside ``SQLITE3_HOMES`` that import ``sqlite3``, each with its reason."""
+
+
+def _imports(tree: ast.Module, module: str) -> Iterator[int]:
+    """Lines of ``import module`` / ``from module import ...`` (a submodule counts)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
+            names = [node.module]
+        else:
+            continue
+        if any(n == module or n.startswith(f"{module}.") for n in names):
+            yield node.lineno
+
+
+def _sqlite3_importers() -> list[str]:
+    return [
+        f"holon/{rel}:{line}"
+        for rel, tree in _parsed()
+        if not rel.startswith(SQLITE3_HOMES) and rel not in SQLITE3_ALLOWED
+        for line in _imports(tree, "sqlite3")
+    ]
+
+
+def test_sqlite3_is_imported_only_by_the_engines_and_the_search_sidecar() -> None:
+    assert _sqlite3_importers() == [], (
+        "reach storage through Ledger, Transaction.conn (holon.ledger.sql.Conn) or the Engine; "
+        "SQLite specifics live in holon/ledger/sqlite/"
+    )
+
+
+def test_the_sqlite3_allowlist_names_only_files_that_still_import_it() -> None:
+    trees = dict(_parsed())
+    assert [rel for rel in SQLITE3_ALLOWED if rel not in trees or not any(_imports(trees[rel], "sqlite3"))] == []
+
+
+def test_the_import_scan_sees_what_it_must() -> None:
+    tree = ast.parse(
+        "import sqlite3\nimport os, sqlite3 as s\nfrom sqlite3 import Error\nfrom sqlite3x import y\nimport sqlite30\n"
+    )
+    assert list(_imports(tree, "sqlite3")) == [1, 2, 3]
+
+
+SQLITE_ONLY_SQL = re.compile(
+    r"\binsert\s+or\s+(?:ignore|replace)\b|\bsqlite_\w+|\bpragma\s|\bjson_(?:extract|each)\b|\bindexed\s+by\b"
+    r"|\b(?:temp|main)\.\w|\bautoincrement\b|\bstrict\b",
+    re.IGNORECASE,
+)
+"""Constructs only SQLite accepts. SQL above the engine (``holon.projections``, ``holon.evolve``) is
+written in the subset SQLite and PostgreSQL share (``holon.ledger.sql``); what cannot be common
+is an ``Engine`` method (RFC 0008, step 1). ``holon.memory`` keeps its SQLite SQL (its sidecar)."""
+
+COMMON_SQL_PACKAGES = ("projections", "evolve")
+SQLITE_ONLY_ALLOWED: dict[str, str] = {
+    "projections/framework.py": "STRICT appended to projection_migrations' DDL on SQLite only (conn.dialect)",
+}
+
+
+def test_sql_above_the_engine_is_in_the_common_subset() -> None:
+    found = [
+        f"holon/{rel}:{line}: {text.strip()[:80]!r}"
+        for rel, tree in _parsed()
+        if rel.split("/", 1)[0] in COMMON_SQL_PACKAGES and rel not in SQLITE_ONLY_ALLOWED
+        for line, text in _strings(tree)
+        if SQLITE_ONLY_SQL.search(text)
+    ]
+    assert found == [], "write SQL both SQLite and PostgreSQL accept, or ask the engine (holon.ledger.engine)"
+    trees = dict(_parsed())
+    stale = [rel for rel in SQLITE_ONLY_ALLOWED if not any(SQLITE_ONLY_SQL.search(t) for _, t in _strings(trees[rel]))]
+    assert stale == [], "an allowlisted module no longer needs it"
+
+
+def test_the_common_subset_scan_sees_what_it_must() -> None:
+    bad = [
+        "INSERT OR IGNORE INTO t VALUES (?)",
+        "SELECT 1 FROM sqlite_master",
+        "PRAGMA page_count",
+        "SELECT json_extract(payload, '$.x')",
+        "FROM events INDEXED BY events_agent_type",
+        "DELETE FROM temp.replay_rows",
+        "CREATE TABLE t (x) STRICT",
+    ]
+    good = ["INSERT INTO t VALUES (?) ON CONFLICT (k) DO NOTHING", "SELECT main_id FROM t", "CREATE TEMP TABLE x (y)"]
+    assert [q for q in bad if not SQLITE_ONLY_SQL.search(q)] == []
+    assert [q for q in good if SQLITE_ONLY_SQL.search(q)] == []
 
 
 def test_no_payload_json_decoded_outside_the_ledger() -> None:

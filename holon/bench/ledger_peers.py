@@ -30,7 +30,7 @@ from holon.bench.peer import OptionalPeer
 from holon.ledger import NewEvent
 from holon.ledger.codec import encode_payload
 from holon.ledger.envelope import EVENT_FIELDS, header_of
-from holon.ledger.migrations import MIGRATIONS
+from holon.ledger.sqlite.migrations import MIGRATIONS
 from holon.ledger.store import EVENT_INSERT, event_row
 
 __all__ = ["EventSourcingRecorder", "Measured", "RawSqlite", "raw_rows"]

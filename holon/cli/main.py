@@ -122,7 +122,7 @@ def _foreign(e: Exception) -> HolonError | None:
         where = f": {e.filename}" if e.filename else ""
         return HolonError(f"{e.strerror or e}{where}")
     if type(e).__module__.split(".")[0] in ("sqlite3", "sqlalchemy"):
-        from holon.ledger.damage import translate
+        from holon.ledger.engine import translate
 
         return translate(e)
     return None

@@ -2,7 +2,7 @@
 
 The queue is a table in the home's database, beside the ledger, and is fed from the ledger:
 ``enqueue`` reads ``turn.settled`` events after the ``evolve`` cursor and inserts one job per
-turn (key ``turn:<turn_id>``, ``INSERT OR IGNORE``) in the same transaction that moves the cursor,
+turn (key ``turn:<turn_id>``, ``ON CONFLICT DO NOTHING``) in the same transaction that moves the cursor,
 so a crash neither loses nor doubles a job. A job is taken with a lease; a worker that dies leaves
 its lease to expire and the job is taken again. A job that keeps failing is retried with
 exponential backoff up to ``max_attempts`` and then parked as ``dead`` (visible in status).
@@ -20,11 +20,11 @@ seam (``EventQuery``), never with SQL over the events table.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
 from holon.ledger import EventQuery, Transaction
+from holon.ledger.sql import Conn
 from holon.projections import Store, framework
 from holon.projections.framework import Migration, open_projection, stored_cursor
 
@@ -115,8 +115,8 @@ class JobQueue:
         """Queue one job per turn settled in ``after < seq <= upto`` (at most once per turn)."""
         for key in tx.find_keys(EventQuery(types=("turn.settled",), after=after, upto=upto)):
             cur = tx.conn.execute(
-                "INSERT OR IGNORE INTO evolve_jobs(key, agent_id, turn_id, settled_seq, status, created_us) "
-                "VALUES (?, ?, ?, ?, 'queued', ?)",
+                "INSERT INTO evolve_jobs(key, agent_id, turn_id, settled_seq, status, created_us) "
+                "VALUES (?, ?, ?, ?, 'queued', ?) ON CONFLICT (key) DO NOTHING",
                 (f"turn:{key.turn_id}", key.agent_id, key.turn_id, key.seq, self._now_us),
             )
             self._queued += cur.rowcount
@@ -160,7 +160,7 @@ class JobQueue:
                 return Job(job.key, job.agent_id, job.turn_id, job.settled_seq, "running", job.attempts + 1,
                            worker, lease_until, job.last_error)  # fmt: skip
 
-    def complete(self, conn: sqlite3.Connection, job: Job, now_us: int) -> bool:
+    def complete(self, conn: Conn, job: Job, now_us: int) -> bool:
         """Mark ``job`` done inside the caller's transaction; ``False`` if its lease was lost."""
         cur = conn.execute(
             "UPDATE evolve_jobs SET status = 'done', finished_us = ?, lease_owner = NULL, lease_until_us = NULL "
@@ -174,10 +174,10 @@ class JobQueue:
 
         Returns the job's new status, or ``lost`` when the lease had passed to another worker."""
         with self.store.ledger.transaction() as tx:
-            held = tx.conn.execute(
+            held = tx.conn.fetchone(
                 "SELECT 1 FROM evolve_jobs WHERE key = ? AND status = 'running' AND lease_owner = ? AND attempts = ?",
                 (job.key, job.lease_owner, job.attempts),
-            ).fetchone()
+            )
             if held is None:
                 return "lost"  # another worker holds it now; its outcome counts
             if job.attempts >= self.max_attempts:
@@ -201,7 +201,7 @@ class JobQueue:
             return cur.rowcount
 
     @staticmethod
-    def _set(conn: sqlite3.Connection, key: str, **values: Any) -> None:
+    def _set(conn: Conn, key: str, **values: Any) -> None:
         cols = ", ".join(f"{k} = ?" for k in values)
         conn.execute(f"UPDATE evolve_jobs SET {cols} WHERE key = ?", (*values.values(), key))
 

@@ -1,11 +1,12 @@
-"""The ledger: the append-only SQLite event store every holon state is derived from.
+"""The ledger: the append-only event store every holon state is derived from (SQLite by default).
 
 See ``rfcs/0001-ledger-and-projections.md``.
 """
 
-from holon.ledger.db import Database
+from holon.ledger.engine import Engine
 from holon.ledger.envelope import GENESIS_HASH, Event, NewEvent
 from holon.ledger.query import EventKey, EventQuery
+from holon.ledger.sqlite import Database
 from holon.ledger.store import BlobText, Ledger, LedgerStats, Transaction, TransactionHook, VerifyResult
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "GENESIS_HASH",
     "BlobText",
     "Database",
+    "Engine",
     "Event",
     "Ledger",
     "LedgerStats",

@@ -3,7 +3,7 @@
 ``Event``'s fields are the one definition of the envelope: their order is the column order of
 the ``events`` table and of the hash chain's header (``EVENT_FIELDS``, ``HEADER_FIELDS``); the
 ledger's column list, INSERT statement and row decoding, and the API's event model, are derived
-from them. The table's DDL is history (``holon.ledger.migrations``); ``tests/test_migrations.py``
+from them. The table's DDL is history (``holon.ledger.sqlite.migrations``); ``tests/test_migrations.py``
 checks the two agree.
 """
 

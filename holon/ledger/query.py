@@ -70,15 +70,15 @@ class EventQuery:
                 params.append(value)
         if self.types is not None:
             types = list(dict.fromkeys(self.types))
-            clauses.append(f"type IN ({', '.join('?' for _ in types)})" if types else "0")
+            clauses.append(f"type IN ({', '.join('?' for _ in types)})" if types else "1 = 0")
             params += types
         if self.turn_ids is not None:
             turns = list(dict.fromkeys(self.turn_ids))
-            clauses.append(f"turn_id IN ({', '.join('?' for _ in turns)})" if turns else "0")
+            clauses.append(f"turn_id IN ({', '.join('?' for _ in turns)})" if turns else "1 = 0")
             params += turns
         if self.seqs is not None:
             seqs = sorted(set(self.seqs))
-            clauses.append(f"seq IN ({', '.join('?' for _ in seqs)})" if seqs else "0")
+            clauses.append(f"seq IN ({', '.join('?' for _ in seqs)})" if seqs else "1 = 0")
             params += seqs
         return " AND ".join(clauses), params
 

@@ -9,7 +9,7 @@ gapless, and SQLite's ``STRICT`` tables.
 PostgreSQL's history is frozen text too (``holon.ledger.pg.migrations``, migration 1 rendered from
 ``ddl("postgresql")``); ``tests/test_pg_migrations.py`` checks that database against these classes.
 
-SQLite's own DDL is history: ``holon.ledger.migrations`` holds the statements that built every
+SQLite's own DDL is history: ``holon.ledger.sqlite.migrations`` holds the statements that built every
 existing database and never changes them. ``tests/test_migrations.py`` checks that these classes,
 the DDL they generate and the migrated database agree (columns, NOT NULL, keys, indexes), and that
 the ``events`` columns are the envelope's ``EVENT_FIELDS`` in order.

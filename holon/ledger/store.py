@@ -1,6 +1,7 @@
-"""The ledger: append-only, hash-chained, gapless events in SQLite.
+"""The ledger: append-only, hash-chained, gapless events, on a storage engine (``holon.ledger.engine``).
 
-``Ledger.append(*events)`` is one write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``): every
+``Ledger.append(*events)`` is one write transaction (``Engine.begin_append`` ... ``COMMIT``; on
+SQLite ``BEGIN IMMEDIATE``): every
 event in it, every blob it references, every projection row its hooks fold and every event those
 hooks derive commit together or not at all. ``Ledger.transaction()`` opens the same kind of
 transaction for callers that must read and append atomically.
@@ -9,38 +10,34 @@ Hooks (``TransactionHook``) are how synchronous projections ride along: ``apply`
 as they are appended and may return derived events (appended in the same transaction), ``flush``
 writes pending rows just before COMMIT, ``reset`` drops in-memory state after a rollback or when
 another process moved the ledger head.
+
+Everything here is engine-independent: the chain, encoding, idempotency, hooks and the order of
+operations. The engine (``SqliteEngine`` by default, built from a ``Database``) opens and migrates
+the database, takes the append lock with the head, stores rows and answers the reads whose SQL
+cannot be common (RFC 0008, "The engine seam").
 """
 
 from __future__ import annotations
 
-import hashlib
-import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from operator import itemgetter
 from typing import Any, Protocol
 
 from holon.clock import Clock
-from holon.errors import EventValidationError, IdempotencyConflict, IntegrityError, LedgerError, NotFoundError
+from holon.errors import IdempotencyConflict, IntegrityError, LedgerError, NotFoundError
 from holon.ids import new_id
 from holon.ledger.anchor import Anchor, AnchorMark
-from holon.ledger.codec import (
-    BlobBody,
-    canonical_json,
-    chain_hash_of,
-    decode_payload,
-    encode_payload,
-)
-from holon.ledger.damage import empty_file_error, file_state, inspect_existing, translate
-from holon.ledger.db import Database
+from holon.ledger.codec import BlobBody, canonical_json, chain_hash_of, encode_payload
+from holon.ledger.engine import QUICK_CHECK_SKIPPED, Engine, LedgerStats
 from holon.ledger.envelope import EVENT_FIELDS, GENESIS_HASH, Event, NewEvent, header_values
-from holon.ledger.events import BlobRef, LargeText, Payload
-from holon.ledger.migrations import create_database, migrate
+from holon.ledger.events import BlobRef, LargeText
 from holon.ledger.query import EventKey, EventQuery
-from holon.ledger.verify import QUICK_CHECK_SKIPPED, check_anchor, quick_check, tail_check, verify_rows
-from holon.paths import tighten
+from holon.ledger.rows import EVENT_COLUMNS, EVENT_INSERT, event_row, row_to_event
+from holon.ledger.sql import Conn, Params, Row
+from holon.ledger.sqlite import Database, SqliteEngine
+from holon.ledger.verify import check_anchor, tail_check, verify_rows
 
 __all__ = [
     "BlobText",
@@ -57,16 +54,6 @@ __all__ = [
     "row_to_event",
 ]
 
-EVENT_COLUMNS = ", ".join(EVENT_FIELDS)
-"""The ``events`` columns in ``Event`` field order (a row read with them decodes by ``row_to_event``)."""
-EVENT_INSERT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ({', '.join('?' for _ in EVENT_FIELDS)})"
-"""One row of ``events``: values in ``EVENT_FIELDS`` order (``event_row``)."""
-_INSERT_BLOB = (
-    "INSERT INTO blobs(hash, size, body, created_us, referenced_us) VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT(hash) DO UPDATE SET referenced_us = excluded.referenced_us, "
-    "body = coalesce(blobs.body, excluded.body), "
-    "pruned_us = CASE WHEN blobs.body IS NULL THEN NULL ELSE blobs.pruned_us END"
-)
 _MAX_DERIVATION_DEPTH = 4
 
 
@@ -91,38 +78,14 @@ def _log() -> Any:  # structlog's logger is dynamically typed
     return get_logger("holon.ledger")
 
 
-_row_values = itemgetter(*EVENT_FIELDS)
-
-
-def row_to_event(row: Sequence[Any]) -> Event:  # Any: a sqlite3 row's values
-    """An ``events`` row (``EVENT_COLUMNS``) as an ``Event``, its payload decoded and upcast."""
-    # Positional (rows come in EVENT_FIELDS order, the payload second to last): no dict per row.
-    seq, id_, agent, type_, version, ts_us, origin, authority, turn, work_item, task, episode, key, payload, hash_ = row
-    return Event(
-        seq, id_, agent, type_, version, ts_us, origin, authority, turn, work_item, task, episode, key,
-        _decode(seq, type_, version, payload), hash_,
-    )  # fmt: skip
-
-
-def event_row(envelope: Mapping[str, Any], payload_text: str, hash_: str) -> tuple[Any, ...]:
-    """The ``events`` row (``EVENT_INSERT``'s values) of a header envelope, its payload text and hash."""
-    values: tuple[Any, ...] = _row_values({**envelope, "payload": payload_text, "hash": hash_})
-    return values
-
-
-def _decode(seq: int, type_: str, version: int, payload: str | bytes) -> Payload:
-    try:
-        return decode_payload(type_, version, payload)
-    except EventValidationError as e:
-        raise EventValidationError(f"event {seq} cannot be read: {e}; run 'holon ledger verify'") from e
-
-
 class Transaction:
     """An open write transaction. Obtain one from ``Ledger.transaction()``."""
 
-    def __init__(self, ledger: Ledger, conn: sqlite3.Connection, head_seq: int, head_hash: str) -> None:
+    def __init__(self, ledger: Ledger, conn: Conn, head_seq: int, head_hash: str) -> None:
         self.ledger = ledger
-        self.conn = conn
+        self.conn: Conn = conn
+        """The transaction's connection, for projections' own rows: engine-neutral SQL only
+        (``holon.ledger.sql``); events are written through ``append``, read through ``find``."""
         self.head_seq = head_seq
         self.head_hash = head_hash
         self.appended: list[Event] = []
@@ -150,13 +113,9 @@ class Transaction:
                 raise LedgerError("derived events keep deriving more events; a hook is looping")
         if not rows:
             return out
-        try:
-            if blobs:
-                now = self.ledger.clock.now_us()
-                self.conn.executemany(_INSERT_BLOB, [(b.hash, len(b.data), b.data, now, now) for b in blobs])
-            self.conn.executemany(EVENT_INSERT, rows)
-        except sqlite3.IntegrityError as e:
-            raise LedgerError(f"append refused by the database: {e}") from e
+        ledger = self.ledger
+        # The clock is read only for blobs, as before the engine seam (a fake clock counts reads).
+        ledger.engine.insert(self.conn, rows, blobs, now_us=ledger.clock.now_us() if blobs else 0)
         return out
 
     def _prepare(
@@ -261,24 +220,12 @@ class BlobText:
         return self.text is None
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerStats:
-    events: int
-    head_seq: int
-    by_type: dict[str, dict[str, int]]
-    """type -> {"count": n, "payload_bytes": b}"""
-    blobs: int
-    blob_bytes: int
-    blobs_pruned: int
-    db_bytes: int
-
-
 class Ledger:
     """The append-only event store of one holon home."""
 
     def __init__(
         self,
-        db: Database,
+        db: Database | Engine,
         *,
         clock: Clock,
         blob_threshold: int = 16_384,
@@ -287,9 +234,10 @@ class Ledger:
         anchor: Anchor | None = None,
         create: bool = True,
     ) -> None:
-        """Open the ledger in ``db``. ``create``: a missing database file may be created (never an
-        existing one); ``anchor``: where to record each commit outside the database file."""
-        self.db = db
+        """Open the ledger in ``db`` (a SQLite ``Database``, or any ``Engine``). ``create``: a
+        missing database may be created (never an existing one); ``anchor``: where to record each
+        commit outside the database."""
+        self.engine: Engine = SqliteEngine(db) if isinstance(db, Database) else db
         self.clock = clock
         self.blob_threshold = blob_threshold
         self.preview_chars = preview_chars
@@ -301,51 +249,35 @@ class Ledger:
         self._conn = self._open(create=create)
         self._refusal = self._check_anchor_on_open()
 
-    def _open(self, *, create: bool) -> sqlite3.Connection:
-        """Connect, creating the file only when it is absent and ``create`` is set (``holon init``).
+    @property
+    def db(self) -> Database:
+        """The SQLite engine's ``Database`` (its file, pragmas and raw connections), for what is
+        SQLite's alone: benchmarks against raw ``sqlite3``, and tests that look inside the file."""
+        engine = self.engine
+        if not isinstance(engine, SqliteEngine):
+            raise LedgerError(f"this ledger is not on SQLite but on {engine.dialect} ({engine.location})")
+        return engine.db
 
-        An empty (0-byte) file or a SQLite file without holon's schema is refused, never migrated
-        into: that would hide a truncated or a wrong database behind a fresh, empty ledger.
+    def _open(self, *, create: bool) -> Conn:
+        """Open (creating only when absent and ``create`` is set, ``holon init``) and migrate.
+
+        A database that is missing while its anchor says events were committed is not created
+        afresh: that would hide a lost ledger behind a new, empty one.
         """
-        path = self.db.path
-        state = file_state(path)
-        if state == "empty":
-            raise empty_file_error(path)
-        if state == "absent":
-            if not create:
-                raise LedgerError(f"there is no ledger database at {path} (run 'holon init')")
-            anchor = self.anchor
-            mark = anchor.read() if anchor is not None else None
-            if anchor is not None and mark is not None and mark.seq > 0:
+        engine = self.engine
+        anchor = self.anchor
+        if create and anchor is not None and not engine.exists():
+            mark = anchor.read()
+            if mark is not None and mark.seq > 0:
                 raise LedgerError(
-                    f"the ledger database {path} is missing, but its anchor {anchor.path} (a file beside it) "
-                    f"says {mark.seq} events were committed: restore the database from a backup, or remove the "
+                    f"the ledger database {engine.location} is missing, but its anchor {anchor.path} (a file beside "
+                    f"it) says {mark.seq} events were committed: restore the database from a backup, or remove the "
                     "anchor to start an empty ledger"
                 )
-            try:
-                created = create_database(path, now_us=self.clock.now_us())
-            except OSError as e:
-                raise LedgerError(f"cannot create the ledger database {path}: {e.strerror}") from e
-            except sqlite3.Error as e:
-                raise LedgerError(f"cannot create the ledger database {path}: {e}") from e
-            if created and self.anchor is not None:
-                self.anchor.reset(0, GENESIS_HASH)
-        for suffix in ("", "-wal", "-shm"):
-            tighten(path.with_name(path.name + suffix))
-        try:
-            inspect_existing(path)
-            conn = self.db.connection()
-            migrate(conn, now_us=self.clock.now_us(), create=False)
-        except LedgerError:
-            self.db.close()
-            raise
-        except Exception as e:
-            err = translate(e, path)
-            self.db.close()
-            if err is None:
-                raise
-            raise err from e
-        return conn
+        created = engine.open(create=create, now_us=self.clock.now_us)
+        if created and anchor is not None:
+            anchor.reset(0, GENESIS_HASH)
+        return engine.connection()
 
     def _check_anchor_on_open(self) -> str | None:
         """Compare the anchor with the database (two lookups); a problem refuses every write.
@@ -360,10 +292,10 @@ class Ledger:
         except LedgerError as e:  # a damaged anchor: what was committed is unknown, so no writes
             return e.message
         if mark is None:  # a home older than anchors: start one at the current head
-            seq, h = self._head(self._conn)
+            seq, h, _ts = self.engine.head(self._conn)
             self.anchor.reset(seq, h)
             return None
-        problem, _lost = check_anchor(self._conn, mark)
+        problem, _lost = check_anchor(self._conn, mark, text_bytes=self.engine.text_bytes)
         return problem
 
     # --- writing ----------------------------------------------------------------------------
@@ -373,10 +305,9 @@ class Ledger:
         with self._lock:
             if self._refusal is not None:
                 raise IntegrityError(f"{self._refusal}; writes are refused: run 'holon ledger verify'")
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
+            engine = self.engine
+            conn, (seq, h, _ts) = engine.begin_append()
             try:
-                seq, h = self._head(conn)
                 if seq != self._known_head:
                     for hook in self.hooks:
                         hook.reset()
@@ -384,10 +315,9 @@ class Ledger:
                 yield tx
                 for hook in self.hooks:
                     hook.flush(tx)
-                conn.execute("COMMIT")
+                engine.commit(conn)
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                engine.rollback(conn)
                 self._known_head = None
                 for hook in self.hooks:
                     hook.reset()
@@ -412,14 +342,9 @@ class Ledger:
 
     # --- reading ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _head(conn: sqlite3.Connection) -> tuple[int, str]:
-        row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-        return (0, GENESIS_HASH) if row is None else (row[0], row[1])
-
     def head(self) -> int:
         with self._lock:
-            return self._head(self._conn)[0]
+            return self.engine.head(self._conn)[0]
 
     @contextmanager
     def reading(self) -> Iterator[int]:
@@ -433,7 +358,7 @@ class Ledger:
             if self._read_head is not None:
                 yield self._read_head
                 return
-            self._read_head = self._head(self._conn)[0]
+            self._read_head = self.engine.head(self._conn)[0]
             try:
                 yield self._read_head
             finally:
@@ -460,18 +385,14 @@ class Ledger:
 
     def read_rows(
         self, after: int = 0, *, agent_id: str | None = None, limit: int | None = None, chunk: int = 2_000
-    ) -> Iterator[tuple[Any, ...]]:  # Any: a sqlite3 row's values
+    ) -> Iterator[Row]:
         """Raw rows (columns as in ``EVENT_COLUMNS``) with ``seq > after``; for verify, replay, export."""
         remaining = limit
         cursor = after
-        where = "seq > ?" + (" AND agent_id = ?" if agent_id else "")
         while remaining is None or remaining > 0:
             n = chunk if remaining is None else min(chunk, remaining)
-            params: tuple[object, ...] = (cursor, agent_id, n) if agent_id else (cursor, n)
             with self._lock:
-                rows = self._conn.execute(
-                    f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} ORDER BY seq LIMIT ?", params
-                ).fetchall()
+                rows = self.engine.read_rows(self._conn, cursor, agent_id=agent_id, limit=n)
             if not rows:
                 return
             yield from rows
@@ -506,15 +427,11 @@ class Ledger:
         merged: the newest ``limit`` overall are among each type's newest ``limit``. No table row is
         read, so the cost does not grow with the ledger.
         """
-        sql = (
-            "SELECT seq, type, turn_id FROM events INDEXED BY events_agent_type "
-            "WHERE agent_id = ? AND type = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
-        )
         upper = before if before is not None else 2**62
-        found: list[tuple[int, str, str | None]] = []
         with self._lock:
-            for type_ in dict.fromkeys(types):
-                found += self._conn.execute(sql, (agent_id, type_, upper, limit)).fetchall()
+            found = self.engine.recent_index(
+                self._conn, agent_id, list(dict.fromkeys(types)), limit=limit, before=upper
+            )
         found.sort()
         return found[-limit:] if limit else []
 
@@ -533,73 +450,60 @@ class Ledger:
 
     def find(self, q: EventQuery) -> list[Event]:
         """Events matching ``q``, decoded (upcast) to their current payload models."""
-        sql, params = q.sql(EVENT_COLUMNS)
+        sql, params = self.engine.sql(q, EVENT_COLUMNS)
         with self._lock:
             rows = self._conn.execute(sql, params).fetchall()
         return [row_to_event(r) for r in rows]
 
     def find_seqs(self, q: EventQuery) -> list[int]:
         """Only the sequence numbers of events matching ``q``: nothing is decoded."""
-        sql, params = q.sql("seq")
+        sql, params = self.engine.sql(q, "seq")
         with self._lock:
             return [int(r[0]) for r in self._conn.execute(sql, params).fetchall()]
 
     def find_keys(self, q: EventQuery) -> list[EventKey]:
         """``(seq, agent_id, type, turn_id)`` of events matching ``q``: the envelope, no payload."""
-        sql, params = q.sql("seq, agent_id, type, turn_id")
+        sql, params = self.engine.sql(q, "seq, agent_id, type, turn_id")
         with self._lock:
             return [EventKey(*r) for r in self._conn.execute(sql, params).fetchall()]
 
     def count(self, q: EventQuery) -> int:
         """How many events match ``q`` (``limit`` and order are ignored)."""
-        sql, params = q.count_sql()
+        sql, params = self.engine.count_sql(q)
         with self._lock:
             return int(self._conn.execute(sql, params).fetchone()[0])
 
     def exists(self, q: EventQuery) -> bool:
         return bool(self.find_seqs(replace(q, limit=1)))
 
-    # Reads on the hot path of the API's reply tracking. They walk the covering index
-    # ``events_agent_type`` (migration 4) and look into the payload with SQLite's JSON functions,
-    # so nothing is decoded; the JSON layout stays the ledger's business.
+    # Reads on the hot path of the API's reply tracking: the engine looks into the payload with
+    # its own JSON operators down the covering index ``events_agent_type``, so nothing is decoded.
 
     def turn_taking(self, agent_id: str, input_seq: int) -> tuple[int, str] | None:
         """``(seq, turn id)`` of the agent's latest ``turn.started`` after ``input_seq`` that took that input."""
-        sql = (
-            "SELECT seq, json_extract(payload, '$.turn_id') FROM events INDEXED BY events_agent_type "
-            "WHERE agent_id = ? AND type = 'turn.started' AND seq > ? "
-            "AND EXISTS (SELECT 1 FROM json_each(events.payload, '$.inputs') WHERE value = ?) "
-            "ORDER BY seq DESC LIMIT 1"
-        )
         with self._lock:
-            row = self._conn.execute(sql, (agent_id, input_seq, input_seq)).fetchone()
-        return None if row is None else (int(row[0]), str(row[1]))
+            return self.engine.turn_taking(self._conn, agent_id, input_seq)
 
     def turn_settled_seq(self, agent_id: str, turn_id: str, *, after: int) -> int | None:
         """The seq of the ``turn.settled`` of ``turn_id`` (after seq ``after``), or ``None`` while it runs."""
-        sql = (
-            "SELECT seq FROM events INDEXED BY events_agent_type WHERE agent_id = ? AND type = 'turn.settled' "
-            "AND seq > ? AND json_extract(payload, '$.turn_id') = ? LIMIT 1"
-        )
         with self._lock:
-            row = self._conn.execute(sql, (agent_id, after, turn_id)).fetchone()
-        return None if row is None else int(row[0])
+            return self.engine.turn_settled_seq(self._conn, agent_id, turn_id, after=after)
 
     def round_ended(self, turn_id: str, *, after: int, upto: int) -> bool:
         """Whether a model round of ``turn_id`` ended (a ``model.responded``) in ``(after, upto]``."""
-        sql = (
-            "SELECT 1 FROM events WHERE seq > ? AND seq <= ? AND type = 'model.responded' "
-            "AND json_extract(payload, '$.turn_id') = ? LIMIT 1"
-        )
         with self._lock:
-            return self._conn.execute(sql, (after, upto, turn_id)).fetchone() is not None
+            return self.engine.round_ended(self._conn, turn_id, after=after, upto=upto)
 
-    def query(
-        self, sql: str, params: tuple[object, ...] | list[object] = ()
-    ) -> list[tuple[Any, ...]]:  # Any: a sqlite3 row's values
-        """Run a read query on the ledger's connection (for projection reads on hot paths)."""
+    def query(self, sql: str, params: Params = ()) -> list[Row]:
+        """Run a read query on the ledger's connection (for projection reads on hot paths); the
+        SQL is engine-neutral (``holon.ledger.sql``)."""
         with self._lock:
-            return self._conn.execute(sql, params).fetchall()
+            return self._conn.fetchall(sql, params)
+
+    def has_table(self, name: str) -> bool:
+        """Whether the ledger's database holds a table ``name`` (a projection's bookkeeping)."""
+        with self._lock:
+            return self.engine.has_table(self._conn, name)
 
     def payload_text(self, seq: int) -> str:
         with self._lock:
@@ -618,11 +522,8 @@ class Ledger:
 
     def read_blob(self, ref: BlobRef) -> BlobText:
         with self._lock:
-            row = self._conn.execute("SELECT body FROM blobs WHERE hash = ?", (ref.blob,)).fetchone()
-        if row is None:
-            raise NotFoundError(f"no blob {ref.blob}")
-        body = row[0]
-        text = None if body is None else bytes(body).decode("utf-8")
+            body = self.engine.blob_body(self._conn, ref.blob)
+        text = None if body is None else body.decode("utf-8")
         return BlobText(ref.blob, ref.size, ref.preview, text)
 
     def prune_blobs(self, *, older_than_us: int) -> int:
@@ -631,48 +532,39 @@ class Ledger:
         with self._lock:
             if self._refusal is not None:
                 raise IntegrityError(f"{self._refusal}; writes are refused: run 'holon ledger verify'")
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                cur = conn.execute(
-                    "UPDATE blobs SET body = NULL, pruned_us = ? WHERE body IS NOT NULL AND referenced_us < ?",
-                    (now, older_than_us),
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        return int(cur.rowcount)
+            return self.engine.prune_blobs(self._conn, older_than_us=older_than_us, now_us=now)
 
     # --- integrity and size -----------------------------------------------------------------
 
     def verify(self, *, check_blobs: bool = True) -> VerifyResult:
-        """Check the file (``PRAGMA quick_check``), every row's place in the gapless hash chain,
-        the anchor outside the file, and blob bodies. Bad rows are listed as ``(seq, reason)``.
+        """Check the storage (``Engine.verify_pages``: SQLite's ``PRAGMA quick_check``), every
+        row's place in the gapless hash chain, the anchor outside the database, and blob bodies.
+        Bad rows are listed as ``(seq, reason)``.
 
         Raises ``LedgerError`` (exit 5) when the file itself is damaged (the rows cannot be trusted
         or read); returns ``ok=False`` (exit 1) for bad rows, a broken chain or lost events.
         """
+        engine = self.engine
         try:
-            with self.db.reader() as conn:
-                problem = quick_check(conn, self.db.path)
-                if problem is not None:
-                    raise LedgerError(problem)
+            problem = engine.verify_pages()
+            if problem is not None:
+                raise LedgerError(problem)
+            with engine.reader() as conn:
                 # The anchor first, then the snapshot: a commit in between makes the database
                 # longer than the anchor (fine), never the anchor longer than the snapshot.
                 mark, unreadable = self._read_anchor()
                 conn.execute("BEGIN")  # one snapshot for the rows and the anchor comparison
                 try:
-                    rows = verify_rows(conn)
-                    anchor_problem, lost = check_anchor(conn, mark)
+                    rows = verify_rows(conn, text_bytes=engine.text_bytes)
+                    anchor_problem, lost = check_anchor(conn, mark, text_bytes=engine.text_bytes)
                     anchor_problem = anchor_problem or unreadable
                 finally:
                     conn.execute("ROLLBACK")
-            bad_blob = self._first_bad_blob() if check_blobs else None
+            bad_blob = engine.first_bad_blob() if check_blobs else None
         except LedgerError:
             raise
         except Exception as e:
-            err = translate(e, self.db.path)
+            err = engine.translate(e)
             if err is None:
                 raise
             raise err from e
@@ -710,32 +602,34 @@ class Ledger:
             return None, e.message
 
     def start_check(self, *, tail_rows: int = 64, quick_check_budget_s: float = 1.0, pages: bool = True) -> str | None:
-        """The bounded check before serving: the file's structure, the anchor, the last rows' chain.
+        """The bounded check before serving: the storage's structure, the anchor, the last rows' chain.
 
-        Returns the first problem, or ``None``. ``PRAGMA quick_check`` (a pass over every page,
-        without matching indexes to tables) runs for at most ``quick_check_budget_s``: enough
-        for a ledger of a few hundred MB; a larger one is left to ``holon ledger verify`` and
-        the skip is logged. ``pages=False`` leaves it out (the daemon runs it in a thread of its
-        own beside its start-up). The anchor and tail checks cost the same at any size.
+        Returns the first problem, or ``None``. The engine's page check (SQLite's ``PRAGMA
+        quick_check``, a pass over every page without matching indexes to tables) runs for at most
+        ``quick_check_budget_s``: enough for a ledger of a few hundred MB; a larger one is left to
+        ``holon ledger verify`` and the skip is logged. ``pages=False`` leaves it out (the daemon
+        runs it in a thread of its own beside its start-up). The anchor and tail checks cost the
+        same at any size.
         """
+        engine = self.engine
         try:
-            with self.db.reader() as conn:
-                problem = quick_check(conn, self.db.path, budget_s=quick_check_budget_s) if pages else None
-                if problem == QUICK_CHECK_SKIPPED:
-                    _log().warning("ledger.start_check.partial", reason=problem, db=str(self.db.path))
-                elif problem is not None:
-                    return problem
+            problem = engine.verify_pages(budget_s=quick_check_budget_s) if pages else None
+            if problem == QUICK_CHECK_SKIPPED:
+                _log().warning("ledger.start_check.partial", reason=problem, db=engine.location)
+            elif problem is not None:
+                return problem
+            with engine.reader() as conn:
                 mark = self.anchor.read() if self.anchor is not None else None  # before the snapshot
                 conn.execute("BEGIN")
                 try:
-                    anchor_problem, _lost = check_anchor(conn, mark)
-                    rows = tail_check(conn, rows=tail_rows)
+                    anchor_problem, _lost = check_anchor(conn, mark, text_bytes=engine.text_bytes)
+                    rows = tail_check(conn, rows=tail_rows, text_bytes=engine.text_bytes)
                 finally:
                     conn.execute("ROLLBACK")
         except LedgerError as e:
             return e.message
         except Exception as e:
-            err = translate(e, self.db.path)
+            err = engine.translate(e)
             if err is None:
                 raise
             return err.message
@@ -746,38 +640,15 @@ class Ledger:
             return f"event {seq}: {reason}"
         return None
 
-    def _first_bad_blob(self) -> str | None:
-        with self.db.reader() as conn:
-            for h, body in conn.execute("SELECT hash, body FROM blobs WHERE body IS NOT NULL"):
-                if hashlib.sha256(bytes(body)).hexdigest() != h:
-                    return str(h)
-        return None
-
     def stats(self) -> LedgerStats:
-        """Counts over the whole ledger, read on a connection of its own (see ``Database.reader``)."""
-        with self.db.reader() as conn:
-            conn.execute("BEGIN")  # one snapshot for every count below
-            by_type = {
-                t: {"count": n, "payload_bytes": b}
-                for t, n, b in conn.execute(
-                    "SELECT type, count(*), sum(length(CAST(payload AS BLOB))) FROM events GROUP BY type ORDER BY type"
-                )
-            }
-            blobs, blob_bytes, pruned = conn.execute(
-                "SELECT count(*), coalesce(sum(length(body)), 0), count(pruned_us) FROM blobs"
-            ).fetchone()
-            page_count = conn.execute("PRAGMA page_count").fetchone()[0]
-            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-            head = self._head(conn)[0]
-            conn.execute("COMMIT")
-        total = sum(v["count"] for v in by_type.values())
-        return LedgerStats(total, head, by_type, blobs, blob_bytes, pruned, page_count * page_size)
+        """Counts over the whole ledger, read on a connection of its own (``Engine.stats``)."""
+        return self.engine.stats()
 
     def close(self) -> None:
         with self._lock:
             if self.anchor is not None:
                 self.anchor.close()
-            self.db.close()
+            self.engine.close()
 
 
 def canonical_event(event: Event) -> bytes:

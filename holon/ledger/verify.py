@@ -1,9 +1,12 @@
-"""Checking a ledger: the file's structure, every row's hash chain, and the anchor outside the file.
+"""Checking a ledger: every row's hash chain and the anchor outside the database, on any engine.
+
+The storage's own structural check (SQLite's ``PRAGMA quick_check``) is the engine's
+(``Engine.verify_pages``); what is checked here is the same on every engine.
 
 ``verify_rows`` walks every row and reports each bad one as ``(seq, reason)`` instead of stopping
 at the first or crashing on it: a flipped byte in a payload shows up as a hash that does not match
 (with a finer reason when the payload is no longer UTF-8, JSON or a valid event). Rows are read
-with their text columns as BLOBs, so bytes that are not UTF-8 are reported, not raised. The chain
+with their text columns as their stored bytes (``Engine.text_bytes``), so bytes that are not UTF-8 are reported, not raised. The chain
 continues from each row's stored hash, so one bad row does not condemn all that follow.
 
 ``check_anchor`` compares the database with ``<home>/ledger.anchor`` (see ``holon.ledger.anchor``):
@@ -12,11 +15,8 @@ a head below the anchor means committed events were lost (a lost WAL, a cut tail
 
 from __future__ import annotations
 
-import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -24,20 +24,20 @@ import orjson
 from holon.errors import EventValidationError
 from holon.ledger.anchor import AnchorMark
 from holon.ledger.codec import chain_hash, decode_payload, envelope_header
-from holon.ledger.damage import database_error
 from holon.ledger.envelope import EVENT_FIELDS, GENESIS_HASH
+from holon.ledger.sql import Conn
 
 __all__ = [
     "MAX_REPORTED",
-    "QUICK_CHECK_SKIPPED",
     "RowCheck",
+    "TextBytes",
     "check_anchor",
-    "quick_check",
     "tail_check",
     "verify_rows",
 ]
 
-QUICK_CHECK_SKIPPED = "quick_check skipped: over its time budget"
+TextBytes = Callable[[str], str]
+"""``Engine.text_bytes``: the SQL expression reading a text column as its stored bytes."""
 
 MAX_REPORTED = 100
 """At most this many bad rows are listed (all are counted)."""
@@ -45,10 +45,11 @@ MAX_REPORTED = 100
 _INTEGERS = frozenset(("seq", "version", "ts_us"))
 """Envelope columns stored as integers; every other column is text, read as bytes so that a
 damaged byte is reported instead of failing the read."""
-_SELECT = (
-    f"SELECT {', '.join(f if f in _INTEGERS else f'CAST({f} AS BLOB)' for f in EVENT_FIELDS)} "
-    "FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
-)
+
+
+def _select(text_bytes: TextBytes) -> str:
+    columns = ", ".join(f if f in _INTEGERS else text_bytes(f) for f in EVENT_FIELDS)
+    return f"SELECT {columns} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
 
 
 @dataclass
@@ -67,37 +68,10 @@ class RowCheck:
             self.bad.append((seq, reason))
 
 
-def quick_check(conn: sqlite3.Connection, path: Path | str | None, *, budget_s: float | None = None) -> str | None:
-    """``PRAGMA quick_check``: the first problem it names, or ``None`` when the file is sound.
-
-    With ``budget_s`` the check stops after that long and counts as passed (``QUICK_CHECK_SKIPPED``
-    is logged by the caller): it reads every page, about 4.5 ms per MB here, so a start-up check
-    on a large ledger stays bounded and ``holon ledger verify`` does the full one.
-    """
-    timer = None
-    if budget_s is not None:  # interrupt() is honoured inside the page walk (a progress handler is not)
-        timer = threading.Timer(budget_s, conn.interrupt)
-        timer.daemon = True
-        timer.start()
-    try:
-        rows = conn.execute("PRAGMA quick_check(5)").fetchall()
-    except sqlite3.OperationalError as e:
-        if budget_s is not None and "interrupt" in str(e).lower():
-            return QUICK_CHECK_SKIPPED
-        return database_error(path, e).message
-    except sqlite3.Error as e:
-        return database_error(path, e).message
-    finally:
-        if timer is not None:
-            timer.cancel()
-    if rows == [("ok",)]:
-        return None
-    return f"the database file is damaged (PRAGMA quick_check: {rows[0][0]})"
-
-
-def _rows(conn: sqlite3.Connection, after: int, upto: int, chunk: int) -> Iterator[tuple[Any, ...]]:
+def _rows(conn: Conn, text_bytes: TextBytes, after: int, upto: int, chunk: int) -> Iterator[tuple[Any, ...]]:
+    sql = _select(text_bytes)
     while True:
-        rows = conn.execute(_SELECT, (after, upto, chunk)).fetchall()
+        rows = conn.execute(sql, (after, upto, chunk)).fetchall()
         if not rows:
             return
         yield from rows
@@ -119,7 +93,7 @@ def _why(type_: str, version: int, payload: bytes) -> str:
     return "hash does not match its content"
 
 
-def _values(row: Sequence[Any], check: RowCheck) -> dict[str, Any] | None:  # Any: a sqlite3 row's values
+def _values(row: Sequence[Any], check: RowCheck) -> dict[str, Any] | None:  # Any: a row's values
     """The row by field name, its text columns decoded; ``None`` (and the row reported) when one is not UTF-8."""
     out: dict[str, Any] = {}
     for name, raw in zip(EVENT_FIELDS, row, strict=True):
@@ -135,8 +109,9 @@ def _values(row: Sequence[Any], check: RowCheck) -> dict[str, Any] | None:  # An
 
 
 def verify_rows(
-    conn: sqlite3.Connection,
+    conn: Conn,
     *,
+    text_bytes: TextBytes,
     after: int = 0,
     prev_hash: str = GENESIS_HASH,
     upto: int = 2**62,
@@ -145,7 +120,7 @@ def verify_rows(
     """Check every row with ``after < seq <= upto``: gapless sequence, each hash over its content."""
     check = RowCheck(head_seq=after, head_hash=prev_hash)
     prev_seq = after
-    for row in _rows(conn, after, upto, chunk):
+    for row in _rows(conn, text_bytes, after, upto, chunk):
         seq = row[0]
         check.events += 1
         gap = seq != prev_seq + 1
@@ -173,7 +148,7 @@ def verify_rows(
     return check
 
 
-def check_anchor(conn: sqlite3.Connection, mark: AnchorMark | None) -> tuple[str | None, int]:
+def check_anchor(conn: Conn, mark: AnchorMark | None, *, text_bytes: TextBytes) -> tuple[str | None, int]:
     """Compare the database with the anchor: ``(problem or None, events lost)``."""
     if mark is None or mark.seq == 0:
         return None, 0
@@ -186,23 +161,23 @@ def check_anchor(conn: sqlite3.Connection, mark: AnchorMark | None) -> tuple[str
             f"{lost} event{'s' if lost != 1 else ''} lost (a lost or damaged WAL, or a cut tail)",
             lost,
         )
-    row = conn.execute("SELECT CAST(hash AS BLOB) FROM events WHERE seq = ?", (mark.seq,)).fetchone()
+    row = conn.execute(f"SELECT {text_bytes('hash')} FROM events WHERE seq = ?", (mark.seq,)).fetchone()
     stored = bytes(row[0]).decode("utf-8", "replace") if row and row[0] is not None else None
     if stored != mark.hash:
         return f"event {mark.seq} is not the one committed (its hash differs from the anchor's)", 0
     return None, 0
 
 
-def tail_check(conn: sqlite3.Connection, *, rows: int) -> RowCheck:
+def tail_check(conn: Conn, *, rows: int, text_bytes: TextBytes) -> RowCheck:
     """``verify_rows`` over the last ``rows`` rows only (the daemon's bounded start-up check)."""
     head = int(conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
     start = max(0, head - rows)
     prev_hash = GENESIS_HASH
     if start > 0:
-        row = conn.execute("SELECT CAST(hash AS BLOB) FROM events WHERE seq = ?", (start,)).fetchone()
+        row = conn.execute(f"SELECT {text_bytes('hash')} FROM events WHERE seq = ?", (start,)).fetchone()
         if row is None or row[0] is None:
             check = RowCheck(head_seq=head)
             check.add(start, "missing row (sequence gap)")
             return check
         prev_hash = bytes(row[0]).decode("utf-8", "replace")
-    return verify_rows(conn, after=start, prev_hash=prev_hash, upto=head)
+    return verify_rows(conn, text_bytes=text_bytes, after=start, prev_hash=prev_hash, upto=head)

@@ -35,7 +35,7 @@ from holon.memory.engine import Engine
 from holon.memory.index_docs import INDEXED_TYPES, TOOL_RESULT_CAP, UNINDEXED_TOOLS, DocMaker, index_events
 from holon.memory.index_durable import DURABLE_TERMS, durable_expression, durable_matches
 from holon.memory.index_files import FileSource, sync_files
-from holon.memory.index_schema import MIGRATIONS, kind_token, owner_token, recreate
+from holon.memory.index_schema import MIGRATIONS, kind_token, owner_token, recreate, sidecar
 from holon.memory.index_writer import (
     CONTEXT_CAP,
     DOC_CAP,
@@ -120,7 +120,7 @@ class SearchIndex:
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self.store.ledger.transaction() as tx:
-            yield tx.conn
+            yield sidecar(tx.conn)
 
     def ensure(self) -> None:
         """Migrate the tables; empty them when ``INDEX_VERSION`` changed (the cursor goes to 0)."""
@@ -136,8 +136,9 @@ class SearchIndex:
         return self._engine
 
     def clear(self, tx: Transaction) -> None:
-        recreate(tx.conn)
-        engine_for(tx.conn.execute("PRAGMA database_list").fetchall()).write([], clear=True)
+        conn = sidecar(tx.conn)
+        recreate(conn)
+        engine_for(conn.execute("PRAGMA database_list").fetchall()).write([], clear=True)
 
     def _check_engine(self) -> None:
         """Rebuild when the engine holds fewer documents than SQLite counts: its directory was
@@ -149,7 +150,7 @@ class SearchIndex:
     def fold(self, tx: Transaction, after: int, upto: int) -> None:
         """Index the events ``after < seq <= upto`` (the framework moves the cursor with them)."""
         events = tx.find(EventQuery(types=INDEXED_TYPES, after=after, upto=upto))
-        index_events(tx.conn, self._docs, events, durable=True)
+        index_events(sidecar(tx.conn), self._docs, events, durable=True)
 
     def rebuild(self, *, progress: Progress | None = None) -> Freshness:
         """Empty the index and index the whole ledger again (``holon memory reindex``)."""
@@ -165,12 +166,12 @@ class SearchIndex:
         owner = f"agent:{agent_id}"
         ledger = self.store.ledger
         with ledger.transaction() as tx:
-            conn = tx.conn
+            conn = sidecar(tx.conn)
             writer = _Writer(conn)
             writer.delete_owner(owner)
             conn.execute("DELETE FROM search_files WHERE owner = ?", (owner,))
             writer.finish()
-            cursor = read_cursor(conn, CURSOR_NAME)
+            cursor = read_cursor(tx.conn, CURSOR_NAME)
             upto = cursor.seq if cursor is not None else 0
         total = ledger.count(EventQuery(agent_id=agent_id, upto=upto))
         after = done = 0
@@ -181,7 +182,7 @@ class SearchIndex:
                     return done
                 last = window[-1].seq
                 events = tx.find(EventQuery(types=INDEXED_TYPES, agent_id=agent_id, after=after, upto=last))
-                index_events(tx.conn, self._docs, events, durable=False)
+                index_events(sidecar(tx.conn), self._docs, events, durable=False)
             after, done = last, done + len(window)
             if progress is not None:
                 progress(done, total)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from holon.ledger import Ledger
 from holon.memory import markdown
+from holon.memory.index_schema import sidecar
 from holon.memory.index_writer import Doc, _Writer
 
 __all__ = ["FileSource", "file_docs", "sync_files"]
@@ -53,7 +54,7 @@ def sync_files(ledger: Ledger, files: Iterable[FileSource], *, complete: Iterabl
     if not stale:
         return 0
     with ledger.transaction() as tx:
-        conn = tx.conn
+        conn = sidecar(tx.conn)
         writer = _Writer(conn)
         for owner, ref, source, mtime, size in stale:
             prefix = f"{owner}|{ref}#"  # a range over the unique key index (keys start with the owner)

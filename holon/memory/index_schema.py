@@ -21,7 +21,9 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 
+from holon.errors import LedgerError
 from holon.ledger.migrations import Migration
+from holon.ledger.sql import Conn
 
 __all__ = ["MIGRATIONS", "TABLES", "kind_token", "owner_token", "recreate"]
 
@@ -115,6 +117,17 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "search_text_in_engine", _LAYOUT_2),
     Migration(3, "search_docs_without_owner_index", _LAYOUT_3),
 )
+
+
+def sidecar(conn: Conn) -> sqlite3.Connection:
+    """``conn`` as the SQLite connection the index's SQL (FTS5, ``lastrowid``, ``PRAGMA``) needs.
+
+    The search index stays on SQLite whatever engine holds the ledger (RFC 0008, decision 5): on a
+    SQLite home its tables sit beside the ledger's and ride in its transactions; a PostgreSQL home
+    will give it a node-local database of its own (step 7), until then it is refused here."""
+    if not isinstance(conn, sqlite3.Connection):
+        raise LedgerError(f"the search index needs a SQLite database; this ledger's engine is {conn.dialect}")
+    return conn
 
 
 def recreate(conn: sqlite3.Connection) -> None:

@@ -22,7 +22,6 @@ protocol and kept by the same helpers here:
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -30,6 +29,7 @@ from typing import Protocol, runtime_checkable
 from holon.errors import MigrationError
 from holon.ledger import Ledger, Transaction
 from holon.ledger.migrations import Migration
+from holon.ledger.sql import Conn
 
 __all__ = [
     "Cursor",
@@ -50,8 +50,10 @@ __all__ = [
 _BOOKKEEPING = (
     "CREATE TABLE IF NOT EXISTS projection_migrations ("
     " projection TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL, applied_us INTEGER NOT NULL,"
-    " PRIMARY KEY (projection, version)) STRICT"
+    " PRIMARY KEY (projection, version))"
 )
+_STRICT = {"sqlite": " STRICT"}
+"""DDL is the one place SQL may differ by engine: SQLite's tables are ``STRICT`` (typed)."""
 _UPSERT_CURSOR = (
     "INSERT INTO projection_cursors(name, seq, version) VALUES (?, ?, ?) "
     "ON CONFLICT(name) DO UPDATE SET seq = excluded.seq, version = excluded.version"
@@ -96,13 +98,13 @@ class Cursor:
 # --- cursor bookkeeping -------------------------------------------------------------------------
 
 
-def read_cursor(conn: sqlite3.Connection, name: str) -> Cursor | None:
+def read_cursor(conn: Conn, name: str) -> Cursor | None:
     """The cursor of projection ``name`` as seen by ``conn`` (inside a transaction: as of it)."""
-    row = conn.execute("SELECT seq, version FROM projection_cursors WHERE name = ?", (name,)).fetchone()
+    row = conn.fetchone("SELECT seq, version FROM projection_cursors WHERE name = ?", (name,))
     return None if row is None else Cursor(int(row[0]), int(row[1]))
 
 
-def write_cursor(conn: sqlite3.Connection, name: str, seq: int, version: int) -> None:
+def write_cursor(conn: Conn, name: str, seq: int, version: int) -> None:
     """Move the cursor of ``name``; call it in the transaction that wrote the rows up to ``seq``."""
     conn.execute(_UPSERT_CURSOR, (name, seq, version))
 
@@ -123,7 +125,7 @@ def cursors(ledger: Ledger) -> dict[str, int]:
 
 def applied_migrations(ledger: Ledger, name: str) -> list[int]:
     """The versions of ``name``'s migrations this database has applied, in order."""
-    if not ledger.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'projection_migrations'"):
+    if not ledger.has_table("projection_migrations"):
         return []
     rows = ledger.query("SELECT version FROM projection_migrations WHERE projection = ? ORDER BY version", (name,))
     return [int(r[0]) for r in rows]
@@ -154,16 +156,16 @@ def migrate_projection(ledger: Ledger, name: str, migrations: Sequence[Migration
             continue
         with ledger.transaction() as tx:
             conn = tx.conn
-            conn.execute(_BOOKKEEPING)
-            done = conn.execute(
+            conn.execute(_BOOKKEEPING + _STRICT.get(conn.dialect, ""))
+            done = conn.fetchone(
                 "SELECT 1 FROM projection_migrations WHERE projection = ? AND version = ?", (name, m.version)
-            ).fetchone()
+            )
             if done is not None:
                 continue
             try:
                 for stmt in m.statements:
                     conn.execute(stmt)
-            except sqlite3.Error as e:
+            except conn.Error as e:
                 raise MigrationError(f"migration {name} {m.version} ({m.name}) failed: {e}") from e
             conn.execute(
                 "INSERT INTO projection_migrations(projection, version, name, applied_us) VALUES (?, ?, ?, ?)",

@@ -14,7 +14,6 @@ migration list is empty; its cursor is kept with the framework's ``read_cursor``
 
 from __future__ import annotations
 
-import sqlite3
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from holon.errors import ConflictError
 from holon.ledger import Event, EventQuery, NewEvent, Transaction
 from holon.ledger.migrations import Migration
+from holon.ledger.sql import Conn
 from holon.ledger.store import EVENT_COLUMNS, row_to_event
 from holon.projections.episodes import CONTENT_TYPES
 from holon.projections.fold import KINDS, MEMO_PENDING, Key, derive, fold_event, needs_decoding, row_columns, state_json
@@ -50,8 +50,8 @@ Indexed = tuple[str, str | None]
 """A row's indexed columns besides its key: ``(agent_id, label)``."""
 
 
-def load_state(conn: sqlite3.Connection, key: Key) -> State | None:
-    row = conn.execute("SELECT state FROM projection_rows WHERE kind = ? AND key = ?", key).fetchone()
+def load_state(conn: Conn, key: Key) -> State | None:
+    row = conn.fetchone("SELECT state FROM projection_rows WHERE kind = ? AND key = ?", key)
     return None if row is None else KINDS[key[0]].model.model_validate_json(row[0])
 
 
@@ -62,7 +62,7 @@ class _Rows(dict[Key, State | None]):
     there (loaded here, or written by ``Projector.flush``), so a flush that leaves them as they
     are writes only ``status``, ``seq`` and ``state``."""
 
-    conn: sqlite3.Connection | None = None
+    conn: Conn | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -222,7 +222,7 @@ class Projector:
             rows += updates
         try:
             conn.executemany(_UPSERT, rows)
-        except sqlite3.IntegrityError as e:
+        except conn.IntegrityError as e:
             taken = next((r[4] for r in rows if r[0] == "agent"), None)
             raise ConflictError(f"agent name {taken!r} is already taken" if taken else str(e)) from e
         for r in rows:

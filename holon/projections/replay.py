@@ -12,13 +12,13 @@ here; ``holon ledger verify`` checks every row.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from holon.errors import EventValidationError
 from holon.ledger.envelope import EVENT_FIELDS
+from holon.ledger.sql import Conn
 from holon.ledger.store import row_to_event
 from holon.projections.fold import Key, fold_event, needs_decoding, row_columns, state_json
 from holon.projections.framework import read_cursor
@@ -29,10 +29,11 @@ __all__ = ["ReplayResult", "replay"]
 
 _COLS = "kind, key, agent_id, status, label, seq, state"
 # The payload as bytes: one that is no longer UTF-8 fails its own row's decoding, not the whole query.
-_SELECT = (
-    f"SELECT {', '.join('CAST(payload AS BLOB)' if f == 'payload' else f for f in EVENT_FIELDS)} FROM events "
-    "WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000"
-)
+
+
+def _select(text_bytes: Callable[[str], str]) -> str:
+    columns = ", ".join(text_bytes("payload") if f == "payload" else f for f in EVENT_FIELDS)
+    return f"SELECT {columns} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +50,13 @@ class ReplayResult:
     """Events that could not be decoded (a damaged payload): ``(seq, reason)``, at most 100."""
 
 
-def replay(conn: sqlite3.Connection, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
-    """Rebuild projections from seq 0 on ``conn`` (a connection of its own) and compare."""
+def replay(
+    conn: Conn, *, text_bytes: Callable[[str], str], progress: Callable[[int, int], None] | None = None
+) -> ReplayResult:
+    """Rebuild projections from seq 0 on ``conn`` (a connection of its own) and compare.
+
+    ``text_bytes`` is the engine's ``Engine.text_bytes``: payloads are read as their stored bytes."""
+    select = _select(text_bytes)
     conn.execute("BEGIN")
     try:
         head = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
@@ -60,7 +66,7 @@ def replay(conn: sqlite3.Connection, *, progress: Callable[[int, int], None] | N
         bad: list[tuple[int, str]] = []
         started = time.perf_counter()
         while True:
-            rows = conn.execute(_SELECT, (after, head)).fetchall()
+            rows = conn.execute(select, (after, head)).fetchall()
             if not rows:
                 break
             for raw in rows:
@@ -80,22 +86,24 @@ def replay(conn: sqlite3.Connection, *, progress: Callable[[int, int], None] | N
                 progress(count, head)
         elapsed = time.perf_counter() - started
         conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS replay_rows ({_COLS}, PRIMARY KEY (kind, key))")
-        conn.execute("DELETE FROM temp.replay_rows")
+        conn.execute("DELETE FROM replay_rows")
         scratch = []
         for key, state in states.items():
             if state is None:
                 continue
             agent_id, status, label = row_columns(key[0], state)
             scratch.append((key[0], key[1], agent_id, status, label, seqs[key], state_json(state)))
-        conn.executemany(f"INSERT INTO temp.replay_rows ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)", scratch)
+        conn.executemany(f"INSERT INTO replay_rows ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)", scratch)
+        # Unqualified names (a TEMP table shadows any other of its name) and named subqueries:
+        # the SQL both engines accept.
         diff_sql = (
-            f"SELECT kind, key FROM (SELECT {_COLS} FROM main.projection_rows EXCEPT SELECT {_COLS} FROM temp.replay_rows) "
-            f"UNION SELECT kind, key FROM (SELECT {_COLS} FROM temp.replay_rows EXCEPT SELECT {_COLS} FROM main.projection_rows)"
+            f"SELECT kind, key FROM (SELECT {_COLS} FROM projection_rows EXCEPT SELECT {_COLS} FROM replay_rows) AS lost "
+            f"UNION SELECT kind, key FROM (SELECT {_COLS} FROM replay_rows EXCEPT SELECT {_COLS} FROM projection_rows) AS extra"
         )
         diffs = conn.execute(diff_sql).fetchall()
         cursor = read_cursor(conn, CURSOR_NAME)
         cursor_ok = (cursor.seq if cursor else 0) == head
-        conn.execute("DROP TABLE temp.replay_rows")
+        conn.execute("DROP TABLE replay_rows")
     finally:
         conn.execute("ROLLBACK")
     return ReplayResult(

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from holon.clock import Clock, SystemClock
 from holon.config import HomePaths, Settings
 from holon.errors import NotFoundError
-from holon.ledger import Database, Event, Ledger, NewEvent
+from holon.ledger import Event, Ledger, NewEvent
 from holon.ledger.anchor import Anchor
-from holon.ledger.damage import translate
+from holon.ledger.sqlite import Database, SqliteEngine
 from holon.paths import private_dir
 from holon.projections.durable import DurableState, ProposalState
 from holon.projections.fold import KINDS, working_memory_view
@@ -73,10 +73,10 @@ class Store:
         if create:
             private_dir(paths.root)
         cfg = settings.ledger
-        db = Database(paths.db, synchronous=cfg.synchronous, busy_timeout_ms=cfg.busy_timeout_ms)
+        engine = SqliteEngine(Database(paths.db, synchronous=cfg.synchronous, busy_timeout_ms=cfg.busy_timeout_ms))
         projector = Projector()
         ledger = Ledger(
-            db,
+            engine,
             clock=clock or SystemClock(),
             blob_threshold=cfg.blob_threshold_bytes,
             preview_chars=cfg.blob_preview_chars,
@@ -284,7 +284,7 @@ class Store:
         from holon.ledger.schema import ProjectionRow
 
         query = select(ProjectionRow).where(ProjectionRow.kind == kind).order_by(col(ProjectionRow.seq))
-        with self.ledger.db.session() as s:
+        with self.ledger.engine.session() as s:
             return list(s.exec(query).all())
 
     def working_memory(self, agent_id: str) -> dict[str, Any]:
@@ -295,11 +295,12 @@ class Store:
     # --- maintenance ------------------------------------------------------------------------
 
     def replay(self, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+        engine = self.ledger.engine
         try:
-            with self.ledger.db.reader() as conn:
-                return replay(conn, progress=progress)
+            with engine.reader() as conn:
+                return replay(conn, text_bytes=engine.text_bytes, progress=progress)
         except Exception as e:  # a damaged file: one line naming it (exit 5), never a traceback
-            err = translate(e, self.ledger.db.path)
+            err = engine.translate(e)
             if err is None:
                 raise
             raise err from e

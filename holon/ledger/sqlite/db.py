@@ -17,13 +17,29 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
+
+from holon.ledger.sql import Params, Row
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
     from sqlmodel import Session
 
-__all__ = ["Database"]
+__all__ = ["Database", "SqliteConn"]
+
+
+class SqliteConn(sqlite3.Connection):
+    """The SQLite engine's ``holon.ledger.sql.Conn``: the ``sqlite3`` connection itself, plus
+    ``dialect`` and the two fetch helpers (``execute``/``executemany`` stay the C methods)."""
+
+    dialect: Final = "sqlite"
+
+    def fetchone(self, sql: str, parameters: Params = ()) -> Row | None:
+        row: Row | None = self.execute(sql, parameters).fetchone()
+        return row
+
+    def fetchall(self, sql: str, parameters: Params = ()) -> list[Row]:
+        return self.execute(sql, parameters).fetchall()
 
 
 class Database:
@@ -39,16 +55,18 @@ class Database:
             # 64 MiB of page cache per connection (default 2 MiB): hot index pages stay in memory.
             "PRAGMA cache_size=-65536",
         )
-        self._conn: sqlite3.Connection | None = None
+        self._conn: SqliteConn | None = None
         self._engine: Engine | None = None
 
     @property
     def pragmas(self) -> tuple[str, ...]:
         return self._pragmas
 
-    def connect(self) -> sqlite3.Connection:
+    def connect(self) -> SqliteConn:
         """A new autocommit connection with holon's pragmas (the caller closes it)."""
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout_s)
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout_s, factory=SqliteConn
+        )
         try:
             for pragma in self._pragmas:
                 conn.execute(pragma)
@@ -57,14 +75,14 @@ class Database:
             raise
         return conn
 
-    def connection(self) -> sqlite3.Connection:
+    def connection(self) -> SqliteConn:
         """The writer connection (autocommit), opened on first use."""
         if self._conn is None:
             self._conn = self.connect()
         return self._conn
 
     @contextmanager
-    def reader(self) -> Iterator[sqlite3.Connection]:
+    def reader(self) -> Iterator[SqliteConn]:
         """A connection of its own for a long read (stats over the whole ledger) from a worker
         thread: under WAL it reads a snapshot beside the writer and never holds the writer's lock."""
         conn = self.connect()
