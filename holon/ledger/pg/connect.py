@@ -91,7 +91,7 @@ def connect(
     """A new connection (the caller closes it); ``StorageUnavailable`` when the server does not answer.
 
     Autocommit by default: holon issues ``BEGIN`` and ``COMMIT`` itself, as on SQLite
-    (``holon.ledger.db``), so that a transaction's first statement can share a pipeline with it."""
+    (``holon.ledger.sqlite.db``), so that a transaction's first statement can share a pipeline with it."""
     pg = parse_url(url)
     try:
         return psycopg.connect(url, **_kwargs(timeout_s, prepare=prepare, autocommit=autocommit))
