@@ -28,6 +28,8 @@ from typing import Any, Literal
 
 import psycopg
 
+from holon.errors import StorageUnavailable
+
 __all__ = ["CATCH_UP_S", "CHANNEL", "Advance", "Listener", "notification", "parse_notification"]
 
 log = logging.getLogger(__name__)
@@ -114,7 +116,9 @@ class Listener:
     # --- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> Listener:
-        self._thread.start()
+        """Start the thread (once; a second call does nothing)."""
+        if self._thread.ident is None:
+            self._thread.start()
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -128,7 +132,7 @@ class Listener:
         self.stop()
 
     def wait_listening(self, timeout_s: float) -> bool:
-        """Whether the listener is connected with LISTEN issued (waits up to ``timeout_s``)."""
+        """Whether the listener is connected, LISTEN issued and the head read (waits up to ``timeout_s``)."""
         return self._listening.wait(timeout_s)
 
     @property
@@ -145,7 +149,7 @@ class Listener:
             try:
                 self._session()
                 return  # stopped
-            except psycopg.Error as e:
+            except (psycopg.Error, StorageUnavailable) as e:  # holon's connect translates its failure
                 self.losses += 1
                 self.last_error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 log.warning("lost the LISTEN connection (%s); reconnecting in %.2f s", self.last_error, delay)
@@ -162,8 +166,9 @@ class Listener:
         self._conn = conn = self._connect()
         conn.execute(f"LISTEN {CHANNEL}")
         self.connects += 1
+        log.debug("listening on %s (backend %s, connection %d)", CHANNEL, conn.info.backend_pid, self.connects)
+        self._catch_up(conn)  # whatever was sent while no one listened (and, the first time, where "now" is)
         self._listening.set()
-        self._catch_up(conn)  # whatever was sent while no one listened
         next_catch_up = time.monotonic() + self.catch_up_s
         while not self._stop.is_set():
             wait = max(0.0, min(self.poll_s, next_catch_up - time.monotonic()))
@@ -178,6 +183,7 @@ class Listener:
     def _catch_up(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         row = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
         head = int(row[0]) if row else 0
+        log.debug("catch-up: head %d, reported %s", head, self.seen)
         if self.seen is None:
             self.seen = head
         elif head > self.seen:
