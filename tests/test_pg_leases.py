@@ -15,8 +15,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers.ctx_ledger import Script
 from helpers.pg import PgDatabase
 
+from holon.clock import FakeClock
 from holon.errors import FencedOut, LedgerError
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
@@ -28,6 +30,8 @@ from holon.ledger.pg.fence import Fence
 from holon.ledger.pg.leases import HEARTBEAT, Leases, fence, self_fence_deadline
 from holon.ledger.pg.migrations import UNFENCED_TYPES
 from holon.ledger.pg.rows import rows_for
+from holon.projections import Store
+from holon.projections.episodes import IDLE_GAP_US
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 NOW = 1_700_000_000_000_000
@@ -255,11 +259,15 @@ def test_release_frees_the_agent_and_is_recorded(conns: Callable[[], Conn]) -> N
     assert decode_payload(row[0], row[1], row[2]) == ev.LeaseReleased(node="a", token=1, reason="rebalance")
 
 
-def test_reacquiring_a_live_lease_keeps_its_token(conns: Callable[[], Conn]) -> None:
+def test_reacquiring_keeps_a_live_token_and_renews_an_expired_one(conns: Callable[[], Conn]) -> None:
     node = Leases(conns(), "a", lease_s=30)
     assert node.acquire(X) == 1
     assert node.acquire(X) == 1  # renewed: a turn running under token 1 goes on
     assert node.owner_of("agt_none") is None
+    short = Leases(conns(), "a", lease_s=0.3)
+    assert short.acquire("agt_y") == 1
+    _wait_expired(short.conn, "agt_y")
+    assert short.acquire("agt_y") == 2  # its own, but expired: a turn still running under 1 must not append
 
 
 def test_unfenced_types_are_the_declared_ones_and_every_other_type_needs_the_lease(conns: Callable[[], Conn]) -> None:
@@ -293,3 +301,17 @@ def test_a_refusal_other_than_the_fence_stays_a_ledger_error(conns: Callable[[],
     with pytest.raises(LedgerError) as refused:
         insert_and_commit(conn, [bad])
     assert not isinstance(refused.value, FencedOut)
+
+
+def test_what_the_projector_derives_in_an_inputs_transaction_is_unfenced(store: Store, clock: FakeClock) -> None:
+    """An input arriving through any node's API is appended without a fence, and the projector
+    derives events in the same transaction (RFC 0008 risk "Unfenced derivations"): an operator
+    message after an idle gap seals the episode before it. On SQLite (the same projector); each
+    derived type must be unfenced, or the input would be refused on PostgreSQL."""
+    s = Script(store)
+    s.exchange("what is the capital of France?", "Paris.")
+    clock.advance(seconds=IDLE_GAP_US / 1_000_000)
+    said = s.say("good morning, anything new?")
+    derived = [e.type for e in store.ledger.read(after=said.seq)]
+    assert derived == ["episode.sealed"]
+    assert set(derived) <= set(UNFENCED_TYPES)

@@ -182,6 +182,8 @@ UNFENCED_TYPES: tuple[str, ...] = (
     "proposal.dismissed",
     "durable.recorded",  # ... which records the accepted entry in the same transaction
     "durable.forgotten",  # operator command (holon memory forget)
+    "episode.sealed",  # derived by the projector in the transaction reaching the episode's boundary,
+    # which may be an input's (an operator message switching topic, or after an idle gap)
 )
 """Event types any node may append for any agent without holding its lease (migration 2's
 ``unfenced_types`` rows): inputs and operator commands, which never run a turn. Every other type,
