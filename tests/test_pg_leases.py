@@ -19,7 +19,7 @@ from helpers.ctx_ledger import Script
 from helpers.pg import PgDatabase
 
 from holon.clock import FakeClock
-from holon.errors import FencedOut, LedgerError
+from holon.errors import FencedOut, LedgerError, StorageUnavailable
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.ledger.codec import decode_payload
@@ -315,3 +315,32 @@ def test_what_the_projector_derives_in_an_inputs_transaction_is_unfenced(store: 
     derived = [e.type for e in store.ledger.read(after=said.seq)]
     assert derived == ["episode.sealed"]
     assert set(derived) <= set(UNFENCED_TYPES)
+
+
+def test_a_lost_connection_is_storage_unavailable(conns: Callable[[], Conn]) -> None:
+    """What the daemon's heartbeat loop sees when the server drops its connection: holon's
+    retryable error, never a psycopg exception."""
+    node, admin = Leases(conns(), "a", lease_s=30), conns()
+    assert node.acquire(X) == 1
+    admin.execute("SELECT pg_terminate_backend(%s)", (node.conn.info.backend_pid,))
+    with pytest.raises(StorageUnavailable, match="during the heartbeat"):
+        node.heartbeat()
+    with pytest.raises(StorageUnavailable):
+        node.owners()
+
+
+@pytest.mark.slow  # waits most of a real 2.5 s lease
+def test_a_node_that_cannot_renew_stops_before_its_lease_expires(conns: Callable[[], Conn]) -> None:
+    """Real clocks: the node's own deadline (80% of the lease, from the moment it sent the acquire)
+    passes while the database still counts the lease as live, so the old owner has stopped before
+    any other node could take over."""
+    node = Leases(conns(), "a", lease_s=2.5)
+    assert node.acquire(X) == 1
+    deadline = time.monotonic() + 10
+    while node.holds(X):  # no heartbeat: as if the database were unreachable
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    owner = node.owner_of(X)  # asked right after the node stopped acting
+    assert owner is not None and owner.live and owner.remaining_s > 0
+    with pytest.raises(FencedOut):
+        node.fence_for(X)

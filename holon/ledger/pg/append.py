@@ -17,7 +17,7 @@ the same blob upsert.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "insert_and_commit",
     "rollback",
     "rollback_quietly",
+    "translated",
 ]
 
 EVENT_INSERT = f"INSERT INTO events ({', '.join(EVENT_FIELDS)}) VALUES ({', '.join('%s' for _ in EVENT_FIELDS)})"
@@ -74,17 +75,31 @@ FENCE_REFUSED = "HLF01"
 """The SQLSTATE of the fence trigger's refusal (migration 2); its DETAIL is the agent id."""
 
 
-def _refused(conn: Conn, e: psycopg.Error) -> Exception:
-    """A database error of an append as holon's error: the server gone is retryable
-    (``StorageUnavailable``); the fence's refusal is ``FencedOut``; any other refusal (a trigger,
-    a key) is the ledger's (``LedgerError``)."""
+def _refused(conn: Conn, e: psycopg.Error, doing: str | None = None) -> Exception:
+    """A database error of an append (or of ``doing``, e.g. "the heartbeat") as holon's error: the
+    server gone is retryable (``StorageUnavailable``); the fence's refusal is ``FencedOut``; any
+    other refusal (a trigger, a key) is the ledger's (``LedgerError``)."""
     diag = e.diag.message_primary or (str(e).strip().splitlines() or [type(e).__name__])[0]
     if e.sqlstate == FENCE_REFUSED and not conn.closed:  # checked first: psycopg maps the unknown class
         return FencedOut(f"append refused by the database: {diag}", agent_id=e.diag.message_detail or "")
     if isinstance(e, psycopg.OperationalError) or conn.closed:  # "HL" to OperationalError
         info = conn.info
-        return StorageUnavailable(f"lost PostgreSQL at {info.host}:{info.port} during an append: {e}".splitlines()[0])
-    return LedgerError(f"append refused by the database: {diag}")
+        return StorageUnavailable(
+            f"lost PostgreSQL at {info.host}:{info.port} during {doing or 'an append'}: {e}".splitlines()[0]
+        )
+    return LedgerError(f"{doing or 'append'} refused by the database: {diag}")
+
+
+@contextlib.contextmanager
+def translated(conn: Conn, doing: str) -> Iterator[None]:
+    """Statements outside an append (a heartbeat, a read of the leases) raising holon's errors
+    only, as ``_refused`` translates them; an open transaction is rolled back."""
+    try:
+        yield
+    except psycopg.Error as e:
+        err = _refused(conn, e, doing)
+        rollback_quietly(conn)
+        raise err from e
 
 
 def rollback(conn: Conn) -> None:

@@ -37,7 +37,7 @@ import psycopg
 from holon.errors import FencedOut
 from holon.ledger import events as ev
 from holon.ledger.envelope import NewEvent
-from holon.ledger.pg.append import Conn, begin_append_with, insert_and_commit, rollback_quietly
+from holon.ledger.pg.append import Conn, begin_append_with, insert_and_commit, rollback_quietly, translated
 from holon.ledger.pg.fence import FENCE_SETTING, Fence
 from holon.ledger.pg.rows import rows_for
 
@@ -222,7 +222,8 @@ class Leases:
         the agents renewed. An agent whose lease was not renewed (expired, taken over) is dropped:
         this node no longer acts for it."""
         sent_at = self.clock()
-        rows = self.conn.execute(HEARTBEAT, {"node": self.node, "lease_s": self.lease_s}).fetchall()
+        with translated(self.conn, "the heartbeat"):
+            rows = self.conn.execute(HEARTBEAT, {"node": self.node, "lease_s": self.lease_s}).fetchall()
         renewed = {str(r[0]): int(r[1]) for r in rows}
         deadline = self_fence_deadline(sent_at, self.lease_s, margin=self.margin)
         for agent_id in list(self.tokens):
@@ -265,5 +266,6 @@ class Leases:
         return [o.agent_id for o in self._owners("WHERE expires_at <= clock_timestamp()", ())]
 
     def _owners(self, where: str, params: tuple[Any, ...]) -> list[Owner]:
-        rows = self.conn.execute(OWNERS.format(where=where), params).fetchall()
+        with translated(self.conn, "the read of the leases"):
+            rows = self.conn.execute(OWNERS.format(where=where), params).fetchall()
         return [Owner(str(r[0]), str(r[1]), int(r[2]), r[3], bool(r[4]), float(r[5])) for r in rows]

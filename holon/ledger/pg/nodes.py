@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from holon.errors import NodeNameTaken
-from holon.ledger.pg.append import Conn
+from holon.ledger.pg.append import Conn, translated
 
 __all__ = ["NodeInfo", "claim", "list_nodes", "unclaim"]
 
@@ -61,16 +61,18 @@ def claim(
 ) -> NodeInfo:
     """Claim ``name`` for this process on ``conn`` (kept open for the node's lifetime) and record
     it in ``nodes``; ``NodeNameTaken`` if a live node holds it."""
-    row = conn.execute(f"SELECT pg_try_advisory_lock({_LOCK})", (name,)).fetchone()
+    with translated(conn, "the claim of the node name"):
+        row = conn.execute(f"SELECT pg_try_advisory_lock({_LOCK})", (name,)).fetchone()
     if not (row and row[0]):
         holder = _node(conn, name)
         who = (
             f" (host {holder.host}, pid {holder.pid}, seen {holder.seen_s_ago:.1f} s ago)" if holder is not None else ""
         )
         raise NodeNameTaken(f"node {name} is already running{who}; choose another --node name or stop that one")
-    conn.execute(
-        _UPSERT, (name, host or socket.gethostname(), os.getpid() if pid is None else pid, url, schema_version)
-    )
+    with translated(conn, "the claim of the node name"):
+        conn.execute(
+            _UPSERT, (name, host or socket.gethostname(), os.getpid() if pid is None else pid, url, schema_version)
+        )
     info = _node(conn, name)
     assert info is not None  # just written
     return info
@@ -78,7 +80,8 @@ def claim(
 
 def unclaim(conn: Conn, name: str) -> bool:
     """Free ``name`` (a clean stop); returns whether this session held it."""
-    row = conn.execute(f"SELECT pg_advisory_unlock({_LOCK})", (name,)).fetchone()
+    with translated(conn, "the release of the node name"):
+        row = conn.execute(f"SELECT pg_advisory_unlock({_LOCK})", (name,)).fetchone()
     return bool(row and row[0])
 
 
@@ -95,10 +98,13 @@ def _info(r: tuple[Any, ...]) -> NodeInfo:  # Any: a row of _SELECT, typed by it
 
 
 def _node(conn: Conn, name: str) -> NodeInfo | None:
-    row = conn.execute(_SELECT.format(where="WHERE name = %s"), (name,)).fetchone()
+    with translated(conn, "the read of the nodes"):
+        row = conn.execute(_SELECT.format(where="WHERE name = %s"), (name,)).fetchone()
     return None if row is None else _info(row)
 
 
 def list_nodes(conn: Conn) -> list[NodeInfo]:
     """Every node that ever registered, by name (``seen_s_ago`` tells the live ones)."""
-    return [_info(r) for r in conn.execute(_SELECT.format(where="")).fetchall()]
+    with translated(conn, "the read of the nodes"):
+        rows = conn.execute(_SELECT.format(where="")).fetchall()
+    return [_info(r) for r in rows]
