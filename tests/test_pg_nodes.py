@@ -23,6 +23,7 @@ from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.ledger.pg.append import append
 from holon.ledger.pg.connect import connect
+from holon.ledger.pg.leases import Leases
 from holon.ledger.pg.migrations import latest_version
 from holon.ledger.pg.nodes import claim, list_nodes, unclaim
 from holon.ledger.pg.rows import rows_for
@@ -148,3 +149,54 @@ def test_a_client_that_skips_the_claim_hits_the_unique_key(conns: Callable[[], C
     again = NewEvent("agt_t", fired, origin="timer:tmr_1", authority="timer", idempotency_key=fire_key("tmr_1", NOW))
     with pytest.raises(LedgerError, match="events_idempotency"):
         append(conn, lambda head: rows_for(head, [again], now_us=NOW))
+
+
+_OWNER = """
+import sys, time
+from holon.ledger import NewEvent
+from holon.ledger import events as ev
+from holon.ledger.pg.append import EVENT_INSERT, begin_append
+from holon.ledger.pg.connect import connect
+from holon.ledger.pg.leases import Leases
+from holon.ledger.pg.nodes import claim
+from holon.ledger.pg.rows import rows_for
+conn = connect(sys.argv[1], timeout_s=10)
+claim(conn, "a", schema_version=int(sys.argv[2]))
+node = Leases(conn, "a", lease_s=float(sys.argv[3]))
+node.acquire("agt_k")
+head = begin_append(conn, fence=node.fence_for("agt_k"))  # a turn's append, left open
+rows, _ = rows_for(head, [NewEvent("agt_k", ev.TurnStarted(turn_id="trn_k"), origin="node:a")], now_us=1)
+conn.cursor().executemany(EVENT_INSERT, rows)
+print("open", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow  # starts a process and waits out a real lease
+def test_a_killed_owner_loses_its_open_append_its_name_and_then_its_agent(
+    conns: Callable[[], Conn], pg_db: PgDatabase
+) -> None:
+    """SIGKILL of a node in the middle of an append: the server rolls its transaction back (and
+    frees the ledger lock and the node's name at once); the lease runs out on the database's clock
+    and another node takes the agent over with the next token."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _OWNER, pg_db.url, str(latest_version()), "1.0"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "open"
+        b = Leases(conns(), "b", lease_s=30)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        _claim_when_free(conns(), "a")  # the killed node's session is gone
+        deadline = time.monotonic() + 10
+        while (token := b.acquire("agt_k")) is None:  # refused while the dead node's lease lives
+            assert time.monotonic() < deadline, "the dead node's lease did not run out"
+            time.sleep(0.02)
+        assert token == 2
+        types = [r[0] for r in b.conn.execute("SELECT type FROM events ORDER BY seq")]
+        assert types == ["lease.acquired", "lease.acquired"]  # the open turn.started never committed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)

@@ -1,7 +1,8 @@
 """Wakes across nodes (real PostgreSQL, RFC 0008 "Wakes"): an append's ``pg_notify`` reaches a
 ``Listener`` with the new head and its agents; an append whose notification was lost is found by
 the periodic catch-up; a listener whose backend is terminated reconnects with backoff and finds
-what was appended meanwhile; a rolled-back append notifies no one."""
+what was appended meanwhile; a rolled-back append notifies no one; an input on one node wakes its
+agent's owner on another."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ import psycopg
 import pytest
 from helpers.pg import PgDatabase
 
+from holon.errors import FencedOut
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.ledger.pg.append import Head, append, begin_append, rollback
 from holon.ledger.pg.connect import connect
+from holon.ledger.pg.leases import Leases
 from holon.ledger.pg.notify import Advance, Listener, notification, parse_notification
 from holon.ledger.pg.rows import rows_for
 
@@ -166,3 +169,22 @@ def test_stop_is_prompt(pg_db: PgDatabase) -> None:
     listener.stop(timeout_s=10)
     assert not listener._thread.is_alive()
     assert time.monotonic() - t0 < 5  # bounded by poll_s (0.25 s), generously
+
+
+def test_an_input_on_one_node_wakes_the_owner_on_another(pg_db: PgDatabase, conns: Callable[[], Conn]) -> None:
+    """Steps 9 and 10 together, as the daemon will use them: node A owns the agent; node B's API
+    appends the input (unfenced) and notifies; A's listener wakes with the agent's id and A runs
+    the turn under its fence; B cannot."""
+    a, b = Leases(conns(), "a", lease_s=30), Leases(conns(), "b", lease_s=30)
+    assert a.acquire("agt_1") == 1
+    woken: queue.Queue[Advance] = queue.Queue()
+    with _listener(pg_db, woken, catch_up_s=60):
+        head = _input(b.conn, "agt_1")  # B's API
+        wake = _next(woken)
+        assert wake == Advance(head.seq, frozenset({"agt_1"}), "notify")
+        assert wake.agents is not None and all(a.holds(agent) for agent in wake.agents)
+        turn = [NewEvent("agt_1", ev.TurnStarted(turn_id="trn_1", inputs=[head.seq]), origin="node:a")]
+        started = append(a.conn, lambda h: rows_for(h, turn, now_us=NOW), fence=a.fence_for("agt_1"), notify=True)
+        assert _next(woken) == Advance(started.seq, frozenset({"agt_1"}), "notify")
+        with pytest.raises(FencedOut):
+            b.fence_for("agt_1")
