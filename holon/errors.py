@@ -12,9 +12,11 @@ into one line on stderr and the exit code below, never a traceback.
     ├── NotFoundError               exit 3   no such agent, event, blob, home
     │   └── HomeNotFoundError
     ├── ConflictError               exit 4   name taken, idempotency key reused differently
-    │   └── IdempotencyConflict
+    │   ├── IdempotencyConflict
+    │   └── NodeNameTaken           exit 2   another live node already runs under this name
     ├── LedgerError                 exit 5   the ledger refused or is damaged
     │   ├── EventValidationError             payload does not match its event type
+    │   ├── FencedOut                        this node no longer holds the agent's lease
     │   ├── IntegrityError                   hash chain or sequence broken
     │   └── MigrationError                   schema cannot be brought forward
     └── ModelError                  exit 6   a model call failed (``kind`` says how)
@@ -30,6 +32,7 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "EventValidationError",
+    "FencedOut",
     "HolonError",
     "HomeNotFoundError",
     "IdempotencyConflict",
@@ -40,6 +43,7 @@ __all__ = [
     "ModelErrorKind",
     "ModelKeyMissing",
     "ModelNotConfigured",
+    "NodeNameTaken",
     "NotFoundError",
     "StorageUnavailable",
     "UsageError",
@@ -92,6 +96,13 @@ class IdempotencyConflict(ConflictError):
     pass
 
 
+class NodeNameTaken(ConflictError):
+    """A second ``holon serve --node NAME`` while a node of that name lives (RFC 0008, "Two nodes
+    with the same name"): a start-up refusal, so exit 2 like the other start-up errors."""
+
+    exit_code = 2
+
+
 class LedgerError(HolonError):
     exit_code = 5
 
@@ -106,6 +117,18 @@ class IntegrityError(LedgerError):
 
 class MigrationError(LedgerError):
     pass
+
+
+class FencedOut(LedgerError):
+    """The agent's lease is not this node's (any more): expired, taken over, or never held.
+
+    Raised by the node's own deadline check (self-fencing) or translated from the database's
+    refusal (the fence trigger, SQLSTATE ``HLF01``; RFC 0008 "Leases with fencing tokens"). The turn
+    stops at once: no model call, no tool, nothing retried on this node."""
+
+    def __init__(self, message: str, *, agent_id: str) -> None:
+        super().__init__(message)
+        self.agent_id = agent_id
 
 
 ModelErrorKind = Literal[

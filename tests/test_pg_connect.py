@@ -68,6 +68,7 @@ def test_concurrent_runners_apply_each_migration_once(pg_new_db: Callable[..., P
     for t in threads:
         t.join(timeout=120)
     assert not errors, errors
-    assert sorted(results) == [[], [], list(range(1, latest_version() + 1))]
+    # each step is its own transaction under the lock: runners may share the steps, never repeat one
+    assert sorted(v for applied in results for v in applied) == list(range(1, latest_version() + 1))
     with db.connect() as conn:
         assert current_version(conn) == latest_version()

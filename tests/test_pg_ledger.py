@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,20 @@ from holon.projections import Store
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 APPENDER = Path(__file__).parent / "helpers" / "pg_appender.py"
+
+
+@pytest.fixture
+def pg_db(pg_db: PgDatabase) -> Iterator[PgDatabase]:
+    """The worker's database with the lease fence (migration 2) switched off for the test: these
+    tests hold migration 1's invariants (append-only, gapless, the chain) with events of any type
+    and no leases; the fence has its own tests (``test_pg_leases.py``)."""
+    with pg_db.connect() as conn:
+        conn.execute("ALTER TABLE events DISABLE TRIGGER events_lease_fence")
+    try:
+        yield pg_db
+    finally:
+        with pg_db.connect() as conn:
+            conn.execute("ALTER TABLE events ENABLE TRIGGER events_lease_fence")
 
 
 def _events(agent: str, *texts: str) -> list[NewEvent]:

@@ -1,6 +1,8 @@
-"""The PostgreSQL schema (real PostgreSQL, RFC 0008): migration 1 applies once, the migrated database
-agrees with the SQLModel classes as ``schema.ddl("postgresql")`` renders them today (columns, types,
-NOT NULL, keys, indexes, collation), and a database newer than the code is refused."""
+"""The PostgreSQL schema (real PostgreSQL, RFC 0008): the migrations apply once, the ledger tables
+of migration 1 agree with the SQLModel classes as ``schema.ddl("postgresql")`` renders them today
+(columns, types, NOT NULL, keys, indexes, collation), migration 2 adds the node tables (which have
+no SQLModel class: they exist on PostgreSQL only) with their fence trigger, and a database newer
+than the code is refused."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from helpers.pg import PgDatabase
 
 from holon.errors import MigrationError
 from holon.ledger.envelope import EVENT_FIELDS
-from holon.ledger.pg.migrations import MIGRATIONS, current_version, latest_version, migrate
+from holon.ledger.pg.migrations import MIGRATIONS, UNFENCED_TYPES, current_version, latest_version, migrate
 from holon.ledger.schema import BlobRow, EventRow, ProjectionCursorRow, ProjectionRow, SchemaMigrationRow, ddl
 
 MODELS = [EventRow, BlobRow, ProjectionRow, ProjectionCursorRow, SchemaMigrationRow]
@@ -48,7 +50,11 @@ def _shape(conn: Conn) -> dict[str, Any]:
     return out
 
 
-def test_migration_1_applies_once(pg_new_db: Callable[..., PgDatabase]) -> None:
+NODE_TABLES = {"nodes", "leases", "unfenced_types"}
+"""Migration 2's tables (several nodes on one database; no SQLite counterpart)."""
+
+
+def test_migrations_apply_once(pg_new_db: Callable[..., PgDatabase]) -> None:
     db = pg_new_db(migrated=False)
     with db.connect() as conn:
         assert current_version(conn) == 0
@@ -58,10 +64,39 @@ def test_migration_1_applies_once(pg_new_db: Callable[..., PgDatabase]) -> None:
         rows = conn.execute("SELECT version, name, applied_us FROM schema_migrations ORDER BY version").fetchall()
         assert rows == [(m.version, m.name, 7) for m in MIGRATIONS]
         functions = {r[0] for r in conn.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'holon\\_%%'")}
-        assert functions == {"holon_refuse", "holon_gapless", "holon_begin_append"}
+        assert functions == {"holon_refuse", "holon_gapless", "holon_begin_append", "holon_fence"}
         triggers = {r[0] for r in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
-        assert triggers == {"events_no_update", "events_no_delete", "events_no_truncate", "events_gapless"}
+        assert triggers == {
+            "events_no_update", "events_no_delete", "events_no_truncate", "events_gapless", "events_lease_fence"
+        }  # fmt: skip
         assert conn.execute("SELECT * FROM holon_begin_append()").fetchone() == (0, "0" * 64, 0)
+        unfenced = [r[0] for r in conn.execute("SELECT type FROM unfenced_types ORDER BY type")]
+        assert unfenced == sorted(UNFENCED_TYPES)
+
+
+def test_migration_1_then_2(pg_new_db: Callable[..., PgDatabase]) -> None:
+    """A database at migration 1 (as main built them before) is brought to 2 with its events kept."""
+    db = pg_new_db(migrated=False)
+    with db.connect() as conn:
+        assert migrate(conn, now_us=1, target=1) == [1]
+        assert conn.execute("SELECT to_regclass('leases')").fetchone() == (None,)
+        assert migrate(conn, now_us=2) == [2]
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        assert tables >= NODE_TABLES
+
+
+def test_fence_fires_after_the_gapless_trigger(pg_db: PgDatabase) -> None:
+    """Same-event triggers fire in name order: the fence's lease read must come after
+    ``events_gapless`` took the ledger lock, so no takeover commits between check and insert."""
+    with pg_db.connect() as conn:
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'events'::regclass AND NOT tgisinternal "
+                "AND tgtype & 4 = 4 ORDER BY tgname"  # INSERT triggers, in firing order
+            )
+        ]
+        assert names == ["events_gapless", "events_lease_fence"]
 
 
 def test_migrated_database_matches_the_schema_classes(pg_new_db: Callable[..., PgDatabase]) -> None:
@@ -73,6 +108,8 @@ def test_migrated_database_matches_the_schema_classes(pg_new_db: Callable[..., P
         want = _shape(conn)
     with migrated.connect() as conn:
         have = _shape(conn)
+    assert sorted(have) == sorted([*want, *NODE_TABLES])
+    have = {t: v for t, v in have.items() if t not in NODE_TABLES}
     assert sorted(have) == sorted(want) == sorted(m.__tablename__ for m in MODELS)
     for table in want:
         assert have[table] == want[table], table

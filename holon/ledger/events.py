@@ -626,6 +626,28 @@ class ContextAssembled(PayloadBase):
     """The tool schemas sent, as JSON; recorded in round 0 only (a turn's tools do not change)."""
 
 
+# --- nodes (RFC 0008, several nodes on PostgreSQL) ------------------------------------------
+
+
+class LeaseAcquired(PayloadBase):
+    """``node`` became the agent's owner with fencing ``token`` (appended in the transaction that
+    took the lease, under the ledger lock, so ownership changes are ordered with every event)."""
+
+    type: Literal["lease.acquired"] = "lease.acquired"
+    node: str
+    token: int = Field(ge=1)
+    lease_s: float = Field(gt=0)
+
+
+class LeaseReleased(PayloadBase):
+    """``node`` gave the agent's lease (``token``) up: a clean stop or a move between turns."""
+
+    type: Literal["lease.released"] = "lease.released"
+    node: str
+    token: int = Field(ge=1)
+    reason: str = ""
+
+
 Payload = Annotated[
     AgentCreated
     | AgentConfigured
@@ -667,7 +689,9 @@ Payload = Annotated[
     | ProposalCreated
     | ProposalAccepted
     | ProposalDismissed
-    | ContextAssembled,
+    | ContextAssembled
+    | LeaseAcquired
+    | LeaseReleased,
     Field(discriminator="type"),
 ]
 

@@ -47,8 +47,9 @@ __all__ = [
 
 ADMIN_URL = os.environ.get("HOLON_TEST_PG") or "postgresql://root@127.0.0.1:5432/postgres"
 CONNECT_TIMEOUT_S = 10
-_KEEP = frozenset({"schema_migrations"})
-"""Tables a reset leaves alone: the migrated schema's own record."""
+_KEEP = frozenset({"schema_migrations", "unfenced_types"})
+"""Tables a reset leaves alone: the migrated schema's own record, and the fence's list of unfenced
+types (rows written by migration 2)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
-"""Rows for ``holon.ledger.pg.append`` built with holon's codec, and a worker process for the
-concurrency test of tests/test_pg_ledger.py.
+"""Rows for ``holon.ledger.pg.append`` built with holon's codec (``holon.ledger.pg.rows.rows_for``,
+re-exported for the tests), and a worker process for the concurrency test of tests/test_pg_ledger.py.
 
     python tests/helpers/pg_appender.py URL N WORKER GATE_DIR
 
@@ -13,34 +13,13 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from holon.ids import new_id
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
-from holon.ledger.codec import BlobBody, chain_hash_of, encode_payload
-from holon.ledger.envelope import header_values
-from holon.ledger.pg.append import Head
+from holon.ledger.pg.rows import rows_for
 
-
-def rows_for(
-    head: Head, events: Sequence[NewEvent], *, now_us: int, blob_threshold: int = 16_384
-) -> tuple[list[tuple[Any, ...]], list[BlobBody]]:
-    """``events`` as ``events`` rows chained on ``head``, as holon's ``Transaction`` makes them;
-    time never goes backwards past the head's (RFC 0008, "Timestamps across machines")."""
-    rows: list[tuple[Any, ...]] = []
-    blobs: list[BlobBody] = []
-    seq, prev, ts = head.seq, head.hash, max(now_us, head.ts_us)
-    for ne in events:
-        enc = encode_payload(ne.payload, blob_threshold=blob_threshold, preview_chars=40)
-        seq += 1
-        header = header_values(ne, seq=seq, event_id=new_id("evt"), ts_us=ts)
-        prev = chain_hash_of(prev, header, enc.data)
-        rows.append((*header, enc.text, prev))
-        blobs.extend(enc.blobs)
-    return rows, blobs
+__all__ = ["rows_for"]
 
 
 def main() -> int:

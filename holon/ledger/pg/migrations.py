@@ -13,6 +13,11 @@ ordering agrees with SQLite's bytewise comparison), plus what no portable metada
   the new ``seq`` against the head, read after the lock in a fresh READ COMMITTED snapshot;
 * ``holon_begin_append()`` takes the ledger lock and reads the head in one round trip.
 
+Migration 2 adds what several nodes sharing the database need (RFC 0008, "Leases with fencing
+tokens"): ``nodes``, ``leases`` (expiry in database time), ``unfenced_types`` and the fence
+trigger, which refuses an event of a fenced type unless the transaction's ``holon.fence`` setting
+names the agent's live lease (``holon.ledger.pg.leases``).
+
 ``migrate`` serializes concurrent runners with a second advisory lock (``MIGRATION_LOCK``) instead
 of SQLite's ``BEGIN IMMEDIATE`` and refuses a database whose schema is newer than this code.
 ``tests/test_pg_migrations.py`` checks the migrated database against the SQLModel classes.
@@ -27,7 +32,16 @@ import psycopg
 
 from holon.errors import MigrationError
 
-__all__ = ["LEDGER_LOCK", "MIGRATIONS", "MIGRATION_LOCK", "Migration", "current_version", "latest_version", "migrate"]
+__all__ = [
+    "LEDGER_LOCK",
+    "MIGRATIONS",
+    "MIGRATION_LOCK",
+    "UNFENCED_TYPES",
+    "Migration",
+    "current_version",
+    "latest_version",
+    "migrate",
+]
 
 LEDGER_LOCK = 0x686F6C6F6E
 """The transaction-level advisory lock every append holds ("holon" in ASCII). Advisory locks are
@@ -154,7 +168,92 @@ _GUARDS: tuple[str, ...] = (
     """,
 )
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "ledger", _TABLES + _GUARDS),)
+UNFENCED_TYPES: tuple[str, ...] = (
+    "message.received",  # an input, through any node's API or CLI (RFC 0008, "API on any node")
+    "wait.resolved",  # stored with the input that resolves the wait (holon.runtime.inputs)
+    "agent.created",  # no lease can exist before the agent does; created on any node
+    "agent.configured",  # operator command on any node (holon agent config, the API)
+    "agent.deleted",  # operator command on any node (holon.daemon.deletion)
+    "timer.scheduled",  # operator command or API on any node
+    "timer.cancelled",  # operator command, and with agent.deleted in its transaction
+    "timer.fired",  # claimed once cluster-wide by its idempotency key, whichever node fires
+    "lease.released",  # a node may record giving up a lease that already ran out
+    "proposal.accepted",  # operator review on any node (holon.evolve.review) ...
+    "proposal.dismissed",
+    "durable.recorded",  # ... which records the accepted entry in the same transaction
+    "durable.forgotten",  # operator command (holon memory forget)
+    "episode.sealed",  # derived by the projector in the transaction reaching the episode's boundary,
+    # which may be an input's (an operator message switching topic, or after an idle gap)
+)
+"""Event types any node may append for any agent without holding its lease (migration 2's
+``unfenced_types`` rows): inputs and operator commands, which never run a turn. Every other type,
+``lease.acquired`` included (its own transaction holds the new lease), needs the fence. The list
+is closed: a new type is fenced unless a migration declares it here."""
+
+_NODES: tuple[str, ...] = (
+    """
+    CREATE TABLE nodes (
+        name VARCHAR COLLATE "C" NOT NULL,
+        host VARCHAR COLLATE "C" NOT NULL,
+        pid INTEGER NOT NULL,
+        url VARCHAR COLLATE "C",
+        schema_version INTEGER NOT NULL,
+        started_at TIMESTAMPTZ NOT NULL,
+        seen_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (name)
+    )
+    """,
+    """
+    CREATE TABLE leases (
+        agent_id VARCHAR COLLATE "C" NOT NULL,
+        node VARCHAR COLLATE "C" NOT NULL,
+        token BIGINT NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (agent_id)
+    )
+    """,
+    "CREATE INDEX leases_node ON leases (node)",
+    """
+    CREATE TABLE unfenced_types (
+        type VARCHAR COLLATE "C" NOT NULL,
+        PRIMARY KEY (type)
+    )
+    """,
+    "INSERT INTO unfenced_types (type) VALUES " + ", ".join(f"('{t}')" for t in UNFENCED_TYPES),
+    # The fence. Named so that it fires after events_gapless (same-event triggers fire in name
+    # order), which holds the ledger lock by then: a client that skipped holon_begin_append() is
+    # checked under the lock too, so no takeover can commit between its check and its insert.
+    """
+    CREATE FUNCTION holon_fence() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+      f JSONB;
+      want TEXT;
+      l RECORD;
+    BEGIN
+      IF EXISTS (SELECT 1 FROM unfenced_types WHERE type = NEW.type) THEN
+        RETURN NEW;
+      END IF;
+      f := nullif(current_setting('holon.fence', true), '')::jsonb;
+      want := f -> 'tokens' ->> NEW.agent_id;
+      IF want IS NULL THEN
+        RAISE EXCEPTION 'fencing: % for agent % needs the agent''s lease (no fence for it in this transaction)',
+          NEW.type, NEW.agent_id USING ERRCODE = 'HLF01', DETAIL = NEW.agent_id;
+      END IF;
+      SELECT node, token, expires_at INTO l FROM leases WHERE agent_id = NEW.agent_id;
+      IF NOT FOUND OR l.node <> f ->> 'node' OR l.token <> want::bigint OR l.expires_at <= clock_timestamp() THEN
+        RAISE EXCEPTION 'fencing: node % (token %) no longer holds the lease of agent %', f ->> 'node', want,
+          NEW.agent_id USING ERRCODE = 'HLF01', DETAIL = NEW.agent_id;
+      END IF;
+      RETURN NEW;
+    END $$
+    """,
+    "CREATE TRIGGER events_lease_fence BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION holon_fence()",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "ledger", _TABLES + _GUARDS),
+    Migration(2, "nodes", _NODES),
+)
 
 
 def latest_version() -> int:
