@@ -1,0 +1,255 @@
+"""The dashboard over real HTTP (RFC 0009): login, sessions, CSRF, Host, CSP, escaping, pages.
+
+The real daemon behind the real API on 127.0.0.1 (``server``: in this process, a FakeClock, echo
+model), reached with plain httpx clients that hold no bearer header: what a browser sends.
+The browser itself is ``test_dashboard_browser.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from helpers.api_server import ApiServer
+
+from holon.api.dashboard.pages import local_path
+from holon.api.dashboard.security import CSP, CSRF_HEADER
+from holon.api.dashboard.sessions import CODE_TTL_S, MAX_SESSIONS, SESSION_TTL_S, Sessions
+
+
+def _browser(server: ApiServer) -> httpx.Client:
+    """A client like a browser: no bearer header, cookies kept, redirects not followed."""
+    return httpx.Client(base_url=server.url, timeout=10, follow_redirects=False)
+
+
+def _login(server: ApiServer, c: httpx.Client) -> str:
+    """Log ``c`` in with a one-time code; the page's CSRF token."""
+    with server.client() as api:
+        r = api.post("/v1/dashboard/login")
+    assert r.status_code == 200, r.text
+    path = r.json()["path"]
+    r = c.get(path)
+    assert r.status_code == 303 and r.headers["location"] == "/", r.text
+    page = c.get("/")
+    assert page.status_code == 200, page.text
+    found = re.search(r'<meta name="holon-csrf" content="([^"]+)">', page.text)
+    assert found
+    return found.group(1)
+
+
+@pytest.fixture
+def browser(server: ApiServer) -> Iterator[httpx.Client]:
+    with _browser(server) as c:
+        yield c
+
+
+def _make(server: ApiServer, name: str = "ada") -> None:
+    with server.client() as api:
+        assert api.post("/v1/agents", json={"name": name}).status_code == 201
+
+
+# --- sessions (pure) ---------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_login_code_opens_one_session_once_and_expires() -> None:
+    clock = Clock()
+    sessions = Sessions(now=clock)
+    code = sessions.new_code()
+    session = sessions.redeem(code)
+    assert session is not None and sessions.get(session.session_id) is session
+    assert sessions.redeem(code) is None  # spent
+    late = sessions.new_code()
+    clock.t += CODE_TTL_S + 1
+    assert sessions.redeem(late) is None
+    assert sessions.redeem("") is None and sessions.redeem("x" * 500) is None
+
+
+def test_sessions_expire_when_unused_and_are_bounded() -> None:
+    clock = Clock()
+    sessions = Sessions(now=clock)
+    first = sessions.open()
+    clock.t += SESSION_TTL_S - 1
+    assert sessions.get(first.session_id) is first  # use renews it
+    clock.t += SESSION_TTL_S - 1
+    assert sessions.get(first.session_id) is first
+    clock.t += SESSION_TTL_S + 1
+    assert sessions.get(first.session_id) is None
+    opened = [sessions.open() for _ in range(MAX_SESSIONS + 5)]
+    assert sessions.get(opened[0].session_id) is None and sessions.get(opened[-1].session_id) is not None
+    assert Sessions.csrf_ok(opened[-1], opened[-1].csrf)
+    assert not Sessions.csrf_ok(opened[-1], None) and not Sessions.csrf_ok(opened[-1], opened[-2].csrf)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        (None, "/"),
+        ("/agents/ada", "/agents/ada"),
+        ("//evil.example/x", "/"),
+        ("https://evil.example/", "/"),
+        ("/\\evil.example", "/"),
+        ("agents", "/"),
+        ("/a\nb", "/"),
+    ],
+)
+def test_login_only_ever_returns_to_a_local_path(given: str | None, expected: str) -> None:
+    assert local_path(given) == expected
+
+
+# --- login -------------------------------------------------------------------------------------
+
+
+def test_a_page_without_a_session_goes_to_the_login_page(server: ApiServer, browser: httpx.Client) -> None:
+    r = browser.get("/agents/ada")
+    assert r.status_code == 303 and r.headers["location"] == "/login?next=/agents/ada"
+    login = browser.get("/login?next=/agents/ada")
+    assert login.status_code == 200 and 'id="login-form"' in login.text
+    assert login.headers["content-security-policy"] == CSP
+    # The dashboard's own data paths answer 401, not a redirect; the API stays bearer-only.
+    assert browser.get("/ui/fragments/agents").status_code == 401
+    assert browser.get("/ui/events").status_code == 401
+    assert browser.get("/v1/agents").status_code == 401
+
+
+def test_a_login_code_sets_a_strict_httponly_cookie_once(server: ApiServer, browser: httpx.Client) -> None:
+    assert browser.post("/v1/dashboard/login", json={}).status_code == 401  # minting a code needs the token
+    with server.client() as api:
+        path = api.post("/v1/dashboard/login").json()["path"]
+    r = browser.get(path + "&next=/agents")
+    assert r.status_code == 303 and r.headers["location"] == "/agents"
+    cookie = r.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/" in cookie
+    assert cookie.startswith(f"holon_session_{server.port_number}=")
+    assert browser.get("/").status_code == 200
+    with _browser(server) as other:
+        again = other.get(path)
+        assert again.status_code == 401 and "used or has expired" in again.text
+        assert "set-cookie" not in again.headers
+
+
+def test_the_token_typed_into_the_login_page_opens_a_session(server: ApiServer, browser: httpx.Client) -> None:
+    wrong = browser.post("/login", json={"token": "nope", "next": "/"})
+    assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+    assert browser.post("/login", data={"token": server.token}).status_code == 415  # never a form
+    r = browser.post("/login", json={"token": server.token, "next": "//evil.example"})
+    assert r.status_code == 204 and r.headers["location"] == "/"
+    assert browser.get("/").status_code == 200
+
+
+def test_logout_ends_the_session(server: ApiServer, browser: httpx.Client) -> None:
+    csrf = _login(server, browser)
+    assert browser.post("/logout", json={}).status_code == 403  # no CSRF token
+    assert browser.post("/logout", json={}, headers={CSRF_HEADER: csrf}).status_code == 204
+    assert browser.get("/").status_code == 303
+
+
+# --- pages -------------------------------------------------------------------------------------
+
+
+def test_the_agents_page_shows_state_model_and_spend(server: ApiServer, browser: httpx.Client) -> None:
+    _make(server, "ada")
+    _login(server, browser)
+    r = browser.get("/")
+    assert r.status_code == 200
+    assert r.headers["content-security-policy"] == CSP
+    assert r.headers["x-frame-options"] == "DENY" and r.headers["referrer-policy"] == "no-referrer"
+    assert 'href="/agents/ada"' in r.text and 'class="state">idle<' in r.text
+    assert "no budget (foreground)" in r.text and 'data-action="pause"' in r.text
+    # No inline script or style anywhere: every <script> has a src, no on* handlers, no style attributes.
+    assert all('src="/ui/static/' in tag for tag in re.findall(r"<script[^>]*>", r.text))
+    assert not re.search(r"\son[a-z]+=", r.text) and " style=" not in r.text
+    assert browser.get("/ui/fragments/agents").text.count("<tr") == 1
+    assert browser.get("/ui/static/dashboard.js").status_code == 200
+    assert browser.get("/ui/static/dashboard.js").headers["content-security-policy"] == CSP
+
+
+def test_the_agent_page_deep_links_and_escapes_ledger_text(server: ApiServer, browser: httpx.Client) -> None:
+    _make(server, "ada")
+    csrf = _login(server, browser)
+    evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    r = browser.post(
+        "/ui/agents/ada/timers", json={"schedule": "every 1h", "prompt": evil}, headers={CSRF_HEADER: csrf}
+    )
+    assert r.status_code == 201, r.text
+    page = browser.get("/agents/ada")
+    assert page.status_code == 200
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;" in page.text
+    assert "<script>alert" not in page.text and "<img src=x" not in page.text
+    assert 'id="conversation"' in page.text and 'data-stream="/ui/agents/ada/events"' in page.text
+    assert browser.get("/agents/nobody").status_code == 404
+
+
+# --- changes need the CSRF token, JSON, and this daemon's Host and Origin ------------------------
+
+
+def test_a_change_needs_the_session_and_its_csrf_token(server: ApiServer, browser: httpx.Client) -> None:
+    _make(server, "ada")
+    csrf = _login(server, browser)
+    assert browser.post("/ui/agents/ada/pause", json={}).status_code == 403  # cookie alone
+    assert browser.post("/ui/agents/ada/pause", json={}, headers={CSRF_HEADER: "wrong"}).status_code == 403
+    with _browser(server) as stranger:  # the header without the session
+        assert stranger.post("/ui/agents/ada/pause", json={}, headers={CSRF_HEADER: csrf}).status_code == 403
+    # What a cross-site form can send: refused before any route (not JSON).
+    form = browser.post("/ui/agents/ada/pause", data={"x": "1"}, headers={CSRF_HEADER: csrf})
+    assert form.status_code == 415
+    foreign = browser.post(
+        "/ui/agents/ada/pause", json={}, headers={CSRF_HEADER: csrf, "Origin": "http://evil.example"}
+    )
+    assert foreign.status_code == 403
+    with server.client() as api:
+        assert api.get("/v1/agents/ada").json()["status"]["state"] == "idle"
+    ok = browser.post("/ui/agents/ada/pause", json={}, headers={CSRF_HEADER: csrf, "Origin": server.url})
+    assert ok.status_code == 200 and ok.json()["settings"]["paused"] is True
+    assert browser.post("/ui/agents/ada/resume", json={}, headers={CSRF_HEADER: csrf}).status_code == 200
+
+
+def test_a_foreign_host_is_refused_on_pages_and_api(server: ApiServer, browser: httpx.Client) -> None:
+    """DNS rebinding: a page at evil.example re-resolved to 127.0.0.1 sends ``Host: evil.example``."""
+    _login(server, browser)
+    for path in ("/", "/login", "/ui/static/dashboard.js", "/v1/health", "/v1/agents"):
+        r = browser.get(path, headers={"Host": f"evil.example:{server.port_number}"})
+        assert r.status_code == 403 and "DNS rebinding" in r.json()["error"]["message"], path
+
+
+def test_create_message_timer_cancel_and_delete_from_the_dashboard(server: ApiServer, browser: httpx.Client) -> None:
+    csrf = _login(server, browser)
+    h = {CSRF_HEADER: csrf}
+    r = browser.post("/ui/agents", json={"name": "bob", "schedule": "every 2h", "prompt": "check"}, headers=h)
+    assert r.status_code == 201, r.text
+    sent = browser.post("/ui/agents/bob/messages", json={"text": "hello <b>"}, headers=h)
+    assert sent.status_code == 202 and sent.json()["seq"] > 0
+    with server.client() as api:
+        event = api.get("/v1/ledger/tail", params={"n": 50}).json()
+    received = [e for e in event if e["type"] == "message.received" and e["payload"]["text"] == "hello <b>"]
+    assert received and received[0]["payload"]["channel"] == "dashboard"
+    timers = browser.get("/agents/bob").text
+    assert "every 7200s" in timers
+    timer_id = re.search(r'data-timer="([^"]+)"', timers)
+    assert timer_id
+    assert browser.delete(f"/ui/agents/bob/timers/{timer_id.group(1)}", headers=h).status_code == 415  # not JSON
+    cancelled = browser.request("DELETE", f"/ui/agents/bob/timers/{timer_id.group(1)}", json={}, headers=h)
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    bad = browser.post("/ui/agents/bob/timers", json={"schedule": "whenever"}, headers=h)
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "bad_request"
+    assert browser.request("DELETE", "/ui/agents/bob", json={}, headers=h).status_code == 204
+    assert browser.get("/agents/bob").status_code == 404
+
+
+def test_dashboard_routes_stay_out_of_the_openapi_document(server: ApiServer) -> None:
+    with server.client() as api:
+        paths = api.get("/v1/openapi.json").json()["paths"]
+        assert "/v1/dashboard/login" in paths
+        assert not [p for p in paths if not p.startswith("/v1/")]
+        assert api.get("/v1/nope").status_code == 404
+    with httpx.Client(base_url=server.url) as bare:
+        assert bare.get("/nope").status_code == 401  # unknown paths outside the dashboard: the API's rule

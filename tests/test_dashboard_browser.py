@@ -1,0 +1,206 @@
+"""The dashboard in a real headless Chromium against a real ``holon serve`` (RFC 0009, "How it is tested").
+
+Debian's ``chromium`` driven by its ``chromedriver`` through Selenium: the driver path is given
+and ``SE_OFFLINE`` is set, so selenium-manager never looks for (or downloads) a browser. The
+daemon's agents talk to a loopback ``FakeLLM`` that echoes. Screenshots of every page go to
+``test-artifacts/dashboard/`` (gitignored) for a person to look at.
+
+``--host-resolver-rules`` maps ``evil.test`` to 127.0.0.1 inside this browser: exactly what a DNS
+rebinding attack achieves, without any DNS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.served import Served, echo_script, serve_home
+from helpers.turn_cli import holon
+
+from holon.api.server import free_port
+from holon.testing.fake_llm import FakeLLM
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "dashboard"
+FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage", "--window-size=1280,800", "--host-resolver-rules=MAP evil.test 127.0.0.1",
+)  # fmt: skip
+WAIT_S = 60
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the dev extra")
+if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+    pytest.skip(
+        "Debian's chromium and chromium-driver are not installed (.ci/run installs them)", allow_module_level=True
+    )
+
+from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.webdriver.chrome.options import Options  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+@pytest.fixture
+def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:  # Any: selenium's WebDriver
+    monkeypatch.setenv("SE_OFFLINE", "true")
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={tmp_path / 'chromium'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    with FakeLLM(echo_script) as fake, serve_home(tmp_path, fake, "ada") as s:
+        yield s
+
+
+def shot(driver: Any, test: str, name: str) -> None:
+    folder = ARTIFACTS / test
+    folder.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(folder / f"{name}.png"))
+
+
+def wait(driver: Any, what: str, cond: Any) -> Any:
+    try:
+        return WebDriverWait(driver, WAIT_S, poll_frequency=0.05).until(cond)
+    except TimeoutException as e:
+        raise AssertionError(f"timed out waiting for {what}; page: {driver.page_source[:3000]}") from e
+
+
+def login(driver: Any, s: Served) -> None:
+    """``holon dashboard --url`` gives a one-time URL; opening it logs the browser in."""
+    r = holon(s.home, "dashboard", "--url")
+    assert r.code == 0, r
+    url = r.out.strip()
+    assert url.startswith(f"{s.url}/login?code="), url
+    driver.get(url)
+    wait(driver, "the agents page", lambda d: d.find_elements(By.ID, "agent-rows"))
+
+
+def entries(driver: Any, kind: str) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, f"#conversation .entry.{kind} .text")]
+
+
+def send(driver: Any, text: str) -> None:
+    box = driver.find_element(By.CSS_SELECTOR, "#message-form textarea")
+    box.send_keys(text)
+    driver.find_element(By.CSS_SELECTOR, "#message-form button[type=submit]").click()
+
+
+def test_agents_page_live_view_and_inert_script(served: Served, browser: Any) -> None:
+    test = "live"
+    browser.get(served.url + "/")
+    wait(browser, "the login page", lambda d: d.find_elements(By.ID, "login-form"))
+    shot(browser, test, "0-login")
+    login(browser, served)
+    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-agent="ada"]')
+    assert "idle" in row.text and "openai/fake" in row.text
+    shot(browser, test, "1-agents")
+
+    row.find_element(By.LINK_TEXT, "ada").click()
+    wait(browser, "the live view", lambda d: d.find_elements(By.ID, "conversation"))
+    assert browser.current_url == served.url + "/agents/ada"
+    send(browser, "hello dashboard")
+    wait(browser, "the operator's message", lambda d: "hello dashboard" in entries(d, "in"))
+    wait(browser, "the streamed reply", lambda d: "echo: hello dashboard" in entries(d, "out"))
+    shot(browser, test, "2-agent-live")
+
+    evil = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2">'
+    send(browser, evil)
+    wait(browser, "the script message as text", lambda d: evil in entries(d, "in"))
+    wait(browser, "its echo", lambda d: any(evil[:40] in t for t in entries(d, "out")))
+    assert browser.execute_script("return window.__pwned === undefined")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#conversation script, #conversation img")
+
+    # A timer added from the page appears in its timers list.
+    browser.find_element(By.CSS_SELECTOR, "#timer-form input[name=schedule]").send_keys("every 1h")
+    browser.find_element(By.CSS_SELECTOR, "#timer-form button[type=submit]").click()
+    wait(browser, "the new timer", lambda d: d.find_elements(By.CSS_SELECTOR, "#timers li[data-timer]"))
+    shot(browser, test, "3-agent-timer")
+
+    # A reload keeps the conversation (read back from the ledger) and the session.
+    browser.refresh()
+    wait(browser, "the history", lambda d: "echo: hello dashboard" in entries(d, "out"))
+    browser.set_window_size(390, 844)  # a phone
+    shot(browser, test, "4-agent-phone")
+    browser.get(served.url + "/")
+    shot(browser, test, "5-agents-phone")
+
+
+@contextlib.contextmanager
+def foreign_site(html: str) -> Iterator[str]:
+    """Another origin on this machine serving one page (the attacker's)."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = html.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    port = free_port()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_cross_site_requests_and_foreign_hosts_are_refused(served: Served, browser: Any) -> None:
+    test = "refused"
+    login(browser, served)  # the browser holds a session cookie: the attacks ride on it
+    form = (
+        f'<form method="post" action="{served.url}/ui/agents/ada/pause">'
+        '<input name="x" value="1"><button id="go" type="submit">go</button></form>'
+    )
+    with foreign_site(form) as attacker:
+        browser.get(attacker)
+        browser.find_element(By.ID, "go").click()
+        wait(browser, "the refusal", lambda d: "forbidden" in d.page_source or "unsupported" in d.page_source)
+        shot(browser, test, "1-cross-site-form")
+        browser.get(attacker)
+        outcome = browser.execute_async_script(
+            """
+            const done = arguments[arguments.length - 1];
+            fetch(arguments[0], {method: "POST", credentials: "include",
+                                 headers: {"Content-Type": "application/json"}, body: "{}"})
+              .then((r) => done("status " + r.status), (e) => done("blocked " + e.name));
+            """,
+            f"{served.url}/ui/agents/ada/pause",
+        )
+        assert outcome.startswith("blocked"), outcome  # the CORS preflight is never answered
+    with served.client() as api:
+        assert api.get("/v1/agents/ada").json()["status"]["state"] == "idle"
+
+    # DNS rebinding: evil.test resolves to 127.0.0.1, the daemon sees Host: evil.test.
+    port = served.url.rsplit(":", 1)[1]
+    for path in ("/", "/v1/agents"):
+        browser.get(f"http://evil.test:{port}{path}")
+        wait(browser, "the Host refusal", lambda d: "DNS rebinding" in d.page_source)
+    shot(browser, test, "2-foreign-host")
