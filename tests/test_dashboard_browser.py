@@ -11,6 +11,7 @@ rebinding attack achieves, without any DNS.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.server
 import shutil
@@ -72,9 +73,15 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 
 def shot(driver: Any, test: str, name: str) -> None:
+    """The whole page (not only the window) as ``test-artifacts/dashboard/<test>/<name>.png``."""
     folder = ARTIFACTS / test
     folder.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(folder / f"{name}.png"))
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+    data = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    (folder / f"{name}.png").write_bytes(base64.b64decode(data["data"]))
 
 
 def wait(driver: Any, what: str, cond: Any) -> Any:

@@ -99,6 +99,7 @@ class AgentDetail:
     agent: AgentState
     row: AgentRow
     working_memory: dict[str, Any]
+    """The agent's working memory as it sees it, without its empty fields."""
     work_items: list[WorkItemState]
     tasks: list[TaskProjection]
     waits: list[WaitProjection]
@@ -108,6 +109,10 @@ class AgentDetail:
     internal: bool = False
     when: dict[str, str] = field(default_factory=dict)
     """Times as text by id (timers' next fire, waits' recheck); ``spec:<timer id>``: its schedule in words."""
+
+
+def _filled(view: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in view.items() if v not in (None, "", [], {})}
 
 
 def agent_detail(port: DaemonPort, ref: str) -> AgentDetail:
@@ -125,7 +130,7 @@ def agent_detail(port: DaemonPort, ref: str) -> AgentDetail:
     when = {t.timer_id: _when(t.next_fire_us) for t in timers} | {w.wait_id: _when(w.recheck_at_us) for w in waits}
     when |= {f"spec:{t.timer_id}": describe_schedule(t.kind, t.spec) for t in timers}
     return AgentDetail(
-        agent=agent, row=row, working_memory=store.working_memory(agent_id), work_items=items, tasks=tasks,
+        agent=agent, row=row, working_memory=_filled(store.working_memory(agent_id)), work_items=items, tasks=tasks,
         waits=waits, timers=timers, after=recent[0][0] - 1 if recent else store.ledger.head(),
         internal=is_internal(agent), when=when,
     )  # fmt: skip
