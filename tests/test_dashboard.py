@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from helpers.api_server import ApiServer
+from helpers.turn_cli import holon
 
 from holon.api.dashboard.pages import local_path
 from holon.api.dashboard.security import CSP, CSRF_HEADER
@@ -100,6 +101,7 @@ def test_sessions_expire_when_unused_and_are_bounded() -> None:
         ("/\\evil.example", "/"),
         ("agents", "/"),
         ("/a\nb", "/"),
+        ("/login?next=/login", "/"),
     ],
 )
 def test_login_only_ever_returns_to_a_local_path(given: str | None, expected: str) -> None:
@@ -253,3 +255,10 @@ def test_dashboard_routes_stay_out_of_the_openapi_document(server: ApiServer) ->
         assert api.get("/v1/nope").status_code == 404
     with httpx.Client(base_url=server.url) as bare:
         assert bare.get("/nope").status_code == 401  # unknown paths outside the dashboard: the API's rule
+
+
+@pytest.mark.slow
+def test_holon_dashboard_names_the_missing_daemon(tmp_path) -> None:
+    r = holon(tmp_path / "home", "dashboard", "--url")
+    assert r.code != 0 and "Traceback" not in r.err, r
+    assert "no daemon serves the home" in r.err and "holon serve" in r.err

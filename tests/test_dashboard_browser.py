@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from helpers.served import Served, echo_script, serve_home
-from helpers.turn_cli import holon
+from helpers.turn_cli import cli_env, holon
 
 from holon.api.server import free_port
 from holon.testing.fake_llm import FakeLLM
@@ -99,6 +99,23 @@ def login(driver: Any, s: Served) -> None:
     assert url.startswith(f"{s.url}/login?code="), url
     driver.get(url)
     wait(driver, "the agents page", lambda d: d.find_elements(By.ID, "agent-rows"))
+
+
+def login_by_opening(driver: Any, s: Served, tmp_path: Path) -> None:
+    """``holon dashboard`` opens the one-time URL with ``webbrowser``: here ``$BROWSER`` is a script
+    that writes it down, and the test's Chromium opens what it wrote."""
+    opened = tmp_path / "opened.txt"
+    command = tmp_path / "browser.sh"
+    command.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}\n')
+    command.chmod(0o755)
+    r = holon(s.home, "dashboard", env=cli_env(BROWSER=str(command)))
+    assert r.code == 0 and "opened the dashboard" in r.out, r
+    url = opened.read_text()
+    assert url.startswith(f"{s.url}/login?code=") and url in r.out, url
+    driver.get(url)
+    wait(driver, "the agents page", lambda d: d.find_elements(By.ID, "agent-rows"))
+    driver.get(url)  # a code opens one session, once
+    wait(driver, "the spent code's answer", lambda d: "used or has expired" in d.page_source)
 
 
 def entries(driver: Any, kind: str) -> list[str]:
@@ -179,9 +196,9 @@ def foreign_site(html: str) -> Iterator[str]:
         thread.join(10)
 
 
-def test_cross_site_requests_and_foreign_hosts_are_refused(served: Served, browser: Any) -> None:
+def test_cross_site_requests_and_foreign_hosts_are_refused(served: Served, browser: Any, tmp_path: Path) -> None:
     test = "refused"
-    login(browser, served)  # the browser holds a session cookie: the attacks ride on it
+    login_by_opening(browser, served, tmp_path)  # the browser holds a session cookie: the attacks ride on it
     form = (
         f'<form method="post" action="{served.url}/ui/agents/ada/pause">'
         '<input name="x" value="1"><button id="go" type="submit">go</button></form>'

@@ -37,8 +37,8 @@ class LoginCode(BaseModel):
 
 def local_path(value: str | None) -> str:
     """``value`` when it is a path on this daemon (``/x``, not ``//host`` or a URL), else ``/``: a
-    login never sends the browser elsewhere (an open redirect)."""
-    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+    login never sends the browser elsewhere (an open redirect), nor back to itself (a loop)."""
+    if not value or not value.startswith("/") or value.startswith(("//", "/login")) or "\\" in value:
         return "/"
     return value if value.isprintable() else "/"
 
