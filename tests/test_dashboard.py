@@ -254,7 +254,8 @@ def test_dashboard_routes_stay_out_of_the_openapi_document(server: ApiServer) ->
         assert not [p for p in paths if not p.startswith("/v1/")]
         assert api.get("/v1/nope").status_code == 404
     with httpx.Client(base_url=server.url) as bare:
-        assert bare.get("/nope").status_code == 401  # unknown paths outside the dashboard: the API's rule
+        for path in ("/nope", "/agentsx", "/uix", "/v1/agents"):  # outside the dashboard: the API's rule
+            assert bare.get(path).status_code == 401, path
 
 
 @pytest.mark.slow
