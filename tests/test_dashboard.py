@@ -18,6 +18,7 @@ from helpers.turn_cli import holon
 from holon.api.dashboard.pages import local_path
 from holon.api.dashboard.security import CSP, CSRF_HEADER
 from holon.api.dashboard.sessions import CODE_TTL_S, MAX_SESSIONS, SESSION_TTL_S, Sessions
+from holon.runtime.agents import create_agent
 
 
 def _browser(server: ApiServer) -> httpx.Client:
@@ -188,7 +189,8 @@ def test_the_agent_page_deep_links_and_escapes_ledger_text(server: ApiServer, br
     assert "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;" in page.text
     assert "<script>alert" not in page.text and "<img src=x" not in page.text
     assert 'id="conversation"' in page.text and 'data-stream="/ui/agents/ada/events"' in page.text
-    assert browser.get("/agents/nobody").status_code == 404
+    missing = browser.get("/agents/nobody")
+    assert missing.status_code == 404 and 'id="missing"' in missing.text and "nobody" in missing.text
 
 
 # --- changes need the CSRF token, JSON, and this daemon's Host and Origin ------------------------
@@ -263,3 +265,18 @@ def test_holon_dashboard_names_the_missing_daemon(tmp_path) -> None:
     r = holon(tmp_path / "home", "dashboard", "--url")
     assert r.code != 0 and "Traceback" not in r.err, r
     assert "no daemon serves the home" in r.err and "holon serve" in r.err
+
+
+def test_holon_s_own_agents_show_only_when_asked(server: ApiServer, browser: httpx.Client) -> None:
+    _make(server, "ada")
+    assert server.port is not None
+    store = server.port.store
+    server.call(lambda: create_agent(store, "doctor", settings={"diagnostic": True}, internal=True))  # as diagnose does
+    _login(server, browser)
+    page = browser.get("/")
+    assert 'data-agent="ada"' in page.text and 'data-agent="doctor"' not in page.text
+    everything = browser.get("/", params={"all": "true"})
+    assert (
+        'data-agent="doctor"' in everything.text and 'data-refresh="/ui/fragments/agents?all=true"' in everything.text
+    )
+    assert 'data-agent="doctor"' in browser.get("/ui/fragments/agents", params={"all": "true"}).text

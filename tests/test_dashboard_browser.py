@@ -45,7 +45,7 @@ if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         "Debian's chromium and chromium-driver are not installed (.ci/run installs them)", allow_module_level=True
     )
 
-from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -85,8 +85,13 @@ def shot(driver: Any, test: str, name: str) -> None:
 
 
 def wait(driver: Any, what: str, cond: Any) -> Any:
+    """``cond(driver)``'s first truthy value. Parts of the page are re-rendered live, so an element
+    found a moment ago may be gone (stale): that attempt just counts as not yet."""
     try:
-        return WebDriverWait(driver, WAIT_S, poll_frequency=0.05).until(cond)
+        waiting = WebDriverWait(
+            driver, WAIT_S, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)
+        )
+        return waiting.until(cond)
     except TimeoutException as e:
         raise AssertionError(f"timed out waiting for {what}; page: {driver.page_source[:3000]}") from e
 
@@ -134,11 +139,11 @@ def test_agents_page_live_view_and_inert_script(served: Served, browser: Any) ->
     wait(browser, "the login page", lambda d: d.find_elements(By.ID, "login-form"))
     shot(browser, test, "0-login")
     login(browser, served)
-    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-agent="ada"]')
-    assert "idle" in row.text and "openai/fake" in row.text
+    wait(browser, "ada's row", lambda d: row_state(d, "ada") == "idle")
+    assert "openai/fake" in browser.find_element(By.CSS_SELECTOR, 'tr[data-agent="ada"]').text
     shot(browser, test, "1-agents")
 
-    row.find_element(By.LINK_TEXT, "ada").click()
+    click(browser, 'tr[data-agent="ada"] a')
     wait(browser, "the live view", lambda d: d.find_elements(By.ID, "conversation"))
     assert browser.current_url == served.url + "/agents/ada"
     send(browser, "hello dashboard")
@@ -154,8 +159,8 @@ def test_agents_page_live_view_and_inert_script(served: Served, browser: Any) ->
     assert not browser.find_elements(By.CSS_SELECTOR, "#conversation script, #conversation img")
 
     # A timer added from the page appears in its timers list.
-    browser.find_element(By.CSS_SELECTOR, "#timer-form input[name=schedule]").send_keys("every 1h")
-    browser.find_element(By.CSS_SELECTOR, "#timer-form button[type=submit]").click()
+    type_into(browser, "#timer-form input[name=schedule]", "every 1h")
+    click(browser, "#timer-form button[type=submit]")
     wait(browser, "the new timer", lambda d: d.find_elements(By.CSS_SELECTOR, "#timers li[data-timer]"))
     shot(browser, test, "3-agent-timer")
 
@@ -166,6 +171,68 @@ def test_agents_page_live_view_and_inert_script(served: Served, browser: Any) ->
     shot(browser, test, "4-agent-phone")
     browser.get(served.url + "/")
     shot(browser, test, "5-agents-phone")
+
+
+def type_into(driver: Any, css: str, text: str) -> None:
+    """Type into the field ``css`` finds (focused first: a live refresh never replaces a panel
+    the operator is typing in), again if a refresh replaced it before it had the focus."""
+
+    def attempt(d: Any) -> bool:
+        found = d.find_elements(By.CSS_SELECTOR, css)
+        if found:
+            found[0].click()
+            found[0].send_keys(text)
+        return bool(found)
+
+    wait(driver, f"typing into {css}", attempt)
+
+
+def click(driver: Any, css: str) -> None:
+    """Click the element ``css`` finds, again if a live refresh replaced it in between."""
+
+    def attempt(d: Any) -> bool:
+        found = d.find_elements(By.CSS_SELECTOR, css)
+        if found:
+            found[0].click()
+        return bool(found)
+
+    wait(driver, f"a click on {css}", attempt)
+
+
+def row_state(driver: Any, name: str) -> str:
+    rows = driver.find_elements(By.CSS_SELECTOR, f'tr[data-agent="{name}"] .state')
+    return rows[0].text if rows else ""
+
+
+def test_create_pause_resume_and_delete_from_the_agents_page(served: Served, browser: Any) -> None:
+    test = "manage"
+    login(browser, served)
+    form = browser.find_element(By.ID, "create-agent")
+    form.find_element(By.NAME, "name").send_keys("bob")
+    form.find_element(By.NAME, "schedule").send_keys("every 2h")
+    form.find_element(By.NAME, "prompt").send_keys("Look at the weather")
+    shot(browser, test, "1-create-form")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait(browser, "bob's page", lambda d: d.current_url == served.url + "/agents/bob")
+    wait(browser, "bob's timer", lambda d: "every 7200s" in d.find_element(By.ID, "timers").text)
+    shot(browser, test, "2-created")
+
+    browser.get(served.url + "/")
+    wait(browser, "bob's row", lambda d: row_state(d, "bob"))
+    click(browser, 'button[data-action="pause"][data-agent="bob"]')
+    wait(browser, "bob paused", lambda d: row_state(d, "bob") == "paused")
+    shot(browser, test, "3-paused")
+    click(browser, 'button[data-action="resume"][data-agent="bob"]')
+    wait(browser, "bob resumed", lambda d: row_state(d, "bob") not in ("", "paused"))
+
+    click(browser, 'button[data-action="delete"][data-agent="bob"]')
+    browser.switch_to.alert.accept()  # "Delete agent bob ...?"
+    wait(browser, "bob gone", lambda d: not d.find_elements(By.CSS_SELECTOR, 'tr[data-agent="bob"]'))
+    browser.get(served.url + "/agents/bob")
+    wait(browser, "the missing page", lambda d: d.find_elements(By.ID, "missing"))
+    shot(browser, test, "4-deleted")
+    with served.client() as api:
+        assert [a["name"] for a in api.get("/v1/agents").json()] == ["ada"]
 
 
 @contextlib.contextmanager

@@ -13,14 +13,16 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel, Field
 
+from holon.api.agents import AllQ
 from holon.api.dashboard.render import render, render_page
 from holon.api.dashboard.security import PageSession, WriteSession, cookie_name
 from holon.api.dashboard.sessions import SESSION_TTL_S, Session, Sessions
 from holon.api.dashboard.views import agent_detail, agent_rows, pending_proposals
 from holon.api.errors import error_response
 from holon.api.port import DaemonPort
+from holon.errors import NotFoundError
 
-__all__ = ["LoginCode", "local_path", "pages_router"]
+__all__ = ["LoginCode", "local_path", "login_router", "pages_router"]
 
 
 class LoginIn(BaseModel):
@@ -65,17 +67,23 @@ def pages_router(port: DaemonPort, sessions: Sessions, token: str | None) -> API
 
     @r.get("/")
     @r.get("/agents")
-    async def agents_page(request: Request, session: PageSession) -> Response:
-        return _page(request, session, "agents.html", page="agents", rows=agent_rows(port))
+    async def agents_page(request: Request, session: PageSession, all: AllQ = False) -> Response:
+        """Every agent; holon's own (``holon diagnose``'s) too with ``?all=true``."""
+        rows = agent_rows(port, everything=all)
+        return _page(request, session, "agents.html", page="agents", rows=rows, everything=all)
 
     @r.get("/ui/fragments/agents")
-    async def agents_fragment(session: PageSession) -> Response:
+    async def agents_fragment(session: PageSession, all: AllQ = False) -> Response:
         """The agents table's body alone, for the page's live refresh."""
-        return Response(render("agent_rows.html", rows=agent_rows(port)), media_type="text/html")
+        return Response(render("agent_rows.html", rows=agent_rows(port, everything=all)), media_type="text/html")
 
     @r.get("/agents/{agent}")
     async def agent_page(request: Request, agent: str, session: PageSession) -> Response:
-        return _page(request, session, "agent.html", page="agent", d=agent_detail(port, agent))
+        try:
+            detail = agent_detail(port, agent)
+        except NotFoundError as e:  # a stale link or a deleted agent: a page, not a JSON error
+            return _page(request, session, "missing.html", page="missing", message=e.message, status_code=404)
+        return _page(request, session, "agent.html", page="agent", d=detail)
 
     @r.get("/ui/fragments/agents/{agent}")
     async def agent_fragment(agent: str, session: PageSession) -> Response:
