@@ -280,3 +280,36 @@ def test_holon_s_own_agents_show_only_when_asked(server: ApiServer, browser: htt
         'data-agent="doctor"' in everything.text and 'data-refresh="/ui/fragments/agents?all=true"' in everything.text
     )
     assert 'data-agent="doctor"' in browser.get("/ui/fragments/agents", params={"all": "true"}).text
+
+
+# --- the ledger page ---------------------------------------------------------------------------
+
+
+def test_the_ledger_page_filters_pages_escapes_and_verifies(server: ApiServer, browser: httpx.Client) -> None:
+    _make(server, "ada")
+    _make(server, "bob")
+    csrf = _login(server, browser)
+    h = {CSRF_HEADER: csrf}
+    assert (
+        browser.post("/ui/agents/ada/messages", json={"text": "<script>alert(1)</script> hi"}, headers=h).status_code
+        == 202
+    )
+    server.wait_idle()
+    page = browser.get("/ledger")
+    assert page.status_code == 200 and page.headers["content-security-policy"] == CSP
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; hi" in page.text and "<script>alert" not in page.text
+    seqs = [int(s) for s in re.findall(r'<tr data-seq="(\d+)"', page.text)]
+    assert seqs == sorted(seqs, reverse=True) and seqs[-1] == 1
+    messages = browser.get("/ledger", params={"type": "message.received", "agent": "ada"}).text
+    assert messages.count("<tr data-seq=") == 1 and "message.received" in messages
+    assert "agent.created" not in browser.get("/ledger", params={"type": "message.received"}).text.split("<tbody>")[1]
+    older = browser.get("/ledger", params={"before": 3}).text
+    assert re.findall(r'<tr data-seq="(\d+)"', older) == ["2", "1"]
+    assert browser.get("/ledger", params={"type": "no.such"}).status_code == 400
+    seq = seqs[-1]
+    event = browser.get(f"/ledger/{seq}")
+    assert event.status_code == 200 and "agent.created" in event.text and 'id="event-json"' in event.text
+    assert browser.get("/ledger/999999").status_code == 404
+    assert browser.post("/ui/ledger/verify", json={}).status_code == 403  # no CSRF token
+    verified = browser.post("/ui/ledger/verify", json={}, headers=h)
+    assert verified.status_code == 200 and verified.json()["ok"] is True and verified.json()["events"] >= len(seqs)

@@ -164,8 +164,20 @@ def test_agents_page_live_view_and_inert_script(served: Served, browser: Any) ->
     wait(browser, "the new timer", lambda d: d.find_elements(By.CSS_SELECTOR, "#timers li[data-timer]"))
     shot(browser, test, "3-agent-timer")
 
+    # The ledger: the message's event is there as text, the chain verifies, one event opens in full.
+    browser.get(served.url + "/ledger?type=message.received")
+    wait(browser, "the ledger page", lambda d: d.find_elements(By.ID, "ledger-rows"))
+    assert evil in browser.find_element(By.ID, "ledger-rows").text
+    click(browser, 'button[data-action="verify"]')
+    wait(browser, "verify's answer", lambda d: "intact" in d.find_element(By.ID, "verify-result").text)
+    shot(browser, test, "3b-ledger")
+    click(browser, "#ledger-rows tbody tr a")
+    wait(browser, "one event", lambda d: d.find_elements(By.ID, "event-json"))
+    assert "message.received" in browser.find_element(By.ID, "event-json").text
+    shot(browser, test, "3c-event")
+    browser.get(served.url + "/agents/ada")
+
     # A reload keeps the conversation (read back from the ledger) and the session.
-    browser.refresh()
     wait(browser, "the history", lambda d: "echo: hello dashboard" in entries(d, "out"))
     browser.set_window_size(390, 844)  # a phone
     shot(browser, test, "4-agent-phone")

@@ -16,6 +16,7 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
 from holon.api.dashboard.actions import actions_router
+from holon.api.dashboard.ledger_page import ledger_router
 from holon.api.dashboard.pages import local_path, login_router, pages_router
 from holon.api.dashboard.security import DashboardHeaders, Forbidden, LoginRequired, is_dashboard_path
 from holon.api.dashboard.sessions import Sessions
@@ -38,6 +39,7 @@ def install_dashboard(app: FastAPI, port: DaemonPort, *, token: str | None, sess
     app.include_router(login_router(sessions))
     app.include_router(pages_router(port, sessions, token))
     app.include_router(actions_router(port))
+    app.include_router(ledger_router(port))
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static")
 
     @app.exception_handler(LoginRequired)

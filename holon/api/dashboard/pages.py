@@ -22,7 +22,7 @@ from holon.api.errors import error_response
 from holon.api.port import DaemonPort
 from holon.errors import NotFoundError
 
-__all__ = ["LoginCode", "local_path", "login_router", "pages_router"]
+__all__ = ["LoginCode", "local_path", "login_router", "page", "pages_router"]
 
 
 class LoginIn(BaseModel):
@@ -55,7 +55,8 @@ def with_session(response: Response, request: Request, session: Session) -> Resp
     return response
 
 
-def _page(request: Request, session: Session, template: str, **values: Any) -> Response:  # Any: template values
+def page(request: Request, session: Session, template: str, **values: Any) -> Response:  # Any: template values
+    """A whole dashboard page: ``template`` with the session's CSRF token and the proposals badge."""
     port: DaemonPort = request.app.state.port
     response = render_page(template, csrf=session.csrf, proposals=pending_proposals(port), **values)
     new = getattr(request.state, "new_session", None)
@@ -70,7 +71,7 @@ def pages_router(port: DaemonPort, sessions: Sessions, token: str | None) -> API
     async def agents_page(request: Request, session: PageSession, all: AllQ = False) -> Response:
         """Every agent; holon's own (``holon diagnose``'s) too with ``?all=true``."""
         rows = agent_rows(port, everything=all)
-        return _page(request, session, "agents.html", page="agents", rows=rows, everything=all)
+        return page(request, session, "agents.html", page="agents", rows=rows, everything=all)
 
     @r.get("/ui/fragments/agents")
     async def agents_fragment(session: PageSession, all: AllQ = False) -> Response:
@@ -82,8 +83,8 @@ def pages_router(port: DaemonPort, sessions: Sessions, token: str | None) -> API
         try:
             detail = agent_detail(port, agent)
         except NotFoundError as e:  # a stale link or a deleted agent: a page, not a JSON error
-            return _page(request, session, "missing.html", page="missing", message=e.message, status_code=404)
-        return _page(request, session, "agent.html", page="agent", d=detail)
+            return page(request, session, "missing.html", page="missing", message=e.message, status_code=404)
+        return page(request, session, "agent.html", page="agent", d=detail)
 
     @r.get("/ui/fragments/agents/{agent}")
     async def agent_fragment(agent: str, session: PageSession) -> Response:

@@ -51,8 +51,8 @@ _HEADERS = (
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
 )
-_PAGES = ("/", "/login", "/logout", "/agents")
-_PREFIXES = ("/agents/", "/ui/")
+_PAGES = ("/", "/login", "/logout", "/agents", "/ledger")
+_PREFIXES = ("/agents/", "/ledger/", "/ui/")
 
 
 def is_dashboard_path(path: str) -> bool:

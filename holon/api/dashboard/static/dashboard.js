@@ -70,6 +70,14 @@
       return true;
     },
     "cancel-timer": (b) => send("DELETE", "/ui/agents/" + enc(b.dataset.agent) + "/timers/" + enc(b.dataset.timer)),
+    verify: async () => {
+      const out = document.getElementById("verify-result");
+      out.textContent = "verifying…";
+      const v = await send("POST", "/ui/ledger/verify");
+      out.textContent = v.ok ? "intact: " + v.events + " events" : "damaged: " + v.problem;
+      out.className = v.ok ? "" : "error";
+      return false;
+    },
     logout: async () => {
       await send("POST", "/logout");
       window.location.assign("/login");
