@@ -18,6 +18,9 @@ from helpers.turn_cli import holon
 from holon.api.dashboard.pages import local_path
 from holon.api.dashboard.security import CSP, CSRF_HEADER
 from holon.api.dashboard.sessions import CODE_TTL_S, MAX_SESSIONS, SESSION_TTL_S, Sessions
+from holon.ledger import NewEvent
+from holon.ledger import events as ev
+from holon.ledger.events import DurableEntry
 from holon.runtime.agents import create_agent
 
 
@@ -313,3 +316,49 @@ def test_the_ledger_page_filters_pages_escapes_and_verifies(server: ApiServer, b
     assert browser.post("/ui/ledger/verify", json={}).status_code == 403  # no CSRF token
     verified = browser.post("/ui/ledger/verify", json={}, headers=h)
     assert verified.status_code == 200 and verified.json()["ok"] is True and verified.json()["events"] >= len(seqs)
+
+
+# --- the proposals inbox -----------------------------------------------------------------------
+
+
+def _propose(server: ApiServer, agent: str, n: int, text: str) -> str:
+    """A pending memory proposal from ``agent`` (as the evolve worker records one)."""
+    assert server.port is not None
+    store = server.port.store
+    proposal_id = f"prop-test-{n}"
+    entry = DurableEntry(scope="operator", kind="preference", subject=f"subject {n}", text=text, owner="operator",
+                         evidence=[1], observed_us=1)  # fmt: skip
+    payload = ev.ProposalCreated(proposal_id=proposal_id, kind="memory", entry=entry, reason="seen twice")
+    server.call(lambda: store.append(NewEvent(store.agent(agent).agent_id, payload)))
+    return proposal_id
+
+
+def test_the_proposals_inbox_accepts_once_and_dismisses(server: ApiServer, browser: httpx.Client) -> None:
+    _make(server, "ada")
+    first = _propose(server, "ada", 1, "<script>alert(1)</script> prefers short answers")
+    second = _propose(server, "ada", 2, "likes tables")
+    csrf = _login(server, browser)
+    h = {CSRF_HEADER: csrf}
+    inbox = browser.get("/proposals")
+    assert inbox.status_code == 200 and 'id="proposals-badge" href="/proposals"' in inbox.text
+    assert re.search(r"Proposals <b>2</b>", inbox.text)
+    assert (
+        "&lt;script&gt;alert(1)&lt;/script&gt; prefers short answers" in inbox.text
+        and "<script>alert" not in inbox.text
+    )
+    assert 'href="/ledger/1"' in inbox.text and inbox.text.count('data-action="accept"') == 2
+    assert browser.post(f"/ui/proposals/{first}/accept", json={}).status_code == 403  # no CSRF token
+    accepted = browser.post(f"/ui/proposals/{first}/accept", json={}, headers=h)
+    assert accepted.status_code == 200 and accepted.json()["outcome"] == "accepted", accepted.text
+    again = browser.post(f"/ui/proposals/{first}/accept", json={}, headers=h)
+    assert again.status_code == 409 and "already accepted" in again.json()["error"]["message"]
+    with server.client() as api:
+        durable = api.get("/v1/memory/durable").json()
+    assert [e["entry"]["text"] for e in durable] == ["<script>alert(1)</script> prefers short answers"]
+    dismissed = browser.post(f"/ui/proposals/{second}/dismiss", json={"reason": "no"}, headers=h)
+    assert dismissed.status_code == 200 and dismissed.json()["outcome"] == "dismissed"
+    assert "No pending proposals" in browser.get("/proposals").text
+    everything = browser.get("/proposals", params={"status": "all"}).text
+    assert everything.count("data-proposal=") >= 2 and "accepted" in everything and "dismissed" in everything
+    assert re.search(r"Proposals <b>0</b>", everything)
+    assert browser.post("/ui/proposals/prop-nope/accept", json={}, headers=h).status_code == 404

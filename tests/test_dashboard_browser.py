@@ -22,9 +22,12 @@ from typing import Any
 
 import pytest
 from helpers.served import Served, echo_script, serve_home
-from helpers.turn_cli import cli_env, holon
+from helpers.turn_cli import cli_env, holon, open_store
 
 from holon.api.server import free_port
+from holon.ledger import NewEvent
+from holon.ledger import events as ev
+from holon.ledger.events import DurableEntry
 from holon.testing.fake_llm import FakeLLM
 
 pytestmark = pytest.mark.slow
@@ -245,6 +248,32 @@ def test_create_pause_resume_and_delete_from_the_agents_page(served: Served, bro
     shot(browser, test, "4-deleted")
     with served.client() as api:
         assert [a["name"] for a in api.get("/v1/agents").json()] == ["ada"]
+
+
+def test_accept_a_proposal_and_see_it_durable(served: Served, browser: Any) -> None:
+    """The issue's check: accept a proposal in the inbox, then ``holon memory inspect`` shows it durable."""
+    test = "proposals"
+    with open_store(served.home) as store:  # as the evolve worker records one (another process: the ledger)
+        entry = DurableEntry(scope="operator", kind="preference", subject="answers", text="Prefers short answers.",
+                             owner="operator", evidence=[1], observed_us=1)  # fmt: skip
+        payload = ev.ProposalCreated(proposal_id="prop-browser", kind="memory", entry=entry, reason="said so twice")
+        store.append(NewEvent(store.agent("ada").agent_id, payload))
+    login(browser, served)
+
+    def listed(d: Any) -> bool:
+        d.get(served.url + "/proposals")
+        return bool(d.find_elements(By.CSS_SELECTOR, 'li[data-proposal="prop-browser"]'))
+
+    wait(browser, "the proposal in the inbox", listed)
+    assert browser.find_element(By.CSS_SELECTOR, "#proposals-badge b").text == "1"
+    shot(browser, test, "1-inbox")
+    click(browser, 'button[data-action="accept"][data-proposal="prop-browser"]')
+    wait(browser, "the empty inbox", lambda d: "No pending proposals" in d.find_element(By.ID, "proposals").text)
+    assert browser.find_element(By.CSS_SELECTOR, "#proposals-badge b").text == "0"
+    shot(browser, test, "2-accepted")
+    r = holon(served.home, "memory", "inspect", "--json")
+    assert r.code == 0, r
+    assert "Prefers short answers." in r.out
 
 
 @contextlib.contextmanager

@@ -70,6 +70,16 @@
       return true;
     },
     "cancel-timer": (b) => send("DELETE", "/ui/agents/" + enc(b.dataset.agent) + "/timers/" + enc(b.dataset.timer)),
+    accept: async (b) => {
+      await send("POST", "/ui/proposals/" + enc(b.dataset.proposal) + "/accept");
+      window.location.reload();
+      return false;
+    },
+    dismiss: async (b) => {
+      await send("POST", "/ui/proposals/" + enc(b.dataset.proposal) + "/dismiss", { reason: "dismissed from the dashboard" });
+      window.location.reload();
+      return false;
+    },
     verify: async () => {
       const out = document.getElementById("verify-result");
       out.textContent = "verifying…";
