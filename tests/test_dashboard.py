@@ -362,3 +362,50 @@ def test_the_proposals_inbox_accepts_once_and_dismisses(server: ApiServer, brows
     assert everything.count("data-proposal=") >= 2 and "accepted" in everything and "dismissed" in everything
     assert re.search(r"Proposals <b>0</b>", everything)
     assert browser.post("/ui/proposals/prop-nope/accept", json={}, headers=h).status_code == 404
+
+
+# --- what the model saw ------------------------------------------------------------------------
+
+
+def test_what_the_model_saw_matches_the_context_api(server: ApiServer, browser: httpx.Client) -> None:
+    _make(server, "ada")
+    csrf = _login(server, browser)
+    h = {CSRF_HEADER: csrf}
+    assert browser.get("/agents/ada/context").status_code == 404  # no turn yet: a page saying so
+    for text in ("first <b>question</b>", "second question"):
+        assert browser.post("/ui/agents/ada/messages", json={"text": text}, headers=h).status_code == 202
+        server.wait_idle()
+    with server.client() as api:
+        expected = api.get("/v1/agents/ada/context").json()  # what holon context show --json prints
+    page = browser.get("/agents/ada/context")
+    assert page.status_code == 200 and page.headers["content-security-policy"] == CSP
+    item = expected[0]
+    assert item["turn_id"] in page.text and f'data-used="{item["used_tokens"]}"' in page.text
+    shown = dict(re.findall(r'<tr data-key="([^"]+)" data-allocated="(\d+)"', page.text))
+    assert shown == {s["key"]: str(s["allocated_tokens"]) for s in item["manifest"]["sections"]}
+    bar = dict(re.findall(r'data-key="([^"]+)" data-tokens="(\d+)"', page.text))
+    assert bar == {s["key"]: str(s["allocated_tokens"]) for s in item["manifest"]["sections"] if s["allocated_tokens"]}
+    assert " style=" not in page.text  # the bar's widths are SVG attributes, not inline styles
+    assert "first &lt;b&gt;question&lt;/b&gt;" in page.text and "<b>question" not in page.text
+    assert "same as the previous turn" in page.text  # the stable prefix against the first turn
+    turns = re.findall(r'<option value="(turn_[^"]+)"', page.text)
+    assert len(turns) == 2 and turns[0] == item["turn_id"]
+    older = browser.get("/agents/ada/context", params={"turn": turns[1]})
+    assert older.status_code == 200 and "No earlier turn to compare with" in older.text
+
+
+def test_the_stable_prefix_and_the_bar() -> None:
+    from holon.api.dashboard.context_page import bar, shared_prefix
+
+    a = [{"role": "system", "content": "S"}, {"role": "user", "content": "hello there"}]
+    b = [{"role": "system", "content": "S"}, {"role": "user", "content": "hello you"}]
+    assert shared_prefix(a, b) == (1, 6) and shared_prefix(a, a) == (2, 0) and shared_prefix(a, []) == (0, 0)
+    segments = bar(
+        [
+            {"key": "x", "allocated_tokens": 50},
+            {"key": "y", "allocated_tokens": 0},
+            {"key": "z", "allocated_tokens": 25},
+        ],
+        100,
+    )
+    assert [(s.key, s.x, s.width) for s in segments] == [("x", 0.0, 500.0), ("z", 500.0, 250.0)]

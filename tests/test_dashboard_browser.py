@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.server
+import json
 import shutil
 import threading
 from collections.abc import Iterator
@@ -160,6 +161,26 @@ def test_agents_page_live_view_and_inert_script(served: Served, browser: Any) ->
     wait(browser, "its echo", lambda d: any(evil[:40] in t for t in entries(d, "out")))
     assert browser.execute_script("return window.__pwned === undefined")
     assert not browser.find_elements(By.CSS_SELECTOR, "#conversation script, #conversation img")
+
+    # What the model saw, from the turn's link: the budget's numbers are `holon context show --json`'s.
+    links = browser.find_elements(By.CSS_SELECTOR, "#conversation .entry.turn a")
+    turn_id = links[-1].get_attribute("href").rsplit("turn=", 1)[1]
+    links[-1].click()
+    wait(browser, "what the model saw", lambda d: d.find_elements(By.CSS_SELECTOR, "table.sections"))
+    r = holon(served.home, "context", "show", "ada", "--turn", turn_id, "--json")
+    assert r.code == 0, r
+    shown = json.loads(r.out)
+    item = shown[0] if isinstance(shown, list) else shown
+    rows = browser.find_elements(By.CSS_SELECTOR, "section.round[data-round='0'] table.sections tbody tr")
+    on_page = {row.get_attribute("data-key"): int(row.get_attribute("data-allocated")) for row in rows}
+    assert on_page == {s["key"]: s["allocated_tokens"] for s in item["manifest"]["sections"]}
+    used = browser.find_element(By.CSS_SELECTOR, "section.round[data-round='0'] .used").get_attribute("data-used")
+    assert int(used) == item["used_tokens"]
+    segments = browser.find_elements(By.CSS_SELECTOR, "section.round[data-round='0'] svg.budget-bar rect.seg")
+    assert sum(int(seg.get_attribute("data-tokens")) for seg in segments) == sum(on_page.values())
+    shot(browser, test, "2b-what-the-model-saw")
+    browser.get(served.url + "/agents/ada")
+    wait(browser, "the history", lambda d: "echo: hello dashboard" in entries(d, "out"))
 
     # A timer added from the page appears in its timers list.
     type_into(browser, "#timer-form input[name=schedule]", "every 1h")

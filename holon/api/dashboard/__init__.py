@@ -16,6 +16,7 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
 from holon.api.dashboard.actions import actions_router
+from holon.api.dashboard.context_page import context_router
 from holon.api.dashboard.ledger_page import ledger_router
 from holon.api.dashboard.pages import local_path, login_router, pages_router
 from holon.api.dashboard.proposals_page import proposals_router
@@ -41,6 +42,7 @@ def install_dashboard(app: FastAPI, port: DaemonPort, *, token: str | None, sess
     app.include_router(pages_router(port, sessions, token))
     app.include_router(actions_router(port))
     app.include_router(ledger_router(port))
+    app.include_router(context_router(port))
     app.include_router(proposals_router(port))
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static")
 

@@ -187,8 +187,14 @@
     switch (event.type) {
       case "message.received":
         return item("in", p.sender + " · " + p.channel, el("div", "text", p.text), event.seq);
-      case "turn.started":
-        return item("turn", "turn " + p.turn_id, undefined, event.seq);
+      case "turn.started": {
+        const li = item("turn", "", undefined, event.seq);
+        const link = el("a", "", "turn " + p.turn_id + ": what the model saw");
+        link.href = "/agents/" + enc(document.getElementById("conversation").dataset.agent) +
+          "/context?turn=" + enc(p.turn_id);
+        li.querySelector(".who").appendChild(link);
+        return li;
+      }
       case "model.responded":
         if (p.error) return item("error", "model error (" + (p.error_kind || "error") + ")", el("div", "text", p.error), event.seq);
         if (!p.content) return null;
