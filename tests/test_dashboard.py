@@ -409,3 +409,36 @@ def test_the_stable_prefix_and_the_bar() -> None:
         100,
     )
     assert [(s.key, s.x, s.width) for s in segments] == [("x", 0.0, 500.0), ("z", 500.0, 250.0)]
+
+
+# --- memory ------------------------------------------------------------------------------------
+
+
+def test_memory_search_reads_durable_entries_and_forget(server: ApiServer, browser: httpx.Client) -> None:
+    _make(server, "ada")
+    csrf = _login(server, browser)
+    h = {CSRF_HEADER: csrf}
+    assert browser.post("/ui/agents/ada/messages", json={"text": "zebras <i>stripes</i>"}, headers=h).status_code == 202
+    server.wait_idle()
+    with server.client() as api:
+        expected = api.get("/v1/agents/ada/memory/search", params={"q": "zebras", "limit": 20}).json()
+    assert expected["hits"]
+    page = browser.get("/agents/ada/memory", params={"q": "zebras"})
+    assert page.status_code == 200
+    assert re.findall(r'<li data-ref="([^"]+)"', page.text) == [hit["source_ref"] for hit in expected["hits"]]
+    assert "zebras &lt;i&gt;stripes&lt;/i&gt;" in page.text and "<i>stripes" not in page.text
+    ref = expected["hits"][0]["source_ref"]
+    got = browser.get("/agents/ada/memory/get", params={"ref": ref})
+    assert got.status_code == 200 and 'id="memory-content"' in got.text and "zebras &lt;i&gt;" in got.text
+    notebook = browser.get("/agents/ada/memory/get", params={"ref": "file:agent/self.md"})
+    assert notebook.status_code == 200 and "# Self" in notebook.text
+    assert browser.get("/agents/ada/memory/get", params={"ref": "file:../../etc/passwd"}).status_code == 404
+    proposal = _propose(server, "ada", 7, "Prefers <b>bold</b> summaries")
+    assert browser.post(f"/ui/proposals/{proposal}/accept", json={}, headers=h).status_code == 200
+    page = browser.get("/agents/ada/memory").text
+    entry_id = re.search(r'<li class="card" data-entry="([^"]+)"', page)
+    assert entry_id and "Prefers &lt;b&gt;bold&lt;/b&gt; summaries" in page and 'href="/ledger/1"' in page
+    assert browser.post(f"/ui/memory/durable/{entry_id.group(1)}/forget", json={}).status_code == 403
+    forgot = browser.post(f"/ui/memory/durable/{entry_id.group(1)}/forget", json={"reason": "old"}, headers=h)
+    assert forgot.status_code == 200 and forgot.json()["status"] == "forgotten"
+    assert 'class="card" data-entry' not in browser.get("/agents/ada/memory").text  # no longer recalled

@@ -201,6 +201,22 @@ def test_agents_page_live_view_and_inert_script(served: Served, browser: Any) ->
     shot(browser, test, "3c-event")
     browser.get(served.url + "/agents/ada")
 
+    # Memory: search as the agent's tool would (the index follows the ledger: searched again until
+    # it has the message), then one hit read in full with MemoryGet.
+    def found(d: Any) -> bool:
+        d.get(served.url + "/agents/ada/memory")
+        type_into(d, "#memory-search input[name=q]", "dashboard")
+        click(d, "#memory-search button[type=submit]")
+        wait(d, "the search's answer", lambda d2: "q=dashboard" in d2.current_url)
+        return any("hello dashboard" in h.text for h in d.find_elements(By.CSS_SELECTOR, "#memory-hits li"))
+
+    wait(browser, "a search hit", found)
+    shot(browser, test, "3d-memory-search")
+    click(browser, "#memory-hits li a")
+    wait(browser, "the MemoryGet view", lambda d: "dashboard" in d.find_element(By.ID, "memory-content").text)
+    shot(browser, test, "3e-memory-get")
+    browser.get(served.url + "/agents/ada")
+
     # A reload keeps the conversation (read back from the ledger) and the session.
     wait(browser, "the history", lambda d: "echo: hello dashboard" in entries(d, "out"))
     browser.set_window_size(390, 844)  # a phone

@@ -18,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 from holon.api.dashboard.actions import actions_router
 from holon.api.dashboard.context_page import context_router
 from holon.api.dashboard.ledger_page import ledger_router
+from holon.api.dashboard.memory_page import memory_router
 from holon.api.dashboard.pages import local_path, login_router, pages_router
 from holon.api.dashboard.proposals_page import proposals_router
 from holon.api.dashboard.security import DashboardHeaders, Forbidden, LoginRequired, is_dashboard_path
@@ -43,6 +44,7 @@ def install_dashboard(app: FastAPI, port: DaemonPort, *, token: str | None, sess
     app.include_router(actions_router(port))
     app.include_router(ledger_router(port))
     app.include_router(context_router(port))
+    app.include_router(memory_router(port))
     app.include_router(proposals_router(port))
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static")
 

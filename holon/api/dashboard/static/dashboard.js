@@ -80,6 +80,12 @@
       window.location.reload();
       return false;
     },
+    forget: async (b) => {
+      if (!window.confirm("Forget this entry? Agents stop recalling it; the ledger keeps its history.")) return false;
+      await send("POST", "/ui/memory/durable/" + enc(b.dataset.entry) + "/forget", { reason: "forgotten from the dashboard" });
+      window.location.reload();
+      return false;
+    },
     verify: async () => {
       const out = document.getElementById("verify-result");
       out.textContent = "verifying…";
