@@ -7,6 +7,7 @@ The browser itself is ``test_dashboard_browser.py``.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -442,3 +443,42 @@ def test_memory_search_reads_durable_entries_and_forget(server: ApiServer, brows
     forgot = browser.post(f"/ui/memory/durable/{entry_id.group(1)}/forget", json={"reason": "old"}, headers=h)
     assert forgot.status_code == 200 and forgot.json()["status"] == "forgotten"
     assert 'class="card" data-entry' not in browser.get("/agents/ada/memory").text  # no longer recalled
+
+
+# --- traces ------------------------------------------------------------------------------------
+
+
+def test_traces_per_day_spans_and_exports(server: ApiServer, browser: httpx.Client) -> None:
+    from holon.trace.export import trace_stats
+    from holon.trace.spans import TraceFilter
+
+    _make(server, "ada")
+    csrf = _login(server, browser)
+    for text in ("one", "two"):
+        assert (
+            browser.post("/ui/agents/ada/messages", json={"text": text}, headers={CSRF_HEADER: csrf}).status_code == 202
+        )
+        server.wait_idle()
+    assert server.port is not None
+    store = server.port.store
+    expected = server.call(lambda: trace_stats(store, TraceFilter()))
+    page = browser.get("/traces")
+    assert page.status_code == 200 and expected["turns"] == 2
+    assert f"{expected['turns']} turns on " in page.text
+    row = re.search(r'<tr data-agent="ada">(.*?)</tr>', page.text, re.S)
+    assert row and f'<td class="num">{expected["agents"]["ada"]["turns"]}</td>' in row.group(1)
+    assert 'id="chart-tokens"' in page.text and " style=" not in page.text
+    other_day = browser.get("/traces", params={"day": "2001-01-01"})
+    assert other_day.status_code == 200 and "0 turns on 2001-01-01" in other_day.text
+    assert browser.get("/traces", params={"day": "yesterday"}).status_code == 400
+    halo = browser.get("/ui/traces/export", params={"format": "halo-jsonl", "agent": "ada"})
+    assert halo.status_code == 200 and "attachment" in halo.headers["content-disposition"]
+    spans = [json.loads(line) for line in halo.text.splitlines()]
+    assert spans and any(s["name"].startswith("llm") for s in spans)
+    otlp = browser.get("/ui/traces/export", params={"format": "otlp-json"})
+    assert otlp.status_code == 200 and len(otlp.text.splitlines()) == 2 and "resourceSpans" in otlp.text
+    turn_id = re.search(r"Turn <code>(turn_[0-9a-f]+)</code>", browser.get("/agents/ada/context").text)
+    assert turn_id
+    spans_page = browser.get(f"/agents/ada/turns/{turn_id.group(1)}/spans")
+    assert spans_page.status_code == 200 and "AGENT" in spans_page.text and "LLM" in spans_page.text
+    assert browser.get("/agents/ada/turns/turn_nope/spans").status_code == 404

@@ -179,6 +179,12 @@ def test_agents_page_live_view_and_inert_script(served: Served, browser: Any) ->
     segments = browser.find_elements(By.CSS_SELECTOR, "section.round[data-round='0'] svg.budget-bar rect.seg")
     assert sum(int(seg.get_attribute("data-tokens")) for seg in segments) == sum(on_page.values())
     shot(browser, test, "2b-what-the-model-saw")
+    click(browser, "section.round[data-round='0'] a.spans-link")
+    wait(browser, "the turn's spans", lambda d: d.find_elements(By.CSS_SELECTOR, "#spans li.kind-AGENT"))
+    shot(browser, test, "2c-spans")
+    browser.get(served.url + "/traces")
+    wait(browser, "the day's traces", lambda d: d.find_elements(By.CSS_SELECTOR, '#trace-agents tr[data-agent="ada"]'))
+    shot(browser, test, "2d-traces")
     browser.get(served.url + "/agents/ada")
     wait(browser, "the history", lambda d: "echo: hello dashboard" in entries(d, "out"))
 

@@ -23,6 +23,7 @@ from holon.api.dashboard.pages import local_path, login_router, pages_router
 from holon.api.dashboard.proposals_page import proposals_router
 from holon.api.dashboard.security import DashboardHeaders, Forbidden, LoginRequired, is_dashboard_path
 from holon.api.dashboard.sessions import Sessions
+from holon.api.dashboard.traces_page import traces_router
 from holon.api.errors import error_response
 from holon.api.port import DaemonPort
 
@@ -45,6 +46,7 @@ def install_dashboard(app: FastAPI, port: DaemonPort, *, token: str | None, sess
     app.include_router(ledger_router(port))
     app.include_router(context_router(port))
     app.include_router(memory_router(port))
+    app.include_router(traces_router(port))
     app.include_router(proposals_router(port))
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static")
 

@@ -51,7 +51,7 @@ _HEADERS = (
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
 )
-_PAGES = ("/", "/login", "/logout", "/agents", "/ledger", "/proposals")
+_PAGES = ("/", "/login", "/logout", "/agents", "/ledger", "/proposals", "/traces")
 _PREFIXES = ("/agents/", "/ledger/", "/ui/")
 
 
