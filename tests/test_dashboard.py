@@ -356,6 +356,13 @@ def test_the_proposals_inbox_accepts_once_and_dismisses(server: ApiServer, brows
     with server.client() as api:
         durable = api.get("/v1/memory/durable").json()
     assert [e["entry"]["text"] for e in durable] == ["<script>alert(1)</script> prefers short answers"]
+    assert 'class="accept-edit" data-proposal="prop-test-2"' in browser.get("/proposals").text
+    third = _propose(server, "ada", 3, "likes graphs")
+    edited = browser.post(f"/ui/proposals/{third}/accept", json={"text": "likes bar graphs"}, headers=h)
+    assert edited.status_code == 200 and edited.json()["outcome"] == "accepted"
+    with server.client() as api:
+        texts = {e["entry"]["text"] for e in api.get("/v1/memory/durable").json()}
+    assert "likes bar graphs" in texts and "likes graphs" not in texts
     dismissed = browser.post(f"/ui/proposals/{second}/dismiss", json={"reason": "no"}, headers=h)
     assert dismissed.status_code == 200 and dismissed.json()["outcome"] == "dismissed"
     assert "No pending proposals" in browser.get("/proposals").text
@@ -482,3 +489,8 @@ def test_traces_per_day_spans_and_exports(server: ApiServer, browser: httpx.Clie
     spans_page = browser.get(f"/agents/ada/turns/{turn_id.group(1)}/spans")
     assert spans_page.status_code == 200 and "AGENT" in spans_page.text and "LLM" in spans_page.text
     assert browser.get("/agents/ada/turns/turn_nope/spans").status_code == 404
+    # The slowest tools link to their turn's spans through the turn's agent.
+    from holon.api.dashboard.traces_page import _turn_agents
+
+    port = server.port
+    assert server.call(lambda: _turn_agents(port, [turn_id.group(1), "turn_nope"])) == {turn_id.group(1): "ada"}

@@ -301,6 +301,9 @@ def test_accept_a_proposal_and_see_it_durable(served: Served, browser: Any) -> N
                              owner="operator", evidence=[1], observed_us=1)  # fmt: skip
         payload = ev.ProposalCreated(proposal_id="prop-browser", kind="memory", entry=entry, reason="said so twice")
         store.append(NewEvent(store.agent("ada").agent_id, payload))
+        other = entry.model_copy(update={"subject": "charts", "text": "Likes charts."})
+        payload = ev.ProposalCreated(proposal_id="prop-edit", kind="memory", entry=other, reason="asked for one")
+        store.append(NewEvent(store.agent("ada").agent_id, payload))
     login(browser, served)
 
     def listed(d: Any) -> bool:
@@ -308,15 +311,21 @@ def test_accept_a_proposal_and_see_it_durable(served: Served, browser: Any) -> N
         return bool(d.find_elements(By.CSS_SELECTOR, 'li[data-proposal="prop-browser"]'))
 
     wait(browser, "the proposal in the inbox", listed)
-    assert browser.find_element(By.CSS_SELECTOR, "#proposals-badge b").text == "1"
+    assert browser.find_element(By.CSS_SELECTOR, "#proposals-badge b").text == "2"
     shot(browser, test, "1-inbox")
+    click(browser, 'li[data-proposal="prop-edit"] details summary')
+    box = browser.find_element(By.CSS_SELECTOR, 'form.accept-edit[data-proposal="prop-edit"] textarea')
+    box.clear()
+    box.send_keys("Likes bar charts.")
+    click(browser, 'form.accept-edit[data-proposal="prop-edit"] button[type=submit]')
+    wait(browser, "one left", lambda d: d.find_element(By.CSS_SELECTOR, "#proposals-badge b").text == "1")
     click(browser, 'button[data-action="accept"][data-proposal="prop-browser"]')
     wait(browser, "the empty inbox", lambda d: "No pending proposals" in d.find_element(By.ID, "proposals").text)
     assert browser.find_element(By.CSS_SELECTOR, "#proposals-badge b").text == "0"
     shot(browser, test, "2-accepted")
     r = holon(served.home, "memory", "inspect", "--json")
     assert r.code == 0, r
-    assert "Prefers short answers." in r.out
+    assert "Prefers short answers." in r.out and "Likes bar charts." in r.out and "Likes charts." not in r.out
 
 
 @contextlib.contextmanager

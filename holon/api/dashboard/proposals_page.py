@@ -28,6 +28,11 @@ __all__ = ["proposals_router"]
 ORIGIN = "operator:dashboard"
 
 
+class AcceptIn(BaseModel):
+    text: str | None = Field(None, max_length=20_000)
+    """The operator's edit of the proposed text (``None``: as proposed)."""
+
+
 class DismissIn(BaseModel):
     reason: str = Field("", max_length=500)
 
@@ -52,9 +57,10 @@ def proposals_router(port: DaemonPort) -> APIRouter:
         )
 
     @r.post("/ui/proposals/{proposal_id}/accept")
-    async def accept(proposal_id: str, session: WriteSession) -> dict[str, Any]:
-        """Accept it as proposed: a memory proposal becomes durable, a skill is installed, an edit applied."""
-        d = await asyncio.to_thread(review.accept, store, proposal_id[:200], origin=ORIGIN)
+    async def accept(proposal_id: str, body: AcceptIn, session: WriteSession) -> dict[str, Any]:
+        """Accept it, as proposed or with the operator's edited ``text``: a memory proposal becomes
+        durable, a skill is installed, an edit applied."""
+        d = await asyncio.to_thread(review.accept, store, proposal_id[:200], text=body.text, origin=ORIGIN)
         return {"outcome": d.outcome, "entry_id": d.entry_id, "skill_path": d.skill_path, "memory_file": d.memory_file}
 
     @r.post("/ui/proposals/{proposal_id}/dismiss")

@@ -64,6 +64,15 @@ def _filter(port: DaemonPort, agent: str | None, day: date) -> TraceFilter:
     return TraceFilter(agent_id, start, start + DAY_US)
 
 
+def _turn_agents(port: DaemonPort, turn_ids: list[str]) -> dict[str, str]:
+    """The name of the agent each turn belongs to (the slowest tools link to their turn's spans)."""
+    if not turn_ids:
+        return {}
+    names = {a.agent_id: a.name for a in port.store.agents()}
+    keys = port.store.ledger.find_keys(EventQuery(types=("turn.started",), turn_ids=list(dict.fromkeys(turn_ids))))
+    return {str(k.turn_id): names.get(k.agent_id, k.agent_id) for k in keys}
+
+
 def traces_router(port: DaemonPort) -> APIRouter:
     r = APIRouter(include_in_schema=False)
     store = port.store
@@ -82,6 +91,7 @@ def traces_router(port: DaemonPort) -> APIRouter:
         return page(
             request, session, "traces.html", page="traces", stats=stats, charts=charts, day=d.isoformat(),
             agent=agent or "", agents=sorted(a.name for a in store.agents()), bar_width=BAR_WIDTH,
+            owners=_turn_agents(port, [t["turn_id"] for t in stats["slowest_tools"]]),
         )  # fmt: skip
 
     @r.get("/agents/{agent}/turns/{turn_id}/spans")

@@ -141,8 +141,14 @@
     },
   };
 
+  // Forms that repeat on a page (one per proposal) go by class, not id.
+  forms["accept-edit"] = async (form) => {
+    await send("POST", "/ui/proposals/" + enc(form.dataset.proposal) + "/accept", { text: form.elements.text.value });
+    window.location.reload();
+  };
+
   document.addEventListener("submit", async (e) => {
-    const handler = forms[e.target.id];
+    const handler = forms[e.target.id] || (e.target.classList.contains("accept-edit") ? forms["accept-edit"] : null);
     if (!handler) return;
     e.preventDefault();
     const button = e.target.querySelector("button[type=submit]");
