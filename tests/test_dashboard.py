@@ -494,3 +494,25 @@ def test_traces_per_day_spans_and_exports(server: ApiServer, browser: httpx.Clie
 
     port = server.port
     assert server.call(lambda: _turn_agents(port, [turn_id.group(1), "turn_nope"])) == {turn_id.group(1): "ada"}
+
+
+def test_a_curated_file_is_edited_as_memory_write_would(server: ApiServer, browser: httpx.Client) -> None:
+    _make(server, "ada")
+    csrf = _login(server, browser)
+    h = {CSRF_HEADER: csrf}
+    view = browser.get("/agents/ada/memory/get", params={"ref": "file:agent/self.md"})
+    assert 'id="file-form"' in view.text and 'data-ref="file:agent/self.md"' in view.text
+    body = {"ref": "file:agent/self.md", "text": "# Self\n\nLikes <em>tea</em>.\n"}
+    assert browser.post("/ui/agents/ada/memory/file", json=body).status_code == 403  # no CSRF token
+    r = browser.post("/ui/agents/ada/memory/file", json=body, headers=h)
+    assert r.status_code == 200, r.text
+    view = browser.get("/agents/ada/memory/get", params={"ref": "file:agent/self.md"})
+    assert "Likes &lt;em&gt;tea&lt;/em&gt;." in view.text
+    with server.client() as api:
+        written = api.get("/v1/ledger/tail", params={"n": 5, "type": "memory.written"}).json()
+    assert written and written[-1]["origin"] == "operator:dashboard" and written[-1]["authority"] == "operator"
+    for ref in ("event:1", "file:agent/../../etc/passwd", "file:nowhere/x.md"):
+        refused = browser.post("/ui/agents/ada/memory/file", json={"ref": ref, "text": "x"}, headers=h)
+        assert refused.status_code == 400, (ref, refused.text)
+    part = browser.get("/agents/ada/memory/get", params={"ref": "file:agent/self.md", "mode": "headers"})
+    assert part.status_code == 200 and 'id="file-form"' not in part.text  # only a whole read is editable

@@ -4,8 +4,10 @@ memory with provenance and staleness, with forget.
 Search and reads are the agent's own tools' functions (``search_memory`` with the same scopes,
 ranking and embedder; ``memory_get``), as ``GET /v1/agents/{a}/memory/search|get`` call them, so the
 operator sees what the agent would. Durable entries are ``holon.evolve.review``'s, as ``holon memory
-inspect`` lists them (the ones this agent can recall); forget is ``review.forget``. Editing the
-curated files is not here yet (RFC 0009, "What remains").
+inspect`` lists them (the ones this agent can recall); forget is ``review.forget``. A curated file
+read whole can be edited: the new text replaces it through ``write_file``, the function behind the
+``memory_write`` tool (scope and path checks, the file lock, the atomic write, the
+``memory.written`` event), with the operator's authority.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from holon.api.dashboard.pages import page
 from holon.api.dashboard.security import PageSession, WriteSession
 from holon.api.port import DaemonPort
 from holon.clock import SystemClock, format_us
-from holon.errors import HolonError, NotFoundError
+from holon.errors import HolonError, NotFoundError, UsageError
 from holon.evolve import review
 from holon.memory.access import owners_for, search_memory
 from holon.memory.get import DEFAULT_MAX_CHARS, MemoryGetRequest, memory_get
+from holon.memory.refs import FileRef, parse_ref
+from holon.memory.writes import write_file
 from holon.projections.durable import is_stale
 from holon.runtime.embedders import embedder_from_settings
 
@@ -40,6 +44,11 @@ _GET_FIELDS = ("ref", "mode", "heading", "start", "end", "lines")
 
 class ForgetIn(BaseModel):
     reason: str = Field("", max_length=500)
+
+
+class FileIn(BaseModel):
+    ref: str = Field(min_length=1, max_length=2_000)
+    text: str = Field(max_length=1_000_000)
 
 
 def _now(port: DaemonPort) -> int:
@@ -101,7 +110,22 @@ def memory_router(port: DaemonPort) -> APIRouter:
             {k: v for k, v in call.items() if k in _GET_FIELDS and v is not None}
             for call in got.get("next_calls") or []
         ]
-        return page(request, session, "memory_get.html", page="memory", agent=a, got=got)
+        editable = (
+            ref.startswith("file:") and mode in (None, "full") and len(got.get("content") or "") == got.get("size")
+        )
+        return page(request, session, "memory_get.html", page="memory", agent=a, got=got, editable=editable)
+
+    @r.post("/ui/agents/{agent}/memory/file")
+    async def edit_file(agent: str, body: FileIn, session: WriteSession) -> dict[str, Any]:
+        """Replace a curated file's text, as ``memory_write`` would, with the operator's authority."""
+        a = store.agent(agent)
+        ref = parse_ref(body.ref)
+        if not isinstance(ref, FileRef):
+            raise UsageError(f"{body.ref[:200]!r} is not a file reference (file:<scope>/<path>)")
+        result = await asyncio.to_thread(
+            write_file, store, a, ref.scope, ref.path, "replace", body.text, origin=ORIGIN, authority="operator"
+        )
+        return {"ref": str(ref), "size": result.size}
 
     @r.post("/ui/memory/durable/{entry_id}/forget")
     async def forget(entry_id: str, body: ForgetIn, session: WriteSession) -> dict[str, Any]:

@@ -134,6 +134,11 @@
       await send("POST", "/ui/agents/" + enc(form.dataset.agent) + "/messages", { text });
       form.reset();
     },
+    "file-form": async (form) => {
+      await send("POST", "/ui/agents/" + enc(form.dataset.agent) + "/memory/file",
+        { ref: form.dataset.ref, text: form.elements.text.value });
+      window.location.reload();
+    },
     "timer-form": async (form) => {
       await send("POST", "/ui/agents/" + enc(form.dataset.agent) + "/timers", formData(form));
       form.reset();
