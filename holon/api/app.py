@@ -1,7 +1,8 @@
 """``create_app``: the HTTP control API over a ``DaemonPort`` (RFC 0005, "HTTP API").
 
 Everything is under ``/v1``, with the OpenAPI document at ``/v1/openapi.json`` and Swagger UI at
-``/docs`` (served offline, ``holon.api.docs``); ``/v1/chat/completions`` and ``/v1/models`` speak
+``/docs`` (served offline, ``holon.api.docs``), the operator's dashboard at ``/`` (``holon.api.dashboard``,
+RFC 0009); ``/v1/chat/completions`` and ``/v1/models`` speak
 OpenAI's protocol (``holon.api.openai_compat``). Requests pass
 ``BrowserGuard`` (Host, Origin, no "simple" cross-site changes), ``BearerAuth`` (when a token is
 configured) and then ``BodyLimit`` before any route (``holon.api.guard``); errors are
@@ -17,6 +18,7 @@ from fastapi import FastAPI
 
 from holon import __version__
 from holon.api.agents import agent_router
+from holon.api.dashboard import install_dashboard, is_dashboard_path
 from holon.api.docs import install_docs
 from holon.api.errors import install_error_handlers
 from holon.api.events import home_events_router
@@ -84,11 +86,12 @@ def create_app(
     app.include_router(openai_router(port))
     app.include_router(home_events_router(port))
     install_docs(app)
+    install_dashboard(app, port, token=token)
     # Added last = outermost: refuse browsers, then authenticate, so a refused body is never read;
     # CatchAll outermost of all, so nothing unexpected resets the connection.
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     if token is not None:
-        app.add_middleware(BearerAuth, token=token)
+        app.add_middleware(BearerAuth, token=token, exempt=is_dashboard_path)
     app.add_middleware(BrowserGuard, token=token, allowed_hosts=allowed_hosts)
     app.add_middleware(CatchAll)
     app.state.port = port

@@ -11,7 +11,8 @@ Outermost first:
   ``application/json`` nor carries the token: a "simple" cross-site request (a form, text/plain,
   a body-less POST) never changes anything.
 * ``BearerAuth``: every route but health, hooks and the docs pages (``GET /docs``, its static
-  files, ``GET /v1/openapi.json``) needs ``Authorization: Bearer <token>``.
+  files, ``GET /v1/openapi.json``) needs ``Authorization: Bearer <token>``; the dashboard's paths
+  (``exempt``) check their own session cookie and CSRF token instead (``holon.api.dashboard``).
 * ``BodyLimit``: request bodies over the limit get 413.
 
 All are plain ASGI (not ``BaseHTTPMiddleware``) so that they never buffer a response, which would
@@ -23,6 +24,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import traceback
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -113,14 +115,18 @@ def _is_public(path: str, method: str = "GET") -> bool:
 
 
 class BearerAuth:
-    """Every request but the public ones must carry ``Authorization: Bearer <token>``."""
+    """Every request but the public ones must carry ``Authorization: Bearer <token>``; paths for
+    which ``exempt`` is true authenticate otherwise (the dashboard: a session cookie plus its CSRF
+    token)."""
 
-    def __init__(self, app: ASGIApp, *, token: str) -> None:
+    def __init__(self, app: ASGIApp, *, token: str, exempt: Callable[[str], bool] | None = None) -> None:
         self.app = app
         self._expected = f"Bearer {token}".encode()
+        self._exempt = exempt or (lambda path: False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or _is_public(scope.get("path", ""), scope.get("method", "GET").upper()):
+        path = scope.get("path", "")
+        if scope["type"] != "http" or _is_public(path, scope.get("method", "GET").upper()) or self._exempt(path):
             await self.app(scope, receive, send)
             return
         given = _header(scope, b"authorization") or b""

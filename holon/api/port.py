@@ -20,7 +20,7 @@ from holon.projections.state import AgentState, TimerProjection
 from holon.runtime.ingress import InputSpec
 from holon.runtime.status import AgentStatus
 
-__all__ = ["AgentStatus", "DaemonPort", "Notice"]
+__all__ = ["AgentStatus", "DaemonPort", "Notice", "Spending"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,22 @@ class Notice:
     turn_id: str | None = None
     state: str = ""
     """For ``model``: ``starting``, ``ready`` or ``failed``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Spending:
+    """What an agent spent today (UTC) against the per-day budget it spends from (RFC 0005,
+    "Schedules, timers and background agents"): its owner's, the topmost background agent of its
+    line; a foreground agent with none has no limits (``owner`` is ``None``)."""
+
+    turns: int
+    tokens: int
+    cost_usd: float
+    owner: str | None = None
+    """The name of the agent whose budget this is (itself, or a background ancestor)."""
+    limit_turns: int | None = None
+    limit_tokens: int | None = None
+    limit_cost_usd: float | None = None
 
 
 class DaemonPort(Protocol):
@@ -101,6 +117,10 @@ class DaemonPort(Protocol):
 
     def agent_status(self, agent: AgentState) -> AgentStatus:
         """One agent's live state (paused, running, waiting on what, asleep until when, failed)."""
+        ...
+
+    def spending(self, agent: AgentState) -> Spending:
+        """Today's turns, tokens and cost of the agent's budget line, with its limits (cached by the daemon)."""
         ...
 
     def external_token(self, agent: str) -> str:

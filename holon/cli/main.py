@@ -19,6 +19,7 @@ from holon.cli import (
     config_cmd,
     context_cmd,
     daemon_cmd,
+    dashboard_cmd,
     diagnose_cmd,
     ledger_cmd,
     mcp_cmd,
@@ -66,6 +67,7 @@ app.add_typer(config_cmd.app, name="config")
 app.command("mcp")(mcp_cmd.mcp)
 app.command("diagnose")(diagnose_cmd.diagnose)
 app.command("serve")(daemon_cmd.serve)
+app.command("dashboard")(dashboard_cmd.dashboard)
 app.command("run")(run_cmd.run)
 app.command("chat")(chat_cmd.chat)
 app.command("transcript")(run_cmd.transcript)

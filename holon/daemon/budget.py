@@ -60,6 +60,8 @@ class Budgets:
         self.clock = clock
         self.defaults = defaults
         self._spent: dict[str, Spent] = {}
+        self._children_map: dict[str, list[str]] = {}
+        self._children_at = -1
 
     def today(self) -> int:
         return day_of(self.clock.now_us())
@@ -89,17 +91,29 @@ class Budgets:
             return agent_id
         return agent_id if owner is None else owner.agent_id
 
+    def _children(self) -> dict[str, list[str]]:
+        """Each agent's children, read again only when the ledger moved (agents come and go by
+        events): a cold read of every agent's spending (the dashboard's first page with many
+        agents) walks each line from this map instead of re-reading all agents per agent."""
+        head = self.store.ledger.head()
+        if self._children_at != head:
+            children: dict[str, list[str]] = {}
+            for a in self.store.agents():
+                if a.parent_id is not None:
+                    children.setdefault(a.parent_id, []).append(a.agent_id)
+            self._children_map, self._children_at = children, head
+        return self._children_map
+
     def _line(self, owner_id: str) -> list[str]:
         """The owner and all its descendants (it is their owner: the topmost background agent above them)."""
-        parents = {a.agent_id: a.parent_id for a in self.store.agents()}
-        line = [owner_id]
-        for agent_id in parents:
-            up, seen = parents.get(agent_id), {agent_id}
-            while up is not None and up not in seen and up != owner_id:
-                seen.add(up)
-                up = parents.get(up)
-            if up == owner_id and agent_id != owner_id:
-                line.append(agent_id)
+        children = self._children()
+        line, seen, todo = [owner_id], {owner_id}, [owner_id]
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                if child not in seen:
+                    seen.add(child)
+                    line.append(child)
+                    todo.append(child)
         return line
 
     def limits(self, agent: AgentState) -> tuple[int, int, float | None]:

@@ -27,7 +27,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from holon.api.port import Notice
+from holon.api.port import Notice, Spending
 from holon.clock import Clock
 from holon.daemon.lifespan import Lifespan
 from holon.daemon.wakes import IDLE_POLL_S, watch_interval
@@ -153,6 +153,15 @@ class Daemon:
 
     def abort(self, agent: str) -> bool:
         return self.rooms.ports.abort(agent)
+
+    def spending(self, agent: AgentState) -> Spending:
+        owner = self.budgets.owner(agent)
+        if owner is None:
+            spent = self.budgets.spent(agent.agent_id)
+            return Spending(spent.turns, spent.tokens, spent.cost_usd)
+        spent = self.budgets.spent(owner.agent_id)
+        turns, tokens, cost = self.budgets.limits(owner)
+        return Spending(spent.turns, spent.tokens, spent.cost_usd, owner.name, turns, tokens, cost)
 
     def external_token(self, agent: str) -> str:
         return self.rooms.ports.external_token(agent)

@@ -164,6 +164,10 @@ class ApiClient:
         response = self._request(method, path, json=body or {})
         return response.json() if response.content else None
 
+    def dashboard_login(self) -> str:
+        """A one-time login path for the dashboard (``/login?code=...``, RFC 0009): valid once, two minutes."""
+        return str(self.change("POST", "/dashboard/login")["path"])
+
     # --- agents --------------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:

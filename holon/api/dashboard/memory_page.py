@@ -1,0 +1,138 @@
+"""Page 4, memory (first part): MemorySearch, MemoryGet views, the curated files (read), and durable
+memory with provenance and staleness, with forget.
+
+Search and reads are the agent's own tools' functions (``search_memory`` with the same scopes,
+ranking and embedder; ``memory_get``), as ``GET /v1/agents/{a}/memory/search|get`` call them, so the
+operator sees what the agent would. Durable entries are ``holon.evolve.review``'s, as ``holon memory
+inspect`` lists them (the ones this agent can recall); forget is ``review.forget``. A curated file
+read whole can be edited: the new text replaces it through ``write_file``, the function behind the
+``memory_write`` tool (scope and path checks, the file lock, the atomic write, the
+``memory.written`` event), with the operator's authority.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+from holon.api.dashboard.pages import page
+from holon.api.dashboard.security import PageSession, WriteSession
+from holon.api.port import DaemonPort
+from holon.clock import SystemClock, format_us
+from holon.errors import HolonError, NotFoundError, UsageError
+from holon.evolve import review
+from holon.memory.access import owners_for, search_memory
+from holon.memory.get import DEFAULT_MAX_CHARS, MemoryGetRequest, memory_get
+from holon.memory.refs import FileRef, parse_ref
+from holon.memory.writes import write_file
+from holon.projections.durable import is_stale
+from holon.runtime.embedders import embedder_from_settings
+
+__all__ = ["CURATED", "memory_router"]
+
+CURATED = ("file:agent/self.md", "file:operator/operator.md")
+"""The curated files every agent has: its own notebook and what it knows about the operator."""
+ORIGIN = "operator:dashboard"
+LIMIT = 20
+_GET_FIELDS = ("ref", "mode", "heading", "start", "end", "lines")
+"""What a suggested next read may carry into a link (the page's own query parameters)."""
+
+
+class ForgetIn(BaseModel):
+    reason: str = Field("", max_length=500)
+
+
+class FileIn(BaseModel):
+    ref: str = Field(min_length=1, max_length=2_000)
+    text: str = Field(max_length=1_000_000)
+
+
+def _now(port: DaemonPort) -> int:
+    clock = getattr(port, "clock", None) or SystemClock()  # the daemon's (injected in tests), as the API reads it
+    return int(clock.now_us())
+
+
+def memory_router(port: DaemonPort) -> APIRouter:
+    r = APIRouter(include_in_schema=False)
+    store = port.store
+
+    @r.get("/agents/{agent}/memory")
+    async def memory_page(
+        request: Request,
+        agent: str,
+        session: PageSession,
+        q: Annotated[str, Query(max_length=2_000)] = "",
+    ) -> Response:
+        """Search (when ``q``), the curated files, and the durable entries the agent can recall."""
+        try:
+            a = store.agent(agent)
+        except NotFoundError as e:
+            return page(request, session, "missing.html", page="missing", message=e.message, status_code=404)
+        result = None
+        if q.strip():
+            found = search_memory(store, a, q, limit=LIMIT, embedder=embedder_from_settings(store.settings))
+            result = found.as_dict()
+        now = _now(port)
+        entries = review.list_entries(store, status="active", owners=owners_for(a), now_us=now)
+        stale = {s.entry_id: is_stale(s, now) for s in entries}
+        when = {s.entry_id: f"{format_us(s.verified_us)[:19]}Z" for s in entries}
+        return page(
+            request, session, "memory.html", page="memory", agent=a, q=q, result=result, curated=CURATED,
+            entries=entries, stale=stale, when=when,
+        )  # fmt: skip
+
+    @r.get("/agents/{agent}/memory/get")
+    async def memory_get_page(
+        request: Request,
+        agent: str,
+        session: PageSession,
+        ref: Annotated[str, Query(max_length=2_000)],
+        mode: Annotated[str | None, Query(max_length=16)] = None,
+        heading: Annotated[str | None, Query(max_length=500)] = None,
+        start: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
+        end: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
+        lines: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
+    ) -> Response:
+        """One MemoryGet read, as the agent's ``memory_get`` tool returns it (sizes and next reads included)."""
+        try:
+            a = store.agent(agent)
+            request_ = MemoryGetRequest(
+                ref=ref, mode=mode, heading=heading, start=start, end=end, lines=lines, max_chars=DEFAULT_MAX_CHARS
+            )
+            got = memory_get(store, a, request_).as_json()
+        except HolonError as e:  # an unknown agent or ref, a bad mode: the tool's own words
+            return page(request, session, "missing.html", page="missing", message=e.message, status_code=404)
+        got["next_calls"] = [
+            {k: v for k, v in call.items() if k in _GET_FIELDS and v is not None}
+            for call in got.get("next_calls") or []
+        ]
+        editable = (
+            ref.startswith("file:") and mode in (None, "full") and len(got.get("content") or "") == got.get("size")
+        )
+        return page(request, session, "memory_get.html", page="memory", agent=a, got=got, editable=editable)
+
+    @r.post("/ui/agents/{agent}/memory/file")
+    async def edit_file(agent: str, body: FileIn, session: WriteSession) -> dict[str, Any]:
+        """Replace a curated file's text, as ``memory_write`` would, with the operator's authority."""
+        a = store.agent(agent)
+        ref = parse_ref(body.ref)
+        if not isinstance(ref, FileRef):
+            raise UsageError(f"{body.ref[:200]!r} is not a file reference (file:<scope>/<path>)")
+        result = await asyncio.to_thread(
+            write_file, store, a, ref.scope, ref.path, "replace", body.text, origin=ORIGIN, authority="operator"
+        )
+        return {"ref": str(ref), "size": result.size}
+
+    @r.post("/ui/memory/durable/{entry_id}/forget")
+    async def forget(entry_id: str, body: ForgetIn, session: WriteSession) -> dict[str, Any]:
+        """Stop recalling an entry (its events stay in the ledger: the audit trail)."""
+        s = await asyncio.to_thread(
+            review.forget, store, entry_id[:200], reason=body.reason or "forgotten from the dashboard", origin=ORIGIN
+        )
+        return {"entry_id": s.entry_id, "status": s.status}
+
+    return r

@@ -1,0 +1,141 @@
+"""What the dashboard's pages show, read from the ``DaemonPort`` with the functions every view uses.
+
+An agent's state is the daemon's own status entry (``holon.runtime.status``: ``decide`` for the
+state, ``describe`` for its words), the same as ``holon agent list`` and ``GET /v1/status``; the
+rest are the projections the API serves. Values here are plain data: the templates escape them
+(Jinja2 autoescape), the live view's script puts them in with ``textContent``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from holon.api.port import DaemonPort, Spending
+from holon.clock import format_us
+from holon.projections.state import AgentState, TaskProjection, TimerProjection, WaitProjection, WorkItemState
+from holon.runtime.schedule import describe as describe_schedule
+from holon.runtime.status import describe, is_internal, model_label, status_entry, without_internal
+
+__all__ = [
+    "CONVERSATION_TYPES",
+    "AgentDetail",
+    "AgentRow",
+    "agent_detail",
+    "agent_rows",
+    "pending_proposals",
+]
+
+CONVERSATION_TYPES = (
+    "message.received", "turn.started", "model.responded", "tool.called", "tool.resulted", "turn.settled",
+    "brief.delivered",
+)  # fmt: skip
+"""The events the live view draws (the stream carries all of the agent's; the script skips the rest)."""
+HISTORY = 200
+"""Conversation events the live view starts with before following the ledger."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRow:
+    """One line of the agents page."""
+
+    name: str
+    agent_id: str
+    state: str
+    detail: str
+    model: str
+    work: str
+    next_wake: str
+    spent: str
+    budget: str
+    last_error: str
+    paused: bool
+
+
+def _when(us: int | None) -> str:
+    return "" if us is None else f"{format_us(us)[:19]}Z"
+
+
+def spending_text(s: Spending) -> tuple[str, str]:
+    """``(spent, budget)`` as a person reads them: today's tokens and cost, and the limits (whose)."""
+    spent = f"{s.tokens:,} tok · ${s.cost_usd:.4f} · {s.turns} turns"
+    if s.owner is None:
+        return spent, "no budget (foreground)"
+    cost = "" if s.limit_cost_usd is None else f" · ${s.limit_cost_usd:.2f}"
+    return spent, f"{s.limit_tokens or 0:,} tok{cost} · {s.limit_turns} turns ({s.owner})"
+
+
+def _active_work(port: DaemonPort, agent_id: str, open_items: dict[str, WorkItemState]) -> str:
+    wm = port.store.working_memory_state(agent_id)
+    item = open_items.get(wm.active_work_item) if wm is not None and wm.active_work_item else None
+    return item.title if item is not None else ""
+
+
+def agent_rows(port: DaemonPort, *, everything: bool = False) -> list[AgentRow]:
+    """Every agent (holon's internal ones only with ``everything``), by name, as the daemon sees it."""
+    status = without_internal(port.status(), everything=everything)
+    entries = {e["agent_id"]: e for e in status.get("agents", [])}
+    agents = {a.agent_id: a for a in port.store.agents() if a.agent_id in entries}
+    open_items = {w.work_item_id: w for w in port.store.work_items(status=("open", "blocked"))}
+    rows = [_row(port, agents[i], e, open_items) for i, e in entries.items() if i in agents]
+    return sorted(rows, key=lambda r: r.name)
+
+
+def _row(port: DaemonPort, agent: AgentState, entry: dict[str, Any], open_items: dict[str, WorkItemState]) -> AgentRow:
+    """``agent``'s line from its status entry (``status_entry``: the daemon's one decision)."""
+    spent, budget = spending_text(port.spending(agent))
+    return AgentRow(
+        name=agent.name, agent_id=agent.agent_id, state=str(entry["state"]), detail=describe(entry),
+        model=str(entry.get("model") or ""), work=_active_work(port, agent.agent_id, open_items),
+        next_wake=_when(entry.get("next_wake_us")), spent=spent, budget=budget,
+        last_error=agent.last_error or "", paused=entry["state"] == "paused",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDetail:
+    """The live page of one agent, but for its conversation (streamed from ``after``)."""
+
+    agent: AgentState
+    row: AgentRow
+    working_memory: dict[str, Any]
+    """The agent's working memory as it sees it, without its empty fields."""
+    work_items: list[WorkItemState]
+    tasks: list[TaskProjection]
+    waits: list[WaitProjection]
+    timers: list[TimerProjection]
+    after: int
+    """The stream's cursor: just before the first of the newest ``HISTORY`` conversation events."""
+    internal: bool = False
+    when: dict[str, str] = field(default_factory=dict)
+    """Times as text by id (timers' next fire, waits' recheck); ``spec:<timer id>``: its schedule in words."""
+
+
+def _filled(view: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in view.items() if v not in (None, "", [], {})}
+
+
+def agent_detail(port: DaemonPort, ref: str) -> AgentDetail:
+    """The agent named or numbered ``ref`` (``NotFoundError`` when there is none)."""
+    store = port.store
+    agent = store.agent(ref)
+    agent_id = agent.agent_id
+    items = store.work_items(agent_id=agent_id, status=("open", "blocked"))
+    entry = status_entry(port.agent_status(agent), model=model_label(agent, store.settings.model.model))
+    row = _row(port, agent, entry, {w.work_item_id: w for w in items})
+    tasks = [t for t in store.tasks(agent_id=agent_id) if t.state in ("pending", "running")]
+    waits = store.waits(agent_id=agent_id, status="pending")
+    timers = store.timers(agent_id=agent_id, status="scheduled")
+    recent = store.ledger.recent_index(agent_id, CONVERSATION_TYPES, limit=HISTORY)
+    when = {t.timer_id: _when(t.next_fire_us) for t in timers} | {w.wait_id: _when(w.recheck_at_us) for w in waits}
+    when |= {f"spec:{t.timer_id}": describe_schedule(t.kind, t.spec) for t in timers}
+    return AgentDetail(
+        agent=agent, row=row, working_memory=_filled(store.working_memory(agent_id)), work_items=items, tasks=tasks,
+        waits=waits, timers=timers, after=recent[0][0] - 1 if recent else store.ledger.head(),
+        internal=is_internal(agent), when=when,
+    )  # fmt: skip
+
+
+def pending_proposals(port: DaemonPort) -> int:
+    """The proposals badge: how many wait for the operator's decision."""
+    return len(port.store.proposals(status="pending"))
