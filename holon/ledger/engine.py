@@ -2,8 +2,8 @@
 
 ``Ledger`` and ``Transaction`` (the append path, hooks, idempotency), the codec and the hash chain,
 ``EventQuery``'s semantics and the row checks of ``verify`` are engine-independent and sit above
-this protocol; below it sit the engines: ``holon.ledger.sqlite`` (the embedded default) and, later,
-``holon.ledger.pg``. An engine owns its connections, its schema history and everything whose SQL
+this protocol; below it sit the engines: ``holon.ledger.sqlite`` (the embedded default) and
+``holon.ledger.pg`` (PostgreSQL); ``holon.ledger.engines.engine_for`` picks one from ``[storage] url``. An engine owns its connections, its schema history and everything whose SQL
 cannot be common (the head read and lock, JSON inside payloads, page checks, sizes).
 
 Rules every implementation keeps, checked by ``tests/test_engine_contract.py``:
