@@ -98,8 +98,18 @@ def test_a_lost_connection_is_retryable_and_the_next_statement_reconnects(
         with pg_db.connect() as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         tx.append(NewEvent(agent_id="a", payload=ev.MessageReceived(text="after")))
+    with pytest.raises(StorageUnavailable), ledger.transaction() as tx:
+        pid = pg_engine.connection().raw.info.backend_pid  # a new connection since the last loss
+        with pg_db.connect() as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(StorageUnavailable):  # a caller that swallows the loss and goes on:
+            tx.append(NewEvent(agent_id="a", payload=ev.MessageReceived(text="lost too")))
+        with pytest.raises(StorageUnavailable, match="open transaction went with it"):
+            ledger.head()  # no fresh connection inside the transaction: its rows would commit alone
+        tx.append(NewEvent(agent_id="a", payload=ev.MessageReceived(text="never alone")))  # not on a new connection
     ledger.append(NewEvent(agent_id="a", payload=ev.MessageReceived(text="three")))
     assert [e.seq for e in ledger.read()] == [1, 2, 3]
+    assert [e.payload.text for e in ledger.read()] == ["one", "two", "three"]  # type: ignore[attr-defined]
     assert ledger.verify().ok
     ledger.close()
 

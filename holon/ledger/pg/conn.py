@@ -73,6 +73,10 @@ class PgConn:
         self.raw = raw
         self.where = where
         self._reopen = reopen
+        self.in_write = False
+        """Set by the engine from ``BEGIN`` to ``COMMIT``/``ROLLBACK`` of its own transactions: a
+        connection lost inside one is not replaced until the engine ends it, so no statement of
+        that transaction can run, committed on its own, on a fresh connection."""
 
     # --- Conn -----------------------------------------------------------------------------------
 
@@ -117,6 +121,10 @@ class PgConn:
         transaction it held is gone with it, and its owner has already been told)."""
         raw = self.raw
         if raw.closed and self._reopen is not None:
+            if self.in_write:
+                raise StorageUnavailable(
+                    f"lost the connection to PostgreSQL at {self.where}: the open transaction went with it"
+                )
             self.raw = raw = self._reopen()
         return raw
 

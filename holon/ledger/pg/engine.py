@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from holon.errors import HolonError, LedgerError, NotFoundError
 from holon.ledger.codec import BlobBody
@@ -165,7 +165,8 @@ class PgEngine:
     @contextmanager
     def reader(self) -> Iterator[PgConn]:
         if self._pool is None:
-            url = make_conninfo(self.url, options=_READER_OPTIONS)
+            given = conninfo_to_dict(self.url).get("options")
+            url = make_conninfo(self.url, options=f"{given} {_READER_OPTIONS}" if given else _READER_OPTIONS)
             self._pool = open_pool(
                 url, size=self._pool_size, timeout_s=self._timeout_s, prepare=self._prepare, name="holon-readers"
             )
@@ -204,10 +205,11 @@ class PgEngine:
     def begin_append(self) -> tuple[PgConn, Head]:
         conn = self.connection()
         h = pg_append.begin_append(conn._live())
+        conn.in_write = True
         return conn, Head(h.seq, h.hash, h.ts_us)
 
     def insert(self, conn: Conn, rows: Sequence[Row], blobs: Sequence[BlobBody], *, now_us: int) -> None:
-        raw = _raw(conn)
+        raw = _pg(conn).raw
         try:
             with raw.pipeline():  # blobs and events: one round trip
                 cur = raw.cursor()
@@ -224,14 +226,18 @@ class PgEngine:
         return LedgerError(f"{what} refused by the database: {diag}")
 
     def commit(self, conn: Conn) -> None:
-        raw = _raw(conn)
+        pg = _pg(conn)
+        raw = pg.raw
         try:
             raw.execute("COMMIT")
         except psycopg.Error as e:
             raise self._refused(raw, e, "append") from e
+        pg.in_write = False
 
     def rollback(self, conn: Conn) -> None:
-        raw = _raw(conn)
+        pg = _pg(conn)
+        pg.in_write = False
+        raw = pg.raw
         if raw.closed:
             return  # the server dropped it: the transaction went with it
         if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -311,6 +317,7 @@ class PgEngine:
 
     def prune_blobs(self, conn: Conn, *, older_than_us: int, now_us: int) -> int:
         conn.execute("BEGIN")
+        _pg(conn).in_write = True
         try:
             cur = conn.execute(
                 "UPDATE blobs SET body = NULL, pruned_us = ? WHERE body IS NOT NULL AND referenced_us < ?",
@@ -320,6 +327,7 @@ class PgEngine:
         except BaseException:
             self.rollback(conn)
             raise
+        _pg(conn).in_write = False
         return int(cur.rowcount)
 
     def first_bad_blob(self) -> str | None:
@@ -367,7 +375,7 @@ class PgEngine:
         return LedgerStats(total, head, by_type, int(row[0]), int(row[1]), int(row[2]), int(size[0]))
 
 
-def _raw(conn: Conn) -> Raw:
+def _pg(conn: Conn) -> PgConn:
     if not isinstance(conn, PgConn):
         raise TypeError(f"the PostgreSQL engine was given a {type(conn).__name__}, not its own connection")
-    return conn.raw
+    return conn
