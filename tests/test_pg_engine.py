@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -132,3 +133,49 @@ def test_driver_errors_are_translated_without_knowing_the_ledger(pg_engine: PgEn
     err = any_translate(caught.value)
     assert isinstance(err, LedgerError) and "cannot be read" in err.message
     assert "password" not in pg_engine.location
+
+
+def test_two_ledgers_on_one_database_keep_one_chain(pg_db: PgDatabase) -> None:
+    """Two writers (as two processes would be: an engine and a connection each) appending from
+    threads at once: one gapless chain, each writer's hooks told when the other moved the head."""
+    ledgers = [Ledger(PgEngine(pg_db.url), clock=FakeClock()) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def write(ledger: Ledger, name: str) -> None:
+        try:
+            for i in range(40):
+                ledger.append(
+                    *(NewEvent(agent_id=name, payload=ev.MessageReceived(text=f"{i}.{k}")) for k in range(i % 3 + 1))
+                )
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(ledger, f"w{n}")) for n, ledger in enumerate(ledgers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors and not any(t.is_alive() for t in threads)
+    events = list(ledgers[0].read())
+    per_writer = sum(i % 3 + 1 for i in range(40))
+    assert [e.seq for e in events] == list(range(1, 2 * per_writer + 1))
+    for name in ("w0", "w1"):  # each writer's own order kept
+        texts = [e.payload.text for e in events if e.agent_id == name]  # type: ignore[attr-defined]
+        assert texts == [f"{i}.{k}" for i in range(40) for k in range(i % 3 + 1)]
+    result = ledgers[1].verify()
+    assert result.ok and result.events == 2 * per_writer
+    for ledger in ledgers:
+        ledger.close()
+
+
+def test_typed_inspection_reads_through_sqlmodel(pg_engine: PgEngine) -> None:
+    from sqlmodel import select
+
+    from holon.ledger.schema import EventRow
+
+    ledger = Ledger(pg_engine, clock=FakeClock())
+    ledger.append(NewEvent(agent_id="a", payload=ev.MessageReceived(text="typed")))
+    with pg_engine.session() as s:
+        [row] = s.exec(select(EventRow)).all()
+    assert (row.seq, row.agent_id, row.hash) == (1, "a", ledger.get(1).hash)
+    ledger.close()
