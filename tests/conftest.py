@@ -268,11 +268,14 @@ class EngineTarget:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def engine(request: pytest.FixtureRequest, home: HomePaths) -> EngineTarget:
+def engine(request: pytest.FixtureRequest, home: HomePaths, monkeypatch: pytest.MonkeyPatch) -> EngineTarget:
     """The fixture parameter over both engines (RFC 0008, "One fixture parameter"): the home's SQLite
-    file, or this worker's emptied PostgreSQL database. Tests opt in by taking it; the storage
-    fixtures (``home``, ``store``) follow it once the PostgreSQL engine is wired in (RFC 0008 step 4)."""
+    file, or this worker's emptied PostgreSQL database, which ``HOLON_STORAGE_URL`` then names, so
+    the storage fixtures (``settings``, ``store``) and ``Store.open`` follow it. Tests opt in by
+    taking it (a module: an autouse fixture taking it); a test of SQLite-only behaviour in such a
+    module is marked ``@sqlite_only(why)`` (``helpers.engines``)."""
     if request.param == "sqlite":
         return EngineTarget("sqlite", f"sqlite:///{home.db}")
     db: PgDatabase = request.getfixturevalue("pg_db")
+    monkeypatch.setenv("HOLON_STORAGE_URL", db.url)
     return EngineTarget("postgresql", db.url)

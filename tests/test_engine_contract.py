@@ -1,9 +1,8 @@
 """The ``Engine`` contract (``holon.ledger.engine``): what every storage engine must do, on a real one.
 
-Each test runs once per engine of ``ENGINES`` through the ``engine_factory`` fixture. Today that
-is SQLite; the PostgreSQL engine (RFC 0008, step 4) adds ``"postgresql"`` to ``ENGINES`` and a
-branch to ``_make`` (a database of its own per test), and every test here must then pass on it
-unchanged: nothing below names a driver, a file or engine-specific SQL.
+Each test runs once per engine of ``ENGINES`` through the ``engine_factory`` fixture: SQLite (a
+file per name) and PostgreSQL (RFC 0008 step 4: an empty database of the test's own per name,
+from ``pg_new_db``, dropped after it). Nothing below names a driver, a file or engine-specific SQL.
 """
 
 from __future__ import annotations
@@ -22,26 +21,33 @@ from holon.ledger.envelope import GENESIS_HASH
 from holon.ledger.rows import EVENT_COLUMNS
 from holon.ledger.sqlite import Database, SqliteEngine
 
-ENGINES = ["sqlite"]
-"""The engines the contract runs on (``"postgresql"`` joins at RFC 0008's step 4)."""
+ENGINES = ["sqlite", "postgresql"]
+"""The engines the contract runs on."""
 
 EngineFactory = Callable[[str], Engine]
 """``make(name)``: a new, unopened engine on a database of its own named ``name`` (the same name
 twice: the same database, as a second process would see it)."""
 
 
-def _make(kind: str, root: Path, name: str) -> Engine:
+def _make(kind: str, root: Path, name: str, urls: dict[str, str], request: pytest.FixtureRequest) -> Engine:
     if kind == "sqlite":
         return SqliteEngine(Database(root / f"{name}.db", synchronous="OFF"))
+    if kind == "postgresql":
+        from holon.ledger.pg.engine import PgEngine
+
+        if name not in urls:
+            urls[name] = request.getfixturevalue("pg_new_db")(migrated=False).url
+        return PgEngine(urls[name])
     raise AssertionError(f"no such engine {kind!r}")
 
 
 @pytest.fixture(params=ENGINES)
 def engine_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EngineFactory]:
     made: list[Engine] = []
+    urls: dict[str, str] = {}
 
     def make(name: str = "ledger") -> Engine:
-        engine = _make(request.param, tmp_path, name)
+        engine = _make(request.param, tmp_path, name, urls, request)
         made.append(engine)
         return engine
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from helpers.engines import sqlite_only
 from helpers.factories import agent_created, make_event
 
 from holon.clock import FakeClock
@@ -18,7 +21,17 @@ from holon.ledger.events import BlobRef
 from holon.ledger.store import EVENT_COLUMNS
 from holon.projections import Store
 
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
 AGENT = "agt_alice"
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``), but those
+    marked ``sqlite_only``."""
+    return engine
 
 
 def decision(i: int, **envelope: object) -> NewEvent:
@@ -35,9 +48,42 @@ def seeded(store: Store) -> Store:
     return store
 
 
-def raw(store: Store) -> sqlite3.Connection:
-    """A separate plain sqlite3 connection to the home's database, as an intruder would use."""
-    return sqlite3.connect(store.paths.db, isolation_level=None)
+class Intruder:
+    """A plain connection of the driver to the ledger's database beside holon's, as an intruder
+    would use (``?`` placeholders on both engines). ``refused`` is what a trigger's refusal raises."""
+
+    def __init__(self, store: Store) -> None:
+        self.pg = store.ledger.engine.dialect == "postgresql"
+        if self.pg:
+            import psycopg
+
+            self.conn: Any = psycopg.connect(store.settings.storage.url, autocommit=True)
+            self.refused: type[Exception] = psycopg.Error
+        else:
+            self.conn = sqlite3.connect(store.paths.db, isolation_level=None)
+            self.refused = sqlite3.IntegrityError
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> Any:
+        if self.pg:
+            from holon.ledger.pg.conn import pg_sql
+
+            return self.conn.execute(pg_sql(sql), params)
+        return self.conn.execute(sql, params)
+
+    def without(self, trigger: str) -> None:
+        """Switch a guard off as the database's owner could: SQLite drops the trigger; PostgreSQL
+        (a superuser) turns every trigger off for the session."""
+        if self.pg:
+            self.conn.execute("SET session_replication_role = replica")
+        else:
+            self.conn.execute(f"DROP TRIGGER {trigger}")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def raw(store: Store) -> Intruder:
+    return Intruder(store)
 
 
 # --- enforced by the database -----------------------------------------------------------------
@@ -45,13 +91,13 @@ def raw(store: Store) -> sqlite3.Connection:
 
 def test_update_and_delete_are_refused_by_the_database(seeded: Store) -> None:
     conn = raw(seeded)
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+    with pytest.raises(conn.refused, match="append-only"):
         conn.execute("UPDATE events SET payload = '{}' WHERE seq = 5")
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+    with pytest.raises(conn.refused, match="append-only"):
         conn.execute("UPDATE events SET ts_us = ts_us + 1")
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+    with pytest.raises(conn.refused, match="append-only"):
         conn.execute("DELETE FROM events WHERE seq = 11")
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+    with pytest.raises(conn.refused, match="append-only"):
         conn.execute("DELETE FROM events")
     conn.close()
     assert seeded.ledger.head() == 11
@@ -72,7 +118,7 @@ def test_only_the_next_sequence_number_may_be_inserted(seeded: Store) -> None:
     conn = raw(seeded)
     for bad_seq in (13, 100, 0, -1, 5):
         row = [bad_seq, f"evt_bad_{bad_seq}", *template[2:]]
-        with pytest.raises(sqlite3.IntegrityError, match="next sequence number"):
+        with pytest.raises(conn.refused, match="next sequence number"):
             conn.execute(insert, row)
     assert seeded.ledger.head() == 11
     # The next number is accepted by the trigger; the forged row then fails verification.
@@ -88,7 +134,7 @@ def test_verify_finds_the_first_tampered_event(seeded: Store) -> None:
     good = seeded.ledger.verify()
     assert good.ok and good.events == 11 and good.first_bad_seq is None
     conn = raw(seeded)
-    conn.execute("DROP TRIGGER events_no_update")
+    conn.without("events_no_update")
     conn.execute("UPDATE events SET payload = ? WHERE seq = 6", ('{"text":"decision 4 (edited)","work_item_id":null}',))
     conn.close()
     result = seeded.ledger.verify()
@@ -105,7 +151,7 @@ def test_verify_finds_the_first_tampered_event(seeded: Store) -> None:
 )
 def test_verify_covers_every_envelope_field(seeded: Store, column: str, value: object) -> None:
     conn = raw(seeded)
-    conn.execute("DROP TRIGGER events_no_update")
+    conn.without("events_no_update")
     conn.execute(f"UPDATE events SET {column} = ? WHERE seq = 4", (value,))
     conn.close()
     result = seeded.ledger.verify()
@@ -115,7 +161,7 @@ def test_verify_covers_every_envelope_field(seeded: Store, column: str, value: o
 
 def test_verify_finds_a_deleted_event(seeded: Store) -> None:
     conn = raw(seeded)
-    conn.execute("DROP TRIGGER events_no_delete")
+    conn.without("events_no_delete")
     conn.execute("DELETE FROM events WHERE seq = 7")
     conn.close()
     result = seeded.ledger.verify()
@@ -129,6 +175,7 @@ def test_verify_empty_ledger(store: Store) -> None:
     assert result.ok and result.events == 0 and result.first_bad_seq is None
 
 
+@sqlite_only("SQLite's pragmas")
 def test_pragmas_are_applied(store: Store) -> None:
     conn = store.ledger.db.connection()
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -391,6 +438,7 @@ def test_events_survive_reopening(seeded: Store, clock: FakeClock) -> None:
         assert again.replay().ok
 
 
+@sqlite_only("the home's database file")
 def test_db_file_is_where_the_home_says(seeded: Store, tmp_path: Path) -> None:
     assert seeded.paths.db.is_file()
     assert seeded.paths.db.is_relative_to(tmp_path)

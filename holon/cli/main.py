@@ -123,7 +123,7 @@ def _foreign(e: Exception) -> HolonError | None:
     if isinstance(e, OSError):
         where = f": {e.filename}" if e.filename else ""
         return HolonError(f"{e.strerror or e}{where}")
-    if type(e).__module__.split(".")[0] in ("sqlite3", "sqlalchemy"):
+    if type(e).__module__.split(".")[0] in ("sqlite3", "sqlalchemy", "psycopg"):
         from holon.ledger.engine import translate
 
         return translate(e)

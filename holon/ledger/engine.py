@@ -2,8 +2,8 @@
 
 ``Ledger`` and ``Transaction`` (the append path, hooks, idempotency), the codec and the hash chain,
 ``EventQuery``'s semantics and the row checks of ``verify`` are engine-independent and sit above
-this protocol; below it sit the engines: ``holon.ledger.sqlite`` (the embedded default) and, later,
-``holon.ledger.pg``. An engine owns its connections, its schema history and everything whose SQL
+this protocol; below it sit the engines: ``holon.ledger.sqlite`` (the embedded default) and
+``holon.ledger.pg`` (PostgreSQL); ``holon.ledger.engines.engine_for`` picks one from ``[storage] url``. An engine owns its connections, its schema history and everything whose SQL
 cannot be common (the head read and lock, JSON inside payloads, page checks, sizes).
 
 Rules every implementation keeps, checked by ``tests/test_engine_contract.py``:
@@ -23,12 +23,13 @@ Rules every implementation keeps, checked by ``tests/test_engine_contract.py``:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from holon.errors import LedgerError
+from holon.errors import HolonError
 from holon.ledger.codec import BlobBody
 from holon.ledger.query import EventQuery
 from holon.ledger.sql import Conn, Dialect, Row
@@ -108,8 +109,9 @@ class Engine(Protocol):
 
     def close(self) -> None: ...
 
-    def translate(self, e: BaseException) -> LedgerError | None:
-        """``e`` as a one-line ``LedgerError`` naming the database when it is a driver error, else ``None``."""
+    def translate(self, e: BaseException) -> HolonError | None:
+        """``e`` as a one-line ``LedgerError`` naming the database when it is a driver error (a
+        connection the server dropped: ``StorageUnavailable``, retryable), else ``None``."""
         ...
 
     # --- the append path --------------------------------------------------------------------------
@@ -198,9 +200,15 @@ class Engine(Protocol):
         ...
 
 
-def translate(e: BaseException) -> LedgerError | None:
+def translate(e: BaseException) -> HolonError | None:
     """A foreign database error as a ``LedgerError`` without knowing which ledger raised it (the
-    CLI's safety net); ``None`` when it is not one."""
+    CLI's safety net); ``None`` when it is not one. psycopg's are looked at only when something
+    already imported it (a SQLite home never does)."""
     from holon.ledger.sqlite.damage import translate as sqlite_translate
 
-    return sqlite_translate(e)
+    err: HolonError | None = sqlite_translate(e)
+    if err is None and "psycopg" in sys.modules:
+        from holon.ledger.pg.conn import translate as pg_translate
+
+        err = pg_translate(e)
+    return err

@@ -28,6 +28,12 @@ from holon.projections.state import State
 __all__ = ["ReplayResult", "replay"]
 
 _COLS = "kind, key, agent_id, status, label, seq, state"
+_SCRATCH = {
+    "sqlite": f"CREATE TEMP TABLE IF NOT EXISTS replay_rows ({_COLS}, PRIMARY KEY (kind, key))",
+    # PostgreSQL needs the columns' types; LIKE also takes their "C" collation, so EXCEPT compares alike.
+    "postgresql": "CREATE TEMP TABLE IF NOT EXISTS replay_rows (LIKE projection_rows INCLUDING ALL)",
+}
+"""The replay's scratch table, shaped like ``projection_rows`` (untyped on SQLite, as before)."""
 # The payload as bytes: one that is no longer UTF-8 fails its own row's decoding, not the whole query.
 
 
@@ -85,7 +91,7 @@ def replay(
             if progress is not None:
                 progress(count, head)
         elapsed = time.perf_counter() - started
-        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS replay_rows ({_COLS}, PRIMARY KEY (kind, key))")
+        conn.execute(_SCRATCH[conn.dialect])
         conn.execute("DELETE FROM replay_rows")
         scratch = []
         for key, state in states.items():

@@ -16,7 +16,7 @@ from holon.config import HomePaths, Settings
 from holon.errors import NotFoundError
 from holon.ledger import Event, Ledger, NewEvent
 from holon.ledger.anchor import Anchor
-from holon.ledger.sqlite import Database, SqliteEngine
+from holon.ledger.engines import engine_for
 from holon.paths import private_dir
 from holon.projections.durable import DurableState, ProposalState
 from holon.projections.fold import KINDS, working_memory_view
@@ -73,7 +73,7 @@ class Store:
         if create:
             private_dir(paths.root)
         cfg = settings.ledger
-        engine = SqliteEngine(Database(paths.db, synchronous=cfg.synchronous, busy_timeout_ms=cfg.busy_timeout_ms))
+        engine = engine_for(paths, settings)  # [storage] url: the home's SQLite file by default
         projector = Projector()
         ledger = Ledger(
             engine,

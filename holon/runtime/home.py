@@ -79,10 +79,11 @@ def open_home(
 def check_storage(paths: HomePaths, settings: Settings) -> None:
     """Refuse a ``[storage] url`` this holon cannot open yet, before anything touches a database.
 
-    The home's SQLite file is the one engine wired in (RFC 0008 builds PostgreSQL in steps): a
-    ``postgresql://`` URL exits 2 with one line (naming an unreachable server as such), and so does a
-    SQLite file other than the home's own. The storage open path (``Store.open``) takes this over
-    once it opens an engine from the URL."""
+    ``Store.open`` opens the ledger on whichever engine the URL names (``engine_for``), but a home
+    is more than its ledger: until the projections' remaining SQL, the evolve queue, hook tokens
+    and the search index run on PostgreSQL too (RFC 0008 steps 5-7), a ``postgresql://`` URL exits
+    2 here with one line (naming an unreachable server as such), and so does a SQLite file other
+    than the home's own (the home's other files still assume it)."""
     target = storage_target(paths, settings.storage)
     if target.engine == "postgresql":
         from holon.ledger.pg.start import refuse_until_wired

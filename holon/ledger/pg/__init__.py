@@ -4,6 +4,7 @@ The only package of holon that imports ``psycopg`` (an import-linter contract), 
 never loads it. Importing this package itself loads nothing: ``connect`` (URLs, connections, the
 pool, the start-up probe), ``migrations`` (the frozen DDL, triggers and functions, and their
 runner) and ``append`` (the ledger lock, the head, one pipeline per append) each import psycopg
-when they are imported. The integrated engine (RFC 0008 step 4, behind ``holon.ledger.engine``)
-is built on these.
+when they are imported. ``conn`` (``PgConn``: ``holon.ledger.sql.Conn`` over psycopg, ``?`` as
+``%s``) and ``engine`` (``PgEngine``, the ``holon.ledger.engine.Engine`` behind ``Ledger``) are
+built on these.
 """

@@ -1,8 +1,10 @@
 """What a command does with a ``postgresql://`` storage URL until the engine is wired in.
 
-RFC 0008 builds the PostgreSQL engine in steps; until ``holon.ledger.engine`` opens one (step 4
-integrated), a home whose ``[storage] url`` names PostgreSQL is refused at start with one line
-and exit 2, so nobody believes their ledger is on PostgreSQL while it is not. The server is
+RFC 0008 builds the PostgreSQL engine in steps; the ledger runs on it (step 4: ``PgEngine``,
+which ``Store.open`` picks from the URL), but until the rest of a home does (steps 5-7), a home
+whose ``[storage] url`` names PostgreSQL is refused at start by ``holon init``/``holon serve`` and
+every command with one line and exit 2, so nobody believes their home is on PostgreSQL while
+only its ledger could be. The server is
 probed first, so the one line is the more useful of the two: an unreachable server is named as
 such ("cannot reach PostgreSQL at HOST:PORT: cause", the message the finished engine gives too).
 Imports psycopg only when called: a SQLite home never loads it, and an install without the
@@ -28,5 +30,6 @@ def refuse_until_wired(url: str, *, timeout_s: float) -> None:
     probe(url, timeout_s=timeout_s)
     raise ConfigError(
         f"storage.url names PostgreSQL at {pg.where} (database {pg.dbname}), but holon's PostgreSQL engine is "
-        "not wired yet (RFC 0008, step 4); leave [storage] url empty to keep the ledger in the home's SQLite file"
+        "not wired yet for a whole home (the ledger runs there; projections, the evolve queue and search follow: "
+        "RFC 0008 steps 5-7); leave [storage] url empty to keep the home in its SQLite file"
     )
