@@ -272,8 +272,10 @@ def test_reacquiring_keeps_a_live_token_and_renews_an_expired_one(conns: Callabl
 
 def test_unfenced_types_are_the_declared_ones_and_every_other_type_needs_the_lease(conns: Callable[[], Conn]) -> None:
     """Each payload type appended from a transaction with no fence: accepted exactly when declared
-    unfenced (the list is closed: a new type is fenced unless a migration declares it)."""
+    unfenced (the list is closed: a new type is fenced unless a migration declares it), once the
+    agent has been leased by some node."""
     conn = conns()
+    assert Leases(conns(), "b", lease_s=30).acquire(X) == 1
     assert set(UNFENCED_TYPES) <= set(PAYLOAD_TYPES)
     accepted: list[str] = []
     for tag in sorted(PAYLOAD_TYPES):
@@ -291,6 +293,36 @@ def test_unfenced_types_are_the_declared_ones_and_every_other_type_needs_the_lea
                 assert e.sqlstate == "HLF01", (tag, e)
     assert accepted == sorted(UNFENCED_TYPES)
     assert "lease.acquired" not in accepted  # its own transaction holds the new lease
+
+
+def _append_unfenced(conn: Conn, agent: str, tag: str) -> bool:
+    """Append one event of type ``tag`` for ``agent`` with no fence; whether the database took it."""
+    with conn.transaction():
+        seq = int(conn.execute("SELECT * FROM holon_begin_append()").fetchone()[0]) + 1  # type: ignore[index]
+        try:
+            with conn.transaction():
+                conn.execute(
+                    EVENT_INSERT,
+                    (seq, f"evt_{seq}", agent, tag, 1, NOW, "api", "operator", *[None] * 5, "{}", f"{seq:064x}"),
+                )
+            return True
+        except psycopg.Error as e:
+            assert e.sqlstate == "HLF01", (tag, e)
+            return False
+
+
+def test_an_agent_no_node_ever_leased_needs_no_fence_and_a_released_one_does(conns: Callable[[], Conn]) -> None:
+    """A single process without nodes (the CLI, one daemon without ``--node``) owns every agent and
+    takes no leases: its appends pass. Once a node has leased the agent, the lease row stays (a
+    release only expires it), so a stale writer without the live token is refused for good."""
+    conn = conns()
+    assert _append_unfenced(conn, "agt_solo", "turn.started")
+    node = Leases(conns(), "a", lease_s=30)
+    assert node.acquire("agt_solo") == 1
+    assert not _append_unfenced(conn, "agt_solo", "turn.started")
+    assert node.release("agt_solo")
+    assert not _append_unfenced(conn, "agt_solo", "turn.started")
+    assert _append_unfenced(conn, "agt_solo", "message.received")
 
 
 def test_a_refusal_other_than_the_fence_stays_a_ledger_error(conns: Callable[[], Conn]) -> None:

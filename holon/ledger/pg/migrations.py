@@ -235,6 +235,9 @@ _NODES: tuple[str, ...] = (
       END IF;
       f := nullif(current_setting('holon.fence', true), '')::jsonb;
       want := f -> 'tokens' ->> NEW.agent_id;
+      IF want IS NULL AND NOT EXISTS (SELECT 1 FROM leases WHERE agent_id = NEW.agent_id) THEN
+        RETURN NEW;  -- never leased: a single process without nodes owns every agent
+      END IF;
       IF want IS NULL THEN
         RAISE EXCEPTION 'fencing: % for agent % needs the agent''s lease (no fence for it in this transaction)',
           NEW.type, NEW.agent_id USING ERRCODE = 'HLF01', DETAIL = NEW.agent_id;
