@@ -76,6 +76,8 @@ class Filters:
     since_us: int | None = None
     until_us: int | None = None
     work_item_id: str | None = None
+    segments: tuple[int, ...] = ()
+    """Only the turns of these conversation segments (the exact-top-k widening of a search)."""
 
 
 class EngineError(HolonError):
@@ -138,7 +140,8 @@ def _schema() -> Any:  # Any: tantivy.Schema, untyped
     b.add_integer_field("ts", fast=True)
     b.add_text_field("body", tokenizer_name=_ANALYZER, index_option="freq")
     b.add_text_field("meta", tokenizer_name=_ANALYZER, index_option="freq")
-    for name in ("features", "seg", "p1", "p2"):
+    b.add_integer_field("seg", indexed=True, fast=True)  # indexed: a search reads a segment's other turns
+    for name in ("features", "p1", "p2"):
         b.add_integer_field(name, fast=True)
     return b.build()
 
@@ -287,6 +290,8 @@ class Engine:
             out.append(self._any("kind", f.kinds))
         if f.work_item_id is not None:
             out.append(t.term_query(s, "work", f.work_item_id))
+        if f.segments:
+            out.append(self._any("seg", f.segments))
         if f.since_us is not None or f.until_us is not None:
             out.append(t.range_query(s, "ts", tantivy.FieldType.Integer, f.since_us, f.until_us))
         return [(tantivy.Occur.Must, t.const_score_query(q, 0.0)) for q in out]

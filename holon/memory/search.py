@@ -40,6 +40,7 @@ certified was measured and not kept (RFC 0004, "Exact top 10").
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import heapq
@@ -71,6 +72,8 @@ CONTEXT_OF = 50
 PHRASE_OF = 50
 #: ... and whose matches make up their segments' relevance.
 SEGMENT_OF = 200
+#: The first depth at which a lifted segment's other turns are read (``_Ranker._widen``; x4 after).
+WIDEN_FIRST = 64
 _IN_CHUNK = 30_000
 #: At most this many other owners are excluded from a search rather than its own intersected.
 OTHERS_EXCLUDED = 16
@@ -230,6 +233,9 @@ class _Ranker:
         self.named = params.sender > 0 and self._may_name_a_sender()
         self.others: list[str] | None = None
         self.others_read = False
+        self.newest: int | None = None
+        self.scale = 1.0
+        self.seg_lift: dict[int, float] = {}
 
     def _q(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         return self.index.store.ledger.query(sql, list(params))
@@ -298,15 +304,16 @@ class _Ranker:
         scores = matches.scores
         complete = CANDIDATES <= 0 or len(scores) < k
         scored = self._rank(matches, dense)
-        best = heapq.nlargest(self.limit, scored.known)
-        floor = best[-1] if len(best) == self.limit else -1.0
+        floor = self._floor(scored)
         # Certified: nothing was left out, or the best SEGMENT_OF/CONTEXT_OF/PHRASE_OF are settled
-        # (no tie across the cut) and no document left out can reach the limit-th score.
+        # (no tie across the cut) and no document left out can reach the limit-th score (the turns
+        # of lifted segments that could are read: ``_widen``).
         certified = complete or (
             not dense
             and (len(scores) <= sets or scores[-1] < sorted(scores, reverse=True)[sets - 1])
-            and floor > self._bound(scores[-1], scored.top)
+            and self._widen(scores[-1], scored, floor)
         )
+        floor = self._floor(scored)
         cands = [
             _Cand(i, base, known, unknown, i in scored.phrase, known)
             for i, base, known, unknown in zip(scored.ids, scored.base, scored.known, scored.unknown, strict=True)
@@ -321,14 +328,50 @@ class _Ranker:
         cands.sort(key=lambda c: (-c.final, -c.id))
         return cands, total + scored.joined, certified
 
-    def _bound(self, kth: float, top: float) -> float:
-        """The most a document the engine did not return can score: its own score is at most
-        ``kth`` (the engine's k-th); it is no neighbour of the best ``CONTEXT_OF`` (they were all
-        read) nor among the best ``PHRASE_OF``; its segment, a date and a sender can lift it by
-        their weights in units of ``top``; its prior and recency multiply that by at most theirs."""
+    def _floor(self, scored: _Scored) -> float:
+        """The ``limit``-th score known so far: a lower bound of the ``limit``-th final score."""
+        best = heapq.nlargest(self.limit, scored.known)
+        return best[-1] if len(best) == self.limit else -1.0
+
+    def _widen(self, kth: float, scored: _Scored, floor: float) -> bool:
+        """Whether no document the engine left out can reach ``floor``, after reading those that could.
+
+        A document left out scored at most ``kth`` (the engine's k-th); it is no neighbour of the
+        best ``CONTEXT_OF`` (they were all read) nor among the best ``PHRASE_OF``; a date and a
+        sender can lift it by their weights in units of the best score, and its segment by exactly
+        that segment's lift (known for every segment: the best ``SEGMENT_OF`` decide it, and a
+        segment none of them is in gets none); its prior and recency multiply that by at most
+        theirs. Outside the lifted segments that bound must stay below ``floor`` (else: not
+        certified). Inside them every document is a turn (prior at most a turn's kind weight), and
+        the turns of each segment whose bound reaches ``floor`` are read from the engine (best
+        first, deeper until the rest cannot reach it) and scored like the others."""
         p = self.params
-        lifts = p.segment + (p.date if self.plan.dates else 0.0) + (p.sender if self.named else 0.0)
-        return (1 + p.recency) * max_prior(p, self.filters.kinds) * (kth + top * lifts) * (1 + 1e-9)
+        top = self.scale
+        extra = (p.date if self.plan.dates else 0.0) + (p.sender if self.named else 0.0)
+        slack = 1 + 1e-9
+        if floor <= (1 + p.recency) * max_prior(p, self.filters.kinds) * (kth + top * extra) * slack:
+            return False
+        turn = (1 + p.recency) * max(dict(p.kind_weights).get(k, 1.0) for k in ("message", "reply")) * slack
+        need = {g: v for g, v in self.seg_lift.items() if turn * (kth + top * (v + extra)) >= floor}
+        if not need:
+            return True
+        lift = max(need.values()) + extra
+        present = set(scored.ids)
+        filters = dataclasses.replace(self.filters, segments=tuple(sorted(need)))
+        n = WIDEN_FIRST
+        while True:
+            m, _ = self.engine.matches(
+                self.terms, owners=self.owners, filters=filters, weights=(self.params.body, self.params.meta),
+                limit=n, count=False, searcher=self.searcher, others=self._others(),
+            )  # fmt: skip
+            new = [i for i, doc_id in enumerate(m.ids) if doc_id not in present]
+            present.update(m.ids[i] for i in new)
+            self._score_into(scored, [m.ids[i] for i in new], [m.scores[i] for i in new],
+                             [m.features[i] for i in new], [m.ts_us[i] for i in new],
+                             [m.segments[i] for i in new], {}, set())  # fmt: skip
+            if len(m) < n or turn * (m.scores[-1] + top * lift) < floor:
+                return True
+            n *= 4
 
     def _rank(self, m: Matches, dense: dict[int, float]) -> _Scored:
         p = self.params
@@ -360,15 +403,29 @@ class _Ranker:
             ts += more.ts_us
             segs += more.segments
             joined = sum(1 for s in more.scores if s == 0)
-        scale = top or max(match, default=0.0) or 1.0
+        self.scale = top or max(match, default=0.0) or 1.0
         seg_top = max(segments.values(), default=0.0) or 1.0
-        seg_lift = {g: p.segment * v / seg_top for g, v in segments.items()}
-        newest = self._newest()
+        self.seg_lift = {g: p.segment * v / seg_top for g, v in segments.items()}
+        scored = _Scored([], [], [], [], phrase, joined, top)
+        self._score_into(scored, ids, match, features, ts, segs, lift, phrase)
+        return scored
+
+    def _score_into(
+        self, scored: _Scored, ids: list[int], match: list[float], features: list[int], ts: list[int],
+        segs: list[int], lift: dict[int, float], phrase: set[int],
+    ) -> None:  # fmt: skip
+        """Append these documents' columns (``_Cand``'s ``base``, ``known`` and ``unknown``) to ``scored``:
+        ``lift`` holds the scores of the turns after a turn (``next``), ``phrase`` the ids checked for
+        phrases."""
+        p = self.params
+        if self.newest is None:
+            self.newest = self._newest()
+        newest, scale, seg_lift = self.newest, self.scale, self.seg_lift
         recency, half_life = p.recency, p.recency_half_life_days * 86_400e6
         priors = _prior_table(p)
         dates, date_lift, nxt = self.plan.dates, p.date, p.next
         unknown_lift = p.sender if self.named else 0.0
-        base, known, unknown = [], [], []
+        base, known, unknown = scored.base, scored.known, scored.unknown
         for doc_id, mt, feat, t, g in zip(ids, match, features, ts, segs, strict=True):
             pr = priors.get(feat)
             if pr is None:
@@ -380,7 +437,7 @@ class _Ranker:
             base.append(pr * scale)
             known.append(pr * (mt + nxt * lift.get(doc_id, 0.0) + scale * lifts))
             unknown.append(pr * scale * (unknown_lift + (p.phrase if doc_id in phrase else 0.0)))
-        return _Scored(ids, base, known, unknown, phrase, joined, top)
+        scored.ids += ids
 
     def _resolve(self, cands: list[_Cand], floor: float) -> None:
         """Read the sender and phrase lifts (SQLite) of the candidates that could reach the first
