@@ -147,7 +147,9 @@ def test_leave_one_out_needs_its_baseline() -> None:
 
 def test_conversations_select_files_and_a_missing_one_is_named(tmp_path: Path) -> None:
     _conversation(tmp_path)
-    (tmp_path / "conv-other.json").write_text((tmp_path / "conv-test.json").read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "conv-other.json").write_text(
+        (tmp_path / "conv-test.json").read_text(encoding="utf-8"), encoding="utf-8"
+    )
     result = run_locomo_bench(tmp_path, k=5, conversations="conv-test")
     assert list(result["conversations"]) == ["conv-test"]
     assert result["conversations_run"] == "conv-test"

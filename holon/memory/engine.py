@@ -318,6 +318,40 @@ class Engine:
         found = searcher.search(query, limit, count=count)
         return self._read(searcher, found.hits), int(found.count or 0)
 
+    def matches_cut(
+        self,
+        terms: Sequence[str],
+        *,
+        owners: Sequence[str],
+        filters: Filters | None = None,
+        weights: tuple[float, float] = (1.0, 0.2),
+        limit: int,
+        keep: int = 0,
+        at_least: float | None = None,
+        count: bool = False,
+        searcher: Any = None,  # Any: tantivy.Searcher
+        others: Sequence[str] | None = None,
+    ) -> tuple[Matches, int, float | None, float | None]:
+        """``matches``' top ``limit`` cut to those scoring at least the ``keep``-th score (or
+        ``at_least``): only their fast fields are read. Returns them, the count (0 unless
+        ``count``), the best score of the rest of the ``limit`` (None: none; with fewer than
+        ``limit`` hits, every match is there), and the cut."""
+        query = self._scoring(terms, owners, filters or Filters(), weights, others)
+        if query is None or limit <= 0:
+            return _NO_MATCHES, 0, None, None
+        searcher = searcher or self.searcher()
+        found = searcher.search(query, limit, count=count)
+        hits = found.hits
+        if at_least is None:
+            at_least = hits[keep - 1][0] + BASE if 0 < keep <= len(hits) else 0.0
+        kept, below = [], None
+        for score, addr in hits:
+            if score + BASE >= at_least:
+                kept.append((score, addr))
+            elif below is None:  # best first: the first below is the best of them
+                below = score + BASE
+        return self._read(searcher, kept), int(found.count or 0), below, at_least
+
     def score(
         self,
         ids: Sequence[int],

@@ -33,8 +33,11 @@ exact reference ``holon bench search`` compares with. The first stage is exact; 
 the engine's top ``CANDIDATES`` and their neighbours, and a document beyond them can still win
 when the lifts (added in units of the best score) outweigh the scores' spread: a search
 **certifies** its first ``limit`` (``SearchResult.exhaustive``) when the ``limit``-th score is
-above a bound on any document left out (``_Ranker._bound``), and a certified result equals the
-exhaustive ranking (``tests/test_search_exact.py``). Deepening the top-k until every search is
+above a bound on any document left out, and a certified result equals the exhaustive ranking
+(``tests/test_search_exact.py``). A document's segment lift is known before it is read, so the
+bound is split (``_Ranker._widen``): documents in no lifted segment must stay below the
+``limit``-th score, and the matching turns of the few segments whose lift could carry one past it
+are read from the engine and ranked too. Deepening the whole top-k until every search is
 certified was measured and not kept (RFC 0004, "Exact top 10").
 """
 
@@ -74,6 +77,12 @@ PHRASE_OF = 50
 SEGMENT_OF = 200
 #: The first depth at which a lifted segment's other turns are read (``_Ranker._widen``; x4 after).
 WIDEN_FIRST = 64
+#: Hits read beyond the candidates to see a tie at their cut end (equal-length turns with one
+#: common word score alike: which of them are the best ``SEGMENT_OF`` is decided by id, so the
+#: whole tie must be read to certify a search) ...
+TIE_SLACK = 64
+#: ... and how many times the top-k is deepened (x4) while a tie is longer.
+TIE_ROUNDS = 2
 _IN_CHUNK = 30_000
 #: At most this many other owners are excluded from a search rather than its own intersected.
 OTHERS_EXCLUDED = 16
@@ -294,24 +303,24 @@ class _Ranker:
         (plus the neighbours that joined without matching); and whether the first ``limit`` are
         certified exact."""
         sets = max(SEGMENT_OF, CONTEXT_OF, PHRASE_OF)
+        left: float | None = None  # the best score of a match left out (None: every match is here)
         if CANDIDATES <= 0:  # every match (the bench's exact reference)
             _, total = self._fetch(1, count=True)
             k = max(total, 1)
             matches, _ = self._fetch(k, count=False)
         else:
             k = max(CANDIDATES, sets + 1, self.limit + 1)
-            matches, total = self._fetch(k, count=True)
+            matches, total, left = self._cut(k, dense)
         scores = matches.scores
-        complete = CANDIDATES <= 0 or len(scores) < k
         scored = self._rank(matches, dense)
         floor = self._floor(scored)
         # Certified: nothing was left out, or the best SEGMENT_OF/CONTEXT_OF/PHRASE_OF are settled
         # (no tie across the cut) and no document left out can reach the limit-th score (the turns
         # of lifted segments that could are read: ``_widen``).
-        certified = complete or (
+        certified = left is None or (
             not dense
-            and (len(scores) <= sets or scores[-1] < sorted(scores, reverse=True)[sets - 1])
-            and self._widen(scores[-1], scored, floor)
+            and (len(scores) <= sets or left < sorted(scores, reverse=True)[sets - 1])
+            and self._widen(left, scored, floor)
         )
         floor = self._floor(scored)
         cands = [
@@ -327,6 +336,29 @@ class _Ranker:
                 c.final = c.final / lex_top + self.params.dense * max(0.0, dense.get(c.id, 0.0)) / dense_top
         cands.sort(key=lambda c: (-c.final, -c.id))
         return cands, total + scored.joined, certified
+
+    def _cut(self, k: int, dense: dict[int, float]) -> tuple[Matches, int, float | None]:
+        """The engine's best ``k - 1`` and every match tied with the last of them (which of a tie
+        are "the best N" is decided by id, so a tie across a cut must be read whole to certify a
+        search), how many match, and the best score left out (None: every match is here).
+
+        One query for ``k + TIE_SLACK`` hits settles most ties (only the fast fields of those kept
+        are read); a longer tie deepens the top-k (x4, ``TIE_ROUNDS`` times), and one longer still
+        is cut at ``k`` hits, the search then not certified."""
+        p = self.params
+        q = {"owners": self.owners, "filters": self.filters, "weights": (p.body, p.meta), "searcher": self.searcher,
+             "others": self._others()}  # fmt: skip
+        limit = k + (0 if dense else TIE_SLACK)
+        m, total, left, cut = self.engine.matches_cut(self.terms, limit=limit, keep=k - 1, count=True, **q)
+        if len(m) < limit or left is not None:
+            return m, total, left
+        for _ in range(TIE_ROUNDS):
+            limit *= 4
+            m, _, left, _ = self.engine.matches_cut(self.terms, limit=limit, at_least=cut, **q)
+            if len(m) < limit or left is not None:
+                return m, total, left
+        m, total = self._fetch(k, count=True)
+        return m, total, min(m.scores)
 
     def _floor(self, scored: _Scored) -> float:
         """The ``limit``-th score known so far: a lower bound of the ``limit``-th final score."""
