@@ -145,6 +145,7 @@ def test_leave_one_out_needs_its_baseline() -> None:
         leave_one_out({"x": _run({"a": (1, 1.0)})}, baseline="default")
 
 
+@pytest.mark.slow
 def test_conversations_select_files_and_a_missing_one_is_named(tmp_path: Path) -> None:
     _conversation(tmp_path)
     (tmp_path / "conv-other.json").write_text(

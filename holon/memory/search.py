@@ -65,9 +65,9 @@ __all__ = ["KINDS", "Hit", "RankParams", "SearchFilters", "SearchResult", "searc
 #: Document kinds a search can be narrowed to.
 KINDS = ("message", "reply", "brief", "tool_result", "episode", "decision", "work_item", "task", "file")
 
-#: The engine's exact top-k re-ranked in Python (at least one more than ``SEGMENT_OF`` and the
-#: limit, so that ties at those cuts show). 0: every match (the exact reference of ``holon bench
-#: search``).
+#: The engine's exact top-k re-ranked in Python: its best ``CANDIDATES - 1`` (at least
+#: ``SEGMENT_OF`` and the limit) and every match tied with the last of them (``_Ranker._cut``).
+#: 0: every match (the exact reference of ``holon bench search``).
 CANDIDATES = 201
 #: The engine's best matches whose two turns before them are lifted (by ``next``) ...
 CONTEXT_OF = 50
