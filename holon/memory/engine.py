@@ -12,8 +12,9 @@ analyser (``analyze``) and become term objects, never parsed: no string can be s
 Fields: ``id`` (the ``search_docs`` id, indexed and fast), ``owner``, ``kind`` and ``work`` (raw
 keywords, for filters), ``ts`` (microseconds, a fast field only: time ranges are read from it),
 ``body`` (the document's terms and, for a conversation turn, those of the two turns before it:
-what a turn is found by, so that a short answer is found through its question) and ``meta``
-(sender, kind and date words); and, as fast fields, what re-ranking needs of a candidate
+what a turn is found by, so that a short answer is found through its question), ``meta``
+(sender, kind and date words) and ``sender`` (the sender's words alone, not scored: whether a
+query can name a sender); and, as fast fields, what re-ranking needs of a candidate
 (``features``: kind, bare question and word count, from which the prior is computed; ``seg``:
 the turn's segment; ``p1``/``p2``: the two turns before it), so that a search reads SQLite only
 for the few candidates whose sender or text can still change its first ``limit``, and for the
@@ -101,6 +102,8 @@ class Row:
     """The conversation segment of a turn (0: none)."""
     before: tuple[int, int] = (0, 0)
     """The ids of the (up to) two turns before a turn in its segment, nearest first (0: none)."""
+    sender: str = ""
+    """The sender's words (``holon.memory.text.index_terms``): whether a query can name a sender."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +143,7 @@ def _schema() -> Any:  # Any: tantivy.Schema, untyped
     b.add_integer_field("ts", fast=True)
     b.add_text_field("body", tokenizer_name=_ANALYZER, index_option="freq")
     b.add_text_field("meta", tokenizer_name=_ANALYZER, index_option="freq")
+    b.add_text_field("sender", tokenizer_name=_ANALYZER, index_option="basic")
     b.add_integer_field("seg", indexed=True, fast=True)  # indexed: a search reads a segment's other turns
     for name in ("features", "p1", "p2"):
         b.add_integer_field(name, fast=True)
@@ -196,7 +200,8 @@ class Engine:
                     writer.delete_documents_by_term("id", r.id)
                     writer.add_document(
                         document(id=r.id, owner=r.owner, kind=r.kind, work=r.work_item_id, ts=r.ts_us, body=r.body,
-                                 meta=r.meta, features=r.features, seg=r.segment, p1=r.before[0], p2=r.before[1])
+                                 meta=r.meta, sender=r.sender, features=r.features, seg=r.segment, p1=r.before[0],
+                                 p2=r.before[1])
                     )  # fmt: skip
                 writer.commit()
             except BaseException:

@@ -268,9 +268,11 @@ class _Ranker:
         return pairs
 
     def _may_name_a_sender(self) -> bool:
-        """Whether a query word is in some document's ``meta`` (sender, kind and date words): if not,
-        no sender can be named and the sender lift is known to be 0 everywhere."""
-        return any(self.engine.doc_freq(t, field="meta", searcher=self.searcher) > 0 for t in self.terms)
+        """Whether a query word is among some document's sender words (the engine's ``sender``
+        field, stemmed: a superset of the exact words the lift compares): if not, no sender can be
+        named and the sender lift is known to be 0 everywhere (a weekday in a query, which every
+        document's ``meta`` may hold, no longer counts)."""
+        return any(self.engine.doc_freq(t, field="sender", searcher=self.searcher) > 0 for t in self.terms)
 
     def _fetch(self, limit: int, *, count: bool) -> tuple[Matches, int]:
         p = self.params
