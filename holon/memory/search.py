@@ -455,22 +455,25 @@ class _Ranker:
         if self.newest is None:
             self.newest = self._newest()
         newest, scale, seg_lift = self.newest, self.scale, self.seg_lift
-        recency, half_life = p.recency, p.recency_half_life_days * 86_400e6
+        recency, decay = p.recency, -math.log(2) / (p.recency_half_life_days * 86_400e6)
         priors = _prior_table(p)
         dates, date_lift, nxt = self.plan.dates, p.date, p.next
         unknown_lift = p.sender if self.named else 0.0
+        with_phrase = unknown_lift + p.phrase
         base, known, unknown = scored.base, scored.known, scored.unknown
+        exp, lifted = math.exp, lift.get
         for doc_id, mt, feat, t, g in zip(ids, match, features, ts, segs, strict=True):
             pr = priors.get(feat)
             if pr is None:
                 pr = priors[feat] = prior_of(feat, p)
-            pr *= 1 + recency * math.pow(0.5, (newest - t) / half_life)
-            lifts = seg_lift.get(g, 0.0) if g else 0.0
+            pr *= 1 + recency * exp((newest - t) * decay)  # halves every half-life
+            lifts = seg_lift.get(g, 0.0)
             if dates and _on_date(t, dates):
                 lifts += date_lift
-            base.append(pr * scale)
-            known.append(pr * (mt + nxt * lift.get(doc_id, 0.0) + scale * lifts))
-            unknown.append(pr * scale * (unknown_lift + (p.phrase if doc_id in phrase else 0.0)))
+            unit = pr * scale
+            base.append(unit)
+            known.append(pr * (mt + nxt * lifted(doc_id, 0.0) + scale * lifts))
+            unknown.append(unit * (with_phrase if doc_id in phrase else unknown_lift))
         scored.ids += ids
 
     def _resolve(self, cands: list[_Cand], floor: float) -> None:
