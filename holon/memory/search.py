@@ -56,7 +56,7 @@ from typing import Any
 from holon.clock import format_us, utc
 from holon.memory.engine import Filters, Matches
 from holon.memory.index import Freshness, SearchIndex
-from holon.memory.prior import RankParams, max_prior, prior_of
+from holon.memory.prior import KIND_CODES, RankParams, prior_of
 from holon.memory.text import WORDS, QueryPlan, engine_term, index_terms, plan_query, stem
 from holon.memory.vectors import Embedder, dense_scores, embed_pending
 
@@ -375,23 +375,42 @@ class _Ranker:
         sender can lift it by their weights in units of the best score, and its segment by exactly
         that segment's lift (known for every segment: the best ``SEGMENT_OF`` decide it, and a
         segment none of them is in gets none); its prior and recency multiply that by at most
-        theirs. Outside the lifted segments that bound must stay below ``floor`` (else: not
-        certified). Inside them every document is a turn (prior at most a turn's kind weight), and
-        the turns of each segment whose bound reaches ``floor`` are read from the engine (best
-        first, deeper until the rest cannot reach it) and scored like the others."""
+        theirs. For a document of a kind weighted at most 1 (turns, tool output) outside the lifted
+        segments that bound must stay below ``floor`` (else: not certified). The matches of the
+        kinds weighted above 1 that are in the index (files, episodes, decisions: few), and the
+        turns of each lifted segment whose bound reaches ``floor`` (every document in a segment is
+        a turn), are read from the engine (best first, deeper until the rest cannot reach it) and
+        scored like the others."""
         p = self.params
-        top = self.scale
+        top, rec, slack = self.scale, 1 + p.recency, 1 + 1e-9
         extra = (p.date if self.plan.dates else 0.0) + (p.sender if self.named else 0.0)
-        slack = 1 + 1e-9
-        if floor <= (1 + p.recency) * max_prior(p, self.filters.kinds) * (kth + top * extra) * slack:
+        weights = dict(p.kind_weights)
+        allowed = self.filters.kinds or KIND_CODES
+        light = max((weights.get(k, 1.0) for k in allowed if weights.get(k, 1.0) <= 1.0), default=0.0)
+        if floor <= rec * light * (kth + top * extra) * slack:
             return False
-        turn = (1 + p.recency) * max(dict(p.kind_weights).get(k, 1.0) for k in ("message", "reply")) * slack
-        need = {g: v for g, v in self.seg_lift.items() if turn * (kth + top * (v + extra)) >= floor}
-        if not need:
-            return True
-        lift = max(need.values()) + extra
         present = set(scored.ids)
-        filters = dataclasses.replace(self.filters, segments=tuple(sorted(need)))
+        heavy = tuple(k for k in allowed if weights.get(k, 1.0) > 1.0
+                      and self.engine.doc_freq(k, field="kind", searcher=self.searcher) > 0)  # fmt: skip
+        if heavy:  # files, episodes, decisions: few; their matches that could reach floor are read
+            turns = any(k in ("message", "reply") for k in heavy)
+            lift = extra + (max(self.seg_lift.values(), default=0.0) if turns else 0.0)
+            most = rec * max(weights[k] for k in heavy) * slack
+            if most * (kth + top * lift) >= floor:
+                self._read_more(dataclasses.replace(self.filters, kinds=heavy), most, lift, scored, present, floor)
+        turn = rec * max(weights.get(k, 1.0) for k in ("message", "reply")) * slack
+        need = {g: v for g, v in self.seg_lift.items() if turn * (kth + top * (v + extra)) >= floor}
+        if need:
+            filters = dataclasses.replace(self.filters, segments=tuple(sorted(need)))
+            self._read_more(filters, turn, max(need.values()) + extra, scored, present, floor)
+        return True
+
+    def _read_more(
+        self, filters: Filters, most: float, lift: float, scored: _Scored, present: set[int], floor: float
+    ) -> None:  # fmt: skip
+        """Read the matches passing ``filters`` best first, deeper (x4) until one scoring at most
+        ``most`` x (its score + ``lift`` x the best score) cannot reach ``floor``, and score those not
+        ``present`` into ``scored``."""
         n = WIDEN_FIRST
         while True:
             m, _ = self.engine.matches(
@@ -403,8 +422,8 @@ class _Ranker:
             self._score_into(scored, [m.ids[i] for i in new], [m.scores[i] for i in new],
                              [m.features[i] for i in new], [m.ts_us[i] for i in new],
                              [m.segments[i] for i in new], {}, set())  # fmt: skip
-            if len(m) < n or turn * (m.scores[-1] + top * lift) < floor:
-                return True
+            if len(m) < n or most * (m.scores[-1] + self.scale * lift) < floor:
+                return
             n *= 4
 
     def _rank(self, m: Matches, dense: dict[int, float]) -> _Scored:
