@@ -143,3 +143,16 @@ def test_leave_one_out_scores_each_choice_on_the_conversation_it_did_not_see() -
 def test_leave_one_out_needs_its_baseline() -> None:
     with pytest.raises(UsageError, match="no run labelled"):
         leave_one_out({"x": _run({"a": (1, 1.0)})}, baseline="default")
+
+
+@pytest.mark.slow
+def test_conversations_select_files_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    _conversation(tmp_path)
+    (tmp_path / "conv-other.json").write_text(
+        (tmp_path / "conv-test.json").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    result = run_locomo_bench(tmp_path, k=5, conversations="conv-test")
+    assert list(result["conversations"]) == ["conv-test"]
+    assert result["conversations_run"] == "conv-test"
+    with pytest.raises(UsageError, match="conv-44"):
+        run_locomo_bench(tmp_path, k=5, conversations="held-out")

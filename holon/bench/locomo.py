@@ -132,10 +132,25 @@ class _SessionClock:
         return self.now
 
 
-def _files(data_dir: Path) -> list[Path]:
+#: LoCoMo's ten conversations: the five of the shared development split (what weights were chosen
+#: on) and the other five, held out (never used to choose anything; not on every machine).
+DEVELOPMENT = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43")
+HELD_OUT = ("conv-44", "conv-47", "conv-48", "conv-49", "conv-50")
+
+
+def _files(data_dir: Path, conversations: str = "all") -> list[Path]:
+    """The conversation files to run: ``all`` in ``data_dir``, ``development``, ``held-out``, or
+    names separated by commas (``conv-42,conv-43``). A named conversation must be there."""
     if not data_dir.is_dir():
         raise UsageError(f"LoCoMo data directory {data_dir} does not exist")
     files = sorted(p for p in data_dir.glob("*.json"))
+    if conversations != "all":
+        names = {"development": DEVELOPMENT, "held-out": HELD_OUT}.get(conversations)
+        wanted = names or tuple(n.strip().removesuffix(".json") for n in conversations.split(",") if n.strip())
+        missing = sorted(set(wanted) - {p.stem for p in files})
+        if missing:
+            raise UsageError(f"LoCoMo conversations not in {data_dir}: {', '.join(missing)}")
+        files = [p for p in files if p.stem in wanted]
     if not files:
         raise UsageError(f"no LoCoMo *.json files in {data_dir}")
     return files
@@ -177,8 +192,9 @@ def _score(
 
 
 def run_locomo_bench(
-    data_dir: Path, *, k: int = 10, params: RankParams | None = None, embedder: Embedder | None = None
-) -> dict[str, Any]:
+    data_dir: Path, *, k: int = 10, params: RankParams | None = None, embedder: Embedder | None = None,
+    conversations: str = "all",
+) -> dict[str, Any]:  # fmt: skip
     params = params or RankParams()
     ks = sorted({*KS, k})
     recalls: dict[int, list[float]] = defaultdict(list)
@@ -186,7 +202,7 @@ def run_locomo_bench(
     by_conv: dict[str, list[float]] = defaultdict(list)
     conv_at: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     times: list[float] = []
-    files = list(_files(data_dir))
+    files = list(_files(data_dir, conversations))
     for n, path in enumerate(files):
         step(f"conversation {path.name}", n, len(files))
         conv = load_conversation(path)
@@ -220,6 +236,7 @@ def run_locomo_bench(
     out["search_ms_p50"] = round(times[len(times) // 2], 3) if times else 0.0
     out["search_ms_p95"] = round(times[int(len(times) * 0.95)], 3) if times else 0.0
     out["k"] = k
+    out["conversations_run"] = conversations
     out["embeddings"] = embedder.name if embedder is not None else None
     return out
 

@@ -293,6 +293,14 @@ def locomo(
             "How RFC 0004 measures each signal.",
         ),
     ] = None,
+    conversations: Annotated[
+        str,
+        typer.Option(
+            "--conversations",
+            help="all (every file in --data), development (conv-26/30/41/42/43), held-out (conv-44/47/48/49/50) "
+            "or names separated by commas.",
+        ),
+    ] = "all",
     json_out: JsonOpt = False,
 ) -> None:
     """MemorySearch recall@k on LoCoMo: every turn appended as a message, every question searched."""
@@ -304,7 +312,9 @@ def locomo(
     name = "" if embeddings == "none" else embeddings
     embedder = embedder_from_settings(Settings(memory=MemorySettings(embeddings=name)))
     with _progress("locomo"):
-        result = run_locomo_bench(data, k=k, embedder=embedder, params=_rank_params(weights or []))
+        result = run_locomo_bench(
+            data, k=k, embedder=embedder, params=_rank_params(weights or []), conversations=conversations
+        )
     emit(c, result, format_report(result))
 
 

@@ -12,8 +12,9 @@ analyser (``analyze``) and become term objects, never parsed: no string can be s
 Fields: ``id`` (the ``search_docs`` id, indexed and fast), ``owner``, ``kind`` and ``work`` (raw
 keywords, for filters), ``ts`` (microseconds, a fast field only: time ranges are read from it),
 ``body`` (the document's terms and, for a conversation turn, those of the two turns before it:
-what a turn is found by, so that a short answer is found through its question) and ``meta``
-(sender, kind and date words); and, as fast fields, what re-ranking needs of a candidate
+what a turn is found by, so that a short answer is found through its question), ``meta``
+(sender, kind and date words) and ``sender`` (the sender's words alone, not scored: whether a
+query can name a sender); and, as fast fields, what re-ranking needs of a candidate
 (``features``: kind, bare question and word count, from which the prior is computed; ``seg``:
 the turn's segment; ``p1``/``p2``: the two turns before it), so that a search reads SQLite only
 for the few candidates whose sender or text can still change its first ``limit``, and for the
@@ -76,6 +77,8 @@ class Filters:
     since_us: int | None = None
     until_us: int | None = None
     work_item_id: str | None = None
+    segments: tuple[int, ...] = ()
+    """Only the turns of these conversation segments (the exact-top-k widening of a search)."""
 
 
 class EngineError(HolonError):
@@ -99,6 +102,8 @@ class Row:
     """The conversation segment of a turn (0: none)."""
     before: tuple[int, int] = (0, 0)
     """The ids of the (up to) two turns before a turn in its segment, nearest first (0: none)."""
+    sender: str = ""
+    """The sender's words (``holon.memory.text.index_terms``): whether a query can name a sender."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +143,9 @@ def _schema() -> Any:  # Any: tantivy.Schema, untyped
     b.add_integer_field("ts", fast=True)
     b.add_text_field("body", tokenizer_name=_ANALYZER, index_option="freq")
     b.add_text_field("meta", tokenizer_name=_ANALYZER, index_option="freq")
-    for name in ("features", "seg", "p1", "p2"):
+    b.add_text_field("sender", tokenizer_name=_ANALYZER, index_option="basic")
+    b.add_integer_field("seg", indexed=True, fast=True)  # indexed: a search reads a segment's other turns
+    for name in ("features", "p1", "p2"):
         b.add_integer_field(name, fast=True)
     return b.build()
 
@@ -193,7 +200,8 @@ class Engine:
                     writer.delete_documents_by_term("id", r.id)
                     writer.add_document(
                         document(id=r.id, owner=r.owner, kind=r.kind, work=r.work_item_id, ts=r.ts_us, body=r.body,
-                                 meta=r.meta, features=r.features, seg=r.segment, p1=r.before[0], p2=r.before[1])
+                                 meta=r.meta, sender=r.sender, features=r.features, seg=r.segment, p1=r.before[0],
+                                 p2=r.before[1])
                     )  # fmt: skip
                 writer.commit()
             except BaseException:
@@ -287,6 +295,8 @@ class Engine:
             out.append(self._any("kind", f.kinds))
         if f.work_item_id is not None:
             out.append(t.term_query(s, "work", f.work_item_id))
+        if f.segments:
+            out.append(self._any("seg", f.segments))
         if f.since_us is not None or f.until_us is not None:
             out.append(t.range_query(s, "ts", tantivy.FieldType.Integer, f.since_us, f.until_us))
         return [(tantivy.Occur.Must, t.const_score_query(q, 0.0)) for q in out]
@@ -312,6 +322,40 @@ class Engine:
         searcher = searcher or self.searcher()
         found = searcher.search(query, limit, count=count)
         return self._read(searcher, found.hits), int(found.count or 0)
+
+    def matches_cut(
+        self,
+        terms: Sequence[str],
+        *,
+        owners: Sequence[str],
+        filters: Filters | None = None,
+        weights: tuple[float, float] = (1.0, 0.2),
+        limit: int,
+        keep: int = 0,
+        at_least: float | None = None,
+        count: bool = False,
+        searcher: Any = None,  # Any: tantivy.Searcher
+        others: Sequence[str] | None = None,
+    ) -> tuple[Matches, int, float | None, float | None]:
+        """``matches``' top ``limit`` cut to those scoring at least the ``keep``-th score (or
+        ``at_least``): only their fast fields are read. Returns them, the count (0 unless
+        ``count``), the best score of the rest of the ``limit`` (None: none; with fewer than
+        ``limit`` hits, every match is there), and the cut."""
+        query = self._scoring(terms, owners, filters or Filters(), weights, others)
+        if query is None or limit <= 0:
+            return _NO_MATCHES, 0, None, None
+        searcher = searcher or self.searcher()
+        found = searcher.search(query, limit, count=count)
+        hits = found.hits
+        if at_least is None:
+            at_least = hits[keep - 1][0] + BASE if 0 < keep <= len(hits) else 0.0
+        kept, below = [], None
+        for score, addr in hits:
+            if score + BASE >= at_least:
+                kept.append((score, addr))
+            elif below is None:  # best first: the first below is the best of them
+                below = score + BASE
+        return self._read(searcher, kept), int(found.count or 0), below, at_least
 
     def score(
         self,

@@ -76,8 +76,10 @@ __all__ = [
 #: 6: the text is indexed by tantivy (``holon.memory.engine``), without the neighbours' text.
 #: 7: a turn's engine row carries its ``context`` (its text with the two turns before it).
 #: 8: engine rows carry the prior, packed features, segment and the two turns before (fast fields).
+#: 9: the segment is an indexed field too (a search reads a lifted segment's other turns), and
+#:    the sender's words a field of their own (whether a query can name a sender).
 #: (A change of the tables themselves is a new migration in ``index_schema``, usually with a bump.)
-INDEX_VERSION = 8
+INDEX_VERSION = 9
 CURSOR_NAME = "search"
 #: Events per catch-up transaction.
 BATCH = 2_000

@@ -149,7 +149,7 @@ class _Writer:
             before_ids = (nearest[0], nearest[1])
         self.rows[doc_id] = Row(
             doc_id, doc.owner, doc.kind, doc.ts_us, doc.work_item_id or "", body, index_terms(meta_text(doc)),
-            pack(doc.kind, words, question), segment, before_ids,
+            pack(doc.kind, words, question), segment, before_ids, index_terms(doc.sender or ""),
         )  # fmt: skip
         self.owner_counts[doc.owner] = self.owner_counts.get(doc.owner, 0) + 1
         return doc_id

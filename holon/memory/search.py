@@ -33,13 +33,17 @@ exact reference ``holon bench search`` compares with. The first stage is exact; 
 the engine's top ``CANDIDATES`` and their neighbours, and a document beyond them can still win
 when the lifts (added in units of the best score) outweigh the scores' spread: a search
 **certifies** its first ``limit`` (``SearchResult.exhaustive``) when the ``limit``-th score is
-above a bound on any document left out (``_Ranker._bound``), and a certified result equals the
-exhaustive ranking (``tests/test_search_exact.py``). Deepening the top-k until every search is
+above a bound on any document left out, and a certified result equals the exhaustive ranking
+(``tests/test_search_exact.py``). A document's segment lift is known before it is read, so the
+bound is split (``_Ranker._widen``): documents in no lifted segment must stay below the
+``limit``-th score, and the matching turns of the few segments whose lift could carry one past it
+are read from the engine and ranked too. Deepening the whole top-k until every search is
 certified was measured and not kept (RFC 0004, "Exact top 10").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import heapq
@@ -52,7 +56,7 @@ from typing import Any
 from holon.clock import format_us, utc
 from holon.memory.engine import Filters, Matches
 from holon.memory.index import Freshness, SearchIndex
-from holon.memory.prior import RankParams, max_prior, prior_of
+from holon.memory.prior import KIND_CODES, RankParams, prior_of
 from holon.memory.text import WORDS, QueryPlan, engine_term, index_terms, plan_query, stem
 from holon.memory.vectors import Embedder, dense_scores, embed_pending
 
@@ -61,9 +65,9 @@ __all__ = ["KINDS", "Hit", "RankParams", "SearchFilters", "SearchResult", "searc
 #: Document kinds a search can be narrowed to.
 KINDS = ("message", "reply", "brief", "tool_result", "episode", "decision", "work_item", "task", "file")
 
-#: The engine's exact top-k re-ranked in Python (at least one more than ``SEGMENT_OF`` and the
-#: limit, so that ties at those cuts show). 0: every match (the exact reference of ``holon bench
-#: search``).
+#: The engine's exact top-k re-ranked in Python: its best ``CANDIDATES - 1`` (at least
+#: ``SEGMENT_OF`` and the limit) and every match tied with the last of them (``_Ranker._cut``).
+#: 0: every match (the exact reference of ``holon bench search``).
 CANDIDATES = 201
 #: The engine's best matches whose two turns before them are lifted (by ``next``) ...
 CONTEXT_OF = 50
@@ -71,6 +75,14 @@ CONTEXT_OF = 50
 PHRASE_OF = 50
 #: ... and whose matches make up their segments' relevance.
 SEGMENT_OF = 200
+#: The first depth at which a lifted segment's other turns are read (``_Ranker._widen``; x4 after).
+WIDEN_FIRST = 64
+#: Hits read beyond the candidates to see a tie at their cut end (equal-length turns with one
+#: common word score alike: which of them are the best ``SEGMENT_OF`` is decided by id, so the
+#: whole tie must be read to certify a search) ...
+TIE_SLACK = 64
+#: ... and how many times the top-k is deepened (x4) while a tie is longer.
+TIE_ROUNDS = 2
 _IN_CHUNK = 30_000
 #: At most this many other owners are excluded from a search rather than its own intersected.
 OTHERS_EXCLUDED = 16
@@ -230,6 +242,9 @@ class _Ranker:
         self.named = params.sender > 0 and self._may_name_a_sender()
         self.others: list[str] | None = None
         self.others_read = False
+        self.newest: int | None = None
+        self.scale = 1.0
+        self.seg_lift: dict[int, float] = {}
 
     def _q(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         return self.index.store.ledger.query(sql, list(params))
@@ -253,9 +268,11 @@ class _Ranker:
         return pairs
 
     def _may_name_a_sender(self) -> bool:
-        """Whether a query word is in some document's ``meta`` (sender, kind and date words): if not,
-        no sender can be named and the sender lift is known to be 0 everywhere."""
-        return any(self.engine.doc_freq(t, field="meta", searcher=self.searcher) > 0 for t in self.terms)
+        """Whether a query word is among some document's sender words (the engine's ``sender``
+        field, stemmed: a superset of the exact words the lift compares): if not, no sender can be
+        named and the sender lift is known to be 0 everywhere (a weekday in a query, which every
+        document's ``meta`` may hold, no longer counts)."""
+        return any(self.engine.doc_freq(t, field="sender", searcher=self.searcher) > 0 for t in self.terms)
 
     def _fetch(self, limit: int, *, count: bool) -> tuple[Matches, int]:
         p = self.params
@@ -288,25 +305,26 @@ class _Ranker:
         (plus the neighbours that joined without matching); and whether the first ``limit`` are
         certified exact."""
         sets = max(SEGMENT_OF, CONTEXT_OF, PHRASE_OF)
+        left: float | None = None  # the best score of a match left out (None: every match is here)
         if CANDIDATES <= 0:  # every match (the bench's exact reference)
             _, total = self._fetch(1, count=True)
             k = max(total, 1)
             matches, _ = self._fetch(k, count=False)
         else:
             k = max(CANDIDATES, sets + 1, self.limit + 1)
-            matches, total = self._fetch(k, count=True)
+            matches, total, left = self._cut(k, dense)
         scores = matches.scores
-        complete = CANDIDATES <= 0 or len(scores) < k
         scored = self._rank(matches, dense)
-        best = heapq.nlargest(self.limit, scored.known)
-        floor = best[-1] if len(best) == self.limit else -1.0
+        floor = self._floor(scored)
         # Certified: nothing was left out, or the best SEGMENT_OF/CONTEXT_OF/PHRASE_OF are settled
-        # (no tie across the cut) and no document left out can reach the limit-th score.
-        certified = complete or (
+        # (no tie across the cut) and no document left out can reach the limit-th score (the turns
+        # of lifted segments that could are read: ``_widen``).
+        certified = left is None or (
             not dense
-            and (len(scores) <= sets or scores[-1] < sorted(scores, reverse=True)[sets - 1])
-            and floor > self._bound(scores[-1], scored.top)
+            and (len(scores) <= sets or left < sorted(scores, reverse=True)[sets - 1])
+            and self._widen(left, scored, floor)
         )
+        floor = self._floor(scored)
         cands = [
             _Cand(i, base, known, unknown, i in scored.phrase, known)
             for i, base, known, unknown in zip(scored.ids, scored.base, scored.known, scored.unknown, strict=True)
@@ -321,14 +339,92 @@ class _Ranker:
         cands.sort(key=lambda c: (-c.final, -c.id))
         return cands, total + scored.joined, certified
 
-    def _bound(self, kth: float, top: float) -> float:
-        """The most a document the engine did not return can score: its own score is at most
-        ``kth`` (the engine's k-th); it is no neighbour of the best ``CONTEXT_OF`` (they were all
-        read) nor among the best ``PHRASE_OF``; its segment, a date and a sender can lift it by
-        their weights in units of ``top``; its prior and recency multiply that by at most theirs."""
+    def _cut(self, k: int, dense: dict[int, float]) -> tuple[Matches, int, float | None]:
+        """The engine's best ``k - 1`` and every match tied with the last of them (which of a tie
+        are "the best N" is decided by id, so a tie across a cut must be read whole to certify a
+        search), how many match, and the best score left out (None: every match is here).
+
+        One query for ``k + TIE_SLACK`` hits settles most ties (only the fast fields of those kept
+        are read); a longer tie deepens the top-k (x4, ``TIE_ROUNDS`` times), and one longer still
+        is cut at ``k`` hits, the search then not certified."""
         p = self.params
-        lifts = p.segment + (p.date if self.plan.dates else 0.0) + (p.sender if self.named else 0.0)
-        return (1 + p.recency) * max_prior(p, self.filters.kinds) * (kth + top * lifts) * (1 + 1e-9)
+        q = {"owners": self.owners, "filters": self.filters, "weights": (p.body, p.meta), "searcher": self.searcher,
+             "others": self._others()}  # fmt: skip
+        limit = k + (0 if dense else TIE_SLACK)
+        m, total, left, cut = self.engine.matches_cut(self.terms, limit=limit, keep=k - 1, count=True, **q)
+        if len(m) < limit or left is not None:
+            return m, total, left
+        for _ in range(TIE_ROUNDS):
+            limit *= 4
+            m, _, left, _ = self.engine.matches_cut(self.terms, limit=limit, at_least=cut, **q)
+            if len(m) < limit or left is not None:
+                return m, total, left
+        m, total = self._fetch(k, count=True)
+        return m, total, min(m.scores)
+
+    def _floor(self, scored: _Scored) -> float:
+        """The ``limit``-th score known so far: a lower bound of the ``limit``-th final score."""
+        best = heapq.nlargest(self.limit, scored.known)
+        return best[-1] if len(best) == self.limit else -1.0
+
+    def _widen(self, kth: float, scored: _Scored, floor: float) -> bool:
+        """Whether no document the engine left out can reach ``floor``, after reading those that could.
+
+        A document left out scored at most ``kth`` (the engine's k-th); it is no neighbour of the
+        best ``CONTEXT_OF`` (they were all read) nor among the best ``PHRASE_OF``; a date and a
+        sender can lift it by their weights in units of the best score, and its segment by exactly
+        that segment's lift (known for every segment: the best ``SEGMENT_OF`` decide it, and a
+        segment none of them is in gets none); its prior and recency multiply that by at most
+        theirs. For a document of a kind weighted at most 1 (turns, tool output) outside the lifted
+        segments that bound must stay below ``floor`` (else: not certified). The matches of the
+        kinds weighted above 1 that are in the index (files, episodes, decisions: few), and the
+        turns of each lifted segment whose bound reaches ``floor`` (every document in a segment is
+        a turn), are read from the engine (best first, deeper until the rest cannot reach it) and
+        scored like the others."""
+        p = self.params
+        top, rec, slack = self.scale, 1 + p.recency, 1 + 1e-9
+        extra = (p.date if self.plan.dates else 0.0) + (p.sender if self.named else 0.0)
+        weights = dict(p.kind_weights)
+        allowed = self.filters.kinds or KIND_CODES
+        light = max((weights.get(k, 1.0) for k in allowed if weights.get(k, 1.0) <= 1.0), default=0.0)
+        if floor <= rec * light * (kth + top * extra) * slack:
+            return False
+        present = set(scored.ids)
+        heavy = tuple(k for k in allowed if weights.get(k, 1.0) > 1.0
+                      and self.engine.doc_freq(k, field="kind", searcher=self.searcher) > 0)  # fmt: skip
+        if heavy:  # files, episodes, decisions: few; their matches that could reach floor are read
+            turns = any(k in ("message", "reply") for k in heavy)
+            lift = extra + (max(self.seg_lift.values(), default=0.0) if turns else 0.0)
+            most = rec * max(weights[k] for k in heavy) * slack
+            if most * (kth + top * lift) >= floor:
+                self._read_more(dataclasses.replace(self.filters, kinds=heavy), most, lift, scored, present, floor)
+        turn = rec * max(weights.get(k, 1.0) for k in ("message", "reply")) * slack
+        need = {g: v for g, v in self.seg_lift.items() if turn * (kth + top * (v + extra)) >= floor}
+        if need:
+            filters = dataclasses.replace(self.filters, segments=tuple(sorted(need)))
+            self._read_more(filters, turn, max(need.values()) + extra, scored, present, floor)
+        return True
+
+    def _read_more(
+        self, filters: Filters, most: float, lift: float, scored: _Scored, present: set[int], floor: float
+    ) -> None:  # fmt: skip
+        """Read the matches passing ``filters`` best first, deeper (x4) until one scoring at most
+        ``most`` x (its score + ``lift`` x the best score) cannot reach ``floor``, and score those not
+        ``present`` into ``scored``."""
+        n = WIDEN_FIRST
+        while True:
+            m, _ = self.engine.matches(
+                self.terms, owners=self.owners, filters=filters, weights=(self.params.body, self.params.meta),
+                limit=n, count=False, searcher=self.searcher, others=self._others(),
+            )  # fmt: skip
+            new = [i for i, doc_id in enumerate(m.ids) if doc_id not in present]
+            present.update(m.ids[i] for i in new)
+            self._score_into(scored, [m.ids[i] for i in new], [m.scores[i] for i in new],
+                             [m.features[i] for i in new], [m.ts_us[i] for i in new],
+                             [m.segments[i] for i in new], {}, set())  # fmt: skip
+            if len(m) < n or most * (m.scores[-1] + self.scale * lift) < floor:
+                return
+            n *= 4
 
     def _rank(self, m: Matches, dense: dict[int, float]) -> _Scored:
         p = self.params
@@ -360,27 +456,44 @@ class _Ranker:
             ts += more.ts_us
             segs += more.segments
             joined = sum(1 for s in more.scores if s == 0)
-        scale = top or max(match, default=0.0) or 1.0
+        self.scale = top or max(match, default=0.0) or 1.0
         seg_top = max(segments.values(), default=0.0) or 1.0
-        seg_lift = {g: p.segment * v / seg_top for g, v in segments.items()}
-        newest = self._newest()
-        recency, half_life = p.recency, p.recency_half_life_days * 86_400e6
+        self.seg_lift = {g: p.segment * v / seg_top for g, v in segments.items()}
+        scored = _Scored([], [], [], [], phrase, joined, top)
+        self._score_into(scored, ids, match, features, ts, segs, lift, phrase)
+        return scored
+
+    def _score_into(
+        self, scored: _Scored, ids: list[int], match: list[float], features: list[int], ts: list[int],
+        segs: list[int], lift: dict[int, float], phrase: set[int],
+    ) -> None:  # fmt: skip
+        """Append these documents' columns (``_Cand``'s ``base``, ``known`` and ``unknown``) to ``scored``:
+        ``lift`` holds the scores of the turns after a turn (``next``), ``phrase`` the ids checked for
+        phrases."""
+        p = self.params
+        if self.newest is None:
+            self.newest = self._newest()
+        newest, scale, seg_lift = self.newest, self.scale, self.seg_lift
+        recency, decay = p.recency, -math.log(2) / (p.recency_half_life_days * 86_400e6)
         priors = _prior_table(p)
         dates, date_lift, nxt = self.plan.dates, p.date, p.next
         unknown_lift = p.sender if self.named else 0.0
-        base, known, unknown = [], [], []
+        with_phrase = unknown_lift + p.phrase
+        base, known, unknown = scored.base, scored.known, scored.unknown
+        exp, lifted = math.exp, lift.get
         for doc_id, mt, feat, t, g in zip(ids, match, features, ts, segs, strict=True):
             pr = priors.get(feat)
             if pr is None:
                 pr = priors[feat] = prior_of(feat, p)
-            pr *= 1 + recency * math.pow(0.5, (newest - t) / half_life)
-            lifts = seg_lift.get(g, 0.0) if g else 0.0
+            pr *= 1 + recency * exp((newest - t) * decay)  # halves every half-life
+            lifts = seg_lift.get(g, 0.0)
             if dates and _on_date(t, dates):
                 lifts += date_lift
-            base.append(pr * scale)
-            known.append(pr * (mt + nxt * lift.get(doc_id, 0.0) + scale * lifts))
-            unknown.append(pr * scale * (unknown_lift + (p.phrase if doc_id in phrase else 0.0)))
-        return _Scored(ids, base, known, unknown, phrase, joined, top)
+            unit = pr * scale
+            base.append(unit)
+            known.append(pr * (mt + nxt * lifted(doc_id, 0.0) + scale * lifts))
+            unknown.append(unit * (with_phrase if doc_id in phrase else unknown_lift))
+        scored.ids += ids
 
     def _resolve(self, cands: list[_Cand], floor: float) -> None:
         """Read the sender and phrase lifts (SQLite) of the candidates that could reach the first
