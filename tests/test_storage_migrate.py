@@ -6,6 +6,7 @@ The copy itself (``holon.ledger.move``) is tested in process; the command as a r
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
@@ -148,6 +149,18 @@ def test_the_command_names_an_unreachable_or_bad_target_in_one_line(source: Home
     r = _holon(source.root, "storage", "migrate", "--to", "postgresql://root@127.0.0.1:1/x")
     _one_line_error(r, 2, "cannot reach PostgreSQL at 127.0.0.1:1")
     _one_line_error(_holon(source.root, "storage", "migrate", "--to", "mysql://x"), 2, "bad storage URL")
+
+
+@pytest.mark.slow
+def test_the_command_refuses_while_a_process_runs_the_home(source: HomePaths, tmp_path: Path) -> None:
+    (source.root / "run").mkdir(exist_ok=True)
+    with (source.root / "run" / "host.lock").open("a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running daemon holds (AgentHost.start)
+        fh.write("4242")
+        fh.flush()
+        r = _holon(source.root, "storage", "migrate", "--to", f"sqlite:///{tmp_path / 'copy.db'}")
+    _one_line_error(r, 4, "(pid 4242) is running agents in this home")
+    assert not (tmp_path / "copy.db").exists()
 
 
 @pytest.mark.slow

@@ -8,13 +8,17 @@ could run passed; 2 for a bad, unreachable or non-empty target; 1 when the copy 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit
-from holon.errors import HolonError, UsageError
+from holon.errors import ConflictError, HolonError, UsageError
 
 if TYPE_CHECKING:
     from holon.config import HomePaths, Settings
@@ -52,6 +56,30 @@ def _open_target(engine: Engine, clock: Any) -> Ledger:
         raise TargetRefused(f"cannot use {engine.location} as the target: {e}") from e
 
 
+@contextlib.contextmanager
+def _host_lock(root: Path) -> Iterator[None]:
+    """Hold the home's host lock (``AgentHost.start``'s) for the whole move: a running daemon
+    would append to the source behind the copy's back, so it must be stopped, and none may start."""
+    path = root / "run" / "host.lock"
+    if not path.parent.is_dir():
+        yield
+        return
+    with path.open("a+", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            fh.seek(0)
+            owner = fh.read().strip() or "?"
+            raise ConflictError(
+                f"a holon process (pid {owner}) is running agents in this home: stop it ('holon daemon stop') "
+                "before moving its ledger"
+            ) from e
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @app.command("migrate")
 def migrate(
     ctx: typer.Context,
@@ -81,15 +109,16 @@ def migrate(
     tgt_settings, tgt = _engine(c.paths, settings, to)
     if src.location == tgt.location:
         raise UsageError(f"the target is the source ({src.location})")
-    src.open(create=False, now_us=clock.now_us)
-    try:
-        target = _open_target(tgt, clock)
+    with _host_lock(c.paths.root) if source is None else contextlib.nullcontext():
+        src.open(create=False, now_us=clock.now_us)
         try:
-            data = _run(c.json, src, target, tgt_settings, c.paths, chunk=chunk)
+            target = _open_target(tgt, clock)
+            try:
+                data = _run(c.json, src, target, tgt_settings, c.paths, chunk=chunk)
+            finally:
+                target.close()
         finally:
-            target.close()
-    finally:
-        src.close()
+            src.close()
     _report(c, data)
 
 
@@ -97,13 +126,20 @@ def _run(
     quiet: bool, src: Engine, target: Ledger, settings: Settings, paths: HomePaths, *, chunk: int
 ) -> dict[str, Any]:
     from holon.cli.progress import progress
-    from holon.ledger.move import copy_ledger
+    from holon.ledger.move import TargetRefused, copy_ledger
 
     with src.reader() as r:
         total = src.head(r).seq
     data: dict[str, Any] = {"source": src.location, "target": target.engine.location}
     with progress("copying the ledger", total or None, quiet=quiet) as bar:
-        res = copy_ledger(src, target.engine, chunk=chunk, progress=bar.update)
+        try:
+            res = copy_ledger(src, target.engine, chunk=chunk, progress=bar.update)
+        except TargetRefused:
+            raise
+        except HolonError as e:  # the chunks committed so far stay: say so, and how to start again
+            e.message = f"{e.message} (the target keeps the chunks copied so far: empty it before retrying)"
+            e.args = (e.message,)
+            raise
     data["copy"] = {
         "events": res.events,
         "blobs": res.blobs,
