@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from holon.errors import HolonError
 from holon.ledger.engine import Engine
 from holon.ledger.envelope import GENESIS_HASH
-from holon.ledger.sql import Row
+from holon.ledger.sql import Conn, Row
 
 __all__ = ["CopyResult", "TargetRefused", "copy_ledger", "target_contents"]
 
@@ -74,48 +74,51 @@ def copy_ledger(
             "storage migrate copies into an empty database only"
         )
     t0 = time.perf_counter()
-    n_blobs = _copy_blobs(source, target)
-    n_events, head_seq, head_hash = _copy_events(source, target, chunk=chunk, progress=progress)
+    with source.reader() as src:
+        src.execute("BEGIN")  # one snapshot: every event copied finds its blobs copied before it
+        try:
+            n_blobs = _copy_blobs(src, target)
+            n_events, head_seq, head_hash = _copy_events(source, src, target, chunk=chunk, progress=progress)
+        finally:
+            src.execute("ROLLBACK")
     return CopyResult(n_events, n_blobs, head_seq, head_hash, time.perf_counter() - t0)
 
 
-def _copy_blobs(source: Engine, target: Engine) -> int:
+def _copy_blobs(src: Conn, target: Engine) -> int:
     n, after = 0, ""
-    with source.reader() as src:
-        while True:
-            sql = f"SELECT {_BLOB_COLUMNS} FROM blobs WHERE hash > ? ORDER BY hash LIMIT ?"
-            rows: list[Row] = src.fetchall(sql, (after, _BLOB_CHUNK))
-            if not rows:
-                return n
-            rows = [(r[0], r[1], None if r[2] is None else bytes(r[2]), r[3], r[4], r[5]) for r in rows]
-            conn, _head = target.begin_append()
-            try:
-                conn.executemany(_BLOB_INSERT, rows)
-                target.commit(conn)
-            except BaseException:
-                target.rollback(conn)
-                raise
-            n += len(rows)
-            after = str(rows[-1][0])
+    while True:
+        sql = f"SELECT {_BLOB_COLUMNS} FROM blobs WHERE hash > ? ORDER BY hash LIMIT ?"
+        rows: list[Row] = src.fetchall(sql, (after, _BLOB_CHUNK))
+        if not rows:
+            return n
+        rows = [(r[0], r[1], None if r[2] is None else bytes(r[2]), r[3], r[4], r[5]) for r in rows]
+        conn, _head = target.begin_append()
+        try:
+            conn.executemany(_BLOB_INSERT, rows)
+            target.commit(conn)
+        except BaseException:
+            target.rollback(conn)
+            raise
+        n += len(rows)
+        after = str(rows[-1][0])
 
 
 def _copy_events(
-    source: Engine, target: Engine, *, chunk: int, progress: Callable[[int], None] | None
+    source: Engine, src: Conn, target: Engine, *, chunk: int, progress: Callable[[int], None] | None
 ) -> tuple[int, int, str]:
     n, after, head_hash, analyzed = 0, 0, GENESIS_HASH, False
-    with source.reader() as src:
-        while True:
-            rows = source.read_rows(src, after, limit=chunk)
-            if not rows:
-                return n, after, head_hash
-            target.load_rows(rows)  # one transaction under the target's ledger lock: its gapless check applies
-            if not analyzed and target.dialect == "postgresql":
-                # Fresh statistics say ``events`` is empty, and PostgreSQL's gapless trigger would then
-                # read the head with a sequential scan for every later chunk (RFC 0008, risks). Not on
-                # SQLite, whose planner statistics would then differ from every other home's.
-                target.connection().execute("ANALYZE events")
-                analyzed = True
-            n += len(rows)
-            after, head_hash = int(rows[-1][0]), str(rows[-1][-1])
-            if progress is not None:
-                progress(n)
+    while True:
+        rows = source.read_rows(src, after, limit=chunk)
+        if not rows:
+            return n, after, head_hash
+        target.load_rows(rows)  # one transaction under the target's ledger lock: its gapless check applies
+        if not analyzed and target.dialect == "postgresql":
+            # Fresh statistics say ``events`` is empty, and PostgreSQL's gapless trigger would then
+            # read the head with a sequential scan for every later chunk (RFC 0008, risks). Not on
+            # SQLite, whose planner statistics would then differ from every other home's.
+            target.connection().execute("ANALYZE events")
+            analyzed = True
+        n += len(rows)
+        after, head_hash = int(rows[-1][0]), str(rows[-1][-1])
+        if progress is not None:
+            progress(n)
