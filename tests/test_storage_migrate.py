@@ -12,6 +12,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,10 +146,17 @@ def test_the_command_moves_a_home_and_refuses_a_second_copy(
 
 
 @pytest.mark.slow
-def test_the_command_names_an_unreachable_or_bad_target_in_one_line(source: HomePaths) -> None:
+def test_the_command_names_an_unreachable_or_bad_target_in_one_line(
+    source: HomePaths, pg_new_db: Callable[..., PgDatabase]
+) -> None:
     r = _holon(source.root, "storage", "migrate", "--to", "postgresql://root@127.0.0.1:1/x")
     _one_line_error(r, 2, "cannot reach PostgreSQL at 127.0.0.1:1")
     _one_line_error(_holon(source.root, "storage", "migrate", "--to", "mysql://x"), 2, "bad storage URL")
+    foreign = pg_new_db(migrated=False)
+    with foreign.connect() as conn:
+        conn.execute("CREATE TABLE accounts (id int)")
+    r = _holon(source.root, "storage", "migrate", "--to", foreign.url)
+    _one_line_error(r, 2, "cannot use")
 
 
 @pytest.mark.slow
