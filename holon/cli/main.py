@@ -28,6 +28,7 @@ from holon.cli import (
     proposals_cmd,
     run_cmd,
     secrets_cmd,
+    storage_cmd,
     trace_cmd,
 )
 from holon.cli.common import HomeOpt, JsonOpt, ctx_of, emit
@@ -64,6 +65,7 @@ app.add_typer(trace_cmd.app, name="trace")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(secrets_cmd.app, name="secrets")
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(storage_cmd.app, name="storage")
 app.command("mcp")(mcp_cmd.mcp)
 app.command("diagnose")(diagnose_cmd.diagnose)
 app.command("serve")(daemon_cmd.serve)
