@@ -12,14 +12,16 @@ conversation from before the work item existed carried its id and title; and the
 made the agent open a work item after a settled turn was quoted by the earlier episode. The
 labelling rule is in ``holon.projections.episodes.apply_episode_drafts`` and RFC 0003.
 
-Everything runs through a real ``Store`` (SQLite, the append path, the projector's derive step).
+Everything runs through a real ``Store`` (SQLite or PostgreSQL, the append path, the projector's derive step).
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import pytest
@@ -30,7 +32,7 @@ from hypothesis import strategies as st
 from test_episodes import assert_contiguous, assert_sound, payload
 
 from holon.clock import FakeClock
-from holon.config import load_settings, resolve_home
+from holon.config import HomePaths, load_settings, resolve_home
 from holon.context.assembler import Assembly, assemble
 from holon.context.sections import build_sections, pinned_minimum
 from holon.context.tokens import TokenCounter
@@ -42,6 +44,17 @@ from holon.projections import Store
 from holon.projections.episodes import IDLE_GAP_US
 from holon.projections.state import KeyPoint
 from holon.runtime.scenarios import _refs
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture
+def store(engine: EngineTarget, home: HomePaths, clock: FakeClock) -> Iterator[Store]:
+    """The suite's ``store`` over both engines (RFC 0008 step 5): the tests that take it run on
+    SQLite and on PostgreSQL; those that open homes of their own (hypothesis) stay on SQLite."""
+    with Store.open(home, load_settings(home), clock=clock) as s:
+        yield s
 
 
 def episodes(s: Script) -> list[ev.EpisodeSealed]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import itertools
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from helpers.ctx_ledger import Script, content_events, sealed
@@ -14,12 +16,24 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from holon.clock import FakeClock
-from holon.config import load_settings, resolve_home
+from holon.config import HomePaths, load_settings, resolve_home
 from holon.context.view import gather
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
 from holon.projections.episodes import IDLE_GAP_US, TURN_CAP, is_key_point, is_topic_switch
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture
+def store(engine: EngineTarget, home: HomePaths, clock: FakeClock) -> Iterator[Store]:
+    """The suite's ``store`` over both engines (RFC 0008 step 5): the tests that take it run on
+    SQLite and on PostgreSQL; those that open homes of their own (hypothesis) stay on SQLite."""
+    with Store.open(home, load_settings(home), clock=clock) as s:
+        yield s
+
 
 IDLE_GAP_S = IDLE_GAP_US / 1_000_000
 

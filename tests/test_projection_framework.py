@@ -9,13 +9,16 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pytest
+from helpers.engines import sqlite_only
 from helpers.memsearch import answer, say
 
 from holon.errors import MigrationError
 from holon.evolve.jobs import JobQueue
 from holon.ledger import EventQuery, Transaction
+from holon.ledger.pg.migrations import MIGRATIONS as PG_MIGRATIONS
 from holon.ledger.sqlite.migrations import MIGRATIONS as LEDGER_MIGRATIONS
 from holon.memory import index as search_index
 from holon.memory.access import search_memory
@@ -23,6 +26,16 @@ from holon.memory.index import SearchIndex
 from holon.projections import Projector, Store, framework
 from holon.projections.framework import Migration, Projection, open_projection
 from holon.projections.state import AgentState
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``), but those
+    marked ``sqlite_only`` (the search index and the evolve queue)."""
+    return engine
 
 
 @dataclass
@@ -45,7 +58,8 @@ class Toy:
         self.folded.append((after, upto))
         for e in tx.find(EventQuery(after=after, upto=upto)):
             tx.conn.execute(
-                "INSERT INTO toy_counts(type, n) VALUES (?, 1) ON CONFLICT(type) DO UPDATE SET n = n + 1", (e.type,)
+                "INSERT INTO toy_counts(type, n) VALUES (?, 1) ON CONFLICT(type) DO UPDATE SET n = toy_counts.n + 1",
+                (e.type,),
             )
             if self.fail_at is not None and e.seq == self.fail_at:
                 raise RuntimeError("fold failed")
@@ -66,6 +80,7 @@ def chat(store: Store, agent: AgentState, n: int) -> None:
         answer(store, agent, f"aardvark {i} eats ants")
 
 
+@sqlite_only("the search index stays on SQLite (RFC 0008 step 7) and the evolve queue moves in step 6")
 def test_the_three_projections_follow_the_protocol(store: Store) -> None:
     for p in (Projector(), SearchIndex(store), JobQueue(store), Toy()):
         assert isinstance(p, Projection)
@@ -87,7 +102,8 @@ def test_migrations_apply_once_each_in_their_own_namespace(store: Store) -> None
     ]
     # The ledger's own numbers are untouched.
     assert store.ledger.query("SELECT version, name FROM schema_migrations ORDER BY version") == ledger_before
-    assert ledger_before[-1][0] == LEDGER_MIGRATIONS[-1].version
+    own = PG_MIGRATIONS if store.ledger.engine.dialect == "postgresql" else LEDGER_MIGRATIONS
+    assert ledger_before[-1][0] == own[-1].version
 
 
 def test_a_failing_migration_leaves_no_trace_and_a_newer_schema_is_refused(store: Store) -> None:
@@ -95,7 +111,7 @@ def test_a_failing_migration_leaves_no_trace_and_a_newer_schema_is_refused(store
     with pytest.raises(MigrationError, match="migration toy 3 \\(broken\\) failed"):
         framework.migrate_projection(store.ledger, "toy", broken, now_us=1)
     assert framework.applied_migrations(store.ledger, "toy") == [1, 2]  # the earlier steps stay
-    assert not store.ledger.query("SELECT 1 FROM sqlite_master WHERE name = 'toy_more'")  # rolled back
+    assert not store.ledger.has_table("toy_more")  # rolled back
     with pytest.raises(MigrationError, match="newer than this holon"):
         framework.migrate_projection(store.ledger, "toy", Toy().migrations[:1], now_us=1)
     with pytest.raises(MigrationError, match="numbered"):
@@ -149,6 +165,7 @@ def test_a_version_bump_clears_and_refolds(store: Store, alice: AgentState) -> N
     assert cursor(store, "toy") == (store.ledger.head(), 2)
 
 
+@sqlite_only("the evolve queue moves to PostgreSQL in RFC 0008 step 6")
 def test_a_queue_starts_at_the_head_when_told(store: Store, alice: AgentState) -> None:
     chat(store, alice, 2)
     queue = JobQueue(store, backfill=False)
@@ -209,6 +226,7 @@ def _old_layout(store: Store, statements: Sequence[str], cursors: dict[str, tupl
             tx.conn.execute("INSERT INTO projection_cursors(name, seq, version) VALUES (?, ?, ?)", (name, seq, version))
 
 
+@sqlite_only("an old SQLite home's layout, with the search index (which stays on SQLite, RFC 0008 step 7)")
 def test_an_old_layout_home_is_adopted_without_a_rebuild(store: Store, alice: AgentState) -> None:
     chat(store, alice, 3)
     head = store.ledger.head()
@@ -234,6 +252,7 @@ def test_an_old_layout_home_is_adopted_without_a_rebuild(store: Store, alice: Ag
     assert queue.enqueue(5) == 1
 
 
+@sqlite_only("the search index stays on SQLite (RFC 0008 step 7)")
 def test_an_older_index_version_is_upgraded_and_rebuilt(store: Store, alice: AgentState) -> None:
     chat(store, alice, 3)
     v4 = tuple(s for s in OLD_SEARCH_V5 if "search_durable" not in s)  # INDEX_VERSION 4 had no durable tables
@@ -249,6 +268,7 @@ def test_an_older_index_version_is_upgraded_and_rebuilt(store: Store, alice: Age
     assert search_memory(store, alice, "aardvark").hits
 
 
+@sqlite_only("compares layouts in an in-memory sqlite3 database, no store")
 def test_migration_one_is_the_old_layout() -> None:
     """The adopting migrations make exactly the tables the old code made."""
     from holon.evolve.jobs import MIGRATIONS as EVOLVE

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import sqlite3
 import tempfile
 from collections.abc import MutableMapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from helpers.engines import Intruder, sqlite_only
 from helpers.factories import agent_created, as_events, make_event
 from helpers.strategies import payloads
 from hypothesis import given, settings
@@ -25,6 +26,17 @@ from holon.projections import projector as projector_module
 from holon.projections import store as store_module
 from holon.projections.fold import _READS, Key, RangeReader, row_columns, state_json
 from holon.projections.state import State, WorkingMemory, WorkItemState
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``), but those
+    marked ``sqlite_only``."""
+    return engine
+
 
 # --- random plausible histories ----------------------------------------------------------------
 
@@ -205,7 +217,7 @@ def _fast_settings() -> Settings:
 
 
 def _live_rows(store: Store) -> dict[Key, tuple[object, ...]]:
-    conn = sqlite3.connect(store.paths.db)
+    conn = Intruder(store)
     rows = conn.execute("SELECT kind, key, agent_id, status, label, seq, state FROM projection_rows").fetchall()
     conn.close()
     return {(r[0], r[1]): tuple(r[2:]) for r in rows}
@@ -249,6 +261,9 @@ def _check_derivations(ledger_events: list[Event], batches: list[list[NewEvent]]
     assert pos == len(ledger_events), "the ledger holds events nobody appended or derived"
 
 
+@sqlite_only(
+    "opens a fresh home per hypothesis example (one worker database on PostgreSQL is reset per test, not per example); test_replay_across_engines is its PostgreSQL half"
+)
 @settings(max_examples=50)
 @given(history=histories(), data=st.data())
 def test_live_projections_equal_replay_and_pure_fold(history: list[NewEvent], data: st.DataObject) -> None:
@@ -327,6 +342,7 @@ def test_agent_created_projection(alice: Store) -> None:
     assert alice.agent("alice").settings == {"temperature": 0.5}
 
 
+@sqlite_only("watches the statements through sqlite3's trace callback")
 def test_rows_whose_indexed_columns_stay_are_updated_in_place(alice: Store) -> None:
     """A row whose agent_id and label are stored as they are gets only its status, seq and state
     written (no index pages touched); one deleted behind the projector's back is written again."""
@@ -582,7 +598,7 @@ def test_projections_rebuilt_when_rows_are_lost(store: Store, clock: FakeClock) 
     _history(store)
     rows = _live_rows(store)
     store.close()
-    conn = sqlite3.connect(store.paths.db, isolation_level=None)
+    conn = Intruder(store)
     conn.execute("DELETE FROM projection_rows")
     conn.execute("DELETE FROM projection_cursors")
     conn.close()
@@ -599,7 +615,7 @@ def test_projections_caught_up_when_cursor_is_behind(store: Store, clock: FakeCl
     store.close()
     # An older holon that only had projections up to seq 10: rows as they were then, cursor at 10.
     old_rows = _expected_rows(events[:10])
-    conn = sqlite3.connect(store.paths.db, isolation_level=None)
+    conn = Intruder(store)
     conn.execute("DELETE FROM projection_rows")
     conn.executemany(
         "INSERT INTO projection_rows(kind, key, agent_id, status, label, seq, state) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -621,7 +637,7 @@ def test_projector_version_bump_rebuilds(store: Store, clock: FakeClock, monkeyp
     _history(store)
     rows = _live_rows(store)
     store.close()
-    conn = sqlite3.connect(store.paths.db, isolation_level=None)
+    conn = Intruder(store)
     conn.execute("UPDATE projection_rows SET state = '{}' WHERE kind = 'working_memory'")  # stale, wrong rows
     conn.execute("INSERT INTO projection_rows VALUES ('task', 'stale', 'x', NULL, NULL, 1, '{}')")
     conn.close()
@@ -630,7 +646,7 @@ def test_projector_version_bump_rebuilds(store: Store, clock: FakeClock, monkeyp
     monkeypatch.setattr(store_module, "PROJECTOR_VERSION", bumped)
     with Store.open(store.paths, store.settings, clock=clock) as again:
         assert _live_rows(again) == rows
-        conn = sqlite3.connect(store.paths.db)
+        conn = Intruder(store)
         assert conn.execute("SELECT version FROM projection_cursors").fetchone()[0] == bumped
         conn.close()
         assert again.replay().ok
@@ -639,7 +655,7 @@ def test_projector_version_bump_rebuilds(store: Store, clock: FakeClock, monkeyp
 def test_cursor_ahead_of_ledger_is_refused(store: Store, clock: FakeClock) -> None:
     _history(store)
     store.close()
-    conn = sqlite3.connect(store.paths.db, isolation_level=None)
+    conn = Intruder(store)
     conn.execute("UPDATE projection_cursors SET seq = seq + 100")
     conn.close()
     with pytest.raises(ConflictError, match="ahead"):
@@ -648,7 +664,7 @@ def test_cursor_ahead_of_ledger_is_refused(store: Store, clock: FakeClock) -> No
 
 def test_replay_detects_a_wrong_live_row(store: Store) -> None:
     _history(store)
-    conn = sqlite3.connect(store.paths.db, isolation_level=None)
+    conn = Intruder(store)
     conn.execute("UPDATE projection_rows SET state = replace(state, 'f1.py', 'zz.py') WHERE kind = 'working_memory'")
     conn.execute("INSERT INTO projection_rows VALUES ('task', 'extra', 'x', NULL, NULL, 1, '{}')")
     conn.close()
@@ -658,6 +674,7 @@ def test_replay_detects_a_wrong_live_row(store: Store) -> None:
     assert set(result.examples) == {f"working_memory/{A}", "task/extra"}
 
 
+@sqlite_only("builds its Ledger on the SQLite Database directly and opens a second home beside it")
 def test_small_projector_cache_gives_the_same_rows(home, settings: Settings, clock: FakeClock) -> None:
     """Evicting the projector's row cache (and its delta memo) between transactions changes nothing."""
     from holon.ledger import Database, Ledger
@@ -730,6 +747,7 @@ def test_reducers_are_total_and_ignore_events_they_do_not_read(data: st.DataObje
             assert after is state, (kind, tag)
 
 
+@sqlite_only("opens two homes in one test (one worker database on PostgreSQL)")
 def test_seals_read_from_memory_equal_seals_read_from_the_database(tmp_path: Path, settings: Settings) -> None:
     """The projector serves episode ranges from the content events it folded (``_RecentContent``);
     with that store too small to hold them (every range read from the database) the ledger gets the

@@ -3,7 +3,10 @@ database's rows, and never a stale one when another process appended meanwhile."
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
+from helpers.engines import sqlite_only
 from helpers.factories import make_event
 
 from holon.clock import FakeClock
@@ -12,6 +15,16 @@ from holon.ledger import events as ev
 from holon.projections import KINDS, Store
 from holon.projections.state import AgentState
 from holon.runtime.agents import create_agent
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``), but those
+    marked ``sqlite_only``."""
+    return engine
 
 
 def _db_state(store: Store, kind: str, key: str) -> object:
@@ -88,6 +101,7 @@ def test_agent_by_name_still_works(store: Store) -> None:
     assert store.agent("carol") == made == store.agent(made.agent_id)
 
 
+@sqlite_only("counts head reads through sqlite3's trace callback")
 def test_one_head_read_for_many_reads_and_appends_inside_are_seen(store: Store, alice: AgentState) -> None:
     store.append(_open_item(alice.agent_id, "wi_1", "first"))  # type: ignore[arg-type]
     heads: list[str] = []

@@ -47,13 +47,21 @@ __all__ = [
     "write_cursor",
 ]
 
-_BOOKKEEPING = (
-    "CREATE TABLE IF NOT EXISTS projection_migrations ("
-    " projection TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL, applied_us INTEGER NOT NULL,"
-    " PRIMARY KEY (projection, version))"
-)
-_STRICT = {"sqlite": " STRICT"}
-"""DDL is the one place SQL may differ by engine: SQLite's tables are ``STRICT`` (typed)."""
+_BOOKKEEPING = {
+    "sqlite": (
+        "CREATE TABLE IF NOT EXISTS projection_migrations ("
+        " projection TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL, applied_us INTEGER NOT NULL,"
+        " PRIMARY KEY (projection, version)) STRICT"
+    ),
+    "postgresql": (
+        "CREATE TABLE IF NOT EXISTS projection_migrations ("
+        ' projection TEXT COLLATE "C" NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL,'
+        " applied_us BIGINT NOT NULL, PRIMARY KEY (projection, version))"
+    ),
+}
+"""DDL is the one place SQL may differ by engine: SQLite's tables are ``STRICT`` (typed, and its
+INTEGER is 64-bit); on PostgreSQL a microsecond time needs ``BIGINT`` and keys sort bytewise
+(``"C"``), as in the ledger's own tables."""
 _UPSERT_CURSOR = (
     "INSERT INTO projection_cursors(name, seq, version) VALUES (?, ?, ?) "
     "ON CONFLICT(name) DO UPDATE SET seq = excluded.seq, version = excluded.version"
@@ -156,7 +164,7 @@ def migrate_projection(ledger: Ledger, name: str, migrations: Sequence[Migration
             continue
         with ledger.transaction() as tx:
             conn = tx.conn
-            conn.execute(_BOOKKEEPING + _STRICT.get(conn.dialect, ""))
+            conn.execute(_BOOKKEEPING[conn.dialect])
             done = conn.fetchone(
                 "SELECT 1 FROM projection_migrations WHERE projection = ? AND version = ?", (name, m.version)
             )

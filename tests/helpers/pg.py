@@ -52,6 +52,11 @@ _KEEP = frozenset({"schema_migrations", "unfenced_types"})
 types (rows written by migration 2)."""
 
 
+_FIRST_LAYOUT: dict[str, frozenset[str]] = {}
+"""The tables of each worker database at its first reset (a fresh copy of the template): what a
+reset keeps; anything a test created beyond them is dropped."""
+
+
 @dataclass(frozen=True, slots=True)
 class PgDatabase:
     """A test database: its name and URL."""
@@ -167,13 +172,18 @@ def can_reset(db: PgDatabase) -> bool:
 
 def reset(db: PgDatabase) -> None:
     """Empty every table of ``db`` but ``schema_migrations``, triggers off (replica mode), in one
-    transaction."""
+    transaction; tables a test made beyond the database's first layout (a projection's own
+    migrations, a toy projection's table) are dropped, since the record of their migrations
+    (``projection_migrations``) is emptied or dropped with them."""
     with db.connect() as conn, conn.transaction():
         conn.execute("SET LOCAL session_replication_role = replica")
-        tables = [
-            r[0]
-            for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")
-            if r[0] not in _KEEP
+        present = [
+            r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")
         ]
-        for table in tables:
-            conn.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(table)))
+        first = _FIRST_LAYOUT.setdefault(db.name, frozenset(present))
+        for table in present:
+            if table not in first:
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.Identifier(table)))
+        for table in present:
+            if table in first and table not in _KEEP:
+                conn.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(table)))
