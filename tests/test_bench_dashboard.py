@@ -18,6 +18,8 @@ def test_bench_dashboard_tiny() -> None:
         assert isinstance(out[key], float) and out[key] > 0, key
     for key in ("live_delay_first_ms", "live_delay_ms_p50", "live_delay_ms_p95", "live_delay_ms_max"):
         assert isinstance(out[key], float) and out[key] >= 0, key  # an event may beat its acknowledgement: 0
+    for key in ("agents_page_cpu_ms_6", "anchor_cpu_ms"):  # a request may fall between two 10 ms ticks: 0
+        assert isinstance(out[key], float) and out[key] >= 0, key
     assert out["agents_page_ms_p50_6"] <= out["agents_page_ms_p95_6"]
     assert out["anchor_ms_p50"] <= out["anchor_ms_p95"]
     assert out["live_delay_ms_p50"] <= out["live_delay_ms_p95"] <= out["live_delay_ms_max"]

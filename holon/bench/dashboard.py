@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 
 from holon.api.server import free_port
-from holon.bench.daemon import _auth, _env, _process, _serve, _settled, _wait_healthy
+from holon.bench.daemon import _auth, _env, _own_cpu_s, _process, _serve, _settled, _wait_healthy
 from holon.bench.progress import step
 from holon.clock import SystemClock
 from holon.config import HomePaths, load_settings
@@ -59,11 +59,14 @@ METHOD = (
     "opened as holon dashboard does (POST /v1/dashboard/login, GET /login?code=, the session cookie), then GET "
     "/agents with the whole body read: the first request after the daemon was healthy and quiet alone "
     "(agents_page_first_ms), then {samples} more (p50/p95), each followed by the anchor GET /v1/agents (the same "
-    "daemon's JSON list of the same agents, bearer token, no rendering). Live delay: {live_inputs} messages "
+    "daemon's JSON list of the same agents, bearer token, no rendering); *_cpu_ms = the daemon's own CPU "
+    "(utime+stime from /proc) during those requests / samples. Live delay: {live_inputs} messages "
     "posted one after another (each once the previous turn settled) through the page's action POST "
     "/ui/agents/{{a}}/messages with the session's CSRF token, the stream the page follows (GET "
     "/ui/agents/{{a}}/events, SSE) open throughout; delay = the input's message.received parsed off the "
-    "stream minus the 202 read (0 when the event came first); the first input alone (live_delay_first_ms: its turn is the agent's first, which starts the model path), p50/p95/max over the others; live_turn_ms = from sending the message to "
+    "stream minus the 202 read (0 when the event came first); the first input alone (live_delay_first_ms: "
+    "its turn is the agent's first, which starts the model path), p50/p95/max over the others; "
+    "live_turn_ms = from sending the message to "
     "the reply's model.responded on the stream (the scripted model answers at once). load_1m = the "
     "machine's 1-minute load average at the start and end. synchronous=NORMAL."
 )
@@ -106,16 +109,24 @@ def _timed_get(client: httpx.Client, path: str, headers: dict[str, str] | None =
     return elapsed * 1000, r.text
 
 
-def _page(client: httpx.Client, headers: dict[str, str], agents: int, samples: int) -> tuple[dict[str, Any], str]:
-    """The page's and the anchor's figures, and the page's CSRF token (for the live view's posts)."""
+def _page(
+    client: httpx.Client, headers: dict[str, str], agents: int, samples: int, pid: int
+) -> tuple[dict[str, Any], str]:
+    """The page's and the anchor's figures, and the page's CSRF token (for the live view's posts).
+    Beside wall time, the daemon's own CPU per request (``/proc``, summed over the samples: one
+    reading is a 10 ms tick), the figure a shared machine's load does not inflate."""
     first, body = _timed_get(client, "/agents")
     found = re.search(r'<meta name="holon-csrf" content="([^"]+)"', body)
     if not found:
         raise RuntimeError("the agents page carries no CSRF token")
     page, anchor = [], []
+    page_cpu = anchor_cpu = 0.0
     for i in range(samples):
+        c0 = _own_cpu_s(pid)
         page.append(_timed_get(client, "/agents")[0])
+        c1 = _own_cpu_s(pid)
         anchor.append(_timed_get(client, "/v1/agents", headers)[0])
+        page_cpu, anchor_cpu = page_cpu + c1 - c0, anchor_cpu + _own_cpu_s(pid) - c1
         step(f"agents page with {agents} agents", i + 1, samples)
     rows = client.get("/v1/agents", headers=headers).json()
     if len(rows) < agents:
@@ -129,6 +140,8 @@ def _page(client: httpx.Client, headers: dict[str, str], agents: int, samples: i
         "anchor_ms_p50": round(_pct(anchor, 0.5), 2),
         "anchor_ms_p95": round(_pct(anchor, 0.95), 2),
         "agents_page_vs_anchor_p50": round(_pct(page, 0.5) / _pct(anchor, 0.5), 2),
+        f"agents_page_cpu_ms_{agents}": round(page_cpu * 1000 / samples, 2),
+        "anchor_cpu_ms": round(anchor_cpu * 1000 / samples, 2),
     }, found.group(1)
 
 
@@ -222,7 +235,7 @@ def run_dashboard_bench(*, agents: int = 1_000, samples: int = 30, live_inputs: 
                 headers = _auth(paths)
                 with httpx.Client(base_url=url, timeout=60) as client:
                     _login(client, headers)
-                    figures, csrf = _page(client, headers, agents, samples)
+                    figures, csrf = _page(client, headers, agents, samples, daemon.pid)
                     out.update(figures)
                     step("live view", 2, 3)
                     out.update(asyncio.run(_live(url, client.cookies, csrf, live_inputs)))
@@ -246,7 +259,8 @@ def format_report(r: dict[str, Any]) -> str:
             f"  agents page: first {r[f'agents_page_first_ms_{suffix}']:.1f} ms, then p50 "
             f"{r[f'agents_page_ms_p50_{suffix}']:.1f} ms, p95 {r[f'agents_page_ms_p95_{suffix}']:.1f} ms "
             f"(target < {TARGETS['agents_page_ms_p95_1000']:.0f} ms at 1,000); anchor GET /v1/agents p50 "
-            f"{r['anchor_ms_p50']:.1f} ms (page / anchor {r['agents_page_vs_anchor_p50']})",
+            f"{r['anchor_ms_p50']:.1f} ms (page / anchor {r['agents_page_vs_anchor_p50']}); the daemon's CPU per "
+            f"request {r[f'agents_page_cpu_ms_{suffix}']:.1f} ms (anchor {r['anchor_cpu_ms']:.1f} ms)",
             f"  live view: input acknowledged -> on the stream p50 {r['live_delay_ms_p50']:.1f} ms, p95 "
             f"{r['live_delay_ms_p95']:.1f} ms, max {r['live_delay_ms_max']:.1f} ms (target < "
             f"{TARGETS['live_delay_ms_p95']:.0f} ms), the first input {r['live_delay_first_ms']:.1f} ms; a whole turn to the reply p50 {r['live_turn_ms_p50']:.1f} ms",
