@@ -145,42 +145,60 @@ def _page(
     }, found.group(1)
 
 
+class _Follower:
+    """The live view's stream as the page's script reads it: when each event was parsed off it."""
+
+    def __init__(self) -> None:
+        self.arrived: dict[int, float] = {}  # seq of a message.received -> when it was parsed
+        self.replies: list[float] = []  # when each model.responded was parsed
+        self.settled = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    async def follow(self, client: httpx.AsyncClient) -> None:
+        """From the agent's first event, as the page does from its cursor, until cancelled."""
+        async with client.stream("GET", f"/ui/agents/{LIVE}/events", params={"after": 0}) as stream:
+            if stream.status_code != 200:
+                raise RuntimeError(f"the live stream answered {stream.status_code}")
+            self.opened.set()
+            kind = None
+            async for line in stream.aiter_lines():
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:") and kind == "event":
+                    now = time.perf_counter()
+                    data = json.loads(line[5:])
+                    if data["type"] == "message.received":
+                        self.arrived[int(data["seq"])] = now
+                    elif data["type"] == "model.responded":
+                        self.replies.append(now)
+                    elif data["type"] == "turn.settled":
+                        self.settled.set()
+        raise RuntimeError("the live stream ended")
+
+
+async def _until(flag: asyncio.Event, reader: asyncio.Task[None], timeout_s: float) -> None:
+    """Wait for ``flag``; the stream's own error if it failed first (not a bare timeout)."""
+    waiter = asyncio.create_task(flag.wait())
+    done, _ = await asyncio.wait({waiter, reader}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    if reader in done:
+        reader.result()  # raises what ended the stream
+    if waiter not in done:
+        raise TimeoutError(f"the live stream showed nothing awaited within {timeout_s:g} s")
+
+
 async def _live(url: str, cookies: httpx.Cookies, csrf: str, inputs: int) -> dict[str, Any]:
     """Post ``inputs`` messages through the page's action while following the page's stream."""
     timeout = httpx.Timeout(60.0, read=None)
-    arrived: dict[int, float] = {}  # seq of a message.received -> when it was parsed off the stream
-    replies: list[float] = []  # when each model.responded was parsed
-    settled = asyncio.Event()
-    opened = asyncio.Event()
+    stream = _Follower()
     async with httpx.AsyncClient(base_url=url, timeout=timeout, cookies=cookies) as client:
-        head = 0
-
-        async def follow() -> None:
-            async with client.stream("GET", f"/ui/agents/{LIVE}/events", params={"after": head}) as stream:
-                if stream.status_code != 200:
-                    raise RuntimeError(f"the live stream answered {stream.status_code}")
-                opened.set()
-                kind = None
-                async for line in stream.aiter_lines():
-                    if line.startswith("event:"):
-                        kind = line[6:].strip()
-                    elif line.startswith("data:") and kind == "event":
-                        now = time.perf_counter()
-                        data = json.loads(line[5:])
-                        if data["type"] == "message.received":
-                            arrived[int(data["seq"])] = now
-                        elif data["type"] == "model.responded":
-                            replies.append(now)
-                        elif data["type"] == "turn.settled":
-                            settled.set()
-
-        reader = asyncio.create_task(follow())
+        reader = asyncio.create_task(stream.follow(client))
         try:
-            await asyncio.wait_for(opened.wait(), 60)
+            await _until(stream.opened, reader, 60)
             delays, turns = [], []
             for i in range(inputs):
-                settled.clear()
-                seen = len(replies)
+                stream.settled.clear()
+                seen = len(stream.replies)
                 sent = time.perf_counter()
                 r = await client.post(
                     f"/ui/agents/{LIVE}/messages", json={"text": f"live {i}: carry on"}, headers={"X-Holon-CSRF": csrf}
@@ -189,11 +207,11 @@ async def _live(url: str, cookies: httpx.Cookies, csrf: str, inputs: int) -> dic
                 if r.status_code != 202:
                     raise RuntimeError(f"the page's message action answered {r.status_code}: {r.text[:300]}")
                 seq = int(r.json()["seq"])
-                await asyncio.wait_for(settled.wait(), 120)  # the turn it started settled
-                if seq not in arrived or len(replies) <= seen:
+                await _until(stream.settled, reader, 120)  # the turn it started settled
+                if seq not in stream.arrived or len(stream.replies) <= seen:
                     raise RuntimeError(f"input {seq}: the turn settled but the stream showed no input or reply")
-                delays.append(max(0.0, arrived[seq] - acked) * 1000)
-                turns.append((replies[seen] - sent) * 1000)
+                delays.append(max(0.0, stream.arrived[seq] - acked) * 1000)
+                turns.append((stream.replies[seen] - sent) * 1000)
                 step("live view: inputs followed", i + 1, inputs)
         finally:
             reader.cancel()
