@@ -208,6 +208,24 @@ def daemon(
     emit(c, result, format_report(result))
 
 
+@app.command("dashboard")
+def dashboard(
+    ctx: typer.Context,
+    agents: Annotated[int, typer.Option(min=1, help="Registered agents on the agents page.")] = 1_000,
+    samples: Annotated[int, typer.Option(min=1, help="Timed GETs of the agents page (and of the anchor).")] = 30,
+    live_inputs: Annotated[int, typer.Option(min=1, help="Messages posted while following the live view.")] = 30,
+    json_out: JsonOpt = False,
+) -> None:
+    """The dashboard over real HTTP: the agents page with many agents against the same daemon's JSON list,
+    and the live view's delay from an input's acknowledgement to its event on the page's stream."""
+    from holon.bench.dashboard import format_report, run_dashboard_bench
+
+    c = ctx_of(ctx, None, json_out)
+    with _progress("dashboard"):
+        result = run_dashboard_bench(agents=agents, samples=samples, live_inputs=live_inputs)
+    emit(c, result, format_report(result))
+
+
 @app.command("chaos")
 def chaos(
     ctx: typer.Context,
