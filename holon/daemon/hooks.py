@@ -21,6 +21,7 @@ import hmac
 import json
 import os
 import secrets
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -29,6 +30,7 @@ from holon.ledger.migrations import Migration
 from holon.projections.framework import migrate_projection
 
 if TYPE_CHECKING:
+    from holon.ledger import Ledger
     from holon.projections import Store
 
 __all__ = ["DbHookTokens", "HookTokens", "TokenMap", "hook_tokens"]
@@ -129,6 +131,8 @@ MIGRATIONS = (
         ),
     ),
 )
+#: Ledgers whose ``hook_tokens`` table is known to be there (weak: a closed store drops out).
+_MIGRATED: weakref.WeakSet[Ledger] = weakref.WeakSet()
 _DB_NOW_US = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
 
 
@@ -140,7 +144,9 @@ class DbHookTokens:
 
     def __init__(self, store: Store) -> None:
         self.ledger = store.ledger
-        migrate_projection(self.ledger, "hook_tokens", MIGRATIONS, now_us=store.ledger.clock.now_us())
+        if self.ledger not in _MIGRATED:  # once per open ledger: the API builds one map per request
+            migrate_projection(self.ledger, "hook_tokens", MIGRATIONS, now_us=self.ledger.clock.now_us())
+            _MIGRATED.add(self.ledger)
 
     def token(self, agent_id: str) -> str:
         """The agent's token, minted on first use."""
