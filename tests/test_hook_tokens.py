@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 
 from holon.daemon.hooks import DbHookTokens, HookTokens, hook_tokens
@@ -16,6 +17,7 @@ from holon.runtime.agents import create_agent
 
 if TYPE_CHECKING:
     from conftest import EngineTarget
+    from helpers.api_server import ApiServer
 
 
 @pytest.fixture(autouse=True)
@@ -68,3 +70,28 @@ def test_a_rotation_through_one_store_is_seen_at_once_by_another_on_the_same_sto
         new = hook_tokens(other).rotate(agent.agent_id)
     assert hook_tokens(store).agent_for(old) is None
     assert hook_tokens(store).agent_for(new) == agent.agent_id
+
+
+def test_the_api_mints_rotates_and_refuses_an_old_hook_url_on_either_engine(
+    engine: EngineTarget, server: ApiServer, client: httpx.Client
+) -> None:
+    """The daemon's real HTTP API (in this process, on the storage ``engine`` names): the hook path
+    goes through ``hook_tokens(store)``, so on PostgreSQL the URL's token is a row of the table."""
+    r = client.post("/v1/agents", json={"name": "ada"})
+    assert r.status_code == 201, r.text
+    agent_id = r.json()["agent_id"]
+    first = client.get("/v1/agents/ada/hook").json()["path"]
+    assert client.get("/v1/agents/ada/hook").json()["path"] == first
+    second = client.post("/v1/agents/ada/hook/rotate").json()["path"]
+    assert second != first
+    assert client.post(first, json={"n": 1}).status_code == 404
+    accepted = client.post(second, json={"n": 2})
+    assert accepted.status_code == 202, accepted.text
+    store = server.port.store  # type: ignore[union-attr]
+    event = server.call(lambda: store.ledger.get(accepted.json()["seq"]))
+    assert event.agent_id == agent_id and event.origin == "external:hook"
+    file = store.paths.root / "run" / "external_tokens.json"
+    assert file.exists() == (engine.name == "sqlite")
+    if engine.name == "postgresql":
+        rows = server.call(lambda: store.ledger.query("SELECT agent_id, token FROM hook_tokens", ()))
+        assert rows == [(agent_id, second.removeprefix("/v1/hooks/"))]
