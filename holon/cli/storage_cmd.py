@@ -158,7 +158,21 @@ def _run(
         data["projections"] = {"rebuilt": False, "reason": "verification failed"}
         return data
     data["projections"] = _rebuild(target, settings, paths)
+    if data["projections"]["rebuilt"]:
+        data["evolve"] = _copy_queue(src, target, settings, paths)
     return data
+
+
+def _copy_queue(src: Engine, target: Ledger, settings: Settings, paths: HomePaths) -> dict[str, Any]:
+    """The evolve queue's jobs and cursor, copied as stored (done and dead jobs are not derivable)."""
+    from holon.evolve.jobs import copy_queue
+    from holon.projections.projector import Projector
+    from holon.projections.store import Store
+
+    projector = next(h for h in target.hooks if isinstance(h, Projector))
+    with src.reader() as r:
+        jobs = copy_queue(r, Store(paths, settings, target, projector)) if src.has_table(r, "evolve_jobs") else 0
+    return {"jobs": jobs}
 
 
 def _rebuild(target: Ledger, settings: Settings, paths: HomePaths) -> dict[str, Any]:
@@ -194,6 +208,8 @@ def _report(c: Any, data: dict[str, Any]) -> None:
         )
     else:
         lines.append(f"projections not rebuilt: {pj['reason']}")
+    if "evolve" in data:
+        lines.append(f"evolve jobs copied as stored: {data['evolve']['jobs']}")
     emit(c, data, "\n".join(lines))
     if not v["ok"] or (pj["rebuilt"] and not pj["replay_ok"]):
         raise typer.Exit(1)

@@ -30,9 +30,9 @@ from typing import Any, Literal
 from holon.ledger import EventQuery, Transaction
 from holon.ledger.sql import Conn
 from holon.projections import Store, framework
-from holon.projections.framework import Migration, open_projection, stored_cursor
+from holon.projections.framework import Migration, open_projection, read_cursor, stored_cursor, write_cursor
 
-__all__ = ["MIGRATIONS", "PG_MIGRATIONS", "QUEUE_VERSION", "Job", "JobQueue"]
+__all__ = ["MIGRATIONS", "PG_MIGRATIONS", "QUEUE_VERSION", "Job", "JobQueue", "copy_queue"]
 
 CURSOR = "evolve"
 #: Bump when what a settled turn queues changes: the queue is emptied and refilled from the ledger
@@ -275,3 +275,30 @@ class JobQueue:
         self.ensure()
         cur = stored_cursor(self.store.ledger, CURSOR)
         return self.store.ledger.head() - (cur.seq if cur is not None else 0)
+
+
+_ALL = (
+    "key, agent_id, turn_id, settled_seq, status, attempts, not_before_us, lease_owner, lease_until_us, "
+    "last_error, created_us, finished_us"
+)
+
+
+def copy_queue(source: Conn, store: Store) -> int:
+    """Copy the queue of another database (``holon storage migrate``) into ``store``'s, as stored.
+
+    Jobs are not derivable from the ledger alone (which are done, which are dead, and why), so a
+    moved home keeps them; the ``evolve`` cursor moves with them, so nothing is queued twice. The
+    target's queue is made with its own engine's DDL and emptied first. ``source`` must have the
+    ``evolve_jobs`` table (``Engine.has_table``). Returns the jobs copied (0, and nothing written,
+    when the source's queue has no cursor)."""
+    cursor = read_cursor(source, CURSOR)
+    if cursor is None:
+        return 0
+    rows = source.fetchall(f"SELECT {_ALL} FROM evolve_jobs ORDER BY key", ())
+    queue = JobQueue(store)
+    queue.ensure()
+    with store.ledger.transaction() as tx:
+        tx.conn.execute("DELETE FROM evolve_jobs")
+        tx.conn.executemany(f"INSERT INTO evolve_jobs({_ALL}) VALUES ({', '.join('?' * 12)})", [tuple(r) for r in rows])
+        write_cursor(tx.conn, CURSOR, cursor.seq, cursor.version)
+    return len(rows)
