@@ -224,3 +224,27 @@ def test_the_command_moves_the_evolve_queue_as_stored_both_ways(
     assert r.returncode == 0, r
     assert "evolve jobs copied as stored: 2" in r.stdout
     assert _jobs(_sqlite(back)) == want
+
+
+@pytest.mark.slow
+def test_the_command_moves_hook_tokens_from_the_home_file_into_the_table_and_says_when_it_cannot(
+    source: HomePaths, pg_db: PgDatabase, tmp_path: Path
+) -> None:
+    """A moved home's hook URLs keep working: the file's tokens become ``hook_tokens`` rows; a
+    SQLite target other than the home's file has nowhere to keep them, and the command says so."""
+    from holon.daemon.hooks import HookTokens
+
+    token = HookTokens(source.root).token(AGENT)
+    r = _holon(source.root, "storage", "migrate", "--to", pg_db.url, "--json")
+    assert r.returncode == 0, r
+    assert json.loads(r.stdout)["hook_tokens"] == {"tokens": 1}
+    engine = PgEngine(pg_db.url)
+    try:
+        with engine.reader() as c:
+            assert [tuple(row) for row in c.fetchall("SELECT agent_id, token FROM hook_tokens", ())] == [(AGENT, token)]
+    finally:
+        engine.close()
+    back = tmp_path / "back.db"
+    r = _holon(source.root, "storage", "migrate", "--from", pg_db.url, "--to", f"sqlite:///{back}")
+    assert r.returncode == 0, r
+    assert "hook tokens copied: 0 (the target is not this home's file" in r.stdout

@@ -43,6 +43,8 @@ class TokenMap(Protocol):
     def rotate(self, agent_id: str) -> str: ...
     def forget(self, agent_id: str) -> None: ...
     def agent_for(self, token: str) -> str | None: ...
+    def all(self) -> dict[str, str]: ...
+    def load(self, tokens: dict[str, str]) -> None: ...
 
 
 def hook_tokens(store: Store) -> TokenMap:
@@ -87,6 +89,15 @@ class HookTokens:
     def agent_for(self, token: str) -> str | None:
         """The agent id the token belongs to; every known token is compared in constant time."""
         return _matching(self._read(), token)
+
+    def all(self) -> dict[str, str]:
+        """Every agent's token (``holon storage migrate`` moves them with a home)."""
+        return self._read()
+
+    def load(self, tokens: dict[str, str]) -> None:
+        """Store ``tokens`` over what the file holds (``holon storage migrate``)."""
+        with self._locked() as held:
+            held.update(tokens)
 
     def _read(self) -> dict[str, str]:
         try:
@@ -177,5 +188,18 @@ class DbHookTokens:
 
     def agent_for(self, token: str) -> str | None:
         """The agent id the token belongs to; every known token is compared in constant time."""
+        return _matching(self.all(), token)
+
+    def all(self) -> dict[str, str]:
+        """Every agent's token (``holon storage migrate`` moves them with a home)."""
         rows = self.ledger.query("SELECT agent_id, token FROM hook_tokens", ())
-        return _matching({str(a): str(t) for a, t in rows}, token)
+        return {str(a): str(t) for a, t in rows}
+
+    def load(self, tokens: dict[str, str]) -> None:
+        """Store ``tokens`` as they are (``holon storage migrate``: a home's URLs keep working)."""
+        with self.ledger.transaction() as tx:
+            tx.conn.executemany(
+                f"INSERT INTO hook_tokens(agent_id, token, rotated_us) VALUES (?, ?, {_DB_NOW_US}) "
+                "ON CONFLICT (agent_id) DO UPDATE SET token = excluded.token, rotated_us = excluded.rotated_us",
+                sorted(tokens.items()),
+            )
