@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from helpers.engines import sqlite_only
 from helpers.evolve import DAY_S, run_turns
 
 from holon.clock import FakeClock
@@ -22,6 +25,16 @@ from holon.memory.recall import RecallLimits, recall
 from holon.projections import Store
 from holon.projections.durable import DurableState
 from holon.runtime.agents import create_agent
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``, RFC 0008 step
+    6), but those marked ``sqlite_only``."""
+    return engine
 
 
 def _msg(seq: int, text: str, authority: str = "operator") -> Event:
@@ -99,7 +112,9 @@ def test_an_expired_lease_is_taken_again_and_a_job_dies_after_its_last_attempt(
     store: Store, clock: FakeClock, ada
 ) -> None:  # type: ignore[no-untyped-def]
     _turns(store, clock, ada.agent_id, "hello")
-    queue = JobQueue(store, lease_s=10, max_attempts=2, backoff_s=1)
+    # The caller's (fake) clock times the lease on both engines here; the database's clock, the
+    # default on PostgreSQL, is the next test's.
+    queue = JobQueue(store, lease_s=10, max_attempts=2, backoff_s=1, lease_time="caller")
     queue.enqueue(clock.now_us())
     job = queue.lease("w1", clock.now_us())
     assert job is not None and job.attempts == 1
@@ -115,6 +130,39 @@ def test_an_expired_lease_is_taken_again_and_a_job_dies_after_its_last_attempt(
     assert queue.counts()["dead"] == 1
     assert queue.jobs(status="dead")[0].last_error == "boom"
     assert queue.retry_dead(clock.now_us()) == 1
+
+
+def test_on_postgresql_a_lease_runs_out_on_the_database_clock_whatever_the_workers_clocks_say(
+    store: Store, clock: FakeClock, ada, engine: EngineTarget
+) -> None:  # type: ignore[no-untyped-def]
+    """RFC 0008 step 6: nodes share the queue, so a lease is written and expires in the database's
+    time. Workers whose clocks are an hour apart cannot steal a live lease, and the job is taken
+    again once the database says the lease ran out (polled, no fixed sleep)."""
+    if engine.name == "sqlite":
+        with pytest.raises(ValueError, match="needs PostgreSQL"):
+            JobQueue(store, lease_time="database")
+        assert JobQueue(store).lease_time == "caller"
+        return
+    _turns(store, clock, ada.agent_id, "hello")
+    queue = JobQueue(store, lease_s=0.3)
+    assert queue.lease_time == "database"
+    queue.enqueue(clock.now_us())
+    job = queue.lease("w1", clock.now_us())
+    assert job is not None and job.lease_until_us is not None
+    (db_now,) = store.ledger.query("SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)", ())[0]
+    assert abs(job.lease_until_us - 300_000 - db_now) < 60_000_000  # the database's time, not the fake clock's
+    assert abs(job.lease_until_us - clock.now_us()) > 3600 * 1_000_000
+    hour_ahead = clock.now_us() + 3600 * 1_000_000
+    assert queue.lease("w2", hour_ahead) is None  # a fast clock does not expire a live lease
+    deadline = time.monotonic() + 10
+    while (again := queue.lease("w2", clock.now_us())) is None:  # a stopped clock does not keep it
+        assert time.monotonic() < deadline, "the lease never ran out on the database's clock"
+        time.sleep(0.05)
+    assert again.attempts == 2 and again.lease_owner == "w2"
+    with store.ledger.transaction() as tx:
+        assert not queue.complete(tx.conn, job, clock.now_us())
+        assert queue.complete(tx.conn, again, clock.now_us())
+    assert queue.counts()["done"] == 1
 
 
 def test_a_failing_job_backs_off_and_never_blocks_the_others(store: Store, clock: FakeClock, ada, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -204,6 +252,7 @@ def test_a_restated_preference_is_not_proposed_twice(store: Store, clock: FakeCl
 # --- supersession, staleness, forgetting ------------------------------------------------------------
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_a_changed_fact_supersedes_the_old_one_and_stale_entries_say_so(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     evolver = Evolver(store, clock=clock)
     _turns(store, clock, ada.agent_id, "Remember that the staging server is db1.example.com.")
@@ -245,6 +294,7 @@ def _record(store: Store, agent_id: str, n: int, *, scope: str, kind: str, owner
     return f"mem-{n}"
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_recall_keeps_to_its_caps(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     aid, me, ws = ada.agent_id, f"agent:{ada.agent_id}", f"workspace:{Path(ada.workspace).resolve()}"
     for i in range(6):
@@ -289,6 +339,7 @@ def test_recall_keeps_to_its_caps(store: Store, clock: FakeClock, ada) -> None: 
     assert sum(1 for r in alone.entries if r.scope == "operator") >= 2
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_an_agent_recalls_only_what_its_scopes_allow(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     bob = create_agent(store, "bob")
     _record(
@@ -315,6 +366,7 @@ def test_an_agent_recalls_only_what_its_scopes_allow(store: Store, clock: FakeCl
     assert seen == ["Always deploy on Mondays."]
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_the_prompt_carries_recalled_memory_with_freshness_notes(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     _turns(store, clock, ada.agent_id, "Remember that the release branch is rel-9.")
     Evolver(store, clock=clock).drain()
@@ -356,6 +408,7 @@ def test_replay_rebuilds_durable_memory_byte_for_byte(store: Store, clock: FakeC
     assert all(isinstance(DurableState.model_validate_json(s), DurableState) for k, _key, s in after if k == "durable")
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_markdown_views_are_rewritten_only_for_changed_scopes(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     evolver = Evolver(store, clock=clock)
     _turns(store, clock, ada.agent_id, "Remember that the db is postgres.")

@@ -8,8 +8,9 @@ merge of both paths (the same subject found twice is decided once, never a confl
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pytest
 from helpers.evolve import run_turns
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,6 +23,17 @@ from holon.evolve.worker import Evolver
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.projections import Store
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``, RFC 0008 step
+    6), but those marked ``sqlite_only``."""
+    return engine
+
 
 #: How an operator introduces something to keep (the fact rule reads what follows them).
 LEADS = ["", "Remember that ", "Remember: ", "Note that ", "FYI, ", "FYI ", "For the record, ", "Keep in mind that ",

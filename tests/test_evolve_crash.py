@@ -7,8 +7,10 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from helpers.engines import sqlite_only
 from helpers.evolve import run_turns
 from helpers.turn_cli import wait_for
 
@@ -19,11 +21,26 @@ from holon.evolve.worker import Evolver
 from holon.projections import Store
 from holon.runtime.agents import create_agent
 
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``, RFC 0008 step
+    6), but those marked ``sqlite_only``."""
+    return engine
+
+
 pytestmark = pytest.mark.slow  # every test here starts a process
 
 HELPER = Path(__file__).parent / "helpers" / "evolve_crasher.py"
 
 
+@sqlite_only(
+    "starts a worker process and expires its lease by stepping a fake clock; on PostgreSQL a lease runs on the"
+    " database's clock (test_evolve.py::test_on_postgresql_a_lease_runs_out_on_the_database_clock_whatever_the_workers_clocks_say)"
+)
 def test_a_job_killed_mid_run_is_retried_after_its_lease_and_leaves_no_duplicates(tmp_path: Path) -> None:
     home = resolve_home(tmp_path / "home")
     settings = load_settings(home)

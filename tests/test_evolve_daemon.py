@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from helpers.engines import sqlite_only
 
 from holon.clock import FakeClock
 from holon.config import load_settings, resolve_home
@@ -26,10 +27,24 @@ from holon.runtime.providers.base import ModelSettings
 from holon.runtime.providers.litellm_provider import LiteLLMProvider
 from holon.testing import FakeLLM
 
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``, RFC 0008 step
+    6), but those marked ``sqlite_only``."""
+    return engine
+
+
 SLOW_S = 15.0  # long enough for a loaded machine to run a turn meanwhile; the stop waits for it
 
 
 @pytest.mark.slow  # waits out the slow model call at the stop
+@sqlite_only(
+    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
+)
 def test_a_slow_evolve_job_delays_neither_a_turn_nor_maintenance(tmp_path: Path) -> None:
     home = resolve_home(tmp_path / "home")
     base = load_settings(home)
@@ -126,6 +141,9 @@ def _kill_a_job(home: Path) -> str:
 
 
 @pytest.mark.slow
+@sqlite_only(
+    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
+)
 def test_dead_jobs_are_retried_from_the_cli_and_the_api(tmp_path: Path, fast_ledger: None) -> None:
     from helpers.api_server import api_server
     from helpers.turn_cli import holon, quick_home

@@ -7,7 +7,10 @@ The ledger is real, the clock injected; nothing of holon's own is faked.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import pytest
+from helpers.engines import sqlite_only
 from helpers.evolve import run_turns
 
 from holon.clock import FakeClock
@@ -16,6 +19,16 @@ from holon.evolve.worker import Evolver
 from holon.memory.recall import recall
 from holon.projections import Store
 from holon.runtime.agents import create_agent
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``, RFC 0008 step
+    6), but those marked ``sqlite_only``."""
+    return engine
 
 
 def _turns(store: Store, clock: FakeClock, agent_id: str, *texts: str) -> None:
@@ -41,6 +54,7 @@ def _durable_events(store: Store) -> list[tuple[int, str]]:
     return [(e.seq, e.type) for e in store.ledger.read(0) if e.type.startswith(("durable.", "proposal.", "brief."))]
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_an_older_fact_finishing_late_is_history_not_the_current_fact(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     _turns(store, clock, ada.agent_id, "Remember that the staging server is db1.", "The staging server is now db2.")
     _newest_job_first(store, clock)
@@ -58,6 +72,7 @@ def test_an_older_fact_finishing_late_is_history_not_the_current_fact(store: Sto
     assert "db2" in view and "db1" not in view
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_an_older_sighting_of_the_current_fact_does_not_restart_its_freshness(
     store: Store, clock: FakeClock, ada
 ) -> None:  # type: ignore[no-untyped-def]
@@ -102,6 +117,7 @@ def test_running_every_finished_job_again_changes_nothing(store: Store, clock: F
 # --- a workspace shared by two agents --------------------------------------------------------------
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_two_agents_on_one_workspace_see_the_same_views_and_recall(
     store: Store, clock: FakeClock, tmp_path: Path
 ) -> None:

@@ -4,7 +4,10 @@ subject and every per-type cap, and which commands make a procedure."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import pytest
+from helpers.engines import sqlite_only
 from helpers.evolve import run_turns
 
 from holon.clock import FakeClock
@@ -15,6 +18,17 @@ from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.memory.recall import TYPE_CAPS, RecallLimits, recall
 from holon.projections import Store
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``, RFC 0008 step
+    6), but those marked ``sqlite_only``."""
+    return engine
+
 
 # --- the backoff schedule ----------------------------------------------------------------------
 
@@ -53,6 +67,7 @@ def _record(store: Store, agent_id: str, n: int, *, scope: str, kind: str, owner
     )
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_recall_shows_one_entry_per_subject_across_scopes(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     aid, ws = ada.agent_id, f"workspace:{Path(ada.workspace).resolve()}"
     _record(store, aid, 1, scope="workspace", kind="fact", owner=ws, subject="fact:db", text="The db is postgres.")
@@ -66,6 +81,7 @@ def test_recall_shows_one_entry_per_subject_across_scopes(store: Store, clock: F
     assert ("another entry of the same subject was chosen") in dict(result.left_out).values()
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_every_per_type_cap_holds(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     aid, me = ada.agent_id, f"agent:{ada.agent_id}"
     n = 0
@@ -126,6 +142,7 @@ def test_a_reported_state_is_not_a_fact_but_a_changed_value_is(store: Store, clo
     assert [s.entry.text for s in review.list_entries(store)] == ["The api port is now 9090."]
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_contradicting_choices_share_a_subject_so_the_newer_wins(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     evolver = Evolver(store, clock=clock)
     run_turns(store, clock, ada.agent_id, [("Always reply in English.", ["ok"])])
@@ -144,6 +161,7 @@ def test_contradicting_choices_share_a_subject_so_the_newer_wins(store: Store, c
     assert shown.text == "Always reply in French."
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_a_blocker_seen_again_is_verified_not_superseded(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     evolver = Evolver(store, clock=clock)
     for i in range(4):

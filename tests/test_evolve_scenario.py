@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from helpers.engines import sqlite_only
 
 from holon.clock import SystemClock
 from holon.config import load_settings, resolve_home
@@ -28,6 +29,17 @@ from holon.runtime.agents import create_agent
 from holon.runtime.providers.base import ModelSettings
 from holon.runtime.providers.litellm_provider import LiteLLMProvider
 from holon.testing import FakeLLM
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``, RFC 0008 step
+    6), but those marked ``sqlite_only``."""
+    return engine
+
 
 TURNS = 50
 PREFERENCE = "Always use tabs for indentation."
@@ -66,6 +78,9 @@ def _model(body: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.slow  # fifty turns with commands
+@sqlite_only(
+    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
+)
 def test_fifty_turns_preference_changed_fact_and_recurring_blocker(tmp_path: Path) -> None:
     home = resolve_home(tmp_path / "home")
     base = load_settings(home)

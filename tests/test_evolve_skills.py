@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
+from helpers.engines import sqlite_only
 from helpers.evolve import run_turns
 
 from holon.clock import FakeClock
@@ -16,6 +19,16 @@ from holon.ledger import events as ev
 from holon.memory.get import MemoryGetRequest, memory_get
 from holon.projections import Store
 from holon.runtime.agents import create_agent
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``, RFC 0008 step
+    6), but those marked ``sqlite_only``."""
+    return engine
 
 
 def _item(title: str) -> tuple[str, list[object]]:
@@ -39,6 +52,7 @@ def _proposed_skill(store: Store, clock: FakeClock, agent_id: str) -> str:
     return skill.skill.skill_id
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_an_agent_with_a_workspace_opens_an_accepted_skill_with_memory_get(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     skill_id = _proposed_skill(store, clock, ada.agent_id)
     with pytest.raises(NotFoundError):  # a draft is not a skill until the operator accepts it

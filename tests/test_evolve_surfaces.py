@@ -11,13 +11,14 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import httpx
 import pexpect
 import pytest
 from helpers.api_server import ApiServer, api_server
 from helpers.daemon import fake_home
+from helpers.engines import sqlite_only
 from helpers.evolve import run_turns
 from helpers.turn_cli import cli_env, holon, holon_argv, open_store, quick_home
 from prompt_toolkit.completion import CompleteEvent
@@ -38,6 +39,17 @@ from holon.repl.client import ApiClient
 from holon.repl.commands import SlashCompleter, completions, parse_line, parse_proposals
 from holon.runtime.agents import create_agent
 from holon.testing.fake_llm import FakeLLM
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``, RFC 0008 step
+    6), but those marked ``sqlite_only``."""
+    return engine
+
 
 STATEMENTS = "Always run the linter before committing. My name is Ada. Remember that the cache is redis."
 
@@ -145,6 +157,9 @@ def test_proposals_command_parsing_and_completion() -> None:
 
 
 @pytest.mark.slow
+@sqlite_only(
+    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
+)
 def test_cli_inspect_export_forget_and_proposals(tmp_path: Path) -> None:
     home = quick_home(tmp_path, "bob")
     _seed(home)
@@ -211,6 +226,9 @@ def _propose(home: Path, agent: str, proposal_id: str, kind: Literal["preference
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+@sqlite_only(
+    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
+)
 def test_proposals_in_a_pty(tmp_path: Path) -> None:
     """``holon chat`` in a real terminal: accept with an edit prefilled at the prompt, then dismiss."""
     with FakeLLM(lambda body: {"content": "ok"}) as fake:
@@ -253,6 +271,9 @@ def test_proposals_in_a_pty(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # a daemon with confined commands
+@sqlite_only(
+    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
+)
 def test_hostile_requests_get_4xx(server: ApiServer) -> None:
     """Ids of 10 KB, unicode, control characters, ambiguous prefixes, odd bodies: a 4xx, never a 5xx."""
     huge, odd = "x" * 10_000, "ünï💥\u202e"

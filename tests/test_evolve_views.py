@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from helpers.api_server import api_server
+from helpers.engines import sqlite_only
 from helpers.evolve import run_turns
 from helpers.turn_cli import cli_env, holon
 
@@ -35,6 +37,16 @@ from holon.memory.recall import RecallLimits, content_terms, recall
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.runtime.agents import create_agent
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``, RFC 0008 step
+    6), but those marked ``sqlite_only``."""
+    return engine
 
 
 def _turns(store: Store, clock: FakeClock, agent_id: str, *texts: str) -> None:
@@ -162,6 +174,7 @@ def _indexed_ids(store: Store) -> set[str]:
     return {r[0] for r in store.ledger.query("SELECT entry_id FROM search_durable_docs")}
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_recall_finds_through_the_index_an_entry_sharing_no_word_with_the_input(store: Store, clock: FakeClock) -> None:
     ada = create_agent(store, "ada")
     now = clock.now_us()
@@ -199,6 +212,7 @@ def test_recall_finds_through_the_index_an_entry_sharing_no_word_with_the_input(
         assert not {"durable:mem-vpn", "durable:mem-vpn2"} & set(_recalled(store, ada, q, now))
 
 
+@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_the_durable_index_is_rebuilt_like_the_rest_of_the_index(store: Store, clock: FakeClock) -> None:
     ada = create_agent(store, "ada")
     _record(store, ada, "mem-a", "fact", "fact:a", "The deploys run nightly.", observed_us=clock.now_us())
@@ -265,6 +279,9 @@ def _seed_ages(home: Path, now_us: int) -> None:
 
 
 @pytest.mark.slow
+@sqlite_only(
+    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
+)
 def test_inspect_and_the_api_filter_stale_entries(tmp_path: Path, fast_ledger: None) -> None:
     home = tmp_path / "home"
     now = SystemClock().now_us()

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 @pytest.fixture(autouse=True)
 def _both_engines(engine: EngineTarget) -> EngineTarget:
     """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``), but those
-    marked ``sqlite_only`` (the search index and the evolve queue)."""
+    marked ``sqlite_only`` (the search index)."""
     return engine
 
 
@@ -80,7 +80,7 @@ def chat(store: Store, agent: AgentState, n: int) -> None:
         answer(store, agent, f"aardvark {i} eats ants")
 
 
-@sqlite_only("the search index stays on SQLite (RFC 0008 step 7) and the evolve queue moves in step 6")
+@sqlite_only("the search index stays on SQLite (RFC 0008 step 7)")
 def test_the_three_projections_follow_the_protocol(store: Store) -> None:
     for p in (Projector(), SearchIndex(store), JobQueue(store), Toy()):
         assert isinstance(p, Projection)
@@ -165,7 +165,6 @@ def test_a_version_bump_clears_and_refolds(store: Store, alice: AgentState) -> N
     assert cursor(store, "toy") == (store.ledger.head(), 2)
 
 
-@sqlite_only("the evolve queue moves to PostgreSQL in RFC 0008 step 6")
 def test_a_queue_starts_at_the_head_when_told(store: Store, alice: AgentState) -> None:
     chat(store, alice, 2)
     queue = JobQueue(store, backfill=False)
@@ -283,3 +282,35 @@ def test_migration_one_is_the_old_layout() -> None:
 
     assert layout(SEARCH[0].statements) == layout(OLD_SEARCH_V5)
     assert layout(EVOLVE[0].statements) == layout(OLD_EVOLVE)
+
+
+def test_the_queue_has_the_same_columns_on_both_engines_and_64_bit_times(
+    store: Store, alice: AgentState, engine: EngineTarget
+) -> None:
+    """RFC 0008 step 6: ``evolve_jobs`` per engine, the same columns in the same order; on
+    PostgreSQL (whose ``INTEGER`` is 32-bit) a microsecond time and a seq fit."""
+    from holon.evolve.jobs import MIGRATIONS, PG_MIGRATIONS
+
+    conn = sqlite3.connect(":memory:")
+    for stmt in MIGRATIONS[0].statements:
+        conn.execute(stmt)
+    sqlite_columns = [r[1] for r in conn.execute("PRAGMA table_info(evolve_jobs)")]
+    queue = JobQueue(store)
+    assert queue.migrations == (PG_MIGRATIONS if engine.name == "postgresql" else MIGRATIONS)
+    chat(store, alice, 1)
+    big = 1_800_000_000_000_000  # 2027 in microseconds: far past 2**31
+    assert queue.enqueue(big) == 1
+    assert queue.lease("w", big) is not None
+    [(created,)] = store.ledger.query("SELECT created_us FROM evolve_jobs", ())
+    assert created == big
+    if engine.name == "postgresql":
+        rows = store.ledger.query(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'evolve_jobs' "
+            "AND table_schema = current_schema() ORDER BY ordinal_position",
+            (),
+        )
+        assert [r[0] for r in rows] == sqlite_columns
+        types = dict(rows)
+        assert {c for c, t in types.items() if t == "bigint"} == {
+            "settled_seq", "not_before_us", "lease_until_us", "created_us", "finished_us"
+        }  # fmt: skip

@@ -179,3 +179,72 @@ def test_a_tampered_source_fails_verification_on_arrival(source: HomePaths, tmp_
     out = json.loads(r.stdout)
     assert not out["verify"]["ok"] and "hash" in out["verify"]["problem"]
     assert out["projections"] == {"rebuilt": False, "reason": "verification failed"}
+
+
+JOBS = (
+    "key, agent_id, turn_id, settled_seq, status, attempts, not_before_us, lease_owner, lease_until_us, "
+    "last_error, created_us, finished_us"
+)
+
+
+def _jobs(engine: Engine) -> tuple[list[Any], Any]:
+    with engine.reader() as c:
+        jobs = [tuple(r) for r in c.fetchall(f"SELECT {JOBS} FROM evolve_jobs ORDER BY key")]
+        cursor = c.fetchone("SELECT seq, version FROM projection_cursors WHERE name = 'evolve'")
+    return jobs, tuple(cursor) if cursor else None
+
+
+@pytest.mark.slow
+def test_the_command_moves_the_evolve_queue_as_stored_both_ways(
+    source: HomePaths, pg_db: PgDatabase, tmp_path: Path
+) -> None:
+    """RFC 0008 step 6: done and dead jobs (and why) are not derivable, so they move with the home,
+    with the queue's cursor (nothing queued twice); times past 2**31 µs fit on PostgreSQL."""
+    from holon.evolve.jobs import JobQueue
+
+    big = 1_800_000_000_000_000
+    with Store.open(source, load_settings(source), clock=FakeClock()) as s:
+        JobQueue(s).ensure()
+        with s.ledger.transaction() as tx:
+            tx.conn.executemany(
+                f"INSERT INTO evolve_jobs({JOBS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    ("turn:t1", AGENT, "t1", 3, "done", 1, 0, None, None, None, big, big + 5),
+                    ("turn:t2", AGENT, "t2", 4, "dead", 5, big + 9, None, None, "RuntimeError: ünïcødé ✓", big, big),
+                ],
+            )
+    want = _jobs(_sqlite(source.db))
+    assert len(want[0]) == 2 and want[1] is not None
+    r = _holon(source.root, "storage", "migrate", "--to", pg_db.url, "--json")
+    assert r.returncode == 0, r
+    assert json.loads(r.stdout)["evolve"] == {"jobs": 2}
+    assert _jobs(PgEngine(pg_db.url)) == want
+    back = tmp_path / "back.db"
+    r = _holon(source.root, "storage", "migrate", "--from", pg_db.url, "--to", f"sqlite:///{back}")
+    assert r.returncode == 0, r
+    assert "evolve jobs copied as stored: 2" in r.stdout
+    assert _jobs(_sqlite(back)) == want
+
+
+@pytest.mark.slow
+def test_the_command_moves_hook_tokens_from_the_home_file_into_the_table_and_says_when_it_cannot(
+    source: HomePaths, pg_db: PgDatabase, tmp_path: Path
+) -> None:
+    """A moved home's hook URLs keep working: the file's tokens become ``hook_tokens`` rows; a
+    SQLite target other than the home's file has nowhere to keep them, and the command says so."""
+    from holon.daemon.hooks import HookTokens
+
+    token = HookTokens(source.root).token(AGENT)
+    r = _holon(source.root, "storage", "migrate", "--to", pg_db.url, "--json")
+    assert r.returncode == 0, r
+    assert json.loads(r.stdout)["hook_tokens"] == {"tokens": 1}
+    engine = PgEngine(pg_db.url)
+    try:
+        with engine.reader() as c:
+            assert [tuple(row) for row in c.fetchall("SELECT agent_id, token FROM hook_tokens", ())] == [(AGENT, token)]
+    finally:
+        engine.close()
+    back = tmp_path / "back.db"
+    r = _holon(source.root, "storage", "migrate", "--from", pg_db.url, "--to", f"sqlite:///{back}")
+    assert r.returncode == 0, r
+    assert "hook tokens copied: 0 (the target is not this home's file" in r.stdout

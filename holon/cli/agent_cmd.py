@@ -284,7 +284,7 @@ def hook(
     json_out: JsonOpt = False,
 ) -> None:
     """Show the agent's capability URL for external events (POST a JSON object to it); keep it secret."""
-    from holon.daemon.hooks import HookTokens
+    from holon.daemon.hooks import hook_tokens
     from holon.daemon.process import read_state
 
     c = ctx_of(ctx, home, json_out)
@@ -296,8 +296,8 @@ def hook(
         else:
             with open_store(c) as store:
                 agent = store.agent(name)
-            tokens = HookTokens(c.paths.root)
-            path = f"/v1/hooks/{tokens.rotate(agent.agent_id) if rotate else tokens.token(agent.agent_id)}"
+                tokens = hook_tokens(store)
+                path = f"/v1/hooks/{tokens.rotate(agent.agent_id) if rotate else tokens.token(agent.agent_id)}"
     info = read_state(c.paths)
     base = info.get("api") if info.get("running") else None
     url = f"{base}{path}" if base else None

@@ -158,7 +158,55 @@ def _run(
         data["projections"] = {"rebuilt": False, "reason": "verification failed"}
         return data
     data["projections"] = _rebuild(target, settings, paths)
+    if data["projections"]["rebuilt"]:
+        data["evolve"] = _copy_queue(src, target, settings, paths)
+        data["hook_tokens"] = _copy_tokens(src, target, settings, paths)
     return data
+
+
+def _copy_queue(src: Engine, target: Ledger, settings: Settings, paths: HomePaths) -> dict[str, Any]:
+    """The evolve queue's jobs and cursor, copied as stored (done and dead jobs are not derivable)."""
+    from holon.evolve.jobs import copy_queue
+    from holon.projections.projector import Projector
+    from holon.projections.store import Store
+
+    projector = next(h for h in target.hooks if isinstance(h, Projector))
+    with src.reader() as r:
+        jobs = copy_queue(r, Store(paths, settings, target, projector)) if src.has_table(r, "evolve_jobs") else 0
+    return {"jobs": jobs}
+
+
+def _copy_tokens(src: Engine, target: Ledger, settings: Settings, paths: HomePaths) -> dict[str, Any]:
+    """Hook tokens, so a moved home's URLs keep working: the home's file is a SQLite home's record,
+    the ``hook_tokens`` table a PostgreSQL one's; a SQLite file other than the home's has none."""
+    from holon.daemon.hooks import HookTokens, TokenMap, hook_tokens
+    from holon.projections.projector import Projector
+    from holon.projections.store import Store
+
+    def home_file(engine: Engine) -> bool:
+        return engine.dialect == "sqlite" and Path(engine.location).resolve() == paths.db.resolve()
+
+    if src.dialect == "postgresql":
+        with src.reader() as r:
+            have = src.has_table(r, "hook_tokens")
+            rows = r.fetchall("SELECT agent_id, token FROM hook_tokens", ()) if have else []
+        tokens = {str(a): str(t) for a, t in rows}
+    elif home_file(src):
+        tokens = HookTokens(paths.root).all()
+    else:
+        return {"tokens": 0, "reason": "the source is not this home's file"}
+    if not tokens:
+        return {"tokens": 0}
+    sink: TokenMap
+    if target.engine.dialect == "postgresql":
+        projector = next(h for h in target.hooks if isinstance(h, Projector))
+        sink = hook_tokens(Store(paths, settings, target, projector))
+    elif home_file(target.engine):
+        sink = HookTokens(paths.root)
+    else:
+        return {"tokens": 0, "reason": "the target is not this home's file"}
+    sink.load(tokens)
+    return {"tokens": len(tokens)}
 
 
 def _rebuild(target: Ledger, settings: Settings, paths: HomePaths) -> dict[str, Any]:
@@ -194,6 +242,12 @@ def _report(c: Any, data: dict[str, Any]) -> None:
         )
     else:
         lines.append(f"projections not rebuilt: {pj['reason']}")
+    if "evolve" in data:
+        lines.append(f"evolve jobs copied as stored: {data['evolve']['jobs']}")
+    if "hook_tokens" in data:
+        ht = data["hook_tokens"]
+        why = f" ({ht['reason']}: they are minted anew on first use)" if "reason" in ht else ""
+        lines.append(f"hook tokens copied: {ht['tokens']}{why}")
     emit(c, data, "\n".join(lines))
     if not v["ok"] or (pj["rebuilt"] and not pj["replay_ok"]):
         raise typer.Exit(1)

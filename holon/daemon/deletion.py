@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from holon.daemon.hooks import HookTokens
+from holon.daemon.hooks import hook_tokens
 from holon.errors import NotFoundError
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
@@ -58,7 +58,7 @@ def delete_records(store: Store, state: AgentState, *, origin: str) -> None:
     agents = store.paths.agents.resolve()
     if home.is_relative_to(agents) and home != agents:
         shutil.rmtree(home, ignore_errors=True)
-    HookTokens(store.paths.root).forget(agent_id)
+    hook_tokens(store).forget(agent_id)
 
 
 def delete_offline(store: Store, agent: str, *, origin: str = "operator:cli") -> tuple[AgentState, list[AgentState]]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from holon.clock import Clock
 from holon.daemon.deletion import REASON, delete_records, descendants
 from holon.daemon.group_commit import GroupCommit
-from holon.daemon.hooks import HookTokens
+from holon.daemon.hooks import hook_tokens
 from holon.daemon.wakes import Phase, Wakes
 from holon.errors import ConflictError, NotFoundError
 from holon.ledger import Event
@@ -161,15 +161,16 @@ class Ports:
     # --- external events --------------------------------------------------------------------
 
     def external_token(self, agent: str) -> str:
-        """Kept in ``<home>/run/external_tokens.json`` (mode 0600), never in the ledger."""
-        return HookTokens(self.store.paths.root).token(self.store.agent(agent).agent_id)
+        """Kept in ``<home>/run/external_tokens.json`` (mode 0600) on SQLite, in ``hook_tokens`` on
+        PostgreSQL; never in the ledger."""
+        return hook_tokens(self.store).token(self.store.agent(agent).agent_id)
 
     def rotate_external_token(self, agent: str) -> str:
         """A new capability token; the agent's old URL is refused from now on."""
-        return HookTokens(self.store.paths.root).rotate(self.store.agent(agent).agent_id)
+        return hook_tokens(self.store).rotate(self.store.agent(agent).agent_id)
 
     def agent_for_token(self, token: str) -> AgentState | None:
-        found = HookTokens(self.store.paths.root).agent_for(token)
+        found = hook_tokens(self.store).agent_for(token)
         if found is None:
             return None
         try:

@@ -11,6 +11,10 @@ Completing a job happens in the transaction that appends what the job produced (
 the open transaction), so a job either produced its events and is done, or produced nothing.
 
 Time comes from the caller (``now_us``): the worker passes its clock, tests pass an injected one.
+The lease is the exception on PostgreSQL (RFC 0008, step 6): there several nodes' workers share one
+queue, so a lease's expiry is written and compared in the database's clock (``lease_time =
+"database"``, the default on that engine), never one machine's clock against another's. On SQLite
+the one host's clock is the caller's, as it always was.
 
 The queue is a ``Projection`` (``holon.projections.framework``): its table is made by named,
 versioned migrations in the ``evolve`` namespace, and ``enqueue`` is the framework's catch-up, whose
@@ -21,14 +25,14 @@ seam (``EventQuery``), never with SQL over the events table.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from holon.ledger import EventQuery, Transaction
 from holon.ledger.sql import Conn
 from holon.projections import Store, framework
-from holon.projections.framework import Migration, open_projection, stored_cursor
+from holon.projections.framework import Migration, open_projection, read_cursor, stored_cursor, write_cursor
 
-__all__ = ["MIGRATIONS", "QUEUE_VERSION", "Job", "JobQueue"]
+__all__ = ["MIGRATIONS", "PG_MIGRATIONS", "QUEUE_VERSION", "Job", "JobQueue", "copy_queue"]
 
 CURSOR = "evolve"
 #: Bump when what a settled turn queues changes: the queue is emptied and refilled from the ledger
@@ -57,6 +61,29 @@ _SCHEMA = (
 )
 #: ``IF NOT EXISTS``: the first migration adopts a queue made before the queue had migrations.
 MIGRATIONS = (Migration(1, "evolve_jobs", _SCHEMA),)
+_PG_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS evolve_jobs (
+        key TEXT COLLATE "C" PRIMARY KEY,
+        agent_id TEXT COLLATE "C" NOT NULL,
+        turn_id TEXT COLLATE "C" NOT NULL,
+        settled_seq BIGINT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'done', 'dead')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        not_before_us BIGINT NOT NULL DEFAULT 0,
+        lease_owner TEXT,
+        lease_until_us BIGINT,
+        last_error TEXT,
+        created_us BIGINT NOT NULL,
+        finished_us BIGINT
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS evolve_jobs_ready ON evolve_jobs(status, not_before_us, settled_seq)",
+)
+#: The same queue on PostgreSQL (RFC 0008 step 6): its ``INTEGER`` is 32-bit, so the microsecond
+#: times and seqs are ``BIGINT``, and the keys sort bytewise (``"C"``) as the ledger's own do.
+PG_MIGRATIONS = (Migration(1, "evolve_jobs", _PG_SCHEMA),)
+_MIGRATIONS = {"sqlite": MIGRATIONS, "postgresql": PG_MIGRATIONS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +99,9 @@ class Job:
     last_error: str | None
 
 
+#: The database's clock in microseconds since the epoch (PostgreSQL only: ``lease_time = "database"``).
+_DB_NOW_US = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
+
 _COLUMNS = "key, agent_id, turn_id, settled_seq, status, attempts, lease_owner, lease_until_us, last_error"
 
 
@@ -84,8 +114,17 @@ class JobQueue:
         max_attempts: int = 5,
         backoff_s: float = 5.0,
         backfill: bool = True,
+        lease_time: Literal["caller", "database"] | None = None,
     ) -> None:
+        """``lease_time``: whose clock times a lease; ``None`` = the database's on PostgreSQL (nodes
+        share the queue), the caller's ``now_us`` on SQLite (one host)."""
         self.store = store
+        dialect = store.ledger.engine.dialect
+        if lease_time is None:
+            lease_time = "database" if dialect == "postgresql" else "caller"
+        if lease_time == "database" and dialect != "postgresql":
+            raise ValueError(f"lease_time='database' needs PostgreSQL, not {dialect}")
+        self.lease_time = lease_time
         self.backfill = backfill
         self.lease_us = int(lease_s * 1e6)
         self.max_attempts = max_attempts
@@ -98,7 +137,11 @@ class JobQueue:
 
     name = CURSOR
     version = QUEUE_VERSION
-    migrations = MIGRATIONS
+
+    @property
+    def migrations(self) -> tuple[Migration, ...]:
+        """The queue's DDL for the store's engine (SQLite's text is the one it always was)."""
+        return _MIGRATIONS[self.store.ledger.engine.dialect]
 
     def ensure(self) -> None:
         """Migrate the queue's table; a home that existed before evolve starts from its head unless
@@ -139,11 +182,16 @@ class JobQueue:
         self.ensure()
         with self.store.ledger.transaction() as tx:
             conn = tx.conn
+            lease_now = now_us
+            if self.lease_time == "database":
+                clock = conn.fetchone(_DB_NOW_US, ())
+                assert clock is not None  # a SELECT without FROM has one row
+                lease_now = int(clock[0])
             while True:
                 row = conn.execute(
                     f"SELECT {_COLUMNS} FROM evolve_jobs WHERE (status = 'queued' AND not_before_us <= ?) "
                     "OR (status = 'running' AND lease_until_us < ?) ORDER BY settled_seq LIMIT 1",
-                    (now_us, now_us),
+                    (now_us, lease_now),
                 ).fetchone()
                 if row is None:
                     return None
@@ -152,7 +200,7 @@ class JobQueue:
                     error = job.last_error or "the worker died while running it (lease expired)"
                     self._set(conn, job.key, status="dead", last_error=error, finished_us=now_us)
                     continue
-                lease_until = now_us + self.lease_us
+                lease_until = lease_now + self.lease_us
                 self._set(
                     conn, job.key, status="running", attempts=job.attempts + 1, lease_owner=worker,
                     lease_until_us=lease_until,
@@ -227,3 +275,30 @@ class JobQueue:
         self.ensure()
         cur = stored_cursor(self.store.ledger, CURSOR)
         return self.store.ledger.head() - (cur.seq if cur is not None else 0)
+
+
+_ALL = (
+    "key, agent_id, turn_id, settled_seq, status, attempts, not_before_us, lease_owner, lease_until_us, "
+    "last_error, created_us, finished_us"
+)
+
+
+def copy_queue(source: Conn, store: Store) -> int:
+    """Copy the queue of another database (``holon storage migrate``) into ``store``'s, as stored.
+
+    Jobs are not derivable from the ledger alone (which are done, which are dead, and why), so a
+    moved home keeps them; the ``evolve`` cursor moves with them, so nothing is queued twice. The
+    target's queue is made with its own engine's DDL and emptied first. ``source`` must have the
+    ``evolve_jobs`` table (``Engine.has_table``). Returns the jobs copied (0, and nothing written,
+    when the source's queue has no cursor)."""
+    cursor = read_cursor(source, CURSOR)
+    if cursor is None:
+        return 0
+    rows = source.fetchall(f"SELECT {_ALL} FROM evolve_jobs ORDER BY key", ())
+    queue = JobQueue(store)
+    queue.ensure()
+    with store.ledger.transaction() as tx:
+        tx.conn.execute("DELETE FROM evolve_jobs")
+        tx.conn.executemany(f"INSERT INTO evolve_jobs({_ALL}) VALUES ({', '.join('?' * 12)})", [tuple(r) for r in rows])
+        write_cursor(tx.conn, CURSOR, cursor.seq, cursor.version)
+    return len(rows)
