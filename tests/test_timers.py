@@ -463,6 +463,7 @@ def _jobs(daemon: Daemon) -> set[str]:
     return {job.id for job in daemon.timers.scheduler.get_jobs()}
 
 
+@pytest.mark.slow  # waits on real time: 1.2 s, or up to 11 s when the next minute is too close
 @pytest.mark.parametrize("spec", ["* * * * *", "CRON_TZ=Europe/Paris * * * * *"])
 def test_a_cron_timer_fires_and_its_next_due_time_comes_from_the_cron(store: Store, spec: str) -> None:
     """In UTC and in a zone: the zoned trigger fires the same way."""
