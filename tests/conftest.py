@@ -238,6 +238,23 @@ def pg_db(request: pytest.FixtureRequest, pg_worker_db: PgDatabase) -> Iterator[
 
 
 @pytest.fixture
+def pg_conns(pg_db: PgDatabase) -> Iterator[Callable[[], Any]]:
+    """Make plain connections to the test's database (autocommit, as holon's), all closed after
+    the test: the tests of what the database itself enforces (leases, names, notifications)."""
+    from holon.ledger.pg.connect import connect
+
+    made: list[Any] = []  # Any: psycopg connections (psycopg is imported by holon.ledger.pg only)
+
+    def make() -> Any:
+        made.append(connect(pg_db.url, timeout_s=10))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
 def pg_new_db(request: pytest.FixtureRequest, pg_template: str) -> Iterator[Callable[..., PgDatabase]]:
     """Make databases of the test's own: ``pg_new_db()`` migrated (from the template),
     ``pg_new_db(migrated=False)`` empty; all dropped when the test ends."""

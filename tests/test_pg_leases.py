@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -25,7 +25,6 @@ from holon.ledger import events as ev
 from holon.ledger.codec import decode_payload
 from holon.ledger.events import PAYLOAD_TYPES
 from holon.ledger.pg.append import EVENT_INSERT, Head, append, begin_append, insert_and_commit, rollback
-from holon.ledger.pg.connect import connect
 from holon.ledger.pg.fence import Fence
 from holon.ledger.pg.leases import HEARTBEAT, Leases, fence, self_fence_deadline
 from holon.ledger.pg.migrations import UNFENCED_TYPES
@@ -36,20 +35,6 @@ from holon.projections.episodes import IDLE_GAP_US
 Conn = psycopg.Connection[tuple[Any, ...]]
 NOW = 1_700_000_000_000_000
 X = "agt_x"
-
-
-@pytest.fixture
-def conns(pg_db: PgDatabase) -> Iterator[Callable[[], Conn]]:
-    """Connections to the test's database (autocommit, as holon's), closed after the test."""
-    made: list[Conn] = []
-
-    def make() -> Conn:
-        made.append(connect(pg_db.url, timeout_s=10))
-        return made[-1]
-
-    yield make
-    for c in made:
-        c.close()
 
 
 def _append(conn: Conn, agent: str, *payloads: ev.PayloadBase, fence: Fence | None = None, by: str = "a") -> Head:
@@ -77,10 +62,10 @@ def _turn(n: int) -> str:
 
 
 def test_the_lease_sequence_an_expired_node_is_refused_before_and_after_a_takeover(
-    conns: Callable[[], Conn],
+    pg_conns: Callable[[], Conn],
 ) -> None:
-    a = Leases(conns(), "a", lease_s=0.6)
-    b = Leases(conns(), "b", lease_s=30)
+    a = Leases(pg_conns(), "a", lease_s=0.6)
+    b = Leases(pg_conns(), "b", lease_s=30)
     assert a.acquire(X) == 1
     assert b.acquire(X) is None  # A's lease lives
     _append(a.conn, X, ev.TurnStarted(turn_id=_turn(1)), ev.ModelRequested(turn_id=_turn(1), round=0, model="m", messages=1), fence=a.fence_for(X))  # fmt: skip
@@ -119,10 +104,10 @@ def test_the_lease_sequence_an_expired_node_is_refused_before_and_after_a_takeov
     assert owner is not None and (owner.node, owner.token, owner.live) == ("b", 2, True)
 
 
-def test_a_takeover_waits_for_the_old_owners_open_append(conns: Callable[[], Conn]) -> None:
-    a = Leases(conns(), "a", lease_s=0.5)
-    b = Leases(conns(), "b", lease_s=30)
-    watcher = conns()
+def test_a_takeover_waits_for_the_old_owners_open_append(pg_conns: Callable[[], Conn]) -> None:
+    a = Leases(pg_conns(), "a", lease_s=0.5)
+    b = Leases(pg_conns(), "b", lease_s=30)
+    watcher = pg_conns()
     assert a.acquire(X) == 1
     # A opens an append while its lease lives, inserts, and keeps the transaction open past expiry
     head = begin_append(a.conn, fence=a.fence_for(X))
@@ -151,12 +136,12 @@ def test_a_takeover_waits_for_the_old_owners_open_append(conns: Callable[[], Con
     assert _order(watcher) == [("lease.acquired", "node:a"), ("tool.called", "node:a"), ("lease.acquired", "node:b")]
 
 
-def test_a_stale_token_is_refused_by_the_database_whatever_the_client_checks(conns: Callable[[], Conn]) -> None:
+def test_a_stale_token_is_refused_by_the_database_whatever_the_client_checks(pg_conns: Callable[[], Conn]) -> None:
     """Raw SQL with ``fence()`` (no holon_begin_append, no local deadline): the trigger alone refuses.
     A node that lost the agent and won it back (token 1 -> 2 -> 3) must not let token 1 append."""
-    a = Leases(conns(), "a", lease_s=0.3)
-    b = Leases(conns(), "b", lease_s=0.3)
-    raw = conns()
+    a = Leases(pg_conns(), "a", lease_s=0.3)
+    b = Leases(pg_conns(), "b", lease_s=0.3)
+    raw = pg_conns()
     assert a.acquire(X) == 1
     _wait_expired(raw, X)
     assert b.acquire(X) == 2
@@ -179,9 +164,9 @@ def test_a_stale_token_is_refused_by_the_database_whatever_the_client_checks(con
     assert _order(raw)[-1] == ("decision.recorded", "node:a")
 
 
-def test_one_transaction_fences_several_agents(conns: Callable[[], Conn]) -> None:
+def test_one_transaction_fences_several_agents(pg_conns: Callable[[], Conn]) -> None:
     """A group commit carries the tokens of every agent it appends for; one missing is refused."""
-    node = Leases(conns(), "a", lease_s=30)
+    node = Leases(pg_conns(), "a", lease_s=30)
     assert node.acquire("agt_1") == 1 and node.acquire("agt_2") == 1
     events = [NewEvent(a, ev.DecisionRecorded(text=a), origin="node:a") for a in ("agt_1", "agt_2")]
     append(node.conn, lambda head: rows_for(head, events, now_us=NOW), fence=node.fence_for("agt_1", "agt_2"))
@@ -191,9 +176,11 @@ def test_one_transaction_fences_several_agents(conns: Callable[[], Conn]) -> Non
     assert [t for t, _ in _order(node.conn)].count("decision.recorded") == 2
 
 
-def test_heartbeat_renews_every_lease_of_the_node_in_one_update(conns: Callable[[], Conn], pg_db: PgDatabase) -> None:
-    node = Leases(conns(), "a", lease_s=30)
-    other = conns()
+def test_heartbeat_renews_every_lease_of_the_node_in_one_update(
+    pg_conns: Callable[[], Conn], pg_db: PgDatabase
+) -> None:
+    node = Leases(pg_conns(), "a", lease_s=30)
+    other = pg_conns()
     agents = [f"agt_{i:03d}" for i in range(300)]
     other.execute(
         "INSERT INTO leases SELECT 'agt_' || lpad(g::text, 3, '0'), 'a', 1, clock_timestamp() + interval '2 s' "
@@ -226,9 +213,9 @@ def test_self_fencing_stops_the_node_before_the_database_would() -> None:
         self_fence_deadline(0.0, 15.0, margin=1.0)
 
 
-def test_self_fencing_refuses_locally_past_the_deadline(conns: Callable[[], Conn]) -> None:
+def test_self_fencing_refuses_locally_past_the_deadline(pg_conns: Callable[[], Conn]) -> None:
     now = [1000.0]
-    node = Leases(conns(), "a", lease_s=30, clock=lambda: now[0])
+    node = Leases(pg_conns(), "a", lease_s=30, clock=lambda: now[0])
     assert node.acquire(X) == 1
     node.fence_for(X)
     now[0] += 30 * 0.8 - 0.001
@@ -245,9 +232,9 @@ def test_self_fencing_refuses_locally_past_the_deadline(conns: Callable[[], Conn
         node.fence_for("agt_never")
 
 
-def test_release_frees_the_agent_and_is_recorded(conns: Callable[[], Conn]) -> None:
-    a = Leases(conns(), "a", lease_s=30)
-    b = Leases(conns(), "b", lease_s=30)
+def test_release_frees_the_agent_and_is_recorded(pg_conns: Callable[[], Conn]) -> None:
+    a = Leases(pg_conns(), "a", lease_s=30)
+    b = Leases(pg_conns(), "b", lease_s=30)
     assert a.acquire(X) == 1
     assert a.release(X, reason="rebalance") is True
     assert not a.holds(X)
@@ -259,23 +246,25 @@ def test_release_frees_the_agent_and_is_recorded(conns: Callable[[], Conn]) -> N
     assert decode_payload(row[0], row[1], row[2]) == ev.LeaseReleased(node="a", token=1, reason="rebalance")
 
 
-def test_reacquiring_keeps_a_live_token_and_renews_an_expired_one(conns: Callable[[], Conn]) -> None:
-    node = Leases(conns(), "a", lease_s=30)
+def test_reacquiring_keeps_a_live_token_and_renews_an_expired_one(pg_conns: Callable[[], Conn]) -> None:
+    node = Leases(pg_conns(), "a", lease_s=30)
     assert node.acquire(X) == 1
     assert node.acquire(X) == 1  # renewed: a turn running under token 1 goes on
     assert node.owner_of("agt_none") is None
-    short = Leases(conns(), "a", lease_s=0.3)
+    short = Leases(pg_conns(), "a", lease_s=0.3)
     assert short.acquire("agt_y") == 1
     _wait_expired(short.conn, "agt_y")
     assert short.acquire("agt_y") == 2  # its own, but expired: a turn still running under 1 must not append
 
 
-def test_unfenced_types_are_the_declared_ones_and_every_other_type_needs_the_lease(conns: Callable[[], Conn]) -> None:
+def test_unfenced_types_are_the_declared_ones_and_every_other_type_needs_the_lease(
+    pg_conns: Callable[[], Conn],
+) -> None:
     """Each payload type appended from a transaction with no fence: accepted exactly when declared
     unfenced (the list is closed: a new type is fenced unless a migration declares it), once the
     agent has been leased by some node."""
-    conn = conns()
-    assert Leases(conns(), "b", lease_s=30).acquire(X) == 1
+    conn = pg_conns()
+    assert Leases(pg_conns(), "b", lease_s=30).acquire(X) == 1
     assert set(UNFENCED_TYPES) <= set(PAYLOAD_TYPES)
     accepted: list[str] = []
     for tag in sorted(PAYLOAD_TYPES):
@@ -311,13 +300,13 @@ def _append_unfenced(conn: Conn, agent: str, tag: str) -> bool:
             return False
 
 
-def test_an_agent_no_node_ever_leased_needs_no_fence_and_a_released_one_does(conns: Callable[[], Conn]) -> None:
+def test_an_agent_no_node_ever_leased_needs_no_fence_and_a_released_one_does(pg_conns: Callable[[], Conn]) -> None:
     """A single process without nodes (the CLI, one daemon without ``--node``) owns every agent and
     takes no leases: its appends pass. Once a node has leased the agent, the lease row stays (a
     release only expires it), so a stale writer without the live token is refused for good."""
-    conn = conns()
+    conn = pg_conns()
     assert _append_unfenced(conn, "agt_solo", "turn.started")
-    node = Leases(conns(), "a", lease_s=30)
+    node = Leases(pg_conns(), "a", lease_s=30)
     assert node.acquire("agt_solo") == 1
     assert not _append_unfenced(conn, "agt_solo", "turn.started")
     assert node.release("agt_solo")
@@ -325,8 +314,8 @@ def test_an_agent_no_node_ever_leased_needs_no_fence_and_a_released_one_does(con
     assert _append_unfenced(conn, "agt_solo", "message.received")
 
 
-def test_a_refusal_other_than_the_fence_stays_a_ledger_error(conns: Callable[[], Conn]) -> None:
-    conn = conns()
+def test_a_refusal_other_than_the_fence_stays_a_ledger_error(pg_conns: Callable[[], Conn]) -> None:
+    conn = pg_conns()
     head = begin_append(conn, fence=Fence("a", {}))
     rows, _ = rows_for(head, [NewEvent(X, ev.MessageReceived(text="x"))], now_us=NOW)
     bad: Sequence[Any] = (rows[0][0] + 1, *rows[0][1:])  # a gap
@@ -349,10 +338,10 @@ def test_what_the_projector_derives_in_an_inputs_transaction_is_unfenced(store: 
     assert set(derived) <= set(UNFENCED_TYPES)
 
 
-def test_a_lost_connection_is_storage_unavailable(conns: Callable[[], Conn]) -> None:
+def test_a_lost_connection_is_storage_unavailable(pg_conns: Callable[[], Conn]) -> None:
     """What the daemon's heartbeat loop sees when the server drops its connection: holon's
     retryable error, never a psycopg exception."""
-    node, admin = Leases(conns(), "a", lease_s=30), conns()
+    node, admin = Leases(pg_conns(), "a", lease_s=30), pg_conns()
     assert node.acquire(X) == 1
     admin.execute("SELECT pg_terminate_backend(%s)", (node.conn.info.backend_pid,))
     with pytest.raises(StorageUnavailable, match="during the heartbeat"):
@@ -362,11 +351,11 @@ def test_a_lost_connection_is_storage_unavailable(conns: Callable[[], Conn]) -> 
 
 
 @pytest.mark.slow  # waits most of a real 2.5 s lease
-def test_a_node_that_cannot_renew_stops_before_its_lease_expires(conns: Callable[[], Conn]) -> None:
+def test_a_node_that_cannot_renew_stops_before_its_lease_expires(pg_conns: Callable[[], Conn]) -> None:
     """Real clocks: the node's own deadline (80% of the lease, from the moment it sent the acquire)
     passes while the database still counts the lease as live, so the old owner has stopped before
     any other node could take over."""
-    node = Leases(conns(), "a", lease_s=2.5)
+    node = Leases(pg_conns(), "a", lease_s=2.5)
     assert node.acquire(X) == 1
     deadline = time.monotonic() + 10
     while node.holds(X):  # no heartbeat: as if the database were unreachable

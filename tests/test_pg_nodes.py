@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ from holon.errors import LedgerError, NodeNameTaken
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.ledger.pg.append import append
-from holon.ledger.pg.connect import connect
 from holon.ledger.pg.leases import Leases
 from holon.ledger.pg.migrations import latest_version
 from holon.ledger.pg.nodes import claim, list_nodes, unclaim
@@ -32,19 +31,6 @@ from holon.ledger.pg.timers import claim_fire, fire_key
 Conn = psycopg.Connection[tuple[Any, ...]]
 NOW = 1_700_000_000_000_000
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def conns(pg_db: PgDatabase) -> Iterator[Callable[[], Conn]]:
-    made: list[Conn] = []
-
-    def make() -> Conn:
-        made.append(connect(pg_db.url, timeout_s=10))
-        return made[-1]
-
-    yield make
-    for c in made:
-        c.close()
 
 
 def _claim_when_free(conn: Conn, name: str, *, timeout_s: float = 10.0) -> float:
@@ -59,8 +45,8 @@ def _claim_when_free(conn: Conn, name: str, *, timeout_s: float = 10.0) -> float
             time.sleep(0.005)
 
 
-def test_a_second_node_with_the_same_name_is_refused_until_the_first_dies(conns: Callable[[], Conn]) -> None:
-    first, second, admin = conns(), conns(), conns()
+def test_a_second_node_with_the_same_name_is_refused_until_the_first_dies(pg_conns: Callable[[], Conn]) -> None:
+    first, second, admin = pg_conns(), pg_conns(), pg_conns()
     info = claim(first, "n1", schema_version=latest_version(), url="http://h1:8080", host="h1", pid=111)
     assert (info.name, info.host, info.pid, info.url, info.schema_version) == (
         "n1", "h1", 111, "http://h1:8080", latest_version()
@@ -75,8 +61,8 @@ def test_a_second_node_with_the_same_name_is_refused_until_the_first_dies(conns:
     assert next(n for n in list_nodes(admin) if n.name == "n1").host == "h2"
 
 
-def test_a_clean_stop_frees_the_name(conns: Callable[[], Conn]) -> None:
-    first, second = conns(), conns()
+def test_a_clean_stop_frees_the_name(pg_conns: Callable[[], Conn]) -> None:
+    first, second = pg_conns(), pg_conns()
     claim(first, "n1", schema_version=latest_version())
     assert unclaim(first, "n1") is True
     assert unclaim(first, "n1") is False
@@ -95,14 +81,14 @@ time.sleep(600)
 
 
 @pytest.mark.slow  # starts a process
-def test_the_name_is_free_once_the_holders_process_is_killed(conns: Callable[[], Conn], pg_db: PgDatabase) -> None:
+def test_the_name_is_free_once_the_holders_process_is_killed(pg_conns: Callable[[], Conn], pg_db: PgDatabase) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, pg_db.url, str(latest_version())],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "claimed"
-        other = conns()
+        other = pg_conns()
         with pytest.raises(NodeNameTaken, match=f"pid {proc.pid}"):
             claim(other, "n1", schema_version=latest_version())
         proc.send_signal(signal.SIGKILL)
@@ -114,8 +100,8 @@ def test_the_name_is_free_once_the_holders_process_is_killed(conns: Callable[[],
         proc.wait(timeout=30)
 
 
-def test_a_timer_firing_is_claimed_once_by_three_concurrent_nodes(conns: Callable[[], Conn]) -> None:
-    nodes = [conns() for _ in range(3)]
+def test_a_timer_firing_is_claimed_once_by_three_concurrent_nodes(pg_conns: Callable[[], Conn]) -> None:
+    nodes = [pg_conns() for _ in range(3)]
     fired = ev.TimerFired(timer_id="tmr_1", scheduled_for_us=NOW)
     barrier = threading.Barrier(3)
     results: list[int | None] = []
@@ -142,8 +128,8 @@ def test_a_timer_firing_is_claimed_once_by_three_concurrent_nodes(conns: Callabl
     assert claim_fire(nodes[2], "agt_t", fired, now_us=NOW) is None
 
 
-def test_a_client_that_skips_the_claim_hits_the_unique_key(conns: Callable[[], Conn]) -> None:
-    conn = conns()
+def test_a_client_that_skips_the_claim_hits_the_unique_key(pg_conns: Callable[[], Conn]) -> None:
+    conn = pg_conns()
     fired = ev.TimerFired(timer_id="tmr_1", scheduled_for_us=NOW)
     assert claim_fire(conn, "agt_t", fired, now_us=NOW) == 1
     again = NewEvent("agt_t", fired, origin="timer:tmr_1", authority="timer", idempotency_key=fire_key("tmr_1", NOW))
@@ -174,7 +160,7 @@ time.sleep(600)
 
 @pytest.mark.slow  # starts a process and waits out a real lease
 def test_a_killed_owner_loses_its_open_append_its_name_and_then_its_agent(
-    conns: Callable[[], Conn], pg_db: PgDatabase
+    pg_conns: Callable[[], Conn], pg_db: PgDatabase
 ) -> None:
     """SIGKILL of a node in the middle of an append: the server rolls its transaction back (and
     frees the ledger lock and the node's name at once); the lease runs out on the database's clock
@@ -185,10 +171,10 @@ def test_a_killed_owner_loses_its_open_append_its_name_and_then_its_agent(
     )  # fmt: skip
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "open"
-        b = Leases(conns(), "b", lease_s=30)
+        b = Leases(pg_conns(), "b", lease_s=30)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        _claim_when_free(conns(), "a")  # the killed node's session is gone
+        _claim_when_free(pg_conns(), "a")  # the killed node's session is gone
         deadline = time.monotonic() + 10
         while (token := b.acquire("agt_k")) is None:  # refused while the dead node's lease lives
             assert time.monotonic() < deadline, "the dead node's lease did not run out"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -27,19 +27,6 @@ from holon.ledger.pg.rows import rows_for
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 NOW = 1_700_000_000_000_000
-
-
-@pytest.fixture
-def conns(pg_db: PgDatabase) -> Iterator[Callable[[], Conn]]:
-    made: list[Conn] = []
-
-    def make() -> Conn:
-        made.append(connect(pg_db.url, timeout_s=10))
-        return made[-1]
-
-    yield make
-    for c in made:
-        c.close()
 
 
 def _input(conn: Conn, *agents: str, notify: bool = True) -> Head:
@@ -70,9 +57,9 @@ def test_payload_names_the_head_and_the_agents() -> None:
     assert parse_notification("not json") is None and parse_notification('{"x":1}') is None
 
 
-def test_an_append_wakes_a_listener_with_its_agents(pg_db: PgDatabase, conns: Callable[[], Conn]) -> None:
+def test_an_append_wakes_a_listener_with_its_agents(pg_db: PgDatabase, pg_conns: Callable[[], Conn]) -> None:
     q: queue.Queue[Advance] = queue.Queue()
-    writer = conns()
+    writer = pg_conns()
     with _listener(pg_db, q, catch_up_s=60) as listener:
         head = _input(writer, "agt_1", "agt_2")
         assert _next(q) == Advance(head.seq, frozenset({"agt_1", "agt_2"}), "notify")
@@ -87,16 +74,16 @@ def test_an_append_wakes_a_listener_with_its_agents(pg_db: PgDatabase, conns: Ca
         assert listener.seen == head.seq
 
 
-def test_a_lost_notification_is_found_by_the_catch_up(pg_db: PgDatabase, conns: Callable[[], Conn]) -> None:
+def test_a_lost_notification_is_found_by_the_catch_up(pg_db: PgDatabase, pg_conns: Callable[[], Conn]) -> None:
     q: queue.Queue[Advance] = queue.Queue()
-    writer = conns()
+    writer = pg_conns()
     with _listener(pg_db, q, catch_up_s=0.2):
         head = _input(writer, "agt_1", notify=False)  # as if the notification never arrived
         assert _next(q) == Advance(head.seq, None, "catch_up")
 
 
-def test_a_listener_starting_behind_reports_what_it_missed(pg_db: PgDatabase, conns: Callable[[], Conn]) -> None:
-    writer = conns()
+def test_a_listener_starting_behind_reports_what_it_missed(pg_db: PgDatabase, pg_conns: Callable[[], Conn]) -> None:
+    writer = pg_conns()
     head = _input(writer, "agt_1", notify=False)
     q: queue.Queue[Advance] = queue.Queue()
     with _listener(pg_db, q, after=0, catch_up_s=60):
@@ -104,13 +91,13 @@ def test_a_listener_starting_behind_reports_what_it_missed(pg_db: PgDatabase, co
 
 
 def test_the_listener_reconnects_and_finds_what_was_appended_while_it_was_away(
-    pg_db: PgDatabase, conns: Callable[[], Conn]
+    pg_db: PgDatabase, pg_conns: Callable[[], Conn]
 ) -> None:
     """The listener's backend is terminated; while it is away (its reconnect held at a gate) an
     append's notification is sent to no one; once back it finds the event at once (the catch-up
     after every reconnect), and notifications flow again."""
     q: queue.Queue[Advance] = queue.Queue()
-    writer, admin = conns(), conns()
+    writer, admin = pg_conns(), pg_conns()
     gate, waiting = threading.Event(), threading.Event()
     attempts = [0]
 
@@ -140,7 +127,7 @@ def test_the_listener_reconnects_and_finds_what_was_appended_while_it_was_away(
     assert q.empty()
 
 
-def test_a_failing_callback_does_not_stop_the_wakes(pg_db: PgDatabase, conns: Callable[[], Conn]) -> None:
+def test_a_failing_callback_does_not_stop_the_wakes(pg_db: PgDatabase, pg_conns: Callable[[], Conn]) -> None:
     got: queue.Queue[Advance] = queue.Queue()
     calls = [0]
 
@@ -150,7 +137,7 @@ def test_a_failing_callback_does_not_stop_the_wakes(pg_db: PgDatabase, conns: Ca
             raise RuntimeError("a bug in the caller")
         got.put(a)
 
-    writer = conns()
+    writer = pg_conns()
     listener = Listener(lambda: connect(pg_db.url, timeout_s=10), on_advance, catch_up_s=60).start()
     try:
         assert listener.wait_listening(10)
@@ -171,11 +158,11 @@ def test_stop_is_prompt(pg_db: PgDatabase) -> None:
     assert time.monotonic() - t0 < 5  # bounded by poll_s (0.25 s), generously
 
 
-def test_an_input_on_one_node_wakes_the_owner_on_another(pg_db: PgDatabase, conns: Callable[[], Conn]) -> None:
+def test_an_input_on_one_node_wakes_the_owner_on_another(pg_db: PgDatabase, pg_conns: Callable[[], Conn]) -> None:
     """Steps 9 and 10 together, as the daemon will use them: node A owns the agent; node B's API
     appends the input (unfenced) and notifies; A's listener wakes with the agent's id and A runs
     the turn under its fence; B cannot."""
-    a, b = Leases(conns(), "a", lease_s=30), Leases(conns(), "b", lease_s=30)
+    a, b = Leases(pg_conns(), "a", lease_s=30), Leases(pg_conns(), "b", lease_s=30)
     assert a.acquire("agt_1") == 1
     woken: queue.Queue[Advance] = queue.Queue()
     with _listener(pg_db, woken, catch_up_s=60):
