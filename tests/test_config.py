@@ -295,7 +295,7 @@ def test_junk_config_only_raises_config_error(doc: dict[str, Any]) -> None:
         result = _load_only_config_errors(paths)
         if result is not None:
             assert isinstance(result, Settings)
-            assert set(doc) <= {"ledger", "logging"}
+            assert set(doc) <= set(Settings.model_fields)  # only real sections load (a random key may be one)
 
 
 @settings(max_examples=50)

@@ -159,6 +159,7 @@ class Engine:
         self.analyzer = _analyzer()
         self._lock = threading.Lock()
         self._generation: tuple[int, int, int] | None = None
+        self._collected = False
         self.index = self._open()
 
     def _open(self) -> Any:  # Any: tantivy.Index
@@ -189,6 +190,12 @@ class Engine:
         with self._lock:
             writer = self.index.writer(heap_size=HEAP, num_threads=1)
             try:
+                if not self._collected:
+                    # A process killed inside a commit leaves files the committed meta does not name
+                    # (a segment's ``<id>.<opstamp>.del``); the next commit reaches the same opstamp
+                    # and would fail on FileAlreadyExists. The first writer of a process removes them.
+                    writer.garbage_collect_files()
+                    self._collected = True
                 if clear:
                     writer.delete_all_documents()
                 for owner in owners:
