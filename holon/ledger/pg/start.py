@@ -30,6 +30,7 @@ def refuse_until_wired(url: str, *, timeout_s: float) -> None:
     probe(url, timeout_s=timeout_s)
     raise ConfigError(
         f"storage.url names PostgreSQL at {pg.where} (database {pg.dbname}), but holon's PostgreSQL engine is "
-        "not wired yet for a whole home (the ledger runs there; projections, the evolve queue and search follow: "
-        "RFC 0008 steps 5-7); leave [storage] url empty to keep the home in its SQLite file"
+        "not wired yet for a whole home (the ledger, projections and the evolve queue run there; the search "
+        "index follows: RFC 0008 step 7); leave [storage] url empty to keep the home in its SQLite file, "
+        "or use 'holon storage migrate' to copy a home's ledger there"
     )
