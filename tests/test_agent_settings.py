@@ -264,6 +264,22 @@ def test_read_settings_is_total() -> None:
     assert read_settings({"max_rounds": 3}).problem is None
 
 
+def test_read_settings_remembered_by_value_and_type() -> None:
+    """Read once per distinct mapping (every view reads every agent's), never confusing ``True``
+    with ``1`` or ``1.0`` (equal in Python, not to the strict fields) nor a changed mapping."""
+    assert read_settings({"paused": True}).settings.paused is True
+    assert read_settings({"paused": 1}).problem is not None  # not the cached ``True``'s
+    assert read_settings({"temperature": 1.0}).settings.temperature == 1.0
+    assert read_settings({"max_rounds": 1}) is read_settings({"max_rounds": 1})
+    assert read_settings({"max_rounds": 1.0}).problem is not None
+    raw: dict[str, Any] = {"max_rounds": 2}
+    assert read_settings(raw).settings.max_rounds == 2
+    raw["max_rounds"] = 3  # the same dict changed: read again
+    assert read_settings(raw).settings.max_rounds == 3
+    odd = {"max_rounds": [1], "model": "openai/x"}  # an unhashable value: read, not remembered
+    assert read_settings(odd).settings.model == "openai/x" and read_settings(odd).problem is not None
+
+
 def _agent(settings: dict[str, Any]) -> AgentState:
     return AgentState(agent_id="agt_x", name="x", template="assistant", home="/h", settings=settings, created_us=0,
                       last_event_us=0)  # fmt: skip

@@ -13,6 +13,7 @@ import pytest
 
 from holon.cli.config_cmd import HIDDEN, shown
 from holon.cli.toml_out import to_toml
+from holon.config import ModelDefaults
 from holon.projections.state import AgentState, TimerProjection, WaitProjection
 from holon.runtime.status import (
     ABORTED_REASON,
@@ -22,6 +23,7 @@ from holon.runtime.status import (
     describe,
     is_internal,
     model_label,
+    status_entries,
     status_entry,
     without_internal,
 )
@@ -115,6 +117,44 @@ def test_internal_agents_and_model_labels() -> None:
     status = {"pid": 1, "agents": [{"name": "a"}, {"name": "diagnose", "internal": True}]}
     assert [a["name"] for a in without_internal(status)["agents"]] == ["a"]
     assert len(without_internal(status, everything=True)["agents"]) == 2
+
+
+def test_the_batched_entries_are_each_agents_own_decision() -> None:
+    """``status_entries`` (the daemon's status, the dashboard, ``agent list`` without a daemon) gives
+    every agent what ``decide`` + ``status_entry`` give it alone, its waits and timers found by id."""
+    b = AgentState(agent_id="agt_b", name="b", template="t", home="/h", created_us=1, last_event_us=1,
+                   status="waiting", settings={"model": "openai/b", "max_rounds": "many"})  # fmt: skip
+    c = AgentState(agent_id="agt_c", name="c", template="t", home="/h", created_us=1, last_event_us=1,
+                   settings={"diagnostic": True})  # fmt: skip
+    a_wait = wait(on="until", reason="a nap")
+    b_wait = WaitProjection(wait_id="w2", agent_id="agt_b", on="operator", recheck_at_us=NOW + 5, registered_us=1)
+    agents, defaults = [agent(), b, c], ModelDefaults(model="anthropic/y")
+    lives = {"agt_a": None, "agt_b": Live(), "agt_c": Live(running=True)}
+    entries = status_entries(
+        agents, now_us=NOW, waits=[b_wait, a_wait], timers=[timer()], live=lambda x: lives[x.agent_id],
+        budget=lambda x: "1 of 1 turns per day used" if x.agent_id == "agt_a" else None, defaults=defaults,
+    )  # fmt: skip
+    assert [e["name"] for e in entries] == ["a", "b", "c"]
+    alone = [
+        status_entry(decide(agent(), now_us=NOW, waits=[a_wait], timers=[timer()], live=None,
+                            budget=lambda: "1 of 1 turns per day used"), [a_wait], model="anthropic/y"),
+        status_entry(decide(b, now_us=NOW, waits=[b_wait], timers=[], live=Live(),
+                            problem="settings ignored, defaults used instead: max_rounds (must be an integer "
+                            "from 1 to 200)"), [b_wait], model="openai/b"),
+        status_entry(decide(c, now_us=NOW, waits=[], timers=[], live=Live(running=True)), [], model="anthropic/y"),
+    ]  # fmt: skip
+    assert [{k: v for k, v in e.items() if k != "internal"} for e in entries] == alone
+    assert [e["internal"] for e in entries] == [False, False, True]
+    assert entries[0]["state"] == "asleep" and entries[1]["state"] == "waiting" and entries[2]["state"] == "running"
+    assert "max_rounds" in entries[1]["detail"]
+    assert set(status_entry(decide(agent(), now_us=NOW, waits=[], timers=[], live=None))) == {
+        "agent_id",
+        "name",
+        "state",
+        "detail",
+        "next_wake_us",
+        "next_wake",
+    }  # the dataclass's fields and the ISO time, as ``asdict`` gave them
 
 
 def test_settings_render_as_toml_that_reads_back() -> None:

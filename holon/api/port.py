@@ -115,6 +115,11 @@ class DaemonPort(Protocol):
         """Daemon status: pid, uptime, ledger head, projection and index lag, and per agent an ``AgentStatus``."""
         ...
 
+    def agent_entries(self, agents: list[AgentState]) -> list[dict[str, Any]]:
+        """The status entries of ``agents`` decided at once, in their order: what ``status()``
+        lists for them (``holon.runtime.status.status_entries``), without the daemon's counters."""
+        ...
+
     def agent_status(self, agent: AgentState) -> AgentStatus:
         """One agent's live state (paused, running, waiting on what, asleep until when, failed)."""
         ...

@@ -47,30 +47,19 @@ def live_entries(c: Ctx, store: Store, agents: Sequence[AgentState]) -> dict[str
 def _decided_here(store: Store, agents: Sequence[AgentState], *, daemon: bool) -> dict[str, dict[str, Any]]:
     if not agents:
         return {}
-    import functools
-
     from holon.clock import SystemClock
     from holon.daemon.budget import Budgets
-    from holon.runtime.settings import settings_problem
-    from holon.runtime.status import Live, decide, is_internal, model_label, status_entry
+    from holon.runtime.status import Live, status_entries
 
     clock = SystemClock()
-    now = clock.now_us()
     budgets = Budgets(store, clock, store.settings.daemon)
-    out: dict[str, dict[str, Any]] = {}
-    for a in agents:
-        waits = store.waits(agent_id=a.agent_id, status="pending")
-        timers = store.timers(agent_id=a.agent_id, status="scheduled")
-        # A daemon runs but has not published this agent yet: it is not running a turn of it.
-        live = Live() if daemon else None
-        status = decide(
-            a, now_us=now, waits=waits, timers=timers, live=live, budget=functools.partial(budgets.exhausted, a),
-            problem=settings_problem(a.settings, store.settings.model),
-        )  # fmt: skip
-        entry = status_entry(status, waits, model=model_label(a, store.settings.model.model))
-        entry["internal"] = is_internal(a)
-        out[a.agent_id] = entry
-    return out
+    # A daemon runs but has not published these agents yet: it is not running a turn of them.
+    live = Live() if daemon else None
+    entries = status_entries(
+        agents, now_us=clock.now_us(), waits=store.waits(status="pending"), timers=store.timers(status="scheduled"),
+        live=lambda _agent: live, budget=budgets.exhausted, defaults=store.settings.model,
+    )  # fmt: skip
+    return {e["agent_id"]: e for e in entries}
 
 
 def agent_rows(agents: Sequence[AgentState], entries: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -181,6 +181,9 @@ class Daemon:
     ) -> AgentStatus:  # fmt: skip
         return self.rooms.status.agent_status(agent, waits=waits, timers=timers)
 
+    def agent_entries(self, agents: list[AgentState]) -> list[dict[str, Any]]:
+        return self.rooms.status.entries(agents)
+
     def status_key(self) -> tuple[Any, ...]:
         return self.rooms.status.key()
 

@@ -18,7 +18,7 @@ from holon.daemon.wakes import Phase
 from holon.projections import Store
 from holon.projections.state import AgentState, TimerProjection, WaitProjection
 from holon.runtime.settings import settings_problem
-from holon.runtime.status import AgentStatus, Live, decide, is_internal, model_label, status_entry
+from holon.runtime.status import AgentStatus, Live, decide, status_entries
 
 if TYPE_CHECKING:
     from holon.daemon.timers import Timers
@@ -41,34 +41,38 @@ class StatusView:
         self.phase = phase
         self.inputs = inputs
 
+    def _live(self, agent: AgentState) -> Live:
+        """What this daemon knows of ``agent`` that its projection does not."""
+        agent_id = agent.agent_id
+        return Live(
+            running=self.host.is_running(agent_id), retry_at_us=self.host.retry_at(agent_id),
+            retrying=self.host.is_failing(agent_id),
+        )  # fmt: skip
+
     def agent_status(
         self, agent: AgentState, *, waits: list[WaitProjection] | None = None,
         timers: list[TimerProjection] | None = None,
     ) -> AgentStatus:  # fmt: skip
-        """One agent's state for ``status``, decided by ``holon.runtime.status.decide`` from its
-        projection and what this daemon knows live. ``waits``/``timers``: the agent's pending waits
-        and scheduled timers when the caller read them already (``status`` reads them for all
-        agents in two queries)."""
+        """One agent's state, decided by ``holon.runtime.status.decide`` from its projection and what
+        this daemon knows live (``status`` decides every agent's at once, the same way).
+        ``waits``/``timers``: the agent's pending waits and scheduled timers when the caller read them."""
         if waits is None:
             waits = self.store.waits(agent_id=agent.agent_id, status="pending")
         if timers is None:
             timers = self.store.timers(agent_id=agent.agent_id, status="scheduled")
-        agent_id = agent.agent_id
-        live = Live(
-            running=self.host.is_running(agent_id), retry_at_us=self.host.retry_at(agent_id),
-            retrying=self.host.is_failing(agent_id),
-        )  # fmt: skip
         return decide(
-            agent, now_us=self.clock.now_us(), waits=waits, timers=timers, live=live,
+            agent, now_us=self.clock.now_us(), waits=waits, timers=timers, live=self._live(agent),
             budget=lambda: self.budgets.exhausted(agent), problem=settings_problem(agent.settings, self.store.settings.model),
         )  # fmt: skip
 
-    def _entry(self, agent: AgentState, waits: list[WaitProjection], timers: list[TimerProjection]) -> dict[str, Any]:
-        """``agent_status`` as JSON (``holon.runtime.status.status_entry``), with its model."""
-        model = model_label(agent, self.store.settings.model.model)
-        entry = status_entry(self.agent_status(agent, waits=waits, timers=timers), waits, model=model)
-        entry["internal"] = is_internal(agent)  # views hide these unless asked for all
-        return entry
+    def entries(self, agents: list[AgentState]) -> list[dict[str, Any]]:
+        """``agents``' status entries (``holon.runtime.status.status_entries``: the batched
+        decision), in their order: two queries for their waits and timers, whatever their number."""
+        return status_entries(
+            agents, now_us=self.clock.now_us(), waits=self.store.waits(status="pending"),
+            timers=self.store.timers(status="scheduled"), live=self._live, budget=self.budgets.exhausted,
+            defaults=self.store.settings.model,
+        )  # fmt: skip
 
     def key(self) -> tuple[Any, ...]:
         """What ``status`` follows, cheaply (two small queries): it changes whenever the status may
@@ -84,12 +88,6 @@ class StatusView:
         head = self.store.ledger.head()
         cursors = self.store.cursors()
         now = self.clock.now_us()
-        waits: dict[str, list[WaitProjection]] = {}
-        for w in self.store.waits(status="pending"):
-            waits.setdefault(w.agent_id, []).append(w)
-        timers: dict[str, list[TimerProjection]] = {}
-        for t in self.store.timers(status="scheduled"):
-            timers.setdefault(t.agent_id, []).append(t)
         started = self.phase.started_us
         sandbox = self.host.tasks.sandbox
         return {
@@ -104,7 +102,5 @@ class StatusView:
             "evolve": self.maintenance.evolve_status(),
             "timers": self.timers.jobs(),
             "inputs": self.inputs.counters(),
-            "agents": [
-                self._entry(a, waits.get(a.agent_id, []), timers.get(a.agent_id, [])) for a in self.store.agents()
-            ],
+            "agents": self.entries(self.store.agents()),
         }

@@ -46,6 +46,13 @@ class Warmth:
         """Whether turns may start: the model library is loaded (or never needed loading)."""
         return self._library is None or self._library.done()
 
+    async def loaded(self) -> None:
+        """Return once the model library's import ended (loaded, failed or given up); at once
+        without one to load."""
+        if self._library is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.shield(self._library)
+
     def start(self, *, after: asyncio.Event | None = None) -> None:
         """Import the turn machinery and the model library in a thread and warm the model children,
         at once or once ``after`` is set (turns wait either way)."""

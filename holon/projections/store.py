@@ -154,6 +154,21 @@ class Store:
                 out.append(cast(S, state) if hit and state is not None else model.model_validate_json(raw))
         return out
 
+    def _many(self, kind: str, model: type[S], keys: Collection[str]) -> dict[str, S]:
+        """The rows of ``kind`` with these keys (those that exist), by key: one query per 500 keys."""
+        assert KINDS[kind].model is model, kind
+        wanted = list(dict.fromkeys(keys))
+        held = self.projector.held
+        out: dict[str, S] = {}
+        with self.ledger.reading() as head:
+            for i in range(0, len(wanted), 500):
+                chunk = wanted[i : i + 500]
+                sql = f"SELECT key, state FROM projection_rows WHERE kind = ? AND key IN ({', '.join('?' for _ in chunk)})"
+                for key, raw in self.ledger.query(sql, [kind, *chunk]):
+                    hit, state = held((kind, key), head)
+                    out[str(key)] = cast(S, state) if hit and state is not None else model.model_validate_json(raw)
+        return out
+
     def agent_state(self, agent_id: str) -> AgentState | None:
         """An agent by id, or ``None`` (``agent`` finds one by name or id, or raises)."""
         return self._one("agent", AgentState, agent_id)
@@ -164,6 +179,10 @@ class Store:
     def working_memory_state(self, agent_id: str) -> WorkingMemory | None:
         """The agent-level working memory row (``working_memory`` is the view an agent sees)."""
         return self._one("working_memory", WorkingMemory, agent_id)
+
+    def working_memory_states(self, agent_ids: Collection[str]) -> dict[str, WorkingMemory]:
+        """``working_memory_state`` of many agents at once, by agent id (those that have one)."""
+        return self._many("working_memory", WorkingMemory, agent_ids)
 
     def baseline(self, agent_id: str) -> WorkingMemoryBaseline | None:
         return self._one("wm_baseline", WorkingMemoryBaseline, agent_id)

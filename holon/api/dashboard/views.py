@@ -8,6 +8,7 @@ rest are the projections the API serves. Values here are plain data: the templat
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ from holon.api.port import DaemonPort, Spending
 from holon.clock import format_us
 from holon.projections.state import AgentState, TaskProjection, TimerProjection, WaitProjection, WorkItemState
 from holon.runtime.schedule import describe as describe_schedule
-from holon.runtime.status import describe, is_internal, model_label, status_entry, without_internal
+from holon.runtime.status import describe, is_internal
 
 __all__ = [
     "CONVERSATION_TYPES",
@@ -65,30 +66,41 @@ def spending_text(s: Spending) -> tuple[str, str]:
     return spent, f"{s.limit_tokens or 0:,} tok{cost} · {s.limit_turns} turns ({s.owner})"
 
 
-def _active_work(port: DaemonPort, agent_id: str, open_items: dict[str, WorkItemState]) -> str:
-    wm = port.store.working_memory_state(agent_id)
-    item = open_items.get(wm.active_work_item) if wm is not None and wm.active_work_item else None
-    return item.title if item is not None else ""
+def _active_work(port: DaemonPort, agent_ids: Collection[str]) -> dict[str, str]:
+    """What each agent works on: the title of its working memory's active work item, if open.
+    Two queries whatever the number of agents (none for the second without open work)."""
+    wanted = set(agent_ids)
+    open_items = {w.work_item_id: w for w in port.store.work_items(status=("open", "blocked")) if w.agent_id in wanted}
+    if not open_items:
+        return {}
+    memories = port.store.working_memory_states({w.agent_id for w in open_items.values()})
+    out = {}
+    for agent_id, wm in memories.items():
+        item = open_items.get(wm.active_work_item) if wm.active_work_item else None
+        if item is not None:
+            out[agent_id] = item.title
+    return out
 
 
-def agent_rows(port: DaemonPort, *, everything: bool = False) -> list[AgentRow]:
-    """Every agent (holon's internal ones only with ``everything``), by name, as the daemon sees it."""
-    status = without_internal(port.status(), everything=everything)
-    entries = {e["agent_id"]: e for e in status.get("agents", [])}
-    agents = {a.agent_id: a for a in port.store.agents() if a.agent_id in entries}
-    open_items = {w.work_item_id: w for w in port.store.work_items(status=("open", "blocked"))}
-    rows = [_row(port, agents[i], e, open_items) for i, e in entries.items() if i in agents]
-    return sorted(rows, key=lambda r: r.name)
+def agent_rows(port: DaemonPort, *, everything: bool = False, names: Collection[str] | None = None) -> list[AgentRow]:
+    """Every agent (holon's internal ones only with ``everything``; only those ``names`` when given),
+    by name, as the daemon sees it: the status entries decided at once (``DaemonPort.agent_entries``,
+    the batched form of the daemon's one status decision)."""
+    agents = [
+        a for a in port.store.agents() if (everything or not is_internal(a)) and (names is None or a.name in names)
+    ]
+    entries = port.agent_entries(agents)
+    work = _active_work(port, [a.agent_id for a in agents])
+    return [_row(port, a, e, work.get(a.agent_id, "")) for a, e in zip(agents, entries, strict=True)]
 
 
-def _row(port: DaemonPort, agent: AgentState, entry: dict[str, Any], open_items: dict[str, WorkItemState]) -> AgentRow:
+def _row(port: DaemonPort, agent: AgentState, entry: dict[str, Any], work: str) -> AgentRow:
     """``agent``'s line from its status entry (``status_entry``: the daemon's one decision)."""
     spent, budget = spending_text(port.spending(agent))
     return AgentRow(
         name=agent.name, agent_id=agent.agent_id, state=str(entry["state"]), detail=describe(entry),
-        model=str(entry.get("model") or ""), work=_active_work(port, agent.agent_id, open_items),
-        next_wake=_when(entry.get("next_wake_us")), spent=spent, budget=budget,
-        last_error=agent.last_error or "", paused=entry["state"] == "paused",
+        model=str(entry.get("model") or ""), work=work, next_wake=_when(entry.get("next_wake_us")), spent=spent,
+        budget=budget, last_error=agent.last_error or "", paused=entry["state"] == "paused",
     )  # fmt: skip
 
 
@@ -121,8 +133,8 @@ def agent_detail(port: DaemonPort, ref: str) -> AgentDetail:
     agent = store.agent(ref)
     agent_id = agent.agent_id
     items = store.work_items(agent_id=agent_id, status=("open", "blocked"))
-    entry = status_entry(port.agent_status(agent), model=model_label(agent, store.settings.model.model))
-    row = _row(port, agent, entry, {w.work_item_id: w for w in items})
+    (entry,) = port.agent_entries([agent])
+    row = _row(port, agent, entry, _active_work(port, [agent_id]).get(agent_id, ""))
     tasks = [t for t in store.tasks(agent_id=agent_id) if t.state in ("pending", "running")]
     waits = store.waits(agent_id=agent_id, status="pending")
     timers = store.timers(agent_id=agent_id, status="scheduled")
