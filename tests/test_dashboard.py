@@ -286,6 +286,35 @@ def test_holon_s_own_agents_show_only_when_asked(server: ApiServer, browser: htt
     assert 'data-agent="doctor"' in browser.get("/ui/fragments/agents", params={"all": "true"}).text
 
 
+def test_the_rows_fragment_renders_only_the_agents_asked_for(server: ApiServer, browser: httpx.Client) -> None:
+    """The agents page refreshes only the rows whose events arrived: ``?agent=`` (ids or names)
+    gives those rows, with the row of the background agent whose budget a child spends, and no
+    "no agents" row when none is left (a deleted agent: the page removes its row)."""
+    for name in ("ada", "bob"):
+        _make(server, name)
+    assert server.port is not None
+    store = server.port.store
+    boss = server.call(lambda: create_agent(store, "boss", settings={"background": True}))
+    server.call(lambda: create_agent(store, "kid", settings={"background": True}, parent_id=boss.agent_id))
+    _login(server, browser)
+    ada = store.agent("ada")
+
+    def rows(*agents: str) -> list[str]:
+        r = browser.get("/ui/fragments/agents", params=[("agent", a) for a in agents])
+        assert r.status_code == 200, r.text
+        return re.findall(r'<tr data-agent="([^"]+)" data-agent-id="([^"]+)"', r.text)
+
+    assert rows(ada.agent_id) == [("ada", ada.agent_id)]
+    assert [n for n, _ in rows("bob", ada.agent_id)] == ["ada", "bob"]
+    assert [n for n, _ in rows("kid")] == ["boss", "kid"]  # the child spends its owner's budget
+    assert rows("agt_gone") == [] and "No agents" not in browser.get("/ui/fragments/agents?agent=x").text
+    assert browser.get("/ui/fragments/agents").text.count("<tr") == 4  # no ``agent``: the whole table
+    too_many = browser.get("/ui/fragments/agents", params=[("agent", f"a{i}") for i in range(201)])
+    assert too_many.status_code == 400 and "at most 200" in too_many.text, too_many.text
+    page = browser.get("/")
+    assert f'data-agent-id="{ada.agent_id}"' in page.text
+
+
 # --- the ledger page ---------------------------------------------------------------------------
 
 

@@ -280,15 +280,26 @@ def test_create_pause_resume_and_delete_from_the_agents_page(served: Served, bro
 
     browser.get(served.url + "/")
     wait(browser, "bob's row", lambda d: row_state(d, "bob"))
+    # Only the rows of agents whose events arrive are re-rendered: ada's row stays the same node.
+    browser.execute_script("document.querySelector('tr[data-agent=\"ada\"]').holonMark = 1")
+    ada_untouched = "return document.querySelector('tr[data-agent=\"ada\"]').holonMark === 1"
     click(browser, 'button[data-action="pause"][data-agent="bob"]')
     wait(browser, "bob paused", lambda d: row_state(d, "bob") == "paused")
     shot(browser, test, "3-paused")
     click(browser, 'button[data-action="resume"][data-agent="bob"]')
     wait(browser, "bob resumed", lambda d: row_state(d, "bob") not in ("", "paused"))
+    with served.client() as api:  # an input to bob: its events arrive over the page's stream
+        assert api.post("/v1/agents/bob/messages", json={"text": "hi bob"}).is_success
+    bob_today = 'tr[data-agent="bob"] td[data-label="Today"]'
+    wait(
+        browser, "bob's turn on its row", lambda d: d.find_element(By.CSS_SELECTOR, bob_today).text.endswith(" 1 turns")
+    )
+    assert browser.execute_script(ada_untouched)
 
     click(browser, 'button[data-action="delete"][data-agent="bob"]')
     browser.switch_to.alert.accept()  # "Delete agent bob ...?"
     wait(browser, "bob gone", lambda d: not d.find_elements(By.CSS_SELECTOR, 'tr[data-agent="bob"]'))
+    assert browser.execute_script(ada_untouched)
     browser.get(served.url + "/agents/bob")
     wait(browser, "the missing page", lambda d: d.find_elements(By.ID, "missing"))
     shot(browser, test, "4-deleted")

@@ -20,9 +20,14 @@ from holon.api.dashboard.sessions import SESSION_TTL_S, Session, Sessions
 from holon.api.dashboard.views import agent_detail, agent_rows, pending_proposals
 from holon.api.errors import error_response
 from holon.api.port import DaemonPort
-from holon.errors import NotFoundError
+from holon.errors import NotFoundError, UsageError
 
 __all__ = ["LoginCode", "local_path", "login_router", "page", "pages_router"]
+
+
+MAX_ROWS_ASKED = 200
+"""At most this many agents' rows per partial refresh (the page asks for the whole table beyond)."""
+AgentsQ = Annotated[list[str] | None, Query(max_length=MAX_ROWS_ASKED + 1)]
 
 
 class LoginIn(BaseModel):
@@ -74,9 +79,14 @@ def pages_router(port: DaemonPort, sessions: Sessions, token: str | None) -> API
         return page(request, session, "agents.html", page="agents", rows=rows, everything=all)
 
     @r.get("/ui/fragments/agents")
-    async def agents_fragment(session: PageSession, all: AllQ = False) -> Response:
-        """The agents table's body alone, for the page's live refresh."""
-        return Response(render("agent_rows.html", rows=agent_rows(port, everything=all)), media_type="text/html")
+    async def agents_fragment(session: PageSession, all: AllQ = False, agent: AgentsQ = None) -> Response:
+        """The agents table's body alone, for the page's live refresh; with ``agent`` (repeated: ids
+        or names), only those agents' rows and the rows of the agents whose budget they spend (a
+        child's turn changes its owner's "Today"), for the refresh of the rows whose events arrived."""
+        if agent is not None and len(agent) > MAX_ROWS_ASKED:
+            raise UsageError(f"at most {MAX_ROWS_ASKED} agents per refresh, got {len(agent)}")
+        rows = agent_rows(port, everything=all, names=None if agent is None else set(agent))
+        return Response(render("agent_rows.html", rows=rows, partial=agent is not None), media_type="text/html")
 
     @r.get("/agents/{agent}")
     async def agent_page(request: Request, agent: str, session: PageSession) -> Response:

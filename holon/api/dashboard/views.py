@@ -83,15 +83,23 @@ def _active_work(port: DaemonPort, agent_ids: Collection[str]) -> dict[str, str]
 
 
 def agent_rows(port: DaemonPort, *, everything: bool = False, names: Collection[str] | None = None) -> list[AgentRow]:
-    """Every agent (holon's internal ones only with ``everything``; only those ``names`` when given),
+    """Every agent (holon's internal ones only with ``everything``; with ``names``, only the agents
+    named, by name or id, and those whose budget they spend),
     by name, as the daemon sees it: the status entries decided at once (``DaemonPort.agent_entries``,
     the batched form of the daemon's one status decision)."""
-    agents = [
-        a for a in port.store.agents() if (everything or not is_internal(a)) and (names is None or a.name in names)
-    ]
+    agents = [a for a in port.store.agents() if everything or not is_internal(a)]
+    if names is not None:
+        agents = _named(port, agents, names)
     entries = port.agent_entries(agents)
     work = _active_work(port, [a.agent_id for a in agents])
     return [_row(port, a, e, work.get(a.agent_id, "")) for a, e in zip(agents, entries, strict=True)]
+
+
+def _named(port: DaemonPort, agents: list[AgentState], names: Collection[str]) -> list[AgentState]:
+    """The agents ``names`` names (by name or id) and those whose budget they spend (``Spending.owner``)."""
+    chosen = [a for a in agents if a.name in names or a.agent_id in names]
+    owners = {port.spending(a).owner for a in chosen} - {None}
+    return [a for a in agents if a.name in names or a.agent_id in names or a.name in owners]
 
 
 def _row(port: DaemonPort, agent: AgentState, entry: dict[str, Any], work: str) -> AgentRow:

@@ -109,7 +109,10 @@
       const done = await actions[button.dataset.action](button);
       if (done !== false) {
         flash(button.textContent.trim() + ": done", false);
-        refresh(document.querySelector("[data-refresh]"), 0);
+        const row = button.closest("tr[data-agent-id]");
+        const rows = document.getElementById("agent-rows");
+        if (row && rows) refreshRows(rows, [row.dataset.agentId], 0);
+        else refresh(document.querySelector("[data-refresh]"), 0);
       }
     } catch (err) {
       flash(err.message, true);
@@ -268,9 +271,56 @@
     });
   }
 
+  // The agents table re-renders only the rows of agents whose events arrived (debounced): the
+  // daemon renders those rows (and their budget owners') alone; the whole table only when many
+  // agents changed at once or a row is missing (a new agent).
+  const MAX_ROWS = 200;
+  const dirty = new Set();
+  let rowsTimer = null;
+  function rowOf(tbody, id) {
+    return tbody.querySelector('tr[data-agent-id="' + CSS.escape(id) + '"]');
+  }
+  function refreshRows(tbody, ids, delayMs) {
+    ids.forEach((id) => dirty.add(id));
+    if (rowsTimer !== null) return;
+    rowsTimer = setTimeout(async () => {
+      rowsTimer = null;
+      const asked = Array.from(dirty);
+      dirty.clear();
+      if (tbody.contains(document.activeElement) && document.activeElement.tagName !== "BUTTON") {
+        refreshRows(tbody, asked, 1000);
+        return;
+      }
+      if (asked.length > MAX_ROWS) {
+        refresh(tbody, 0);
+        return;
+      }
+      const url = new URL(tbody.dataset.refresh, window.location.href);
+      asked.forEach((id) => url.searchParams.append("agent", id));
+      const response = await fetch(url.toString(), { credentials: "same-origin" });
+      if (!response.ok) return;
+      const fresh = document.createElement("template");
+      fresh.innerHTML = await response.text(); // server-rendered, escaped
+      const seen = new Set();
+      let added = false; // a row the table lacks (a new agent): the whole table, in its order
+      for (const tr of Array.from(fresh.content.querySelectorAll("tr[data-agent-id]"))) {
+        seen.add(tr.dataset.agentId);
+        const old = rowOf(tbody, tr.dataset.agentId);
+        if (old) old.replaceWith(tr);
+        else added = true;
+      }
+      // Asked for and not sent: deleted (or holon's own, not shown here).
+      asked.filter((id) => !seen.has(id)).forEach((id) => { const old = rowOf(tbody, id); if (old) old.remove(); });
+      if (added || !tbody.querySelector("tr")) refresh(tbody, 0);
+    }, delayMs);
+  }
+
   function followAll(tbody) {
     const source = new EventSource("/ui/events", { withCredentials: true });
-    source.addEventListener("event", () => refresh(tbody, 500));
+    source.addEventListener("event", (message) => {
+      const event = JSON.parse(message.data);
+      if (event.agent_id) refreshRows(tbody, [event.agent_id], 500);
+    });
   }
 
   document.addEventListener("DOMContentLoaded", () => {
