@@ -96,3 +96,16 @@ def test_fixed_minimum_is_the_pinned_minimum_of_a_full_build_without_the_input()
     for n, view in enumerate(views):
         expected = pinned_minimum([s for s in build_sections(view, counter) if s.key != "input"])
         assert fixed_minimum(view, counter) == expected, n
+
+
+def test_the_daemon_warms_tokenizers_and_tools_once_per_process() -> None:
+    """``holon.daemon.warm`` loads these in its thread so the first turn does not on the loop: the
+    turn must then get the very objects that were warmed, not build its own."""
+    from holon.context.tokens import TokenCounter, _encoding, warm_encodings
+    from holon.runtime.tools import builtin_registry
+
+    warm_encodings(["openai/some-unknown-model", "local"])  # both counted with o200k_base
+    assert TokenCounter("openai/fake")._enc is _encoding("o200k_base")
+    assert builtin_registry() is builtin_registry()
+    assert builtin_registry(exclude=frozenset({"run_command"})) is not builtin_registry()
+    assert "run_command" not in builtin_registry(exclude=frozenset({"run_command"})).tools

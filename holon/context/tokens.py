@@ -14,11 +14,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FOREIGN_SAFETY", "MESSAGE_OVERHEAD", "TokenCounter", "encoding_for"]
+__all__ = ["FOREIGN_SAFETY", "MESSAGE_OVERHEAD", "TokenCounter", "encoding_for", "warm_encodings"]
 
 #: Multiplier for models counted with a tokenizer that is not their own.
 FOREIGN_SAFETY = 1.2
@@ -56,6 +57,13 @@ def encoding_for(model: str) -> tuple[str, float]:
         return tiktoken.encoding_for_model(bare).name, 1.0
     except KeyError:
         return "o200k_base", FOREIGN_SAFETY
+
+
+def warm_encodings(models: Iterable[str]) -> None:
+    """Load the tokenizers of ``models`` now (each is read once per process: o200k_base takes
+    ~0.4 s), so that the first turn that counts with one does not (``holon.daemon.warm``)."""
+    for name in sorted({encoding_for(m)[0] for m in models}):
+        _encoding(name)
 
 
 class TokenCounter:

@@ -64,9 +64,21 @@ class Warmth:
     async def _start(self, after: asyncio.Event | None) -> None:
         if after is not None:
             await after.wait()
-        library = _in_daemon_thread(_load_turn_machinery)
+        library = _in_daemon_thread(_load_turn_machinery, self._models_in_use())
         library.add_done_callback(self._loaded)
         self.warm()
+
+    def _models_in_use(self) -> tuple[str, ...]:
+        """The models the home's agents talk to (read on the loop: the store is not the thread's);
+        ``local`` stands for the embedded model, counted with o200k_base like any unknown name. An
+        agent created later loads its tokenizer with its first turn (each is ~95 MiB for o200k_base:
+        not loaded for a home that has no use for it)."""
+        from holon.runtime.models import model_settings
+
+        defaults = self.store.settings.model
+        return tuple(
+            sorted({getattr(model_settings(a, defaults), "model", None) or "local" for a in self.store.agents()})
+        )
 
     def _loaded(self, library: asyncio.Future[Any]) -> None:
         if self._library is None or self._library.done():
@@ -105,13 +117,21 @@ class Warmth:
                 await self._models
 
 
-def _load_turn_machinery() -> int | None:
-    """What the first turn would otherwise import on the loop: the turn runner (context assembly,
-    tools) and the model library."""
+def _load_turn_machinery(models: tuple[str, ...]) -> int | None:
+    """What the first turn would otherwise do on the loop: import the turn runner (context
+    assembly, tools) and the model library, build the tools' registry, and load the tokenizers of
+    ``models`` (an agent's first input reached its live stream 0.5-0.7 s after its acknowledgement
+    while its first turn read o200k_base's file on the loop: ``holon bench dashboard``'s
+    ``live_delay_first_ms``)."""
     import holon.runtime.turn.runner  # noqa: F401
+    from holon.context.tokens import warm_encodings
     from holon.runtime.providers.litellm_provider import known_context_window
+    from holon.runtime.tools import builtin_registry
 
-    return known_context_window("gpt-4o-mini")
+    window = known_context_window("gpt-4o-mini")
+    builtin_registry()
+    warm_encodings(models)
+    return window
 
 
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:

@@ -4,6 +4,8 @@ The tool modules load with the first registry (``builtin_registry``), not with t
 daemon imports the package's types at start and builds a registry only for its first turn.
 """
 
+import functools
+
 from holon.runtime.tools.base import (
     Tool,
     ToolContext,
@@ -31,6 +33,14 @@ __all__ = [
 
 
 def builtin_registry(*, exclude: frozenset[str] = frozenset()) -> ToolRegistry:
+    """Every built-in tool but ``exclude``: one registry per ``exclude`` and process (tools never
+    change; importing their modules and building their JSON schemas took ~50 ms of the first
+    turn, on the daemon's loop, before ``holon.daemon.warm`` built it in its thread)."""
+    return _builtin(frozenset(exclude))
+
+
+@functools.cache
+def _builtin(exclude: frozenset[str]) -> ToolRegistry:
     from holon.runtime.tools.commands import COMMAND_TOOLS
     from holon.runtime.tools.memory import MEMORY_TOOLS
     from holon.runtime.tools.misc import MISC_TOOLS
