@@ -147,8 +147,7 @@ class Budgets:
         owner_id = self._owner_id(agent_id)
         cached = self._spent.get(owner_id)
         if cached is None or cached.day != self.today():
-            self.spent(owner_id)  # a fresh read of today already holds this turn
-            return
+            return  # the first read of today (``spent``) will hold this turn
         cached.turns += 1
         cached.tokens += tokens
         cached.cost_usd += cost_usd or 0.0

@@ -137,8 +137,10 @@ def build_daemon(
         if tracer is not None:
             tracer.turn_settled(agent_id, result.turn_id)
         agent = store.agent(agent_id)
+        # Every agent's: a foreground agent has no budget, but its day's spending is shown (the
+        # dashboard's agents page) from the same cache, which must not go stale.
+        budgets.record(agent_id, result.usage.total_tokens, result.cost_usd)
         if read_settings(agent.settings).settings.background:
-            budgets.record(agent_id, result.usage.total_tokens, result.cost_usd)
             reason = budgets.exhausted(agent)
             if reason is not None:
                 budgets.brief(agent, reason)
