@@ -180,6 +180,17 @@ def test_the_agents_page_shows_state_model_and_spend(server: ApiServer, browser:
     assert browser.get("/ui/static/dashboard.js").headers["content-security-policy"] == CSP
 
 
+def test_a_foreground_agents_day_stays_current_on_the_agents_page(server: ApiServer, browser: httpx.Client) -> None:
+    """The row's "Today" comes from the daemon's per-day spending cache; a turn settled after the
+    first render counts (it did only for background agents, so a foreground row stayed at 0)."""
+    _make(server, "ada")
+    csrf = _login(server, browser)
+    assert "· 0 turns" in browser.get("/ui/fragments/agents", params={"agent": "ada"}).text
+    assert browser.post("/ui/agents/ada/messages", json={"text": "hi"}, headers={CSRF_HEADER: csrf}).status_code == 202
+    server.wait_idle()
+    assert "· 1 turns" in browser.get("/ui/fragments/agents", params={"agent": "ada"}).text
+
+
 def test_the_agent_page_deep_links_and_escapes_ledger_text(server: ApiServer, browser: httpx.Client) -> None:
     _make(server, "ada")
     csrf = _login(server, browser)
@@ -425,10 +436,59 @@ def test_what_the_model_saw_matches_the_context_api(server: ApiServer, browser: 
     assert " style=" not in page.text  # the bar's widths are SVG attributes, not inline styles
     assert "first &lt;b&gt;question&lt;/b&gt;" in page.text and "<b>question" not in page.text
     assert "same as the previous turn" in page.text  # the stable prefix against the first turn
+    # The diff against the first turn's prompt: the stable system message, the new input added.
+    round0 = page.text.split('data-round="1"')[0]
+    assert 'class="diff-msg diff-same stable"' in round0 and "(the stable prefix)" in round0
+    assert re.search(r'<span class="line-added">\+ [^<]*second question', round0), round0[-3000:]
+    # The tools' schemas as sent: every tool of the request, its JSON as the model got it.
+    with server.client() as api:
+        rendered = api.get("/v1/agents/ada/context", params={"render": "true"}).json()[0]["prompt"]
+    sent = [t["function"]["name"] for t in rendered["tools"]]
+    assert sent and re.findall(r'<li class="tool-same" data-tool="([^"]+)"', round0) == sent
+    assert "&#34;parameters&#34;" in round0 or "&quot;parameters&quot;" in round0
     turns = re.findall(r'<option value="(turn_[^"]+)"', page.text)
     assert len(turns) == 2 and turns[0] == item["turn_id"]
     older = browser.get("/agents/ada/context", params={"turn": turns[1]})
     assert older.status_code == 200 and "No earlier turn to compare with" in older.text
+
+
+def test_the_prompt_diff_aligns_messages_and_diffs_lines() -> None:
+    from holon.api.dashboard.prompt_diff import MAX_LINES, diff_prompts, diff_tools
+
+    system = {"role": "system", "content": "You are ada.\nBe brief."}
+    ctx_a = {"role": "system", "content": "notes:\n- one\n- two\n- three"}
+    ctx_b = {"role": "system", "content": "notes:\n- one\n- 2\n- three\n- four"}
+    q1, a1, q2 = ({"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+                  {"role": "user", "content": "q2"})  # fmt: skip
+    blocks = diff_prompts([system, ctx_b, q1, a1, q2], [system, ctx_a, q1])
+    assert [(b.kind, b.index, b.before, b.stable) for b in blocks] == [
+        ("same", 0, 0, True), ("changed", 1, 1, False), ("same", 2, 2, False), ("added", 3, None, False),
+        ("added", 4, None, False),
+    ]  # fmt: skip
+    changed = blocks[1]
+    assert [(x.op, x.text) for x in changed.lines] == [
+        ("same", "notes:"), ("same", "- one"), ("removed", "- two"), ("added", "- 2"), ("same", "- three"),
+        ("added", "- four"),
+    ]  # fmt: skip
+    assert (changed.added, changed.removed) == (2, 1)
+    gone = diff_prompts([system], [system, q1])
+    assert [(b.kind, b.before) for b in gone] == [("same", 0), ("removed", 1)] and gone[1].lines[0].text == "q1"
+    assert all(b.kind == "added" and not b.stable for b in diff_prompts([q1], []))
+    big = diff_prompts([{"role": "user", "content": "\n".join(map(str, range(1000)))}], [])
+    assert len(big[0].lines) == MAX_LINES and big[0].hidden == 1000 - MAX_LINES
+    calls = {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}
+    assert "[tool call f] {}" in diff_prompts([calls], [])[0].lines[0].text
+    t1 = {"type": "function", "function": {"name": "a", "parameters": {}}}
+    t2 = {"type": "function", "function": {"name": "b", "parameters": {}}}
+    t2b = {"type": "function", "function": {"name": "b", "parameters": {"x": 1}}}
+    t3 = {"type": "function", "function": {"name": "c", "parameters": {}}}
+    assert [(c.name, c.kind) for c in diff_tools([t1, t2b, t3], [t1, t2])] == [
+        ("a", "same"),
+        ("b", "changed"),
+        ("c", "added"),
+    ]
+    assert [(c.name, c.kind) for c in diff_tools([t1], [t1, t2])] == [("a", "same"), ("b", "removed")]
+    assert [c.kind for c in diff_tools([t1, t2], None)] == ["same", "same"]
 
 
 def test_the_stable_prefix_and_the_bar() -> None:

@@ -181,6 +181,14 @@ def test_agents_page_live_view_and_inert_script(served: Served, browser: Any) ->
     assert int(used) == item["used_tokens"]
     segments = browser.find_elements(By.CSS_SELECTOR, "section.round[data-round='0'] svg.budget-bar rect.seg")
     assert sum(int(seg.get_attribute("data-tokens")) for seg in segments) == sum(on_page.values())
+    # Its diff against the turn before: the stable prefix marked, the new input an added line (as text).
+    diff = "section.round[data-round='0'] ol.diff"
+    assert browser.find_elements(By.CSS_SELECTOR, f"{diff} li.diff-same.stable")
+    added = [e.text for e in browser.find_elements(By.CSS_SELECTOR, f"{diff} .line-added")]
+    assert any(evil[:40] in t for t in added), added
+    assert browser.execute_script("return window.__pwned === undefined")
+    tools = browser.find_elements(By.CSS_SELECTOR, "section.round[data-round='0'] ul.tools-sent li[data-tool]")
+    assert tools and {t.get_attribute("data-tool") for t in tools} >= {"memory_search"}
     shot(browser, test, "2b-what-the-model-saw")
     click(browser, "section.round[data-round='0'] a.spans-link")
     wait(browser, "the turn's spans", lambda d: d.find_elements(By.CSS_SELECTOR, "#spans li.kind-AGENT"))
@@ -228,10 +236,19 @@ def test_agents_page_live_view_and_inert_script(served: Served, browser: Any) ->
 
     # A reload keeps the conversation (read back from the ledger) and the session.
     wait(browser, "the history", lambda d: "echo: hello dashboard" in entries(d, "out"))
-    browser.set_window_size(390, 844)  # a phone
+    browser.set_window_size(390, 844)  # a phone: every page again
     shot(browser, test, "4-agent-phone")
-    browser.get(served.url + "/")
-    shot(browser, test, "5-agents-phone")
+    phone_pages = {
+        "5-agents-phone": "/", "5b-context-phone": f"/agents/ada/context?turn={turn_id}",
+        "5c-spans-phone": f"/agents/ada/turns/{turn_id}/spans", "5d-memory-phone": "/agents/ada/memory?q=dashboard",
+        "5e-proposals-phone": "/proposals", "5f-traces-phone": "/traces", "5g-ledger-phone": "/ledger",
+        "5h-event-phone": "/ledger/1",
+    }  # fmt: skip
+    for name, path in phone_pages.items():
+        browser.get(served.url + path)
+        wait(browser, path, lambda d: d.find_elements(By.TAG_NAME, "main"))
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= 390 + 1, path
+        shot(browser, test, name)
 
 
 def type_into(driver: Any, css: str, text: str) -> None:

@@ -5,8 +5,9 @@ and ``GET /v1/agents/{a}/context`` return: per section its tier, representation,
 allocated tokens, refs included and omitted, and the reason (``pinned``, ``fits``, or why it was
 compacted or left out). The page draws the token budget as a bar of sections (an inline SVG: its
 widths are attributes, not styles, so the strict CSP holds) beside the same numbers as a table,
-and the prompt as sent, with the part it shares with the previous turn's prompt (the stable
-prefix a provider's cache can reuse) marked.
+and the prompt as sent: its diff against the previous turn's prompt (``prompt_diff``: message by
+message, line by line, the stable prefix a provider's cache can reuse marked; a later round against
+the round before), the tools' schemas as sent, and every message in full.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from holon.api.dashboard.pages import page
+from holon.api.dashboard.prompt_diff import diff_prompts, diff_tools
 from holon.api.dashboard.security import PageSession
 from holon.api.port import DaemonPort
 from holon.context.manifests import turn_contexts
@@ -94,15 +96,37 @@ def _turns(store: Store, agent: AgentState) -> list[str]:
     return list(dict.fromkeys(turns))[:TURNS]
 
 
-def _previous_prompt(store: Store, agent: AgentState, first_seq: int) -> list[dict[str, Any]]:
-    """Round 0's messages of the turn before the one whose first context is at ``first_seq``."""
+def _previous_prompt(store: Store, agent: AgentState, first_seq: int) -> dict[str, Any] | None:
+    """Round 0's prompt (messages and tools) of the turn before the one whose first context is at
+    ``first_seq``; ``None`` when there is none or it was not recorded."""
     before = store.ledger.recent_index(agent.agent_id, ("context.assembled",), limit=1, before=first_seq)
     if not before or not before[0][2]:
-        return []
+        return None
     try:
-        return _messages(turn_contexts(store, agent, before[0][2])[0]["prompt"])
+        prompt: dict[str, Any] | None = turn_contexts(store, agent, before[0][2])[0]["prompt"]
     except NotFoundError:
-        return []
+        return None
+    return prompt
+
+
+def _view(item: dict[str, Any], compared: dict[str, Any] | None) -> dict[str, Any]:
+    """One round as the template shows it; ``compared``: the prompt its diff is against (the
+    previous turn's for round 0, the round before for the others; ``None``: nothing to compare)."""
+    sections = [{**_SECTION_DEFAULTS, **s} for s in item["manifest"].get("sections", [])]
+    item["manifest"] = {**item["manifest"], "sections": sections}
+    messages = _messages(item["prompt"])
+    previous = _messages(compared)
+    limit = int(item["manifest"].get("budget", {}).get("limit") or item["budget_tokens"] or 1)
+    n, chars = shared_prefix(messages, previous)
+    tools = list(item["prompt"].get("tools") or []) if item["prompt"] else []
+    before_tools = list(compared.get("tools") or []) if compared else None
+    return {
+        "item": item, "limit": limit, "bar": bar(sections, limit), "messages": [(m, _text(m)) for m in messages],
+        "shared": n, "shared_chars": chars, "compared": compared is not None and bool(item["prompt"]),
+        "diff": diff_prompts(messages, previous) if compared is not None else [],
+        "tools": diff_tools(tools, before_tools),
+        "left_out": [s for s in sections if s["excluded"] or s["representation"] != "full" or s["refs_omitted"]],
+    }  # fmt: skip
 
 
 def context_router(port: DaemonPort) -> APIRouter:
@@ -123,24 +147,10 @@ def context_router(port: DaemonPort) -> APIRouter:
         except NotFoundError as e:
             return page(request, session, "missing.html", page="missing", message=e.message, status_code=404)
         previous = _previous_prompt(store, a, rounds[0]["seq"])
-        views = []
-        for item in rounds:
-            sections = [{**_SECTION_DEFAULTS, **s} for s in item["manifest"].get("sections", [])]
-            item["manifest"] = {**item["manifest"], "sections": sections}
-            messages = _messages(item["prompt"])
-            limit = int(item["manifest"].get("budget", {}).get("limit") or item["budget_tokens"] or 1)
-            n, chars = shared_prefix(messages, previous) if item["round"] == 0 else (0, 0)
-            views.append(
-                {
-                    "item": item, "limit": limit, "bar": bar(sections, limit),
-                    "messages": [(m, _text(m)) for m in messages], "shared": n, "shared_chars": chars,
-                    "left_out": [s for s in sections
-                                 if s["excluded"] or s["representation"] != "full" or s["refs_omitted"]],
-                }
-            )  # fmt: skip
+        views = [_view(item, previous if i == 0 else rounds[i - 1]["prompt"]) for i, item in enumerate(rounds)]
         return page(
             request, session, "context.html", page="context", agent=a, turn_id=rounds[0]["turn_id"], views=views,
-            turns=_turns(store, a), bar_width=BAR_WIDTH, had_previous=bool(previous),
+            turns=_turns(store, a), bar_width=BAR_WIDTH, had_previous=previous is not None,
         )  # fmt: skip
 
     return r
