@@ -533,12 +533,30 @@ def test_memory_search_reads_durable_entries_and_forget(server: ApiServer, brows
     proposal = _propose(server, "ada", 7, "Prefers <b>bold</b> summaries")
     assert browser.post(f"/ui/proposals/{proposal}/accept", json={}, headers=h).status_code == 200
     page = browser.get("/agents/ada/memory").text
-    entry_id = re.search(r'<li class="card" data-entry="([^"]+)"', page)
+    entry_id = re.search(r'<li class="card status-active" data-entry="([^"]+)"', page)
     assert entry_id and "Prefers &lt;b&gt;bold&lt;/b&gt; summaries" in page and 'href="/ledger/1"' in page
     assert browser.post(f"/ui/memory/durable/{entry_id.group(1)}/forget", json={}).status_code == 403
     forgot = browser.post(f"/ui/memory/durable/{entry_id.group(1)}/forget", json={"reason": "old"}, headers=h)
     assert forgot.status_code == 200 and forgot.json()["status"] == "forgotten"
-    assert 'class="card" data-entry' not in browser.get("/agents/ada/memory").text  # no longer recalled
+    assert 'data-status="active"' not in browser.get("/agents/ada/memory").text  # no longer recalled
+    forgotten = browser.get("/agents/ada/memory", params={"status": "forgotten"}).text
+    assert f'data-entry="{entry_id.group(1)}" data-status="forgotten"' in forgotten
+    assert 'data-action="forget"' not in forgotten  # only an active entry can be forgotten
+    assert entry_id.group(1) in browser.get("/agents/ada/memory", params={"status": "all"}).text
+    # The search's filters, as the tool's: kinds and a scope.
+    only_files = browser.get("/agents/ada/memory", params={"q": "zebras", "kind": "file"}).text
+    assert re.findall(r'<li data-ref="([^"]+)"', only_files) == []
+    with server.client() as api:
+        messages = api.get(
+            "/v1/agents/ada/memory/search", params={"q": "zebras", "kind": "message", "limit": 20}
+        ).json()
+    assert messages["hits"]
+    shown = browser.get("/agents/ada/memory", params={"q": "zebras", "kind": "message", "scope": "agent"}).text
+    assert re.findall(r'<li data-ref="([^"]+)"', shown) == [hit["source_ref"] for hit in messages["hits"]]
+    assert 'value="message" checked' in shown and '<option value="agent" selected>' in shown
+    for bad in ({"status": "nope"}, {"scope": "nope"}, {"q": "zebras", "kind": "nope"}):
+        refused = browser.get("/agents/ada/memory", params=bad)
+        assert refused.status_code == 400 and 'id="memory-error"' in refused.text, bad
 
 
 # --- traces ------------------------------------------------------------------------------------
@@ -605,3 +623,11 @@ def test_a_curated_file_is_edited_as_memory_write_would(server: ApiServer, brows
         assert refused.status_code == 400, (ref, refused.text)
     part = browser.get("/agents/ada/memory/get", params={"ref": "file:agent/self.md", "mode": "headers"})
     assert part.status_code == 200 and 'id="file-form"' not in part.text  # only a whole read is editable
+    # A note (the page's new-note form writes through the same route): listed, read, edited.
+    note = {"ref": "file:agent/notes/trips.md", "text": "# Trips\n\nLisbon <b>in May</b>.\n"}
+    assert browser.post("/ui/agents/ada/memory/file", json=note).status_code == 403  # no CSRF token
+    assert browser.post("/ui/agents/ada/memory/file", json=note, headers=h).status_code == 200
+    listed = browser.get("/agents/ada/memory").text
+    assert 'data-file="file:agent/notes/trips.md"' in listed and 'data-file="file:agent/self.md"' in listed
+    view = browser.get("/agents/ada/memory/get", params={"ref": "file:agent/notes/trips.md"})
+    assert 'id="file-form"' in view.text and "Lisbon &lt;b&gt;in May&lt;/b&gt;." in view.text

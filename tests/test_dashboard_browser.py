@@ -232,6 +232,16 @@ def test_agents_page_live_view_and_inert_script(served: Served, browser: Any) ->
     click(browser, "#memory-hits li a")
     wait(browser, "the MemoryGet view", lambda d: "dashboard" in d.find_element(By.ID, "memory-content").text)
     shot(browser, test, "3e-memory-get")
+    # A new note from the memory page: written as memory_write would, then shown for editing.
+    browser.get(served.url + "/agents/ada/memory")
+    type_into(browser, "#note-form input[name=name]", "trips")
+    type_into(browser, "#note-form textarea[name=text]", "# Trips\nLisbon in May <b>x</b>")
+    click(browser, "#note-form button[type=submit]")
+    wait(browser, "the note", lambda d: "Lisbon in May <b>x</b>" in d.find_element(By.ID, "memory-content").text)
+    assert browser.find_elements(By.ID, "file-form")
+    browser.get(served.url + "/agents/ada/memory")
+    assert browser.find_elements(By.CSS_SELECTOR, 'li[data-file="file:agent/notes/trips.md"]')
+    shot(browser, test, "3f-memory-files")
     browser.get(served.url + "/agents/ada")
 
     # A reload keeps the conversation (read back from the ledger) and the session.

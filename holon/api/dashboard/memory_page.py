@@ -1,5 +1,6 @@
-"""Page 4, memory (first part): MemorySearch, MemoryGet views, the curated files (read), and durable
-memory with provenance and staleness, with forget.
+"""Page 4, memory: MemorySearch (with the tool's kind and scope filters), MemoryGet views, the files
+the agent may read (curated files and notes: read, edit, a new note), and durable memory with
+provenance and staleness (active, stale, superseded, forgotten), with forget.
 
 Search and reads are the agent's own tools' functions (``search_memory`` with the same scopes,
 ranking and embedder; ``memory_get``), as ``GET /v1/agents/{a}/memory/search|get`` call them, so the
@@ -13,7 +14,7 @@ read whole can be edited: the new text replaces it through ``write_file``, the f
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
@@ -26,14 +27,18 @@ from holon.clock import SystemClock, format_us
 from holon.errors import HolonError, NotFoundError, UsageError
 from holon.evolve import review
 from holon.memory.access import owners_for, search_memory
+from holon.memory.files import MemoryScope, list_files
 from holon.memory.get import DEFAULT_MAX_CHARS, MemoryGetRequest, memory_get
 from holon.memory.refs import FileRef, parse_ref
+from holon.memory.search import KINDS
 from holon.memory.writes import write_file
 from holon.projections.durable import is_stale
 from holon.runtime.embedders import embedder_from_settings
 
 __all__ = ["CURATED", "memory_router"]
 
+SCOPES = ("agent", "operator", "workspace")
+"""The scopes a search may be narrowed to (the tool's ``scope``)."""
 CURATED = ("file:agent/self.md", "file:operator/operator.md")
 """The curated files every agent has: its own notebook and what it knows about the operator."""
 ORIGIN = "operator:dashboard"
@@ -56,6 +61,15 @@ def _now(port: DaemonPort) -> int:
     return int(clock.now_us())
 
 
+def _bad_filter(scope: str, status: str) -> str:
+    """Why the page's ``scope`` or ``status`` is not one it knows, or ``""``."""
+    if scope and scope not in SCOPES:
+        return f"unknown scope {scope[:20]!r}; scopes: {', '.join(SCOPES)}"
+    if status != "all" and status not in review.ENTRY_STATUSES:
+        return f"unknown status {status[:20]!r}; statuses: all, {', '.join(review.ENTRY_STATUSES)}"
+    return ""
+
+
 def memory_router(port: DaemonPort) -> APIRouter:
     r = APIRouter(include_in_schema=False)
     store = port.store
@@ -66,23 +80,42 @@ def memory_router(port: DaemonPort) -> APIRouter:
         agent: str,
         session: PageSession,
         q: Annotated[str, Query(max_length=2_000)] = "",
+        kind: Annotated[list[str] | None, Query(max_length=len(KINDS))] = None,
+        scope: Annotated[str, Query(max_length=16)] = "",
+        status: Annotated[str, Query(max_length=16)] = "active",
     ) -> Response:
-        """Search (when ``q``), the curated files, and the durable entries the agent can recall."""
+        """Search (when ``q``; narrowed to ``kind``s and a ``scope`` as the tool can be), the files
+        the agent may read (curated files and notes), and its durable entries (``status``: active,
+        stale, superseded, forgotten or all)."""
         try:
             a = store.agent(agent)
         except NotFoundError as e:
             return page(request, session, "missing.html", page="missing", message=e.message, status_code=404)
-        result = None
-        if q.strip():
-            found = search_memory(store, a, q, limit=LIMIT, embedder=embedder_from_settings(store.settings))
-            result = found.as_dict()
+        kinds = [k for k in kind or [] if k]
+        result, error = None, _bad_filter(scope, status)
+        if error:  # a hand-edited link: the page says what is wrong, with the defaults
+            scope, status = "", "active"
+        elif q.strip():
+            try:
+                found = search_memory(
+                    store, a, q, kinds=kinds, scopes=[cast(MemoryScope, scope)] if scope else [], limit=LIMIT,
+                    embedder=embedder_from_settings(store.settings),
+                )  # fmt: skip
+                result = found.as_dict()
+            except UsageError as e:  # an unknown kind
+                error = e.message
         now = _now(port)
-        entries = review.list_entries(store, status="active", owners=owners_for(a), now_us=now)
-        stale = {s.entry_id: is_stale(s, now) for s in entries}
+        entries = review.list_entries(
+            store, status=None if status == "all" else status, owners=owners_for(a), now_us=now
+        )
+        stale = {s.entry_id: s.status == "active" and is_stale(s, now) for s in entries}
         when = {s.entry_id: f"{format_us(s.verified_us)[:19]}Z" for s in entries}
+        files = await asyncio.to_thread(list_files, store.paths, a)
         return page(
             request, session, "memory.html", page="memory", agent=a, q=q, result=result, curated=CURATED,
-            entries=entries, stale=stale, when=when,
+            entries=entries, stale=stale, when=when, files=files, kinds=KINDS, chosen_kinds=kinds, scopes=SCOPES,
+            scope=scope, status=status, statuses=("all", *review.ENTRY_STATUSES), error=error,
+            status_code=400 if error else 200,
         )  # fmt: skip
 
     @r.get("/agents/{agent}/memory/get")

@@ -142,6 +142,11 @@
         { ref: form.dataset.ref, text: form.elements.text.value });
       window.location.reload();
     },
+    "note-form": async (form) => {
+      const ref = "file:agent/notes/" + form.elements.name.value.trim().replace(/\.md$/, "") + ".md";
+      await send("POST", "/ui/agents/" + enc(form.dataset.agent) + "/memory/file", { ref, text: form.elements.text.value });
+      window.location.assign("/agents/" + enc(form.dataset.agent) + "/memory/get?ref=" + enc(ref));
+    },
     "timer-form": async (form) => {
       await send("POST", "/ui/agents/" + enc(form.dataset.agent) + "/timers", formData(form));
       form.reset();
