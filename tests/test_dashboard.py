@@ -554,7 +554,25 @@ def test_memory_search_reads_durable_entries_and_forget(server: ApiServer, brows
     shown = browser.get("/agents/ada/memory", params={"q": "zebras", "kind": "message", "scope": "agent"}).text
     assert re.findall(r'<li data-ref="([^"]+)"', shown) == [hit["source_ref"] for hit in messages["hits"]]
     assert 'value="message" checked' in shown and '<option value="agent" selected>' in shown
-    for bad in ({"status": "nope"}, {"scope": "nope"}, {"q": "zebras", "kind": "nope"}):
+    window = {"q": "zebras", "since": "2000-01-01T00:00:00Z", "until": "2999-01-01T00:00:00Z"}
+    with server.client() as api:
+        in_window = api.get("/v1/agents/ada/memory/search", params={**window, "limit": 20}).json()["hits"]
+    assert in_window and re.findall(
+        r'<li data-ref="([^"]+)"', browser.get("/agents/ada/memory", params=window).text
+    ) == [hit["source_ref"] for hit in in_window]
+    for empty in ({"since": "2999-01-01"}, {"until": "2000-01-01"}, {"work_item": "wi_none"}):
+        assert (
+            re.findall(
+                r'<li data-ref="([^"]+)"', browser.get("/agents/ada/memory", params={"q": "zebras", **empty}).text
+            )
+            == []
+        )
+    for bad in (
+        {"status": "nope"},
+        {"scope": "nope"},
+        {"q": "zebras", "kind": "nope"},
+        {"q": "zebras", "since": "soon"},
+    ):
         refused = browser.get("/agents/ada/memory", params=bad)
         assert refused.status_code == 400 and 'id="memory-error"' in refused.text, bad
 

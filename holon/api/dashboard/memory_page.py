@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from holon.api.dashboard.pages import page
 from holon.api.dashboard.security import PageSession, WriteSession
 from holon.api.port import DaemonPort
-from holon.clock import SystemClock, format_us
+from holon.clock import SystemClock, format_us, parse_iso
 from holon.errors import HolonError, NotFoundError, UsageError
 from holon.evolve import review
 from holon.memory.access import owners_for, search_memory
@@ -82,9 +82,13 @@ def memory_router(port: DaemonPort) -> APIRouter:
         q: Annotated[str, Query(max_length=2_000)] = "",
         kind: Annotated[list[str] | None, Query(max_length=len(KINDS))] = None,
         scope: Annotated[str, Query(max_length=16)] = "",
+        since: Annotated[str, Query(max_length=64)] = "",
+        until: Annotated[str, Query(max_length=64)] = "",
+        work_item: Annotated[str, Query(max_length=128)] = "",
         status: Annotated[str, Query(max_length=16)] = "active",
     ) -> Response:
-        """Search (when ``q``; narrowed to ``kind``s and a ``scope`` as the tool can be), the files
+        """Search (when ``q``; narrowed as the tool can be: ``kind``s, a ``scope``, a time window
+        ``since``/``until`` (ISO 8601), a ``work_item``), the files
         the agent may read (curated files and notes), and its durable entries (``status``: active,
         stale, superseded, forgotten or all)."""
         try:
@@ -99,10 +103,12 @@ def memory_router(port: DaemonPort) -> APIRouter:
             try:
                 found = search_memory(
                     store, a, q, kinds=kinds, scopes=[cast(MemoryScope, scope)] if scope else [], limit=LIMIT,
+                    since_us=parse_iso(since or None, field="since", shown=40),
+                    until_us=parse_iso(until or None, field="until", shown=40), work_item_id=work_item or None,
                     embedder=embedder_from_settings(store.settings),
                 )  # fmt: skip
                 result = found.as_dict()
-            except UsageError as e:  # an unknown kind
+            except UsageError as e:  # an unknown kind, a time that is not one
                 error = e.message
         now = _now(port)
         entries = review.list_entries(
@@ -114,7 +120,7 @@ def memory_router(port: DaemonPort) -> APIRouter:
         return page(
             request, session, "memory.html", page="memory", agent=a, q=q, result=result, curated=CURATED,
             entries=entries, stale=stale, when=when, files=files, kinds=KINDS, chosen_kinds=kinds, scopes=SCOPES,
-            scope=scope, status=status, statuses=("all", *review.ENTRY_STATUSES), error=error,
+            scope=scope, since=since, until=until, work_item=work_item, status=status, statuses=("all", *review.ENTRY_STATUSES), error=error,
             status_code=400 if error else 200,
         )  # fmt: skip
 
