@@ -324,6 +324,8 @@ def test_the_rows_fragment_renders_only_the_agents_asked_for(server: ApiServer, 
     assert too_many.status_code == 400 and "at most 200" in too_many.text, too_many.text
     page = browser.get("/")
     assert f'data-agent-id="{ada.agent_id}"' in page.text
+    foreign = browser.get("/ui/fragments/agents", params={"agent": "ada"}, headers={"Host": "evil.test"})
+    assert foreign.status_code == 403  # the rows, like every path, only for this daemon's Host
 
 
 # --- the ledger page ---------------------------------------------------------------------------

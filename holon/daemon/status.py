@@ -24,7 +24,10 @@ if TYPE_CHECKING:
     from holon.daemon.timers import Timers
     from holon.runtime.host import AgentHost
 
-__all__ = ["StatusView"]
+__all__ = ["FEW", "StatusView"]
+
+FEW = 8
+"""Up to this many agents, ``entries`` reads each one's waits and timers instead of everyone's."""
 
 
 class StatusView:
@@ -67,11 +70,17 @@ class StatusView:
 
     def entries(self, agents: list[AgentState]) -> list[dict[str, Any]]:
         """``agents``' status entries (``holon.runtime.status.status_entries``: the batched
-        decision), in their order: two queries for their waits and timers, whatever their number."""
+        decision), in their order: two queries for all waits and timers whatever their number, or
+        two per agent for a few (the dashboard's refresh of one row)."""
+        store = self.store
+        if len(agents) <= FEW:
+            waits = [w for a in agents for w in store.waits(agent_id=a.agent_id, status="pending")]
+            timers = [t for a in agents for t in store.timers(agent_id=a.agent_id, status="scheduled")]
+        else:
+            waits, timers = store.waits(status="pending"), store.timers(status="scheduled")
         return status_entries(
-            agents, now_us=self.clock.now_us(), waits=self.store.waits(status="pending"),
-            timers=self.store.timers(status="scheduled"), live=self._live, budget=self.budgets.exhausted,
-            defaults=self.store.settings.model,
+            agents, now_us=self.clock.now_us(), waits=waits, timers=timers, live=self._live,
+            budget=self.budgets.exhausted, defaults=store.settings.model,
         )  # fmt: skip
 
     def key(self) -> tuple[Any, ...]:

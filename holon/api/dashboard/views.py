@@ -8,12 +8,14 @@ rest are the projections the API serves. Values here are plain data: the templat
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from holon.api.port import DaemonPort, Spending
 from holon.clock import format_us
+from holon.errors import NotFoundError
 from holon.projections.state import AgentState, TaskProjection, TimerProjection, WaitProjection, WorkItemState
 from holon.runtime.schedule import describe as describe_schedule
 from holon.runtime.status import describe, is_internal
@@ -84,22 +86,29 @@ def _active_work(port: DaemonPort, agent_ids: Collection[str]) -> dict[str, str]
 
 def agent_rows(port: DaemonPort, *, everything: bool = False, names: Collection[str] | None = None) -> list[AgentRow]:
     """Every agent (holon's internal ones only with ``everything``; with ``names``, only the agents
-    named, by name or id, and those whose budget they spend),
-    by name, as the daemon sees it: the status entries decided at once (``DaemonPort.agent_entries``,
-    the batched form of the daemon's one status decision)."""
-    agents = [a for a in port.store.agents() if everything or not is_internal(a)]
-    if names is not None:
-        agents = _named(port, agents, names)
+    named, by name or id, and those whose budget they spend), by name, as the daemon sees it: the
+    status entries decided at once (``DaemonPort.agent_entries``, the batched form of the daemon's
+    one status decision)."""
+    agents = port.store.agents() if names is None else _named(port, names)
+    agents = [a for a in agents if everything or not is_internal(a)]
     entries = port.agent_entries(agents)
     work = _active_work(port, [a.agent_id for a in agents])
     return [_row(port, a, e, work.get(a.agent_id, "")) for a, e in zip(agents, entries, strict=True)]
 
 
-def _named(port: DaemonPort, agents: list[AgentState], names: Collection[str]) -> list[AgentState]:
-    """The agents ``names`` names (by name or id) and those whose budget they spend (``Spending.owner``)."""
-    chosen = [a for a in agents if a.name in names or a.agent_id in names]
-    owners = {port.spending(a).owner for a in chosen} - {None}
-    return [a for a in agents if a.name in names or a.agent_id in names or a.name in owners]
+def _named(port: DaemonPort, names: Collection[str]) -> list[AgentState]:
+    """The agents ``names`` names (by name or id; unknown ones skipped) and those whose budget they
+    spend (``Spending.owner``), by name: one read each, not a read of every agent."""
+    found: dict[str, AgentState] = {}
+    for ref in names:
+        with contextlib.suppress(NotFoundError):
+            agent = port.store.agent(ref)
+            found[agent.agent_id] = agent
+    for owner in {port.spending(a).owner for a in list(found.values())} - {None}:
+        with contextlib.suppress(NotFoundError):
+            agent = port.store.agent(str(owner))
+            found[agent.agent_id] = agent
+    return sorted(found.values(), key=lambda a: a.name)
 
 
 def _row(port: DaemonPort, agent: AgentState, entry: dict[str, Any], work: str) -> AgentRow:
