@@ -327,6 +327,7 @@ def test_create_pause_resume_and_delete_from_the_agents_page(served: Served, bro
     browser.switch_to.alert.accept()  # "Delete agent bob ...?"
     wait(browser, "bob gone", lambda d: not d.find_elements(By.CSS_SELECTOR, 'tr[data-agent="bob"]'))
     assert browser.execute_script(ada_untouched)
+    assert browser.find_element(By.ID, "agent-count").text == "1 agent"  # was "2 agents" when loaded
     browser.get(served.url + "/agents/bob")
     wait(browser, "the missing page", lambda d: d.find_elements(By.ID, "missing"))
     shot(browser, test, "4-deleted")

@@ -54,7 +54,14 @@
       }
       const response = await fetch(element.dataset.refresh, { credentials: "same-origin" });
       if (response.ok) element.innerHTML = await response.text(); // server-rendered, escaped
+      if (element.id === "agent-rows") countAgents(element);
     }, delayMs));
+  }
+
+  function countAgents(tbody) {
+    const count = document.getElementById("agent-count");
+    const n = tbody.querySelectorAll("tr[data-agent-id]").length;
+    if (count) count.textContent = n + (n === 1 ? " agent" : " agents");
   }
 
   // --- actions ----------------------------------------------------------------------------------
@@ -317,6 +324,7 @@
       // Asked for and not sent: deleted (or holon's own, not shown here).
       asked.filter((id) => !seen.has(id)).forEach((id) => { const old = rowOf(tbody, id); if (old) old.remove(); });
       if (added || !tbody.querySelector("tr")) refresh(tbody, 0);
+      else countAgents(tbody);
     }, delayMs);
   }
 
