@@ -50,8 +50,7 @@ class Warmth:
         """Return once the model library's import ended (loaded, failed or given up); at once
         without one to load."""
         if self._library is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.shield(self._library)
+            await asyncio.wait({self._library})  # its outcome is not ours to raise; our own cancel is
 
     def start(self, *, after: asyncio.Event | None = None) -> None:
         """Import the turn machinery and the model library in a thread and warm the model children,
