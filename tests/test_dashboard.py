@@ -623,6 +623,23 @@ def test_traces_per_day_spans_and_exports(server: ApiServer, browser: httpx.Clie
     assert server.call(lambda: _turn_agents(port, [turn_id.group(1), "turn_nope"])) == {turn_id.group(1): "ada"}
 
 
+def test_each_error_kind_links_to_the_spans_of_its_turns() -> None:
+    """The traces page's error taxonomy: each kind's turns (``trace_stats``' ``turns``) link to their
+    spans through their agent; a turn whose agent is gone shows as its id, escaped like the rest."""
+    from holon.api.dashboard.render import render
+    from holon.api.dashboard.traces_page import BAR_WIDTH, bars
+
+    error = {"source": "memory_get", "error": "nothing at <x>", "count": 3, "example": "nothing at <x>",
+             "turns": ["turn_a", "turn_b"]}  # fmt: skip
+    stats = {"turns": 3, "agents": {}, "model_start": {"n": 0}, "slowest_tools": [], "errors": [error]}
+    html = render(
+        "traces.html", page="traces", csrf="c", proposals=0, stats=stats, charts={k: bars({}) for k in ("turns", "tokens", "cost")},
+        day="2026-11-28", agent="", agents=[], bar_width=BAR_WIDTH, owners={"turn_a": "ada"},
+    )  # fmt: skip
+    assert '<a class="error-turn" href="/agents/ada/turns/turn_a/spans">turn_a</a>' in html
+    assert "<code>turn_b</code> and more" in html and "nothing at &lt;x&gt;" in html
+
+
 def test_a_curated_file_is_edited_as_memory_write_would(server: ApiServer, browser: httpx.Client) -> None:
     _make(server, "ada")
     csrf = _login(server, browser)

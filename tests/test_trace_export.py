@@ -302,6 +302,8 @@ def test_stats_equal_the_scripted_run(home: Path) -> None:
     assert ada["tokens_per_turn"]["total"] == 135 + 230 + 77
     assert stats["turns"] == 3 and set(only_bob["agents"]) == {"bob"}
     assert [e["source"] for e in stats["errors"]] == ["memory_get"]
+    memory_get_turns = [t["turn_id"] for t in stats["slowest_tools"] if t["tool"] == "memory_get"]
+    assert stats["errors"][0]["turns"] == memory_get_turns and len(memory_get_turns) == 1  # the error's turn
     assert {t["tool"] for t in stats["slowest_tools"]} == {"memory_search", "memory_get"}
     r = holon(home, "trace", "stats")
     assert r.code == 0 and "ada: 2 turns" in r.out

@@ -101,6 +101,7 @@ def trace_stats(
     tools: list[tuple[float, str, str, str]] = []
     errors: Counter[tuple[str, str]] = Counter()
     samples: dict[tuple[str, str], str] = {}
+    where: dict[tuple[str, str], list[str]] = {}
     starts: list[float] = []
     for spans in traces if traces is not None else spans_of(TraceReader(store, flt), project="stats"):
         root = spans[0]
@@ -110,12 +111,13 @@ def trace_stats(
         a["turns"] += 1
         a["outcomes"][root.attributes["holon.outcome"]] += 1
         a["tokens"].append(int(root.attributes["holon.turn.total_tokens"]))
+        turn_id = str(root.attributes["holon.turn_id"])
         for s in spans[1:]:
             if s.kind == "LLM" and not s.attributes.get("holon.unfinished"):
                 a["latency"].append((s.end_ns - s.start_ns) / 1e6)
                 a["cost_usd"] += float(s.attributes.get("llm.cost_usd", 0.0))
                 if s.status == "ERROR":
-                    _count(errors, samples, "model", s.status_message)
+                    _count(errors, samples, where, turn_id, "model", s.status_message)
             elif s.name == "model.start":
                 starts.append(float(s.attributes.get("holon.model_start.duration_ms", 0.0)))
             elif s.kind == "TOOL":
@@ -124,9 +126,10 @@ def trace_stats(
                 tools.append((dur, str(s.attributes["tool.name"]), root.attributes["holon.turn_id"], s.span_id))
                 if s.status == "ERROR":
                     a["tool_errors"] += 1
-                    _count(errors, samples, str(s.attributes["tool.name"]), str(s.attributes.get("output.value", "")))
+                    _count(errors, samples, where, turn_id, str(s.attributes["tool.name"]),
+                           str(s.attributes.get("output.value", "")))  # fmt: skip
         if root.status == "ERROR":
-            _count(errors, samples, "turn", root.status_message)
+            _count(errors, samples, where, turn_id, "turn", root.status_message)
     agents = {
         name: {
             "agent_id": a["agent_id"], "turns": a["turns"], "outcomes": dict(sorted(a["outcomes"].items())),
@@ -144,13 +147,23 @@ def trace_stats(
         "model_start": {"n": len(starts), "p50_ms": _pct(starts, 50), "p95_ms": _pct(starts, 95)},
         "slowest_tools": [{"tool": t, "duration_ms": round(d, 3), "turn_id": turn, "span_id": sid} for d, t, turn, sid in tools[:top]],
         "errors": [
-            {"source": src, "error": key, "count": n, "example": samples[(src, key)]}
+            {"source": src, "error": key, "count": n, "example": samples[(src, key)], "turns": where[(src, key)]}
             for (src, key), n in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0]))
         ],
     }  # fmt: skip
 
 
-def _count(errors: Counter[tuple[str, str]], samples: dict[tuple[str, str], str], source: str, message: str) -> None:
+ERROR_TURNS = 5
+"""Turns named per error kind (``turns``: the first ones it happened in, for links to their spans)."""
+
+
+def _count(
+    errors: Counter[tuple[str, str]], samples: dict[tuple[str, str], str], where: dict[tuple[str, str], list[str]],
+    turn_id: str, source: str, message: str,
+) -> None:  # fmt: skip
     key = (source, error_key(message) or "(no message)")
     errors[key] += 1
     samples.setdefault(key, message[:300])
+    turns = where.setdefault(key, [])
+    if turn_id not in turns and len(turns) < ERROR_TURNS:
+        turns.append(turn_id)

@@ -65,7 +65,8 @@ def _filter(port: DaemonPort, agent: str | None, day: date) -> TraceFilter:
 
 
 def _turn_agents(port: DaemonPort, turn_ids: list[str]) -> dict[str, str]:
-    """The name of the agent each turn belongs to (the slowest tools link to their turn's spans)."""
+    """The name of the agent each turn belongs to (the slowest tools and the errors link to their
+    turns' spans)."""
     if not turn_ids:
         return {}
     names = {a.agent_id: a.name for a in port.store.agents()}
@@ -91,7 +92,9 @@ def traces_router(port: DaemonPort) -> APIRouter:
         return page(
             request, session, "traces.html", page="traces", stats=stats, charts=charts, day=d.isoformat(),
             agent=agent or "", agents=sorted(a.name for a in store.agents()), bar_width=BAR_WIDTH,
-            owners=_turn_agents(port, [t["turn_id"] for t in stats["slowest_tools"]]),
+            owners=_turn_agents(
+                port, [t["turn_id"] for t in stats["slowest_tools"]] + [t for e in stats["errors"] for t in e["turns"]]
+            ),
         )  # fmt: skip
 
     @r.get("/agents/{agent}/turns/{turn_id}/spans")
