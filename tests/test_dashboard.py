@@ -658,6 +658,14 @@ def test_a_curated_file_is_edited_as_memory_write_would(server: ApiServer, brows
     for ref in ("event:1", "file:agent/../../etc/passwd", "file:nowhere/x.md"):
         refused = browser.post("/ui/agents/ada/memory/file", json={"ref": ref, "text": "x"}, headers=h)
         assert refused.status_code == 400, (ref, refused.text)
+    # An edit that takes the file past the archive limit archives it, as memory_write does.
+    big = "# Self\n\n" + "\n".join(f"- {i}: caf\u00e9 " + "\u00e9" * 90 for i in range(520)) + "\n"
+    assert len(big) <= 100_000 < len(big.encode())
+    r = browser.post("/ui/agents/ada/memory/file", json={"ref": "file:agent/self.md", "text": big}, headers=h)
+    assert r.status_code == 200, r.text
+    archived = r.json()
+    assert archived["archive_ref"] and archived["size"] < 100_000, archived
+    assert browser.get("/agents/ada/memory/get", params={"ref": archived["archive_ref"]}).status_code == 200
     part = browser.get("/agents/ada/memory/get", params={"ref": "file:agent/self.md", "mode": "headers"})
     assert part.status_code == 200 and 'id="file-form"' not in part.text  # only a whole read is editable
     # A note (the page's new-note form writes through the same route): listed, read, edited.

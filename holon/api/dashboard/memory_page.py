@@ -6,9 +6,11 @@ Search and reads are the agent's own tools' functions (``search_memory`` with th
 ranking and embedder; ``memory_get``), as ``GET /v1/agents/{a}/memory/search|get`` call them, so the
 operator sees what the agent would. Durable entries are ``holon.evolve.review``'s, as ``holon memory
 inspect`` lists them (the ones this agent can recall); forget is ``review.forget``. A curated file
-read whole can be edited: the new text replaces it through ``write_file``, the function behind the
-``memory_write`` tool (scope and path checks, the file lock, the atomic write, the
-``memory.written`` event), with the operator's authority.
+read whole can be edited: the new text replaces it through ``write_memory``, the function behind
+the ``memory_write`` tool (scope and path checks, the file lock, the atomic write, the
+``memory.written`` event, and the archive of a file the write took past ``ARCHIVE_AT_BYTES``, with
+the deterministic summary: no model is called on the operator's behalf), with the operator's
+authority.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from holon.memory.files import MemoryScope, list_files
 from holon.memory.get import DEFAULT_MAX_CHARS, MemoryGetRequest, memory_get
 from holon.memory.refs import FileRef, parse_ref
 from holon.memory.search import KINDS
-from holon.memory.writes import write_file
+from holon.memory.writes import write_memory
 from holon.projections.durable import is_stale
 from holon.runtime.embedders import embedder_from_settings
 
@@ -161,10 +163,12 @@ def memory_router(port: DaemonPort) -> APIRouter:
         ref = parse_ref(body.ref)
         if not isinstance(ref, FileRef):
             raise UsageError(f"{body.ref[:200]!r} is not a file reference (file:<scope>/<path>)")
-        result = await asyncio.to_thread(
-            write_file, store, a, ref.scope, ref.path, "replace", body.text, origin=ORIGIN, authority="operator"
+        # write_memory, as the tool does: an edit that takes the file past the archive limit archives
+        # its text and leaves the deterministic summary (no model call on the operator's behalf).
+        result = await write_memory(
+            store, a, ref.scope, ref.path, "replace", body.text, origin=ORIGIN, authority="operator"
         )
-        return {"ref": str(ref), "size": result.size}
+        return {"ref": str(ref), "size": result.size, "archive_ref": result.archive_ref}
 
     @r.post("/ui/memory/durable/{entry_id}/forget")
     async def forget(entry_id: str, body: ForgetIn, session: WriteSession) -> dict[str, Any]:
