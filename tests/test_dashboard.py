@@ -602,6 +602,19 @@ def test_traces_per_day_spans_and_exports(server: ApiServer, browser: httpx.Clie
     row = re.search(r'<tr data-agent="ada">(.*?)</tr>', page.text, re.S)
     assert row and f'<td class="num">{expected["agents"]["ada"]["turns"]}</td>' in row.group(1)
     assert 'id="chart-tokens"' in page.text and " style=" not in page.text
+    # The daily charts: one bar per day of the span, today's holding the day's turns, tokens and cost.
+    from holon.trace.export import DAY_US, daily_stats
+
+    today = re.search(r'name="day" value="([0-9-]+)"', page.text)
+    assert today
+    turns = re.search(r'data-series="turns">(.*?)</div>\s*\n\s*(?:<h3|</section)', page.text, re.S)
+    assert turns and turns.group(1).count('class="hbar"') == 7
+    assert f'aria-label="{today.group(1)}: 2"' in turns.group(1)
+    flt = TraceFilter(None, 0, 3 * DAY_US)
+    assert [d["turns"] for d in server.call(lambda: daily_stats(store, flt))] == [0, 0, 0]
+    three = browser.get("/traces", params={"span": 3})
+    assert three.status_code == 200 and three.text.count('data-series="tokens"') == 1
+    assert browser.get("/traces", params={"span": 40}).status_code in (400, 422)
     other_day = browser.get("/traces", params={"day": "2001-01-01"})
     assert other_day.status_code == 200 and "0 turns on 2001-01-01" in other_day.text
     assert browser.get("/traces", params={"day": "yesterday"}).status_code == 400
@@ -634,7 +647,7 @@ def test_each_error_kind_links_to_the_spans_of_its_turns() -> None:
     stats = {"turns": 3, "agents": {}, "model_start": {"n": 0}, "slowest_tools": [], "errors": [error]}
     html = render(
         "traces.html", page="traces", csrf="c", proposals=0, stats=stats, charts={k: bars({}) for k in ("turns", "tokens", "cost")},
-        day="2026-11-28", agent="", agents=[], bar_width=BAR_WIDTH, owners={"turn_a": "ada"},
+        day="2026-11-28", agent="", agents=[], bar_width=BAR_WIDTH, owners={"turn_a": "ada"}, daily={}, span=7,
     )  # fmt: skip
     assert '<a class="error-turn" href="/agents/ada/turns/turn_a/spans">turn_a</a>' in html
     assert "<code>turn_b</code> and more" in html and "nothing at &lt;x&gt;" in html

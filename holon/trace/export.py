@@ -15,7 +15,7 @@ from holon.projections import Store
 from holon.trace.formats import halo_jsonl, otlp_request
 from holon.trace.spans import Span, TraceFilter, TraceReader, spans_of
 
-__all__ = ["Format", "error_key", "export_traces", "trace_stats", "write_traces"]
+__all__ = ["DAY_US", "Format", "daily_stats", "error_key", "export_traces", "trace_stats", "write_traces"]
 
 Format = Literal["halo-jsonl", "otlp-json"]
 Progress = Callable[[int, "int | None"], None]
@@ -85,6 +85,37 @@ def _pct(values: list[float], q: int) -> float:
     if len(values) == 1:
         return round(values[0], 3)
     return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], 3)
+
+
+DAY_US = 86_400 * 1_000_000
+
+
+def daily_stats(store: Store, flt: TraceFilter, *, traces: Iterable[list[Span]] | None = None) -> list[dict[str, Any]]:
+    """Per UTC day of ``flt``'s window (``since_us`` and ``until_us`` required, day-aligned), oldest
+    first: turns, total tokens, cost and model latency p50/p95 over every model call of the day, in
+    one read of the window (a turn counts on the day it started). Days without turns are listed."""
+    if flt.since_us is None or flt.until_us is None:
+        raise ValueError("daily_stats needs a window: since_us and until_us")
+    n = max((flt.until_us - flt.since_us + DAY_US - 1) // DAY_US, 0)
+    days: list[dict[str, Any]] = [{"turns": 0, "tokens": 0, "cost_usd": 0.0, "latency": []} for _ in range(n)]
+    for spans in traces if traces is not None else spans_of(TraceReader(store, flt), project="stats"):
+        root = spans[0]
+        i = (root.start_ns // 1000 - flt.since_us) // DAY_US
+        if not 0 <= i < n:
+            continue
+        d = days[i]
+        d["turns"] += 1
+        d["tokens"] += int(root.attributes["holon.turn.total_tokens"])
+        for s in spans[1:]:
+            if s.kind == "LLM" and not s.attributes.get("holon.unfinished"):
+                d["latency"].append((s.end_ns - s.start_ns) / 1e6)
+                d["cost_usd"] += float(s.attributes.get("llm.cost_usd", 0.0))
+    return [
+        {"since_us": flt.since_us + i * DAY_US, "turns": d["turns"], "tokens": d["tokens"],
+         "cost_usd": round(d["cost_usd"], 6), "model_calls": len(d["latency"]),
+         "model_latency_ms": {"p50": _pct(d["latency"], 50), "p95": _pct(d["latency"], 95)}}
+        for i, d in enumerate(days)
+    ]  # fmt: skip
 
 
 def trace_stats(

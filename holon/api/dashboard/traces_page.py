@@ -1,10 +1,12 @@
-"""Page 6, traces (first part): per agent and UTC day, turns, outcomes, model latency percentiles,
-tokens and cost (as bars), the slowest tools, the error taxonomy, a turn's spans, and exports.
+"""Page 6, traces: per agent and UTC day, turns, outcomes, model latency percentiles, tokens and
+cost (as bars), the same over the days before it (``span``, 1-31 days ending on the day shown: one
+bar per day), the slowest tools, the error taxonomy, a turn's spans, and exports.
 
 Everything is ``holon.trace``'s, as ``holon trace stats`` and ``holon trace export`` compute it:
-``trace_stats`` over a ``TraceFilter`` of the agent and the day, ``turn_spans`` for one turn, and
+``trace_stats`` over a ``TraceFilter`` of the agent and the day, ``daily_stats`` over the span of
+days, ``turn_spans`` for one turn, and
 ``write_traces`` for the HALO JSONL and OTLP JSON downloads. One day at a time keeps the read
-bounded (it runs on the daemon's loop, like the other pages' reads).
+bounded (it runs on the daemon's loop, like the other pages' reads); the span of days is at most 31.
 """
 
 from __future__ import annotations
@@ -23,15 +25,15 @@ from holon.api.port import DaemonPort
 from holon.clock import SystemClock
 from holon.errors import NotFoundError, UsageError
 from holon.ledger import EventQuery
-from holon.trace.export import trace_stats, write_traces
+from holon.trace.export import DAY_US, daily_stats, trace_stats, write_traces
 from holon.trace.spans import TraceFilter, TraceReader, turn_spans
 
 __all__ = ["Bar", "bars", "traces_router"]
 
-DAY_US = 86_400 * 1_000_000
 BAR_WIDTH = 600
 DayQ = Annotated[str | None, Query(max_length=10, description="A UTC day, YYYY-MM-DD (default: today).")]
 AgentQ = Annotated[str | None, Query(max_length=128)]
+SpanQ = Annotated[int, Query(ge=1, le=31, description="How many days, ending on `day`, the daily charts cover.")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +81,23 @@ def traces_router(port: DaemonPort) -> APIRouter:
     store = port.store
 
     @r.get("/traces")
-    async def traces_page(request: Request, session: PageSession, agent: AgentQ = None, day: DayQ = None) -> Response:
-        """The day's statistics, for one agent or all."""
+    async def traces_page(
+        request: Request, session: PageSession, agent: AgentQ = None, day: DayQ = None, span: SpanQ = 7
+    ) -> Response:
+        """The day's statistics, for one agent or all, and the days before it as daily bars."""
         d = _day(port, day)
-        stats = trace_stats(store, _filter(port, agent or None, d))
+        flt = _filter(port, agent or None, d)
+        stats = trace_stats(store, flt)
+        assert flt.since_us is not None and flt.until_us is not None
+        series = daily_stats(store, TraceFilter(flt.agent_id, flt.until_us - span * DAY_US, flt.until_us))
+        label = {x["since_us"]: datetime.fromtimestamp(x["since_us"] / 1e6, UTC).date().isoformat() for x in series}
+        daily = {
+            "turns": bars({label[x["since_us"]]: x["turns"] for x in series}),
+            "tokens": bars({label[x["since_us"]]: x["tokens"] for x in series}),
+            "cost": bars({label[x["since_us"]]: x["cost_usd"] for x in series}, "${:,.4f}"),
+            "latency p50 (ms)": bars({label[x["since_us"]]: x["model_latency_ms"]["p50"] for x in series}, "{:,.1f}"),
+            "latency p95 (ms)": bars({label[x["since_us"]]: x["model_latency_ms"]["p95"] for x in series}, "{:,.1f}"),
+        }
         per = stats["agents"]
         charts = {
             "turns": bars({n: a["turns"] for n, a in per.items()}),
@@ -91,6 +106,7 @@ def traces_router(port: DaemonPort) -> APIRouter:
         }
         return page(
             request, session, "traces.html", page="traces", stats=stats, charts=charts, day=d.isoformat(),
+            daily=daily, span=span,
             agent=agent or "", agents=sorted(a.name for a in store.agents()), bar_width=BAR_WIDTH,
             owners=_turn_agents(
                 port, [t["turn_id"] for t in stats["slowest_tools"]] + [t for e in stats["errors"] for t in e["turns"]]
