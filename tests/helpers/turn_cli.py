@@ -36,6 +36,10 @@ def cli_env(**extra: str) -> dict[str, str]:
     # override a pty's own size (tests that want a width set it).
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOLON_") and k not in ("COLUMNS", "LINES")}
     env["HOLON_LEDGER_SYNCHRONOUS"] = "NORMAL"
+    # The storage the ``engine`` fixture chose (only it sets this in a test process): child
+    # processes open the same ledger (RFC 0008, "A test module that starts processes ...").
+    if url := os.environ.get("HOLON_STORAGE_URL"):
+        env["HOLON_STORAGE_URL"] = url
     # `holon serve` logs JSON lines to a stderr that is not a terminal; a test that reads its pipe
     # only at the end would see the daemon block once the pipe is full. Log tests set it back.
     env["HOLON_LOGGING_CONSOLE"] = "off"
@@ -157,7 +161,10 @@ def kill_group(home: Path) -> None:
 
 
 def db_rows(home: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Query the ledger read-only while another process may be writing it."""
+    """Query the ledger read-only while another process may be writing it (on PostgreSQL when the
+    ``engine`` fixture chose it: ``HOLON_STORAGE_URL``)."""
+    if url := os.environ.get("HOLON_STORAGE_URL"):
+        return _pg_rows(url, sql, params)
     db = home / "holon.db"
     if not db.exists():
         return []
@@ -171,6 +178,18 @@ def db_rows(home: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[An
         return []  # e.g. the schema is not there yet
     finally:
         conn.close()
+
+
+def _pg_rows(url: str, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    from holon.ledger.pg.conn import pg_sql
+
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            return list(conn.execute(pg_sql(sql), params).fetchall())
+    except psycopg.errors.UndefinedTable:
+        return []  # the schema is not there yet
 
 
 def event_types(home: Path) -> list[str]:
