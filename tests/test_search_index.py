@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from helpers.memsearch import answer, fts_rows, index_rows, say
 from helpers.engines import sqlite_only
+from helpers.memsearch import answer, fts_rows, index_rows, say
 from helpers.turn_cli import cli_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
