@@ -15,13 +15,16 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from helpers.daemon import agents, completed_inputs, fake_home, payloads, state, submit
 from helpers.turn_cli import assert_ledger_ok, holon, spawn_holon, wait_for
 
 from holon.testing.fake_llm import FakeLLM
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,7 +42,8 @@ def _turn_span(home: Path, agent_id: str) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-def test_start_status_restart_stop_and_two_agents_at_once(tmp_path: Path, fake: FakeLLM) -> None:
+def test_start_status_restart_stop_and_two_agents_at_once(tmp_path: Path, fake: FakeLLM, engine: EngineTarget) -> None:
+    """On both engines (``HOLON_STORAGE_URL`` reaches every child process on PostgreSQL)."""
     home = fake_home(tmp_path, fake, "alice", "bob")
     r = holon(home, "daemon", "start", "--no-http", "--json")
     assert r.code == 0, r
