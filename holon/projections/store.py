@@ -239,6 +239,8 @@ class Store:
 
     def keys_starting(self, kind: str, prefix: str, *, limit: int) -> list[str]:
         """Keys of rows of ``kind`` that start with ``prefix`` (finding an entry by an id prefix)."""
+        if "\x00" in prefix:  # no key holds a NUL, and PostgreSQL takes no NUL in a text parameter
+            return []
         rows = self.ledger.query(
             "SELECT key FROM projection_rows WHERE kind = ? AND key >= ? AND key < ? ORDER BY key LIMIT ?",
             (kind, prefix, prefix + "\U0010ffff", limit),

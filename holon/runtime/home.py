@@ -101,14 +101,14 @@ def check_storage(paths: HomePaths, settings: Settings) -> None:
 
 
 def home_exists(paths: HomePaths, settings: Settings | None = None) -> bool:
-    """Whether ``holon init`` made a home at ``paths``: its SQLite ledger file, or, when its ledger is
-    remote (``[storage] url`` names PostgreSQL), its config file (the database itself is checked
-    when the ledger opens: one without holon's schema is refused there)."""
+    """Whether there is a home at ``paths``: its SQLite ledger file, or, when its ledger is remote
+    (``[storage] url`` names PostgreSQL), its directory (the database itself is checked when the
+    ledger opens: one without holon's schema is refused there, in one line)."""
     if _exists(paths.db):
         return True
-    if not _exists(paths.config):
+    if not _exists(paths.root):
         return False
-    return _remote(paths, settings if settings is not None else load_settings(paths))
+    return paths.root.is_dir() and _remote(paths, settings if settings is not None else load_settings(paths))
 
 
 def _remote(paths: HomePaths, settings: Settings) -> bool:
