@@ -142,13 +142,24 @@ class LocalDb:
                 conn.execute("ROLLBACK")
                 raise
 
+    def _opened(self) -> SqliteConn:
+        """The connection, opened (and its source checked) under the shared ledger's lock first,
+        then the file's: the one order every path here takes the two locks in."""
+        conn = self._conn
+        if conn is None:
+            with self.ledger.reading(), self._lock:
+                conn = self._connection()
+        return conn
+
     def query(self, sql: str, params: Params = ()) -> list[Row]:
+        conn = self._opened()
         with self._lock:
-            return self._connection().fetchall(sql, params)
+            return conn.fetchall(sql, params)
 
     def has_table(self, name: str) -> bool:
+        conn = self._opened()
         with self._lock:
-            return SqliteEngine(self._db).has_table(self._connection(), name)
+            return SqliteEngine(self._db).has_table(conn, name)
 
     def head(self) -> int:
         return self.ledger.head()
