@@ -2,7 +2,8 @@
 and on PostgreSQL give the same search index, the PostgreSQL home's in the node's own file
 (``<home>/nodes/local/search.db``), and every query ranks identically on both (refs, scores, order,
 snippets, totals); a lost node-local index is rebuilt from the shared ledger to the same results,
-and a node file folded from another ledger is not trusted."""
+a node file folded from another ledger is not trusted, and the file's path is a function of the
+node name."""
 
 from __future__ import annotations
 
@@ -17,10 +18,14 @@ from helpers.pg import PgDatabase
 from holon.bench import workload
 from holon.clock import FakeClock
 from holon.config import load_settings, resolve_home
+from holon.errors import LedgerError
+from holon.ledger import NewEvent
+from holon.ledger import events as ev
 from holon.memory import index as search_index
 from holon.memory.access import search_memory
 from holon.memory.index import SearchIndex
 from holon.projections import Store
+from holon.projections.local import LocalDb, node_db_path
 
 QUERIES = ("ledger", "projection budget", "memory search tool", "operator brief timer", "request 17", "plan todo",
            "context episode wait", "nothing-like-this", "result", "agent ledger projection memory")  # fmt: skip
@@ -112,3 +117,23 @@ def test_a_node_file_folded_from_another_ledger_is_refolded(
         assert all(
             row[0] <= b.ledger.head() for row in b.local_db().query("SELECT seq FROM search_docs WHERE seq IS NOT NULL")
         )
+
+
+def test_the_node_file_is_a_function_of_the_node_name_and_cannot_append(
+    tmp_path: Path, pg_db: PgDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = resolve_home(tmp_path / "home")
+    assert node_db_path(home, "n2") == home.root / "nodes" / "n2" / "search.db"
+    for bad in ("", "a/b", "..", "."):
+        with pytest.raises(LedgerError, match="plain name"):
+            node_db_path(home, bad)
+    with _open(home.root, monkeypatch, pg_db.url) as store:
+        store.node = "n2"  # what a named node sets before its first search
+        db = store.local_db()
+        assert isinstance(db, LocalDb) and db.path == node_db_path(home, "n2")
+        store.append(*workload.creation_events(1))
+        SearchIndex(store).catch_up()
+        assert (home.root / "nodes" / "n2" / "search.db").is_file() and not (home.root / "nodes" / "local").exists()
+        with db.transaction() as tx, pytest.raises(LedgerError, match="cannot append"):
+            tx.append(NewEvent("agt_x", ev.MessageReceived(text="no")))
+        assert db.cursors()["search"] == store.ledger.head() == tx.head_seq
