@@ -21,9 +21,10 @@ always taken in one order (ledger, then local file), whatever thread folds or se
 On a SQLite home nothing of this is used: the index's tables sit in the ledger's own file and ride
 in its transactions, as before (``Store.projection_db``).
 
-A local file records which ledger it follows (the first event's hash and the location): opened
-beside a different ledger (another database, one emptied and refilled, a head behind the cursor),
-its cursors are dropped, so every local projection is cleared and refolded from seq 0.
+A local file records which ledger it follows (the first event's hash; the location for the reader):
+opened beside a different ledger (another one, or one emptied and refilled: a head behind the
+cursor), its cursors are dropped, so every local projection is cleared and refolded from seq 0. A
+copy of the same ledger (``holon storage migrate`` into another database) keeps the index.
 """
 
 from __future__ import annotations
@@ -115,7 +116,9 @@ class LocalDb:
         location = _location(self.ledger)
         row = conn.execute("SELECT location, first_hash FROM local_source WHERE id = 1").fetchone()
         top = conn.execute("SELECT coalesce(max(seq), 0) FROM projection_cursors").fetchone()[0]
-        if row is not None and tuple(row) == (location, first_hash) and top <= self.ledger.head():
+        # The first event's hash names the ledger (a moved copy keeps it, so its index stays
+        # good); the location is recorded for the reader only (one database has many URLs).
+        if row is not None and row[1] == first_hash and top <= self.ledger.head():
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
