@@ -178,7 +178,8 @@ def _say(daemon: Any, agent: str, text: str) -> Any:
     return daemon.submit(agent, text, origin="operator:test", authority="operator", sender="operator", channel="test")
 
 
-def test_pause_resume_abort_delete_and_notices(store: Any) -> None:
+def test_pause_resume_abort_delete_and_notices(engine: EngineTarget, store: Any) -> None:
+    assert store.ledger.engine.dialect == engine.name
     from holon.runtime.providers.scripted import ScriptedProvider, reply
 
     release = asyncio.Event()
@@ -461,7 +462,9 @@ def _costly(text: str, *, tokens: int = 60, cost: float = 0.03) -> Any:
      ({"budget_cost_per_day_usd": 0.05}, "$0.0600 of $0.05 per day spent")],
     ids=["tokens", "cost"],
 )  # fmt: skip
-def test_token_and_cost_budgets_stop_a_background_agent(store: Any, limit: dict[str, Any], reason: str) -> None:
+def test_token_and_cost_budgets_stop_a_background_agent(
+    engine: EngineTarget, store: Any, limit: dict[str, Any], reason: str
+) -> None:
     from holon.runtime.providers.scripted import ScriptedProvider
 
     provider = ScriptedProvider([_costly("first"), _costly("second"), _costly("never")])
@@ -483,7 +486,8 @@ def test_token_and_cost_budgets_stop_a_background_agent(store: Any, limit: dict[
     assert [b.kind for b in briefs] == ["budget"] and reason in briefs[0].text
 
 
-def test_child_agents_spend_their_background_roots_budget(store: Any) -> None:
+def test_child_agents_spend_their_background_roots_budget(engine: EngineTarget, store: Any) -> None:
+    assert store.ledger.engine.dialect == engine.name
     from holon.runtime.providers.scripted import ScriptedProvider, tool_call
 
     def decide(request: Any) -> Any:
