@@ -276,6 +276,23 @@ def pg_new_db(request: pytest.FixtureRequest, pg_template: str) -> Iterator[Call
             pg.drop(name)
 
 
+@pytest.fixture(scope="module")
+def pg_module_db(request: pytest.FixtureRequest, pg_template: str) -> Iterator[PgDatabase]:
+    """A migrated database of the test module's own (for a module-scoped home on PostgreSQL, such as
+    a daemon serving every test of the module), dropped after the module."""
+    from helpers import pg
+
+    name = f"holon_own_{request.config.stash[_PG_RUN]}_{_worker(request)}_m{next(_MODULE_DBS)}"
+    db = pg.create_from_template(name, pg_template)
+    try:
+        yield db
+    finally:
+        pg.drop(db.name)
+
+
+_MODULE_DBS = itertools.count(1)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineTarget:
     """What the ``engine`` fixture gives a test: which engine, and the storage URL to use."""

@@ -50,11 +50,15 @@ def _script(body: dict[str, Any]) -> dict[str, Any]:
     return step
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One daemon for the module's tests, on each engine in turn (RFC 0008 step 7): on PostgreSQL
+    the home's config names a database of the module's own (``pg_module_db``)."""
+    storage = request.getfixturevalue("pg_module_db").url if request.param == "postgresql" else ""
     mp = pytest.MonkeyPatch()
     mp.setenv("HOLON_LEDGER_SYNCHRONOUS", "NORMAL")
-    with FakeLLM(_script) as fake, serve_home(tmp_path_factory.mktemp("programs"), fake, "ada", "bob", "cy") as s:
+    root = tmp_path_factory.mktemp("programs")
+    with FakeLLM(_script) as fake, serve_home(root, fake, "ada", "bob", "cy", storage=storage) as s:
         with s.client(timeout=320) as c:  # the first turn also starts the model child
             for agent in ("ada", "bob"):
                 r = c.post(f"/v1/agents/{agent}/messages", params={"wait": 300}, json={"text": "warm up"})

@@ -4,6 +4,7 @@ real ledger), the chat-completion input rule, and how much of a reply a stream h
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -21,6 +22,16 @@ from holon.ledger import events as ev
 from holon.projections import Store
 from holon.runtime.agents import create_agent
 from holon.runtime.inputs import input_events
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL: the daemon and ``store`` open the home's
+    storage, which follows ``engine`` (``HOLON_STORAGE_URL``; the search index in the node's file)."""
+    return engine
 
 
 def _input(store: Store, agent_id: str, text: str) -> int:

@@ -15,13 +15,16 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from helpers.daemon import agents, completed_inputs, fake_home, payloads, state, submit
 from helpers.turn_cli import assert_ledger_ok, holon, spawn_holon, wait_for
 
 from holon.testing.fake_llm import FakeLLM
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,7 +42,8 @@ def _turn_span(home: Path, agent_id: str) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-def test_start_status_restart_stop_and_two_agents_at_once(tmp_path: Path, fake: FakeLLM) -> None:
+def test_start_status_restart_stop_and_two_agents_at_once(tmp_path: Path, fake: FakeLLM, engine: EngineTarget) -> None:
+    """On both engines (``HOLON_STORAGE_URL`` reaches every child process on PostgreSQL)."""
     home = fake_home(tmp_path, fake, "alice", "bob")
     r = holon(home, "daemon", "start", "--no-http", "--json")
     assert r.code == 0, r
@@ -174,7 +178,8 @@ def _say(daemon: Any, agent: str, text: str) -> Any:
     return daemon.submit(agent, text, origin="operator:test", authority="operator", sender="operator", channel="test")
 
 
-def test_pause_resume_abort_delete_and_notices(store: Any) -> None:
+def test_pause_resume_abort_delete_and_notices(engine: EngineTarget, store: Any) -> None:
+    assert store.ledger.engine.dialect == engine.name
     from holon.runtime.providers.scripted import ScriptedProvider, reply
 
     release = asyncio.Event()
@@ -457,7 +462,9 @@ def _costly(text: str, *, tokens: int = 60, cost: float = 0.03) -> Any:
      ({"budget_cost_per_day_usd": 0.05}, "$0.0600 of $0.05 per day spent")],
     ids=["tokens", "cost"],
 )  # fmt: skip
-def test_token_and_cost_budgets_stop_a_background_agent(store: Any, limit: dict[str, Any], reason: str) -> None:
+def test_token_and_cost_budgets_stop_a_background_agent(
+    engine: EngineTarget, store: Any, limit: dict[str, Any], reason: str
+) -> None:
     from holon.runtime.providers.scripted import ScriptedProvider
 
     provider = ScriptedProvider([_costly("first"), _costly("second"), _costly("never")])
@@ -479,7 +486,8 @@ def test_token_and_cost_budgets_stop_a_background_agent(store: Any, limit: dict[
     assert [b.kind for b in briefs] == ["budget"] and reason in briefs[0].text
 
 
-def test_child_agents_spend_their_background_roots_budget(store: Any) -> None:
+def test_child_agents_spend_their_background_roots_budget(engine: EngineTarget, store: Any) -> None:
+    assert store.ledger.engine.dialect == engine.name
     from holon.runtime.providers.scripted import ScriptedProvider, tool_call
 
     def decide(request: Any) -> Any:

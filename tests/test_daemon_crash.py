@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -24,6 +25,9 @@ from helpers.turn_cli import assert_ledger_ok, kill_hard, spawn_holon, wait_for
 from holon.api.server import free_port
 from holon.api.token import read_token
 from holon.testing.fake_llm import FakeLLM
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
@@ -59,7 +63,9 @@ class Poster(threading.Thread):
                 time.sleep(0.01)
 
 
-def test_sigkill_with_ten_busy_agents_loses_no_acknowledged_input(tmp_path: Path) -> None:
+def test_sigkill_with_ten_busy_agents_loses_no_acknowledged_input(tmp_path: Path, engine: EngineTarget) -> None:
+    """On both engines: on PostgreSQL the daemon, the poster's inputs and the reads here go to the
+    ``engine`` fixture's database (``HOLON_STORAGE_URL``, passed to every child process)."""
     with FakeLLM(lambda body: {"content": "Handled.", "delay": 0.5}) as fake:
         home = fake_home(tmp_path, fake, *AGENTS)
         port = free_port()

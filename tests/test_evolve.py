@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from helpers.engines import sqlite_only
 from helpers.evolve import DAY_S, run_turns
 
 from holon.clock import FakeClock
@@ -252,7 +251,6 @@ def test_a_restated_preference_is_not_proposed_twice(store: Store, clock: FakeCl
 # --- supersession, staleness, forgetting ------------------------------------------------------------
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_a_changed_fact_supersedes_the_old_one_and_stale_entries_say_so(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     evolver = Evolver(store, clock=clock)
     _turns(store, clock, ada.agent_id, "Remember that the staging server is db1.example.com.")
@@ -294,7 +292,6 @@ def _record(store: Store, agent_id: str, n: int, *, scope: str, kind: str, owner
     return f"mem-{n}"
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_recall_keeps_to_its_caps(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     aid, me, ws = ada.agent_id, f"agent:{ada.agent_id}", f"workspace:{Path(ada.workspace).resolve()}"
     for i in range(6):
@@ -339,7 +336,6 @@ def test_recall_keeps_to_its_caps(store: Store, clock: FakeClock, ada) -> None: 
     assert sum(1 for r in alone.entries if r.scope == "operator") >= 2
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_an_agent_recalls_only_what_its_scopes_allow(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     bob = create_agent(store, "bob")
     _record(
@@ -366,7 +362,6 @@ def test_an_agent_recalls_only_what_its_scopes_allow(store: Store, clock: FakeCl
     assert seen == ["Always deploy on Mondays."]
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_the_prompt_carries_recalled_memory_with_freshness_notes(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     _turns(store, clock, ada.agent_id, "Remember that the release branch is rel-9.")
     Evolver(store, clock=clock).drain()
@@ -408,7 +403,6 @@ def test_replay_rebuilds_durable_memory_byte_for_byte(store: Store, clock: FakeC
     assert all(isinstance(DurableState.model_validate_json(s), DurableState) for k, _key, s in after if k == "durable")
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_markdown_views_are_rewritten_only_for_changed_scopes(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     evolver = Evolver(store, clock=clock)
     _turns(store, clock, ada.agent_id, "Remember that the db is postgres.")

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from helpers.engines import sqlite_only
 
 from holon.clock import FakeClock
 from holon.config import load_settings, resolve_home
@@ -42,9 +41,6 @@ SLOW_S = 15.0  # long enough for a loaded machine to run a turn meanwhile; the s
 
 
 @pytest.mark.slow  # waits out the slow model call at the stop
-@sqlite_only(
-    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
-)
 def test_a_slow_evolve_job_delays_neither_a_turn_nor_maintenance(tmp_path: Path) -> None:
     home = resolve_home(tmp_path / "home")
     base = load_settings(home)
@@ -141,9 +137,6 @@ def _kill_a_job(home: Path) -> str:
 
 
 @pytest.mark.slow
-@sqlite_only(
-    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
-)
 def test_dead_jobs_are_retried_from_the_cli_and_the_api(tmp_path: Path, fast_ledger: None) -> None:
     from helpers.api_server import api_server
     from helpers.turn_cli import holon, quick_home

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from helpers.engines import sqlite_only
 from helpers.evolve import run_turns
 
 from holon.clock import FakeClock
@@ -54,7 +53,6 @@ def _durable_events(store: Store) -> list[tuple[int, str]]:
     return [(e.seq, e.type) for e in store.ledger.read(0) if e.type.startswith(("durable.", "proposal.", "brief."))]
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_an_older_fact_finishing_late_is_history_not_the_current_fact(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     _turns(store, clock, ada.agent_id, "Remember that the staging server is db1.", "The staging server is now db2.")
     _newest_job_first(store, clock)
@@ -72,7 +70,6 @@ def test_an_older_fact_finishing_late_is_history_not_the_current_fact(store: Sto
     assert "db2" in view and "db1" not in view
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_an_older_sighting_of_the_current_fact_does_not_restart_its_freshness(
     store: Store, clock: FakeClock, ada
 ) -> None:  # type: ignore[no-untyped-def]
@@ -117,7 +114,6 @@ def test_running_every_finished_job_again_changes_nothing(store: Store, clock: F
 # --- a workspace shared by two agents --------------------------------------------------------------
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_two_agents_on_one_workspace_see_the_same_views_and_recall(
     store: Store, clock: FakeClock, tmp_path: Path
 ) -> None:

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from helpers.engines import sqlite_only
 from helpers.evolve import run_turns
 
 from holon.clock import FakeClock
@@ -67,7 +66,6 @@ def _record(store: Store, agent_id: str, n: int, *, scope: str, kind: str, owner
     )
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_recall_shows_one_entry_per_subject_across_scopes(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     aid, ws = ada.agent_id, f"workspace:{Path(ada.workspace).resolve()}"
     _record(store, aid, 1, scope="workspace", kind="fact", owner=ws, subject="fact:db", text="The db is postgres.")
@@ -81,7 +79,6 @@ def test_recall_shows_one_entry_per_subject_across_scopes(store: Store, clock: F
     assert ("another entry of the same subject was chosen") in dict(result.left_out).values()
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_every_per_type_cap_holds(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     aid, me = ada.agent_id, f"agent:{ada.agent_id}"
     n = 0
@@ -142,7 +139,6 @@ def test_a_reported_state_is_not_a_fact_but_a_changed_value_is(store: Store, clo
     assert [s.entry.text for s in review.list_entries(store)] == ["The api port is now 9090."]
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_contradicting_choices_share_a_subject_so_the_newer_wins(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     evolver = Evolver(store, clock=clock)
     run_turns(store, clock, ada.agent_id, [("Always reply in English.", ["ok"])])
@@ -161,7 +157,6 @@ def test_contradicting_choices_share_a_subject_so_the_newer_wins(store: Store, c
     assert shown.text == "Always reply in French."
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_a_blocker_seen_again_is_verified_not_superseded(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     evolver = Evolver(store, clock=clock)
     for i in range(4):

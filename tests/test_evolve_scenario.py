@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from helpers.engines import sqlite_only
 
 from holon.clock import SystemClock
 from holon.config import load_settings, resolve_home
@@ -78,9 +77,6 @@ def _model(body: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.slow  # fifty turns with commands
-@sqlite_only(
-    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
-)
 def test_fifty_turns_preference_changed_fact_and_recurring_blocker(tmp_path: Path) -> None:
     home = resolve_home(tmp_path / "home")
     base = load_settings(home)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from helpers.engines import sqlite_only
 from helpers.evolve import run_turns
 
 from holon.clock import FakeClock
@@ -52,7 +51,6 @@ def _proposed_skill(store: Store, clock: FakeClock, agent_id: str) -> str:
     return skill.skill.skill_id
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_an_agent_with_a_workspace_opens_an_accepted_skill_with_memory_get(store: Store, clock: FakeClock, ada) -> None:  # type: ignore[no-untyped-def]
     skill_id = _proposed_skill(store, clock, ada.agent_id)
     with pytest.raises(NotFoundError):  # a draft is not a skill until the operator accepts it

@@ -18,7 +18,6 @@ import pexpect
 import pytest
 from helpers.api_server import ApiServer, api_server
 from helpers.daemon import fake_home
-from helpers.engines import sqlite_only
 from helpers.evolve import run_turns
 from helpers.turn_cli import cli_env, holon, holon_argv, open_store, quick_home
 from prompt_toolkit.completion import CompleteEvent
@@ -157,9 +156,6 @@ def test_proposals_command_parsing_and_completion() -> None:
 
 
 @pytest.mark.slow
-@sqlite_only(
-    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
-)
 def test_cli_inspect_export_forget_and_proposals(tmp_path: Path) -> None:
     home = quick_home(tmp_path, "bob")
     _seed(home)
@@ -226,9 +222,6 @@ def _propose(home: Path, agent: str, proposal_id: str, kind: Literal["preference
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@sqlite_only(
-    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
-)
 def test_proposals_in_a_pty(tmp_path: Path) -> None:
     """``holon chat`` in a real terminal: accept with an edit prefilled at the prompt, then dismiss."""
     with FakeLLM(lambda body: {"content": "ok"}) as fake:
@@ -271,9 +264,6 @@ def test_proposals_in_a_pty(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # a daemon with confined commands
-@sqlite_only(
-    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
-)
 def test_hostile_requests_get_4xx(server: ApiServer) -> None:
     """Ids of 10 KB, unicode, control characters, ambiguous prefixes, odd bodies: a 4xx, never a 5xx."""
     huge, odd = "x" * 10_000, "ünï💥\u202e"

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 from helpers.api_server import api_server
-from helpers.engines import sqlite_only
 from helpers.evolve import run_turns
 from helpers.turn_cli import cli_env, holon
 
@@ -171,10 +170,9 @@ def _recalled(store: Store, agent: AgentState, query: str, now_us: int) -> list[
 
 
 def _indexed_ids(store: Store) -> set[str]:
-    return {r[0] for r in store.ledger.query("SELECT entry_id FROM search_durable_docs")}
+    return {r[0] for r in store.local_db().query("SELECT entry_id FROM search_durable_docs")}
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_recall_finds_through_the_index_an_entry_sharing_no_word_with_the_input(store: Store, clock: FakeClock) -> None:
     ada = create_agent(store, "ada")
     now = clock.now_us()
@@ -212,7 +210,6 @@ def test_recall_finds_through_the_index_an_entry_sharing_no_word_with_the_input(
         assert not {"durable:mem-vpn", "durable:mem-vpn2"} & set(_recalled(store, ada, q, now))
 
 
-@sqlite_only("recall and the durable index read the search index, which stays on SQLite until RFC 0008 step 7")
 def test_the_durable_index_is_rebuilt_like_the_rest_of_the_index(store: Store, clock: FakeClock) -> None:
     ada = create_agent(store, "ada")
     _record(store, ada, "mem-a", "fact", "fact:a", "The deploys run nightly.", observed_us=clock.now_us())
@@ -220,10 +217,10 @@ def test_the_durable_index_is_rebuilt_like_the_rest_of_the_index(store: Store, c
     review.forget(store, "mem-a")
     index = SearchIndex(store)
     index.catch_up()
-    before = store.ledger.query("SELECT d.entry_id, d.owner, f.body, f.meta, f.scope FROM search_durable_docs d "
+    before = store.local_db().query("SELECT d.entry_id, d.owner, f.body, f.meta, f.scope FROM search_durable_docs d "
                                 "JOIN search_durable f ON f.rowid = d.id ORDER BY d.entry_id")  # fmt: skip
     index.rebuild()
-    after = store.ledger.query("SELECT d.entry_id, d.owner, f.body, f.meta, f.scope FROM search_durable_docs d "
+    after = store.local_db().query("SELECT d.entry_id, d.owner, f.body, f.meta, f.scope FROM search_durable_docs d "
                                "JOIN search_durable f ON f.rowid = d.id ORDER BY d.entry_id")  # fmt: skip
     assert after == before and [r[0] for r in after] == ["mem-b"]
     # Any text is a valid query: FTS syntax in the input is quoted, never parsed.
@@ -279,9 +276,6 @@ def _seed_ages(home: Path, now_us: int) -> None:
 
 
 @pytest.mark.slow
-@sqlite_only(
-    "runs the CLI or the daemon, which refuse a postgresql URL until RFC 0008 step 7 (check_storage), and reads the search index (step 7)"
-)
 def test_inspect_and_the_api_filter_stale_entries(tmp_path: Path, fast_ledger: None) -> None:
     home = tmp_path / "home"
     now = SystemClock().now_us()

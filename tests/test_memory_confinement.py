@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -30,6 +30,17 @@ from holon.runtime.agents import create_agent
 from holon.runtime.tools import builtin_registry
 from holon.runtime.tools.base import ToolContext
 from holon.runtime.views import AgentMemory, StoreViews
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``; on PostgreSQL
+    the index lives in the node's own file, RFC 0008 step 7), but those marked ``sqlite_only``."""
+    return engine
+
 
 SECRET = "bob's private launch code 7731"
 

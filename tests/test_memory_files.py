@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -35,6 +36,17 @@ from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.resources import agent_home_template
 from holon.runtime.agents import create_agent
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``; on PostgreSQL
+    the index lives in the node's own file, RFC 0008 step 7), but those marked ``sqlite_only``."""
+    return engine
+
 
 TEMPLATE = agent_home_template() / "memory"
 

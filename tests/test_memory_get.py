@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from helpers.ctx_ledger import Script
@@ -32,6 +32,17 @@ from holon.runtime.agents import create_agent
 from holon.runtime.providers.scripted import ScriptedProvider, reply, tool_call
 from holon.runtime.tools import ToolContext, builtin_registry
 from holon.runtime.views import AgentMemory, StoreViews
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``; on PostgreSQL
+    the index lives in the node's own file, RFC 0008 step 7), but those marked ``sqlite_only``."""
+    return engine
+
 
 DOC = """# Title
 intro line

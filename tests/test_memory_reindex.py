@@ -12,6 +12,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pexpect
 import pytest
@@ -27,6 +28,17 @@ from holon.memory.writes import write_file
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.runtime.agents import create_agent
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``; on PostgreSQL
+    the index lives in the node's own file, RFC 0008 step 7), but those marked ``sqlite_only``."""
+    return engine
+
 
 QUERIES = ["aardvark", "camel dingo", "round 7", "fine", "koala", "deploy checklist", "ibex round"]
 ANIMALS = ["aardvark", "bison", "camel", "dingo", "emu", "ferret", "gnu", "hyena", "ibex", "koala"]
@@ -80,11 +92,11 @@ def test_a_rebuild_gives_the_incremental_results(store: Store, clock: FakeClock)
     assert _results(store, agents) == incremental
 
     alice = agents[0]
-    before = {(k, o) for k, o in store.ledger.query("SELECT key, owner FROM search_docs")}
+    before = {(k, o) for k, o in store.local_db().query("SELECT key, owner FROM search_docs")}
     seen: list[tuple[int, int]] = []
     done = reindex(store, agent=alice, progress=lambda n, total: seen.append((n, total)))
     assert done["agent"] == "alice" and done["documents"] > 0 and seen and seen[-1][0] == seen[-1][1]
-    assert {(k, o) for k, o in store.ledger.query("SELECT key, owner FROM search_docs")} == before
+    assert {(k, o) for k, o in store.local_db().query("SELECT key, owner FROM search_docs")} == before
     assert _results(store, agents) == incremental
 
 
@@ -94,7 +106,7 @@ def test_a_damaged_index_is_repaired_by_a_rebuild(store: Store, clock: FakeClock
     incremental = _results(store, agents)
     index = SearchIndex(store)
     index.catch_up()
-    replies = [int(r[0]) for r in store.ledger.query("SELECT id FROM search_docs WHERE kind = 'reply'")]
+    replies = [int(r[0]) for r in store.local_db().query("SELECT id FROM search_docs WHERE kind = 'reply'")]
     index.engine.write([], replies)  # lost from the engine, still in SQLite
     assert index.engine.num_docs() < sum(index.owner_docs().values())
     reindex(store, agent=agents[0])

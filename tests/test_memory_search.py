@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from helpers.memsearch import answer, brute_total, say
@@ -30,6 +30,17 @@ from holon.memory.writes import write_file
 from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.runtime.agents import create_agent
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``; on PostgreSQL
+    the index lives in the node's own file, RFC 0008 step 7), but those marked ``sqlite_only``."""
+    return engine
+
 
 HOUR = 3600.0
 DAY = 86_400.0
@@ -96,7 +107,7 @@ def populated(store: Store, clock: FakeClock, alice: AgentState, bob: AgentState
 
 def alice_refs(store: Store, agent: AgentState) -> set[str]:
     owners = owners_for(agent)
-    return {r for (r, o) in store.ledger.query("SELECT ref, owner FROM search_docs") if o in owners}
+    return {r for (r, o) in store.local_db().query("SELECT ref, owner FROM search_docs") if o in owners}
 
 
 FTS_BITS = [
@@ -161,7 +172,7 @@ def test_a_query_cannot_widen_its_scope(store: Store, alice: AgentState, bob: Ag
     owners = owners_for(current(store, alice))
     search_memory(store, current(store, alice), "")  # index everything, curated files included
     mine = alice_refs(store, current(store, alice))
-    assert mine and not any(SECRET in t for (t,) in store.ledger.query(
+    assert mine and not any(SECRET in t for (t,) in store.local_db().query(
         "SELECT text FROM search_docs WHERE owner IN (?, ?)", owners))  # fmt: skip
     for q in queries:
         result = search_memory(store, current(store, alice), q)
@@ -202,7 +213,7 @@ def test_agents_see_their_own_memory_and_the_shared_scopes_only(store: Store, tm
     assert refs(store, carol, "heliotrope") == []
     # The workspace file is indexed once, whichever agent looked first.
     workspace_owner = f"workspace:{ws.resolve()}"
-    assert store.ledger.query("SELECT DISTINCT owner FROM search_docs WHERE text LIKE '%heliotrope%'") == [
+    assert store.local_db().query("SELECT DISTINCT owner FROM search_docs WHERE text LIKE '%heliotrope%'") == [
         (workspace_owner,)
     ]
     # Narrowing to one readable scope.
@@ -275,7 +286,7 @@ def test_totals_are_exact_and_filters_hold(
     agent = current(store, alice)
     docs = {
         (ref, title): (kind, ts_us, item)
-        for ref, title, kind, ts_us, item in store.ledger.query(
+        for ref, title, kind, ts_us, item in store.local_db().query(
             "SELECT ref, title, kind, ts_us, work_item_id FROM search_docs WHERE owner = ?", [f"agent:{alice.agent_id}"]
         )
     }
@@ -308,7 +319,7 @@ def test_hits_are_well_formed_and_resolve_through_memory_get(
     assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
     for h in result.hits:
         assert h.title and h.score > 0
-        [(text,)] = store.ledger.query(
+        [(text,)] = store.local_db().query(
             "SELECT text FROM search_docs WHERE ref = ? AND title = ? AND owner IN (?, ?)", [h.ref, h.title, *owners]
         )
         assert bool(h.snippet) == bool(text.strip()), h  # a work item without objective or todos has no text

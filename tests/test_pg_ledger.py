@@ -248,9 +248,24 @@ def test_unreachable_postgresql_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # starts the CLI
-def test_reachable_postgresql_is_refused_until_the_engine_is_wired(pg_db: PgDatabase, tmp_path: Path) -> None:
-    r = _holon("init", env_extra={"HOLON_STORAGE_URL": pg_db.url}, home=tmp_path / "home")
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    [line] = r.stderr.splitlines()
-    assert "PostgreSQL engine is not wired yet" in line and f"(database {pg_db.name})" in line
-    assert not (tmp_path / "home").exists()  # refused before anything was made
+def test_a_whole_home_runs_on_postgresql_with_its_search_index_on_the_node(pg_db: PgDatabase, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = {"HOLON_STORAGE_URL": pg_db.url}
+    r = _holon("init", env_extra=env, home=home)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert pg_db.url.split("@", 1)[1] in r.stdout and not (home / "holon.db").exists()
+    r = _holon("agent", "create", "alice", env_extra=env, home=home)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    for command in (
+        ["ledger", "verify"],
+        ["ledger", "replay"],
+        ["memory", "reindex"],
+        ["memory", "search", "alice", "x"],
+    ):
+        r = _holon(*command, env_extra=env, home=home)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (command, r.stdout, r.stderr)
+    assert (home / "nodes" / "local" / "search.db").is_file() and not (home / "holon.db").exists()
+    again = _holon("init", env_extra=env, home=home)
+    assert again.returncode == 0 and "already" in again.stdout, (again.stdout, again.stderr)
+    other = _holon("ledger", "verify", env_extra={}, home=home)  # the same home without the URL: no ledger there
+    assert other.returncode != 0 and "no holon home" in other.stderr, (other.stdout, other.stderr)

@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -48,6 +48,17 @@ class Script(ScriptedProvider):
         if not self.remaining:
             self.add(reply(f"echo: {_last_user(request)}"))
         return await super().complete(request, on_text=on_text)
+
+
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL: the daemon behind the REPL opens the home's
+    storage, which follows ``engine`` (``HOLON_STORAGE_URL``; the search index in the node's file)."""
+    return engine
 
 
 @pytest.fixture

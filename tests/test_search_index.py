@@ -15,9 +15,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from helpers.engines import sqlite_only
 from helpers.memsearch import answer, fts_rows, index_rows, say
+from helpers.turn_cli import cli_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +38,17 @@ from holon.projections import Store
 from holon.projections.state import AgentState
 from holon.runtime.agents import create_agent
 
+if TYPE_CHECKING:
+    from conftest import EngineTarget
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(engine: EngineTarget) -> EngineTarget:
+    """Every test here runs on SQLite and on PostgreSQL (``store`` follows ``engine``; on PostgreSQL
+    the index lives in the node's own file, RFC 0008 step 7), but those marked ``sqlite_only``."""
+    return engine
+
+
 INDEXER = Path(__file__).parent / "helpers" / "indexer.py"
 HOUR = 3600.0
 
@@ -45,7 +59,7 @@ def refs(store: Store, agent: AgentState, query: str, **options: object) -> list
 
 def docs_by_kind(store: Store) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for key, kind in store.ledger.query("SELECT key, kind FROM search_docs ORDER BY id"):
+    for key, kind in store.local_db().query("SELECT key, kind FROM search_docs ORDER BY id"):
         out.setdefault(kind, []).append(key)
     return out
 
@@ -139,9 +153,9 @@ def test_tool_results_and_task_outputs_are_capped(store: Store, alice: AgentStat
     )
     assert set(refs(store, alice, "alpha")) == {"task:task_big", f"event:{seq}"}
     assert refs(store, alice, "beyondcap") == []
-    [(text,)] = store.ledger.query("SELECT text FROM search_docs WHERE key = ?", [f"event:{seq}"])
+    [(text,)] = store.local_db().query("SELECT text FROM search_docs WHERE key = ?", [f"event:{seq}"])
     assert len(text) == TOOL_RESULT_CAP and text == output[:TOOL_RESULT_CAP]
-    [(title, task_text)] = store.ledger.query("SELECT title, text FROM search_docs WHERE key = 'task:task_big'")
+    [(title, task_text)] = store.local_db().query("SELECT title, text FROM search_docs WHERE key = 'task:task_big'")
     assert title == "big (failed)" and task_text.startswith("make big\nalpha") and len(task_text) <= 9 + TOOL_RESULT_CAP
 
 
@@ -165,7 +179,7 @@ def test_a_work_item_is_one_document_rewritten_as_it_changes(store: Store, alice
     [doc] = item_docs()
     assert doc[0] == f"work_item:{item}" and doc[5] == "Annual receipts (completed)"
     assert refs(store, alice, "zebrafish", kinds=["work_item"]) == [f"work_item:{item}"]
-    assert store.ledger.query("SELECT count(*) FROM search_docs WHERE key = ?", [f"work_item:{item}"]) == [(1,)]
+    assert store.local_db().query("SELECT count(*) FROM search_docs WHERE key = ?", [f"work_item:{item}"]) == [(1,)]
 
 
 def test_a_task_is_one_document_with_its_latest_state(store: Store, alice: AgentState) -> None:
@@ -201,8 +215,8 @@ def test_curated_files_are_indexed_by_section_and_follow_hand_edits_and_deletes(
     assert refs(store, alice, "siamese") == ["file:agent/notes/pets.md"] and refs(store, alice, "calico") == []
     path.unlink()
     assert refs(store, alice, "siamese") == []
-    assert store.ledger.query("SELECT count(*) FROM search_docs WHERE ref = 'file:agent/notes/pets.md'") == [(0,)]
-    counts = dict(store.ledger.query("SELECT owner, count(*) FROM search_docs GROUP BY owner"))
+    assert store.local_db().query("SELECT count(*) FROM search_docs WHERE ref = 'file:agent/notes/pets.md'") == [(0,)]
+    counts = dict(store.local_db().query("SELECT owner, count(*) FROM search_docs GROUP BY owner"))
     assert SearchIndex(store).owner_docs() == {o: counts.get(o, 0) for o in SearchIndex(store).owner_docs()}
 
 
@@ -262,10 +276,10 @@ QUERIES = ["aardvark", "camel dingo", "round 7", "fed", "feed koala", "log line"
 
 def snapshot(store: Store) -> tuple[object, ...]:
     """The index as a reader sees it: documents, matched text, owner counts and query results."""
-    owners = dict(store.ledger.query("SELECT owner, docs FROM search_owners WHERE docs != 0"))
-    counted = dict(store.ledger.query("SELECT owner, count(*) FROM search_docs GROUP BY owner"))
+    owners = dict(store.local_db().query("SELECT owner, docs FROM search_owners WHERE docs != 0"))
+    counted = dict(store.local_db().query("SELECT owner, count(*) FROM search_docs GROUP BY owner"))
     assert owners == counted
-    keys = {int(i): k for i, k in store.ledger.query("SELECT id, key FROM search_docs")}
+    keys = {int(i): k for i, k in store.local_db().query("SELECT id, key FROM search_docs")}
     engine = SearchIndex(store).engine
     assert engine.num_docs() == len(keys)  # the engine holds each document once, nothing else
     matches = []
@@ -275,14 +289,14 @@ def snapshot(store: Store) -> tuple[object, ...]:
         assert n == len(hits)
         matches.append(sorted(keys[i] for i, _score in hits))
     # Segment ids are the ids of their first turns: compare them by that turn's key.
-    membership = store.ledger.query(
+    membership = store.local_db().query(
         "SELECT d.key, first.key FROM search_docs d JOIN search_docs first ON first.id = d.segment ORDER BY d.key"
     )
-    segments = store.ledger.query(
+    segments = store.local_db().query(
         "SELECT first.key, i.turns, i.last_ts_us FROM search_segment_info i JOIN search_docs first ON first.id = i.id "
         "ORDER BY first.key"
     )
-    assert len(segments) == store.ledger.query("SELECT count(*) FROM search_segment_info")[0][0] > 1
+    assert len(segments) == store.local_db().query("SELECT count(*) FROM search_segment_info")[0][0] > 1
     return index_rows(store), fts_rows(store), counted, matches, membership, segments
 
 
@@ -323,7 +337,7 @@ def test_bumping_the_index_version_rebuilds(
     mixed_history(store, clock, alice, range(12))
     SearchIndex(store).catch_up()
     good = snapshot(store)
-    with store.ledger.transaction() as tx:
+    with store.local_db().transaction() as tx:
         tx.conn.execute("UPDATE search_docs SET text = 'stale', title = 'stale'")
     assert snapshot(store)[0] != good[0]
     SearchIndex(store).catch_up()
@@ -333,20 +347,19 @@ def test_bumping_the_index_version_rebuilds(
     assert index.cursor() == 0  # tables dropped, cursor reset
     index.catch_up()
     assert snapshot(store) == good
-    assert store.ledger.query("SELECT version FROM projection_cursors WHERE name = 'search'") == [
+    assert store.local_db().query("SELECT version FROM projection_cursors WHERE name = 'search'") == [
         (search_index.INDEX_VERSION,)
     ]
 
 
 def _committed_cursor(store: Store) -> int:
     """The cursor as committed, read without taking the write lock the indexer keeps busy."""
-    rows = store.ledger.query("SELECT seq FROM projection_cursors WHERE name = 'search'")
+    rows = store.local_db().query("SELECT seq FROM projection_cursors WHERE name = 'search'")
     return int(rows[0][0]) if rows else 0
 
 
 def _kill_mid_catch_up(home: HomePaths, store: Store, rng: random.Random) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOLON_")}
-    env["HOLON_LEDGER_SYNCHRONOUS"] = "NORMAL"
+    env = cli_env()  # the engine fixture's storage URL included
     proc = subprocess.Popen(
         [sys.executable, str(INDEXER), str(home.root), "37", "0.5"], env=env, stderr=subprocess.PIPE, text=True
     )
@@ -381,9 +394,9 @@ def test_sigkill_during_catch_up_loses_and_repeats_nothing(
         cursor = SearchIndex(store).cursor()
         assert 0 < cursor < store.ledger.head()
         # Every committed batch is whole: nothing past the cursor is in the index.
-        assert store.ledger.query("SELECT count(*) FROM search_docs WHERE seq > ? AND kind != 'file'", [cursor]) == [
-            (0,)
-        ]
+        assert store.local_db().query(
+            "SELECT count(*) FROM search_docs WHERE seq > ? AND kind != 'file'", [cursor]
+        ) == [(0,)]
     SearchIndex(store).catch_up()
     recovered = snapshot(store)
     SearchIndex(store).rebuild()
@@ -393,6 +406,7 @@ def test_sigkill_during_catch_up_loses_and_repeats_nothing(
 
 
 @pytest.mark.slow  # eight homes built, caught up in pieces and rebuilt (~15 s): out of the fast loop
+@sqlite_only("a fresh home per hypothesis example; the PostgreSQL half has one database per test")
 @settings(max_examples=8, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cuts=st.lists(st.integers(1, 40), min_size=1, max_size=10), batch=st.integers(1, 9))
 def test_any_split_of_catch_up_equals_one_pass(

@@ -236,6 +236,7 @@ is an ``Engine`` method (RFC 0008, step 1). ``holon.memory`` keeps its SQLite SQ
 COMMON_SQL_PACKAGES = ("projections", "evolve")
 SQLITE_ONLY_ALLOWED: dict[str, str] = {
     "projections/framework.py": "STRICT appended to projection_migrations' DDL on SQLite only (conn.dialect)",
+    "projections/local.py": "the node-local projection file is a SQLite file by design (RFC 0008 section 5)",
 }
 
 

@@ -1,10 +1,12 @@
 """``[storage] url`` (RFC 0008, step 3): the home's SQLite file by default, unknown schemes refused in
-one line, a PostgreSQL URL refused at start until the engine is wired in; and the schema's SQLite DDL
+one line, a PostgreSQL URL probed at start (an install without the driver told what to install, an
+unreachable server exit 2: ``test_pg_ledger.py``), a home on it found by its directory; and the schema's SQLite DDL
 unchanged by the PostgreSQL collation (``holon.ledger.schema``'s ``with_variant``)."""
 
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,7 +14,7 @@ import pytest
 
 from holon.config import HomePaths, StorageSettings, load_settings, storage_target
 from holon.errors import ConfigError
-from holon.runtime.home import check_storage, open_home
+from holon.runtime.home import check_storage, home_exists, open_home
 
 if TYPE_CHECKING:
     from conftest import EngineTarget
@@ -72,6 +74,26 @@ def test_another_sqlite_file_is_refused_for_now(home: HomePaths, monkeypatch: py
         open_home(home, log=False)
     monkeypatch.setenv("HOLON_STORAGE_URL", "sqlite:///holon.db")  # the home's own file, spelled out
     check_storage(home, load_settings(home))
+
+
+def test_without_the_driver_a_postgresql_url_says_what_to_install(
+    home: HomePaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOLON_STORAGE_URL", "postgresql://root@127.0.0.1:5432/holon")
+    monkeypatch.delitem(sys.modules, "holon.ledger.pg.connect", raising=False)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg now raises ImportError
+    with pytest.raises(ConfigError, match=r"driver is not installed \(psycopg\): pip install 'holon\[postgres\]'"):
+        check_storage(home, load_settings(home))
+
+
+def test_a_home_on_postgresql_is_its_directory(home: HomePaths, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not home_exists(home)
+    monkeypatch.setenv("HOLON_STORAGE_URL", "postgresql://root@127.0.0.1:5432/holon")
+    assert not home_exists(home)  # no directory: no home
+    home.root.mkdir(parents=True)
+    assert home_exists(home)  # the database is checked when the ledger opens
+    monkeypatch.delenv("HOLON_STORAGE_URL")
+    assert not home_exists(home)  # a SQLite home is its file
 
 
 def test_sqlite_ddl_is_unchanged_by_the_postgresql_collation() -> None:

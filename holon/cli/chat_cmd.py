@@ -32,7 +32,9 @@ def _daemon_url(paths: HomePaths, timeout_s: float) -> str:
 
     info = read_state(paths)
     if not info["running"]:
-        if not paths.db.exists():
+        from holon.runtime.home import home_exists
+
+        if not home_exists(paths):
             from holon.runtime.home import init_home
 
             init_home(paths)

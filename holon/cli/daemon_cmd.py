@@ -53,7 +53,9 @@ def serve(
     from holon.daemon.process import serve as serve_
 
     c = ctx_of(ctx, home, json_out)
-    if init and not c.paths.db.exists():
+    from holon.runtime.home import home_exists
+
+    if init and not home_exists(c.paths):
         import sys
 
         from holon.runtime.home import init_home
@@ -122,7 +124,9 @@ def start(
     from holon.daemon.process import start_background
 
     c = ctx_of(ctx, home, json_out)
-    if not c.paths.db.exists():
+    from holon.runtime.home import home_exists
+
+    if not home_exists(c.paths):
         from holon.errors import HomeNotFoundError
 
         raise HomeNotFoundError(f"no holon home at {c.paths.root} (run 'holon init' or pass --home)")
@@ -223,7 +227,9 @@ def install(
         raise HolonError(f"cannot write {path}: {e.strerror or e}") from e
     lines = [f"{'replaced' if existed else 'wrote'} {path} (home: {root})", f"next: {NEXT_STEP}",
              "to keep it running while you are logged out: loginctl enable-linger $USER"]  # fmt: skip
-    if not c.paths.db.exists():
+    from holon.runtime.home import home_exists
+
+    if not home_exists(c.paths):
         lines.append(f"note: there is no holon home at {root} yet: run 'holon init --home {root}' first")
     emit(c, {"unit": str(path), "home": str(root), "replaced": existed, "next": NEXT_STEP}, "\n".join(lines))
 

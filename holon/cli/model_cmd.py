@@ -59,7 +59,9 @@ def list_(ctx: typer.Context, home: HomeOpt = None, json_out: JsonOpt = False) -
     c = ctx_of(ctx, home, json_out)
     d = _defaults(c)
     agents = []
-    if c.paths.db.exists():
+    from holon.runtime.home import home_exists
+
+    if home_exists(c.paths):
         with open_store(c) as store:
             agents = agent_models(store.agents(), d, c.paths.root)
     default_key = key_source(c.paths.root, d.api_key_env)
@@ -144,7 +146,9 @@ def test(
     if model is None and (api_base is not None or api_key_env is not None):
         raise UsageError("--api-base and --api-key-env go with --model")
     raw: dict[str, Any] = {}
-    if model is None and (agent is not None or c.paths.db.exists()):
+    from holon.runtime.home import home_exists
+
+    if model is None and (agent is not None or home_exists(c.paths)):
         from holon.errors import NotFoundError
 
         with open_store(c) as store:
@@ -200,7 +204,9 @@ def set_(
     from holon.runtime.model_check import key_source
 
     c = ctx_of(ctx, home, json_out)
-    if not c.paths.db.exists():
+    from holon.runtime.home import home_exists
+
+    if not home_exists(c.paths):
         from holon.runtime.home import init_home
 
         init_home(c.paths)

@@ -300,7 +300,12 @@ def check_home(paths: HomePaths) -> None:
     except OSError as e:
         raise HolonError(f"cannot read the holon home {paths.root}: {e.strerror or e}") from e
     if not exists:
-        raise HomeNotFoundError(f"no holon home at {paths.root} (run 'holon init' or pass --home)")
+        from holon.runtime.home import home_exists
+
+        if not home_exists(paths):
+            raise HomeNotFoundError(f"no holon home at {paths.root} (run 'holon init' or pass --home)")
+        _check_writable(paths, (paths.root, paths.logs))  # the ledger is remote (PostgreSQL)
+        return
     try:
         with paths.db.open("rb") as fh:
             header = fh.read(len(_SQLITE_HEADER))
@@ -308,7 +313,11 @@ def check_home(paths: HomePaths) -> None:
         raise HolonError(f"cannot read the ledger database {paths.db}: {e.strerror or e}") from e
     if header and header != _SQLITE_HEADER:  # the full check (``check_ledger``) needs the runtime
         raise LedgerError(f"the ledger database {paths.db} is not a SQLite database (damaged, or a foreign file)")
-    for path in (paths.root, paths.logs, paths.db):
+    _check_writable(paths, (paths.root, paths.logs, paths.db))
+
+
+def _check_writable(paths: HomePaths, files: tuple[Path, ...]) -> None:
+    for path in files:
         if path.exists() and not os.access(path, os.W_OK):
             raise HolonError(
                 f"cannot write to {path}: the daemon keeps its database, log and run files in the home "

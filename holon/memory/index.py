@@ -46,7 +46,7 @@ from holon.memory.index_writer import (
     engine_for,
 )
 from holon.projections import Store, framework
-from holon.projections.framework import open_projection, read_cursor, stored_cursor
+from holon.projections.framework import Host, open_projection, read_cursor, stored_cursor
 
 __all__ = [
     "BATCH",
@@ -109,6 +109,9 @@ class SearchIndex:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.db: Host = store.local_db()
+        """Where the index's tables and cursor live: the ledger's own database on SQLite, this
+        node's local file when the ledger is remote (``holon.projections.local``)."""
         self._ready = False
         self._docs = DocMaker(store)
         self._engine: Engine | None = None
@@ -121,20 +124,20 @@ class SearchIndex:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self.store.ledger.transaction() as tx:
+        with self.db.transaction() as tx:
             yield sidecar(tx.conn)
 
     def ensure(self) -> None:
         """Migrate the tables; empty them when ``INDEX_VERSION`` changed (the cursor goes to 0)."""
         if self._ready:
             return
-        open_projection(self.store.ledger, self)
+        open_projection(self.db, self)
         self._ready = True
 
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            self._engine = engine_for(self.store.ledger.query("PRAGMA database_list"))
+            self._engine = engine_for(self.db.query("PRAGMA database_list"))
         return self._engine
 
     def clear(self, tx: Transaction) -> None:
@@ -147,7 +150,7 @@ class SearchIndex:
         lost or damaged (it then opens empty), or a clear reached it but its transaction did not."""
         expected = sum(max(0, n) for n in self.owner_docs().values())
         if expected and self.engine.num_docs() < expected:
-            framework.rebuild(self.store.ledger, self)
+            framework.rebuild(self.db, self)
 
     def fold(self, tx: Transaction, after: int, upto: int) -> None:
         """Index the events ``after < seq <= upto`` (the framework moves the cursor with them)."""
@@ -156,7 +159,7 @@ class SearchIndex:
 
     def rebuild(self, *, progress: Progress | None = None) -> Freshness:
         """Empty the index and index the whole ledger again (``holon memory reindex``)."""
-        framework.rebuild(self.store.ledger, self)
+        framework.rebuild(self.db, self)
         self._ready = False
         return self.catch_up(progress=progress)
 
@@ -166,8 +169,8 @@ class SearchIndex:
         documents and durable entries (which follow their own projection) are not touched."""
         self.catch_up()
         owner = f"agent:{agent_id}"
-        ledger = self.store.ledger
-        with ledger.transaction() as tx:
+        ledger, db = self.store.ledger, self.db
+        with db.transaction() as tx:
             conn = sidecar(tx.conn)
             writer = _Writer(conn)
             writer.delete_owner(owner)
@@ -178,7 +181,7 @@ class SearchIndex:
         total = ledger.count(EventQuery(agent_id=agent_id, upto=upto))
         after = done = 0
         while True:
-            with ledger.transaction() as tx:
+            with db.transaction() as tx:
                 window = tx.find_keys(EventQuery(agent_id=agent_id, after=after, upto=upto, limit=BATCH))
                 if not window:
                     return done
@@ -193,7 +196,7 @@ class SearchIndex:
 
     def cursor(self) -> int:
         self.ensure()
-        cur = stored_cursor(self.store.ledger, CURSOR_NAME)
+        cur = stored_cursor(self.db, CURSOR_NAME)
         return cur.seq if cur is not None else 0
 
     def freshness(self) -> Freshness:
@@ -208,7 +211,7 @@ class SearchIndex:
         if fresh.lag == 0:
             return fresh
         framework.catch_up(
-            self.store.ledger,
+            self.db,
             self,
             window=BATCH,
             max_events=max_events,
@@ -242,10 +245,10 @@ class SearchIndex:
     def sync_files(self, files: Iterable[FileSource], *, complete: Iterable[str] = ()) -> int:
         """Re-index the curated files that changed (see ``holon.memory.index_files.sync_files``)."""
         self.ensure()
-        return sync_files(self.store.ledger, files, complete=complete)
+        return sync_files(self.db, files, complete=complete)
 
     # --- reading ----------------------------------------------------------------------------
 
     def owner_docs(self) -> dict[str, int]:
         self.ensure()
-        return {r[0]: int(r[1]) for r in self.store.ledger.query("SELECT owner, docs FROM search_owners")}
+        return {r[0]: int(r[1]) for r in self.db.query("SELECT owner, docs FROM search_owners")}

@@ -65,11 +65,10 @@ def durable_matches(store: Store, owners: Iterable[str], query: str, *, limit: i
     on the turn path; the daemon keeps the index current): ``{}`` before the index has the table.
     """
     expr = durable_expression(owners, query)
-    if expr is None or not store.ledger.query(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'search_durable'"
-    ):
+    db = store.local_db()
+    if expr is None or not db.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'search_durable'"):
         return {}
-    rows = store.ledger.query(
+    rows = db.query(
         "SELECT d.entry_id, bm25(search_durable, 1.0, 0.5, 0.0) AS rank FROM search_durable "
         "JOIN search_durable_docs d ON d.id = search_durable.rowid WHERE search_durable MATCH ? "
         "ORDER BY rank LIMIT ?",

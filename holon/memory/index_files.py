@@ -10,10 +10,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from holon.ledger import Ledger
 from holon.memory import markdown
 from holon.memory.index_schema import sidecar
 from holon.memory.index_writer import Doc, _Writer
+from holon.projections.framework import Host
 
 __all__ = ["FileSource", "file_docs", "sync_files"]
 
@@ -28,7 +28,7 @@ class FileSource:
     title: str
 
 
-def sync_files(ledger: Ledger, files: Iterable[FileSource], *, complete: Iterable[str] = ()) -> int:
+def sync_files(ledger: Host, files: Iterable[FileSource], *, complete: Iterable[str] = ()) -> int:
     """Re-index the files that changed since they were last indexed. Returns how many did.
 
     ``complete`` names owners whose files ``files`` lists in full: an indexed file of theirs

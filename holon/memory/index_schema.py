@@ -123,10 +123,11 @@ def sidecar(conn: Conn) -> sqlite3.Connection:
     """``conn`` as the SQLite connection the index's SQL (FTS5, ``lastrowid``, ``PRAGMA``) needs.
 
     The search index stays on SQLite whatever engine holds the ledger (RFC 0008, decision 5): on a
-    SQLite home its tables sit beside the ledger's and ride in its transactions; a PostgreSQL home
-    will give it a node-local database of its own (step 7), until then it is refused here."""
+    SQLite home its tables sit beside the ledger's and ride in its transactions; when the ledger is
+    remote (PostgreSQL) they live in the node's own file (``holon.projections.local.LocalDb``,
+    ``Store.local_db``). Any other connection is a bug, refused here."""
     if not isinstance(conn, sqlite3.Connection):
-        raise LedgerError(f"the search index needs a SQLite database; this ledger's engine is {conn.dialect}")
+        raise LedgerError(f"the search index needs a SQLite database; this connection's engine is {conn.dialect}")
     return conn
 
 

@@ -247,7 +247,7 @@ class _Ranker:
         self.seg_lift: dict[int, float] = {}
 
     def _q(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
-        return self.index.store.ledger.query(sql, list(params))
+        return self.index.db.query(sql, list(params))
 
     def _q_in(self, sql: str, ids: Sequence[int]) -> list[tuple[Any, ...]]:
         """``sql`` with its ``{}`` filled by ``ids`` as parameters, in chunks SQLite accepts."""

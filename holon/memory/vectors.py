@@ -52,7 +52,7 @@ def _unpack(blob: bytes) -> array.array[float]:
 def embed_pending(index: SearchIndex, embedder: Embedder, *, batch: int = 64, limit: int | None = None) -> int:
     """Embed documents that have no vector for ``embedder`` yet. Returns how many were embedded."""
     index.ensure()
-    ledger = index.store.ledger
+    ledger = index.db
     done = 0
     while limit is None or done < limit:
         size = batch if limit is None else min(batch, limit - done)
@@ -139,7 +139,7 @@ def dense_scores(
     Documents with no similarity at all (zero or negative) are left out: they are not matches.
     """
     index.ensure()
-    ledger = index.store.ledger
+    ledger = index.db
     marks = ",".join("?" * len(owners))
     sql_from = f"FROM search_vectors v JOIN search_docs d ON d.id = v.id WHERE v.model = ? AND d.owner IN ({marks}) "
     stamp = ledger.query(f"SELECT count(*), coalesce(max(v.id), 0) {sql_from}", (embedder.name, *owners))[0]

@@ -23,16 +23,19 @@ protocol and kept by the same helpers here:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from holon.clock import Clock
 from holon.errors import MigrationError
-from holon.ledger import Ledger, Transaction
+from holon.ledger import Transaction
 from holon.ledger.migrations import Migration
-from holon.ledger.sql import Conn
+from holon.ledger.sql import Conn, Params, Row
 
 __all__ = [
     "Cursor",
+    "Host",
     "Migration",
     "Projection",
     "advance",
@@ -66,6 +69,23 @@ _UPSERT_CURSOR = (
     "INSERT INTO projection_cursors(name, seq, version) VALUES (?, ?, ?) "
     "ON CONFLICT(name) DO UPDATE SET seq = excluded.seq, version = excluded.version"
 )
+
+
+class Host(Protocol):
+    """Where a projection keeps its tables and cursor: the ``Ledger`` itself (its rows ride in the
+    ledger's transactions), or a node-local file folded from a remote ledger
+    (``holon.projections.local.LocalDb``). Events are read through ``Transaction.find``."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def transaction(self) -> AbstractContextManager[Transaction]: ...
+
+    def query(self, sql: str, params: Params = ()) -> list[Row]: ...
+
+    def has_table(self, name: str) -> bool: ...
+
+    def head(self) -> int: ...
 
 
 @runtime_checkable
@@ -117,13 +137,13 @@ def write_cursor(conn: Conn, name: str, seq: int, version: int) -> None:
     conn.execute(_UPSERT_CURSOR, (name, seq, version))
 
 
-def stored_cursor(ledger: Ledger, name: str) -> Cursor | None:
+def stored_cursor(ledger: Host, name: str) -> Cursor | None:
     """The committed cursor of ``name``, read without a write transaction (cheap, for freshness)."""
     rows = ledger.query("SELECT seq, version FROM projection_cursors WHERE name = ?", (name,))
     return Cursor(int(rows[0][0]), int(rows[0][1])) if rows else None
 
 
-def cursors(ledger: Ledger) -> dict[str, int]:
+def cursors(ledger: Host) -> dict[str, int]:
     """Every projection's committed cursor by name (for status: lag = head - cursor)."""
     return {str(name): int(seq) for name, seq in ledger.query("SELECT name, seq FROM projection_cursors")}
 
@@ -131,7 +151,7 @@ def cursors(ledger: Ledger) -> dict[str, int]:
 # --- migrations ---------------------------------------------------------------------------------
 
 
-def applied_migrations(ledger: Ledger, name: str) -> list[int]:
+def applied_migrations(ledger: Host, name: str) -> list[int]:
     """The versions of ``name``'s migrations this database has applied, in order."""
     if not ledger.has_table("projection_migrations"):
         return []
@@ -145,7 +165,7 @@ def _check_order(name: str, migrations: Sequence[Migration]) -> None:
         raise MigrationError(f"projection {name!r}: migrations must be numbered 1, 2, ... (got {versions})")
 
 
-def migrate_projection(ledger: Ledger, name: str, migrations: Sequence[Migration], *, now_us: int) -> list[int]:
+def migrate_projection(ledger: Host, name: str, migrations: Sequence[Migration], *, now_us: int) -> list[int]:
     """Apply ``name``'s pending migrations, each in its own transaction with its bookkeeping row.
 
     Safe from several processes at once: each step re-checks its row inside ``BEGIN IMMEDIATE``.
@@ -186,7 +206,7 @@ def migrate_projection(ledger: Ledger, name: str, migrations: Sequence[Migration
 # --- opening, catching up, rebuilding -----------------------------------------------------------
 
 
-def open_projection(ledger: Ledger, p: Projection, *, start_at_head: bool = False) -> None:
+def open_projection(ledger: Host, p: Projection, *, start_at_head: bool = False) -> None:
     """Bring ``p``'s schema forwards and check its version; a new or changed version starts over.
 
     A projection without a cursor starts at seq 0 (or at the ledger's head with ``start_at_head``:
@@ -208,7 +228,7 @@ def open_projection(ledger: Ledger, p: Projection, *, start_at_head: bool = Fals
         write_cursor(tx.conn, p.name, tx.head_seq if start_at_head and cur is None else 0, p.version)
 
 
-def advance(ledger: Ledger, p: Projection, *, window: int) -> int:
+def advance(ledger: Host, p: Projection, *, window: int) -> int:
     """Fold up to ``window`` events after ``p``'s cursor and move the cursor, in one transaction.
 
     Returns how many events the cursor moved over (0: the projection was current).
@@ -225,7 +245,7 @@ def advance(ledger: Ledger, p: Projection, *, window: int) -> int:
 
 
 def catch_up(
-    ledger: Ledger,
+    ledger: Host,
     p: Projection,
     *,
     window: int,
@@ -251,7 +271,7 @@ def catch_up(
     return done
 
 
-def rebuild(ledger: Ledger, p: Projection) -> None:
+def rebuild(ledger: Host, p: Projection) -> None:
     """Clear ``p`` and put its cursor back to seq 0 in one transaction; the next catch-up refolds it."""
     migrate_projection(ledger, p.name, p.migrations, now_us=ledger.clock.now_us())
     with ledger.transaction() as tx:

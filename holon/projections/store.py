@@ -20,6 +20,8 @@ from holon.ledger.engines import engine_for
 from holon.paths import private_dir
 from holon.projections.durable import DurableState, ProposalState
 from holon.projections.fold import KINDS, working_memory_view
+from holon.projections.framework import Host
+from holon.projections.local import DEFAULT_NODE, LocalDb, node_db_path
 from holon.projections.projector import CURSOR_NAME, PROJECTOR_VERSION, Projector
 from holon.projections.replay import ReplayResult, replay
 from holon.projections.state import (
@@ -51,6 +53,10 @@ class Store:
         # Values derived from settled ledger events only (which never change), kept across turns
         # by whoever reads them often (context assembly). Bounded by its users.
         self.memo: dict[object, Any] = {}
+        self.node = DEFAULT_NODE
+        """This process's node name: where its node-local projections live when the ledger is
+        remote (``holon.projections.local``); set before the first ``local_db()``."""
+        self._local: LocalDb | None = None
 
     @classmethod
     def open(
@@ -109,10 +115,24 @@ class Store:
     def append(self, *events: NewEvent) -> list[Event]:
         return self.ledger.append(*events)
 
+    def local_db(self) -> Host:
+        """Where node-local projections (the search index) keep their tables and cursor: the
+        ledger's own database on SQLite (nothing moves), this node's ``LocalDb`` file when the
+        ledger is remote (RFC 0008 section 5)."""
+        if self.ledger.engine.dialect == "sqlite":
+            return self.ledger
+        if self._local is None:
+            self._local = LocalDb(self.ledger, node_db_path(self.paths, self.node))
+        return self._local
+
     def cursors(self) -> dict[str, int]:
-        """How far each projection has folded the ledger: ``name -> seq``, in name order."""
+        """How far each projection has folded the ledger: ``name -> seq``, in name order (a
+        node-local projection's cursor included once it was opened in this process)."""
         rows = self.ledger.query("SELECT name, seq FROM projection_cursors ORDER BY name")
-        return {str(name): int(seq) for name, seq in rows}
+        out = {str(name): int(seq) for name, seq in rows}
+        if self._local is not None:
+            out = dict(sorted({**out, **self._local.cursors()}.items()))
+        return out
 
     # --- typed reads ------------------------------------------------------------------------
     #
@@ -238,6 +258,8 @@ class Store:
 
     def keys_starting(self, kind: str, prefix: str, *, limit: int) -> list[str]:
         """Keys of rows of ``kind`` that start with ``prefix`` (finding an entry by an id prefix)."""
+        if "\x00" in prefix:  # no key holds a NUL, and PostgreSQL takes no NUL in a text parameter
+            return []
         rows = self.ledger.query(
             "SELECT key FROM projection_rows WHERE kind = ? AND key >= ? AND key < ? ORDER BY key LIMIT ?",
             (kind, prefix, prefix + "\U0010ffff", limit),
@@ -325,6 +347,8 @@ class Store:
             raise err from e
 
     def close(self) -> None:
+        if self._local is not None:
+            self._local.close()
         self.ledger.close()
 
     def __enter__(self) -> Store:

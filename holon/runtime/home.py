@@ -13,7 +13,7 @@ from holon.paths import private_dir, tighten, write_private
 from holon.projections import Store
 from holon.resources import default_config_text
 
-__all__ = ["InitResult", "check_storage", "init_home", "open_home"]
+__all__ = ["InitResult", "check_storage", "home_exists", "init_home", "open_home"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +28,9 @@ class InitResult:
 def init_home(paths: HomePaths, *, clock: Clock | None = None) -> InitResult:
     """Create ``paths`` with a config file, a migrated database, the log and agent folders and the
     operator's memory file (``memory/operator.md``, shared by every agent of the home)."""
-    check_storage(paths, load_settings(paths))  # before anything is made: a URL refused leaves no home behind
-    created = not _exists(paths.db)
+    first = load_settings(paths)
+    check_storage(paths, first)  # before anything is made: a URL refused leaves no home behind
+    created = not home_exists(paths, first)
     try:
         for directory in (paths.root, paths.logs, paths.agents):
             private_dir(directory)
@@ -39,12 +40,14 @@ def init_home(paths: HomePaths, *, clock: Clock | None = None) -> InitResult:
         raise HolonError(f"cannot create a holon home at {paths.root}: {e.strerror} ({e.filename})") from e
     settings = load_settings(paths)
     _configure(paths, settings)
-    Store.open(paths, settings, clock=clock, create=created).close()
+    # A remote ledger is "created" by migrating an empty database, never over a foreign one.
+    with Store.open(paths, settings, clock=clock, create=created or _remote(paths, settings)) as store:
+        where = str(paths.db) if store.ledger.engine.dialect == "sqlite" else store.ledger.engine.location
     from holon.memory.files import ensure_operator_file  # init only: every other command skips its import
 
     ensure_operator_file(paths)
     get_logger("holon.home").info("home.initialised", home=str(paths.root), created=created)
-    return InitResult(str(paths.root), str(paths.db), str(paths.config), created)
+    return InitResult(str(paths.root), where, str(paths.config), created)
 
 
 def _configure(paths: HomePaths, settings: Settings, *, service: bool = False) -> None:
@@ -67,7 +70,7 @@ def open_home(
     """
     settings: Settings = load_settings(paths)
     check_storage(paths, settings)
-    if not _exists(paths.db):
+    if not home_exists(paths, settings):
         raise HomeNotFoundError(f"no holon home at {paths.root} (run 'holon init' or pass --home)")
     for path in (paths.root, paths.logs, paths.agents, paths.config, paths.anchor, paths.logs / "holon.log"):
         tighten(path)
@@ -77,23 +80,39 @@ def open_home(
 
 
 def check_storage(paths: HomePaths, settings: Settings) -> None:
-    """Refuse a ``[storage] url`` this holon cannot open yet, before anything touches a database.
+    """Check ``[storage] url`` before anything touches a database, in one line and exit 2.
 
-    ``Store.open`` opens the ledger on whichever engine the URL names (``engine_for``), but a home
-    is more than its ledger: until the projections' remaining SQL, the evolve queue, hook tokens
-    and the search index run on PostgreSQL too (RFC 0008 steps 5-7), a ``postgresql://`` URL exits
-    2 here with one line (naming an unreachable server as such), and so does a SQLite file other
-    than the home's own (the home's other files still assume it)."""
+    ``Store.open`` opens the ledger on whichever engine the URL names (``engine_for``). A
+    ``postgresql://`` URL is probed first (``check_server``): without the driver the user is told
+    to install the ``postgres`` extra, an unreachable server is named as such (exit 2). The
+    search index then lives in a node-local file (``holon.projections.local``). A SQLite file
+    other than the home's own is refused (the home's other files still assume it)."""
     target = storage_target(paths, settings.storage)
     if target.engine == "postgresql":
-        from holon.ledger.pg.start import refuse_until_wired
+        from holon.ledger.pg.start import check_server
 
-        refuse_until_wired(target.url, timeout_s=settings.storage.connect_timeout_s)
+        check_server(target.url, timeout_s=settings.storage.connect_timeout_s)
+        return
     if target.path != paths.db:
         raise ConfigError(
             f"storage.url names the SQLite file {target.path}; only the home's own file ({paths.db}) is supported "
             "yet: leave [storage] url empty"
         )
+
+
+def home_exists(paths: HomePaths, settings: Settings | None = None) -> bool:
+    """Whether there is a home at ``paths``: its SQLite ledger file, or, when its ledger is remote
+    (``[storage] url`` names PostgreSQL), its directory (the database itself is checked when the
+    ledger opens: one without holon's schema is refused there, in one line)."""
+    if _exists(paths.db):
+        return True
+    if not _exists(paths.root):
+        return False
+    return paths.root.is_dir() and _remote(paths, settings if settings is not None else load_settings(paths))
+
+
+def _remote(paths: HomePaths, settings: Settings) -> bool:
+    return storage_target(paths, settings.storage).engine != "sqlite"
 
 
 def _exists(path: Path) -> bool:

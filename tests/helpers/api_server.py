@@ -26,8 +26,9 @@ from holon.api.token import ensure_token
 from holon.clock import Clock
 from holon.config import load_settings
 from holon.daemon import Daemon
-from holon.paths import resolve_home
+from holon.paths import resolve_home, write_private
 from holon.projections import Store
+from holon.resources import default_config_text
 from holon.runtime.providers.base import ModelReply, ModelRequest, TextSink
 from holon.runtime.providers.scripted import ScriptedProvider, reply
 
@@ -89,6 +90,8 @@ class ApiServer:
     async def _main(self) -> None:
         paths = resolve_home(str(self.home))
         store = Store.open(paths, load_settings(paths), clock=self.clock)
+        if not paths.config.exists():  # what init writes: a home on PostgreSQL is known by it (CLI beside the API)
+            write_private(paths.config, default_config_text())
         if self.token == HOME_TOKEN:
             self.token = ensure_token(paths.root)
         provider = echo_provider()

@@ -16,9 +16,9 @@ from holon.runtime.inputs import input_events
 from holon.testing.fake_llm import FakeLLM
 
 
-def fake_home(tmp_path: Path, fake: FakeLLM, *names: str) -> Path:
-    """A home with agents ``names`` on ``fake``."""
-    home = quick_home(tmp_path, names[0], model="openai/fake", api_base=fake.url)
+def fake_home(tmp_path: Path, fake: FakeLLM, *names: str, storage: str = "") -> Path:
+    """A home with agents ``names`` on ``fake`` (``storage``: its ``[storage] url``)."""
+    home = quick_home(tmp_path, names[0], storage=storage, model="openai/fake", api_base=fake.url)
     with open_store(home) as store:
         for name in names[1:]:
             create_agent(store, name, settings={"model": "openai/fake", "api_base": fake.url})

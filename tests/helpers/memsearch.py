@@ -57,7 +57,7 @@ def index_rows(store: Store) -> list[tuple[object, ...]]:
     """What each document shows, by key."""
     return [
         tuple(r)
-        for r in store.ledger.query("SELECT key, ref, owner, kind, seq, title, text FROM search_docs ORDER BY key")
+        for r in store.local_db().query("SELECT key, ref, owner, kind, seq, title, text FROM search_docs ORDER BY key")
     ]
 
 
@@ -76,7 +76,7 @@ def fts_rows(store: Store) -> list[tuple[object, ...]]:
     the engine holds exactly one document for it, found under its owner."""
     engine = SearchIndex(store).engine
     out = []
-    for row in store.ledger.query(f"SELECT id, {_DOC_COLUMNS} FROM search_docs ORDER BY key"):
+    for row in store.local_db().query(f"SELECT id, {_DOC_COLUMNS} FROM search_docs ORDER BY key"):
         doc = _doc(tuple(row[1:]))
         held = engine.searcher().search(_id_query(engine, int(row[0]), doc.owner), 2, count=True).count
         out.append((doc.key, index_terms(body_of(doc)), index_terms(meta_text(doc)), held))
@@ -114,7 +114,7 @@ def brute_total(
     passing: set[int] = set()
     matched: set[int] = set()
     segments: dict[int, list[int]] = {}
-    for row in store.ledger.query(f"SELECT id, {_DOC_COLUMNS}, work_item_id, segment FROM search_docs ORDER BY id"):
+    for row in store.local_db().query(f"SELECT id, {_DOC_COLUMNS}, work_item_id, segment FROM search_docs ORDER BY id"):
         doc_id, doc, item, segment = int(row[0]), _doc(tuple(row[1:-2])), row[-2], row[-1]
         if segment is not None and doc.turn:
             segments.setdefault(int(segment), []).append(doc_id)

@@ -54,8 +54,8 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve_home(root: Path, fake: FakeLLM, *agents: str) -> Iterator[Served]:
-    home = fake_home(root, fake, *agents)
+def serve_home(root: Path, fake: FakeLLM, *agents: str, storage: str = "") -> Iterator[Served]:
+    home = fake_home(root, fake, *agents, storage=storage)
     port = free_port()
     proc = spawn_holon(home, "serve", "--port", str(port))
     try:

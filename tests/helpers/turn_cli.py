@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,10 @@ def cli_env(**extra: str) -> dict[str, str]:
     # override a pty's own size (tests that want a width set it).
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOLON_") and k not in ("COLUMNS", "LINES")}
     env["HOLON_LEDGER_SYNCHRONOUS"] = "NORMAL"
+    # The storage the ``engine`` fixture chose (only it sets this in a test process): child
+    # processes open the same ledger (RFC 0008, "A test module that starts processes ...").
+    if url := os.environ.get("HOLON_STORAGE_URL"):
+        env["HOLON_STORAGE_URL"] = url
     # `holon serve` logs JSON lines to a stderr that is not a terminal; a test that reads its pipe
     # only at the end would see the daemon block once the pipe is full. Log tests set it back.
     env["HOLON_LOGGING_CONSOLE"] = "off"
@@ -109,16 +114,21 @@ def make_home(root: Path, agent: str, *create_args: str) -> Path:
     return home
 
 
-def quick_home(root: Path, agent: str, **settings: Any) -> Path:
+def quick_home(root: Path, agent: str, *, storage: str = "", **settings: Any) -> Path:
     """What ``holon init`` + ``holon agent create AGENT`` do, in this process (no litellm, no logging
-    set-up), for tests whose subject is not those commands: config file, folders, database, agent."""
+    set-up), for tests whose subject is not those commands: config file, folders, database, agent.
+    ``storage``: the home's ``[storage] url`` in its config file (a PostgreSQL database)."""
     from holon.resources import default_config_text
     from holon.runtime.agents import create_agent
 
     paths = resolve_home(root / "home")
     for d in (paths.root, paths.logs, paths.agents):
         d.mkdir(parents=True, exist_ok=True)
-    paths.config.write_text(default_config_text(), encoding="utf-8")
+    text = default_config_text()
+    if storage:
+        head, tail = text.split("[storage]", 1)
+        text = head + "[storage]" + tail.replace('url = ""', f'url = "{storage}"', 1)
+    paths.config.write_text(text, encoding="utf-8")
     with open_store(paths.root) as store:
         create_agent(store, agent, settings=settings)
     return paths.root
@@ -157,7 +167,10 @@ def kill_group(home: Path) -> None:
 
 
 def db_rows(home: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Query the ledger read-only while another process may be writing it."""
+    """Query the ledger read-only while another process may be writing it (on PostgreSQL when the
+    ``engine`` fixture chose it: ``HOLON_STORAGE_URL``)."""
+    if url := os.environ.get("HOLON_STORAGE_URL") or _configured_url(home):
+        return _pg_rows(url, sql, params)
     db = home / "holon.db"
     if not db.exists():
         return []
@@ -171,6 +184,27 @@ def db_rows(home: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[An
         return []  # e.g. the schema is not there yet
     finally:
         conn.close()
+
+
+def _configured_url(home: Path) -> str:
+    """The home's ``[storage] url`` when its config file names PostgreSQL (``quick_home(storage=)``)."""
+    try:
+        url = tomllib.loads((home / "holon.toml").read_text(encoding="utf-8")).get("storage", {}).get("url", "")
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+    return url if str(url).startswith("postgresql") else ""
+
+
+def _pg_rows(url: str, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    from holon.ledger.pg.conn import pg_sql
+
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            return list(conn.execute(pg_sql(sql), params).fetchall())
+    except psycopg.errors.UndefinedTable:
+        return []  # the schema is not there yet
 
 
 def event_types(home: Path) -> list[str]:

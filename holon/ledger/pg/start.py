@@ -1,36 +1,27 @@
-"""What a command does with a ``postgresql://`` storage URL until the engine is wired in.
+"""What a command checks first about a ``postgresql://`` storage URL: the driver and the server.
 
-RFC 0008 builds the PostgreSQL engine in steps; the ledger runs on it (step 4: ``PgEngine``,
-which ``Store.open`` picks from the URL), but until the rest of a home does (steps 5-7), a home
-whose ``[storage] url`` names PostgreSQL is refused at start by ``holon init``/``holon serve`` and
-every command with one line and exit 2, so nobody believes their home is on PostgreSQL while
-only its ledger could be. The server is
-probed first, so the one line is the more useful of the two: an unreachable server is named as
-such ("cannot reach PostgreSQL at HOST:PORT: cause", the message the finished engine gives too).
-Imports psycopg only when called: a SQLite home never loads it, and an install without the
-``postgres`` extra gets an instruction instead of an ``ImportError``.
+``check_storage`` (``holon.runtime.home``) calls ``check_server`` before anything touches a
+database, so the one line a user sees is the useful one: an install without the ``postgres``
+extra is told to ``pip install 'holon[postgres]'``, an unreachable server is named as such
+("cannot reach PostgreSQL at HOST:PORT: cause", ``StorageUnavailable``, exit 2; the URL's password
+never printed). A reachable server is then opened by ``Store.open`` (``PgEngine``). Imports
+psycopg only when called: a SQLite home never loads it.
 """
 
 from __future__ import annotations
 
 from holon.errors import ConfigError
 
-__all__ = ["refuse_until_wired"]
+__all__ = ["check_server"]
 
 
-def refuse_until_wired(url: str, *, timeout_s: float) -> None:
-    """Always raises: ``StorageUnavailable`` when the server does not answer, else ``ConfigError``."""
+def check_server(url: str, *, timeout_s: float) -> None:
+    """Return when PostgreSQL at ``url`` answers; ``ConfigError`` without the driver,
+    ``StorageUnavailable`` when the server does not answer within ``timeout_s``."""
     try:
-        from holon.ledger.pg.connect import parse_url, probe
+        from holon.ledger.pg.connect import probe
     except ImportError as e:
         raise ConfigError(
             f"storage.url names PostgreSQL but its driver is not installed ({e.name}): pip install 'holon[postgres]'"
         ) from e
-    pg = parse_url(url)
     probe(url, timeout_s=timeout_s)
-    raise ConfigError(
-        f"storage.url names PostgreSQL at {pg.where} (database {pg.dbname}), but holon's PostgreSQL engine is "
-        "not wired yet for a whole home (the ledger, projections and the evolve queue run there; the search "
-        "index follows: RFC 0008 step 7); leave [storage] url empty to keep the home in its SQLite file, "
-        "or use 'holon storage migrate' to copy a home's ledger there"
-    )
