@@ -19,7 +19,7 @@ from holon.ledger.anchor import Anchor
 from holon.ledger.engines import engine_for
 from holon.paths import private_dir
 from holon.projections.durable import DurableState, ProposalState
-from holon.projections.fold import KINDS, working_memory_view
+from holon.projections.fold import KINDS, row_columns, working_memory_view
 from holon.projections.projector import CURSOR_NAME, PROJECTOR_VERSION, Projector
 from holon.projections.replay import ReplayResult, replay
 from holon.projections.state import (
@@ -111,6 +111,7 @@ class Store:
 
     def cursors(self) -> dict[str, int]:
         """How far each projection has folded the ledger: ``name -> seq``, in name order."""
+        self.write_projections()
         rows = self.ledger.query("SELECT name, seq FROM projection_cursors ORDER BY name")
         return {str(name): int(seq) for name, seq in rows}
 
@@ -118,10 +119,51 @@ class Store:
     #
     # One accessor per projection kind, returning its state model: ``store.task(id)``,
     # ``store.tasks(agent_id=..., status=...)``. Lists are in the order their rows last changed.
-
     #
-    # A row the synchronous projector holds as the database has it is served from memory (no
-    # query, no JSON validation: ``Projector.held``); any other is read from ``projection_rows``.
+    # The synchronous projector writes its rows every few commits, not at each (``Projector.settle``):
+    # a read first makes sure it sees a fold of the whole ledger (``_fresh``). When this process has
+    # folded up to the head, a row it holds is served from memory (no query, no JSON validation:
+    # ``Projector.held``) and the rows it has not written yet are merged into the rows read from
+    # ``projection_rows`` (``Projector.changed``); otherwise the stored cursor says whether the
+    # stored rows are current, and when they are not (another process appended and has not
+    # written its rows yet, or it was killed) this process catches up from the cursor first.
+
+    def _fresh(self, head: int) -> int | None:
+        """Inside ``ledger.reading()``: the head up to which the projector holds a fold (serve
+        from it and merge), or ``None`` when ``projection_rows`` alone is current.
+
+        ``head`` is the reading block's; an append of this thread inside the block has moved the
+        ledger past it, and the fold held is then at the new head."""
+        projector = self.projector
+        if projector.folded(head):
+            return head
+        now = self.ledger.head()
+        if now != head and projector.folded(now):
+            return now
+        if self._cursor() == (now, PROJECTOR_VERSION) or self.ledger.refusal is not None:
+            return None  # (a ledger refusing writes is read as it is: ``catch_up`` cannot write)
+        tx = self.ledger.open_transaction
+        if tx is not None:
+            projector.catch_up(tx)
+        else:
+            with self.ledger.transaction() as tx:
+                projector.catch_up(tx)
+        now = self.ledger.head()
+        return now if projector.folded(now) else None
+
+    def write_projections(self) -> None:
+        """Make ``projection_rows`` current: write the rows this process holds, or catch up from the
+        cursor. For reads that are not merged with the projector's rows, and for tests and tools
+        that look at the table itself."""
+        with self.ledger.reading() as head:
+            if self._fresh(head) is None or not self.projector.pending or self.ledger.refusal is not None:
+                return
+            tx = self.ledger.open_transaction
+            if tx is not None:
+                self.projector.flush(tx)
+            else:
+                with self.ledger.transaction() as tx:
+                    self.projector.flush(tx)
 
     def _one(self, kind: str, model: type[S], key: str) -> S | None:
         assert KINDS[kind].model is model, kind
@@ -129,30 +171,64 @@ class Store:
             hit, state = self.projector.held((kind, key), head)
             if hit:
                 return cast(S, state)  # the row of a ``kind`` is its model (asserted above)
+            fresh = self._fresh(head)
+            if fresh is not None and fresh != head:
+                hit, state = self.projector.held((kind, key), fresh)
+                if hit:
+                    return cast(S, state)
             rows = self.ledger.query("SELECT state FROM projection_rows WHERE kind = ? AND key = ?", (kind, key))
         return model.model_validate_json(rows[0][0]) if rows else None
 
+    def _select(
+        self,
+        kind: str,
+        model: type[S],
+        where: str,
+        params: list[object],
+        keep: Callable[[str | None, str | None, str | None], bool],
+    ) -> list[tuple[str, S]]:
+        """Rows of ``kind`` matching ``where`` (over ``projection_rows``' columns), as
+        ``(label, state)`` in the order they last changed; ``keep(agent_id, status, label)`` is
+        the same filter in Python, for the rows this process has not written yet."""
+        held = self.projector.held
+        with self.ledger.reading() as head:
+            fresh = self._fresh(head)
+            merged = fresh is not None
+            rows = self.ledger.query(
+                f"SELECT key, label, state FROM projection_rows WHERE kind = ?{where} ORDER BY seq", [kind, *params]
+            )
+            changed = self.projector.changed(kind) if merged else {}
+            out: list[tuple[str, S]] = []
+            for key, label, raw in rows:
+                if key in changed:
+                    continue
+                hit, state = held((kind, key), fresh) if fresh is not None else (False, None)
+                out.append((label, cast(S, state) if hit and state is not None else model.model_validate_json(raw)))
+            # Rows not written yet changed after every written one: they come last, by seq.
+            for _key, (_seq, state) in sorted(changed.items(), key=lambda kv: (kv[1][0], kv[0])):
+                if state is None:
+                    continue
+                agent_id, status, label = row_columns(kind, state)
+                if keep(agent_id, status, label):
+                    out.append((label or "", cast(S, state)))
+        return out
+
     def _all(self, kind: str, model: type[S], agent_id: str | None, status: str | tuple[str, ...] | None) -> list[S]:
         assert KINDS[kind].model is model, kind
-        sql = "SELECT key, state FROM projection_rows WHERE kind = ?"
-        params: list[object] = [kind]
+        where = ""
+        params: list[object] = []
         if agent_id is not None:
-            sql += " AND agent_id = ?"
+            where += " AND agent_id = ?"
             params.append(agent_id)
-        if isinstance(status, tuple):  # any of these (only their rows are decoded)
-            sql += f" AND status IN ({', '.join('?' for _ in status)})"
-            params += status
-        elif status is not None:
-            sql += " AND status = ?"
-            params.append(status)
-        held = self.projector.held
-        out: list[S] = []
-        with self.ledger.reading() as head:
-            rows = self.ledger.query(sql + " ORDER BY seq", params)
-            for key, raw in rows:
-                hit, state = held((kind, key), head)
-                out.append(cast(S, state) if hit and state is not None else model.model_validate_json(raw))
-        return out
+        statuses = status if isinstance(status, tuple) else None if status is None else (status,)
+        if statuses is not None:  # any of these (only their rows are decoded)
+            where += f" AND status IN ({', '.join('?' for _ in statuses)})"
+            params += statuses
+
+        def keep(row_agent: str | None, row_status: str | None, _label: str | None) -> bool:
+            return (agent_id is None or row_agent == agent_id) and (statuses is None or row_status in statuses)
+
+        return [state for _label, state in self._select(kind, model, where, params, keep)]
 
     def agent_state(self, agent_id: str) -> AgentState | None:
         """An agent by id, or ``None`` (``agent`` finds one by name or id, or raises)."""
@@ -210,6 +286,7 @@ class Store:
     def counts(self, agent_id: str) -> dict[str, int]:
         """How many work items, tasks, waits and timers (in any status) an agent has."""
         kinds = ("work_item", "task", "wait", "timer")
+        self.write_projections()
         rows = self.ledger.query(
             "SELECT kind, count(*) FROM projection_rows WHERE agent_id = ? AND kind IN (?, ?, ?, ?) GROUP BY kind",
             (agent_id, *kinds),
@@ -219,6 +296,7 @@ class Store:
 
     def keys_starting(self, kind: str, prefix: str, *, limit: int) -> list[str]:
         """Keys of rows of ``kind`` that start with ``prefix`` (finding an entry by an id prefix)."""
+        self.write_projections()
         rows = self.ledger.query(
             "SELECT key FROM projection_rows WHERE kind = ? AND key >= ? AND key < ? ORDER BY key LIMIT ?",
             (kind, prefix, prefix + "\U0010ffff", limit),
@@ -227,14 +305,22 @@ class Store:
 
     def agent(self, ref: str) -> AgentState:
         """An agent by name or id."""
-        rows = self.ledger.query(
-            "SELECT state FROM projection_rows WHERE kind = 'agent' AND label = ? "
-            "UNION ALL SELECT state FROM projection_rows WHERE kind = 'agent' AND key = ? LIMIT 1",
-            (ref, ref),
-        )
+        # A new agent's row, and a renamed one's, are written at the append (``Projector.settle``):
+        # the stored names and ids are current, only a stored state may be older than the one held.
+        with self.ledger.reading() as head:
+            fresh = self._fresh(head)
+            rows = self.ledger.query(
+                "SELECT key, state FROM projection_rows WHERE kind = 'agent' AND label = ? "
+                "UNION ALL SELECT key, state FROM projection_rows WHERE kind = 'agent' AND key = ? LIMIT 1",
+                (ref, ref),
+            )
+            if rows and fresh is not None:
+                hit, state = self.projector.held(("agent", rows[0][0]), fresh)
+                if hit and isinstance(state, AgentState):
+                    return state
         if not rows:
             raise NotFoundError(f"no agent named {ref!r} (see 'holon agent list')")
-        return AgentState.model_validate_json(rows[0][0])
+        return AgentState.model_validate_json(rows[0][1])
 
     # --- the untyped fallback ---------------------------------------------------------------
 
@@ -262,19 +348,20 @@ class Store:
             return []
         marks = ", ".join("?" for _ in labels)
         where = " AND status = ?" if status is not None else ""
-        rows = self.ledger.query(
-            f"SELECT state FROM projection_rows WHERE kind = 'durable'{where} AND label IN ({marks}) ORDER BY seq",
-            [*([status] if status is not None else []), *labels],
-        )
-        return [DurableState.model_validate_json(r[0]) for r in rows]
+        wanted = set(labels)
+
+        def keep(_agent: str | None, row_status: str | None, label: str | None) -> bool:
+            return (status is None or row_status == status) and label in wanted
+
+        params = [*([status] if status is not None else []), *labels]
+        rows = self._select("durable", DurableState, f"{where} AND label IN ({marks})", params, keep)
+        return [state for _label, state in rows]
 
     def durable_by_owner(self) -> dict[str, list[DurableState]]:
         """Every owner's durable-memory entries (all statuses), oldest change first, in one read."""
         out: dict[str, list[DurableState]] = {}
-        for label, raw in self.ledger.query(
-            "SELECT label, state FROM projection_rows WHERE kind = 'durable' ORDER BY seq"
-        ):  # fmt: skip
-            out.setdefault(label, []).append(DurableState.model_validate_json(raw))
+        for label, state in self._select("durable", DurableState, "", [], lambda _a, _s, _l: True):
+            out.setdefault(label, []).append(state)
         return out
 
     def projection_rows(self, kind: str) -> list[ProjectionRow]:
@@ -284,6 +371,7 @@ class Store:
         from holon.ledger.schema import ProjectionRow
 
         query = select(ProjectionRow).where(ProjectionRow.kind == kind).order_by(col(ProjectionRow.seq))
+        self.write_projections()
         with self.ledger.engine.session() as s:
             return list(s.exec(query).all())
 
@@ -295,6 +383,7 @@ class Store:
     # --- maintenance ------------------------------------------------------------------------
 
     def replay(self, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+        self.write_projections()  # the replay compares the stored rows (on a connection of its own)
         engine = self.ledger.engine
         try:
             with engine.reader() as conn:
@@ -306,7 +395,12 @@ class Store:
             raise err from e
 
     def close(self) -> None:
-        self.ledger.close()
+        try:
+            if self.projector.pending and self.ledger.refusal is None:
+                with self.ledger.transaction() as tx:  # not required (the next open catches up): cheaper
+                    self.projector.flush(tx)
+        finally:
+            self.ledger.close()
 
     def __enter__(self) -> Store:
         return self
