@@ -167,6 +167,8 @@ class Projector:
         self._defer_commits = defer_commits
         self._defer_rows = defer_rows
         self._deferred = 0  # commits since the rows were last written
+        self._agents: set[Key] = set()  # agent rows changed since the last commit (``_renames``)
+        self._cleared = False  # every row was deleted in the open transaction (``clear``)
         self._dirty: dict[Key, int] = {}
         self._folded_to: int | None = None
         self._flushed_to: int | None = None
@@ -184,9 +186,12 @@ class Projector:
             self._catch_up(tx, upto=first - 1)
         self._recent.add(events)
         memo = self._memo
+        agents = self._agents
         for event in events:
             for key in fold_event(self._rows, event):
                 self._dirty[key] = event.seq
+                if key[0] == "agent":
+                    agents.add(key)
             if event.type == "working_memory.delta":
                 seen = memo.get(event.agent_id)
                 if seen is not None and seen[0] is MEMO_PENDING:
@@ -210,20 +215,22 @@ class Projector:
         if self._folded_to is None or self._folded_to == self._flushed_to:
             return
         self._deferred += 1
-        if self._deferred >= self._defer_commits or len(self._dirty) >= self._defer_rows or self._renames():
+        renamed = self._cleared or self._renames()
+        self._agents.clear()
+        if renamed or self._deferred >= self._defer_commits or len(self._dirty) >= self._defer_rows:
             self.flush(tx)
 
     def _renames(self) -> bool:
-        """Whether a changed agent row's indexed columns (its id, its name) differ from the stored row's."""
+        """Whether an agent row changed since the last commit has indexed columns (its id, its
+        name) other than the stored row's: a new agent, a new name, an agent folded away."""
         stored = self._rows.stored
-        for key in self._dirty:
-            if key[0] == "agent":
-                state = dict.__getitem__(self._rows, key)
-                if state is None:
-                    return True
-                agent_id, _status, label = row_columns("agent", state)
-                if stored.get(key) != (agent_id, label):
-                    return True
+        for key in self._agents:
+            state = dict.__getitem__(self._rows, key)
+            if state is None:
+                return True
+            agent_id, _status, label = row_columns("agent", state)
+            if stored.get(key) != (agent_id, label):
+                return True
         return False
 
     @property
@@ -267,6 +274,8 @@ class Projector:
         self._dirty.clear()
         self._flushed_to = self._folded_to
         self._deferred = 0
+        self._cleared = False
+        self._agents.clear()
         if len(self._rows) > self._cache_limit:
             self._rows.clear()
             self._memo.clear()
@@ -305,6 +314,8 @@ class Projector:
         self._memo.clear()
         self._rows.clear()
         self._dirty.clear()
+        self._agents.clear()
+        self._cleared = False
         self._deferred = 0
         self._folded_to = None
         self._flushed_to = None
@@ -313,6 +324,7 @@ class Projector:
 
     def clear(self, tx: Transaction) -> None:
         tx.conn.execute("DELETE FROM projection_rows")
+        self._cleared = True  # written in this transaction (``settle``): the table is empty until then
         self._recent.clear()
         self._rows.clear()
         self._dirty.clear()
