@@ -2,10 +2,14 @@
 
 It is a ``TransactionHook`` of the ledger. Rows are loaded on demand and cached between
 transactions while this process is the only writer; the ledger calls ``reset`` whenever another
-process moved the head. The cursor (``projection_cursors``) is written in the same transaction as
-the rows, so projections are never behind the ledger after a crash. When the cursor is behind
-(an older database, or a ``PROJECTOR_VERSION`` bump that requires a rebuild), ``apply`` catches
-up inside the same transaction before folding anything new.
+process moved the head. Every append is folded (and its derived events appended) in its own
+transaction; the changed rows are written with the cursor (``projection_cursors``) at most every
+``defer_commits`` commits (``settle``), always together, so the stored rows are a fold of the
+ledger up to the stored cursor. Reads never see them behind: ``Store`` serves this process's
+reads from the rows held here and catches up from the cursor when another process (or one that
+was killed) left it behind. When the cursor is behind at an append (an older database, a
+``PROJECTOR_VERSION`` bump that requires a rebuild, another process's rows not written yet),
+``apply`` catches up inside the same transaction before folding anything new.
 
 It is one of the three ``Projection``s of a home (``holon.projections.framework``): its tables are
 made by the ledger's own migrations (``projection_rows``, ``projection_cursors``), so its own

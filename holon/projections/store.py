@@ -1,8 +1,9 @@
 """``Store``: a home's ledger with its synchronous projections, and typed reads of them.
 
-Most code holds a ``Store``: it appends through ``store.append`` (events and projection rows
-commit together) and reads projections through the named, typed reads below (plain prepared
-statements on the ledger's connection). SQLModel is imported only by ``projection_rows``, an
+Most code holds a ``Store``: it appends through ``store.append`` (events, and the events derived
+from them, commit together; the projection rows they change are written then or a few commits
+later, see ``Projector.settle``) and reads projections through the named, typed reads below (plain
+prepared statements on the ledger's connection, merged with the rows the projector holds). SQLModel is imported only by ``projection_rows``, an
 inspection read.
 """
 
