@@ -308,6 +308,12 @@ class Projector:
         """Whether everything up to ``head`` is folded here (``held`` and ``changed`` answer for it)."""
         return self._folded_to == head
 
+    def adopt(self, head: int) -> None:
+        """The stored rows are a fold up to ``head`` (their cursor says so): hold them from here
+        on, loading each on first use, as after a write of everything folded."""
+        self.reset()
+        self._folded_to = self._flushed_to = head
+
     def changed(self, kind: str) -> dict[str, tuple[int, State | None]]:
         """Rows of ``kind`` folded here and not written yet: ``key -> (seq, state or None if gone)``."""
         rows = self._rows

@@ -97,7 +97,10 @@ class Store:
     def catch_up(self) -> None:
         """Fold any events the projection cursor is missing (older databases, version bumps)."""
         cursor = self._cursor()
-        if cursor == (self.ledger.head(), PROJECTOR_VERSION):
+        head = self.ledger.head()
+        if cursor == (head, PROJECTOR_VERSION):
+            if not self.projector.pending:
+                self.projector.adopt(head)
             return
         with self.ledger.transaction() as tx:
             self.projector.catch_up(tx)
@@ -141,8 +144,11 @@ class Store:
         now = self.ledger.head()
         if now != head and projector.folded(now):
             return now
-        if self._cursor() == (now, PROJECTOR_VERSION) or self.ledger.refusal is not None:
-            return None  # (a ledger refusing writes is read as it is: ``catch_up`` cannot write)
+        if self._cursor() == (now, PROJECTOR_VERSION):
+            projector.adopt(now)  # the next reads cost no cursor read
+            return now
+        if self.ledger.refusal is not None:
+            return None  # a ledger refusing writes is read as it is: ``catch_up`` cannot write
         tx = self.ledger.open_transaction
         if tx is not None:
             projector.catch_up(tx)
