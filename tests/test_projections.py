@@ -655,6 +655,33 @@ def test_projector_version_bump_rebuilds(store: Store, clock: FakeClock, monkeyp
         assert again.replay().ok
 
 
+def test_a_version_bump_met_by_an_append_writes_the_rebuilt_rows_in_its_transaction(
+    store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows are written every few commits, but a transaction that cleared them (a version
+    change found by the append's own catch-up) writes them back before it commits."""
+    _history(store)
+    store.close()
+    bumped = projector_module.PROJECTOR_VERSION + 1
+    monkeypatch.setattr(projector_module, "PROJECTOR_VERSION", bumped)
+    monkeypatch.setattr(store_module, "PROJECTOR_VERSION", bumped)
+    with Store.open(store.paths, store.settings, clock=clock, catch_up=False) as again:
+        put(again, ev.FileTouched(path="after.py"))
+        conn = Intruder(store)  # the table as committed, nothing written for this read
+        try:
+            assert conn.execute(
+                "SELECT seq, version FROM projection_cursors WHERE name = 'projections'"
+            ).fetchone() == (
+                again.ledger.head(),
+                bumped,
+            )
+            stored = {(r[0], r[1]) for r in conn.execute("SELECT kind, key FROM projection_rows").fetchall()}
+        finally:
+            conn.close()
+        assert stored == set(_expected_rows(list(again.ledger.read())))
+        assert again.replay().ok
+
+
 def test_cursor_ahead_of_ledger_is_refused(store: Store, clock: FakeClock) -> None:
     _history(store)
     store.close()
