@@ -239,3 +239,25 @@ def test_a_process_killed_before_writing_its_rows_loses_nothing(home: HomePaths,
         kim = again.agent("kim")
         assert [w.title for w in again.work_items(agent_id=kim.agent_id)] == [f"t{i}" for i in range(5)]
         assert again.replay().ok
+
+
+def test_with_two_writers_each_commit_writes_its_rows(
+    store: Store, alice: AgentState, home: HomePaths, settings: Settings
+) -> None:
+    """Deferring pays off for one writer; once another process's append made this one drop rows it
+    had not written, its next commits write their rows at once (the other need not fold them again)."""
+    other = Store.open(home, settings, clock=FakeClock())
+    try:
+        store.append(_open_item(alice.agent_id, "wi_1"))  # type: ignore[arg-type]
+        assert _stored_cursor(store) < store.ledger.head()  # one writer so far: deferred
+        other.append(_open_item(alice.agent_id, "wi_2"))  # type: ignore[arg-type]
+        other.append(_open_item(alice.agent_id, "wi_3"))  # type: ignore[arg-type]
+        store.append(_open_item(alice.agent_id, "wi_4"))  # type: ignore[arg-type]
+        assert _stored_cursor(store) == store.ledger.head()  # it dropped unwritten rows: writes now
+        other.append(_open_item(alice.agent_id, "wi_5"))  # type: ignore[arg-type]
+        assert _stored_cursor(other) == other.ledger.head()  # and so does the other one
+        for s in (store, other):
+            assert [w.work_item_id for w in s.work_items(agent_id=alice.agent_id)] == [f"wi_{i}" for i in range(1, 6)]
+    finally:
+        other.close()
+    assert store.replay().ok

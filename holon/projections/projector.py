@@ -173,6 +173,7 @@ class Projector:
         self._deferred = 0  # commits since the rows were last written
         self._agents: set[Key] = set()  # agent rows changed since the last commit (``_renames``)
         self._cleared = False  # every row was deleted in the open transaction (``clear``)
+        self._eager = 0  # commits left that write their rows at once (``reset``)
         self._dirty: dict[Key, int] = {}
         self._folded_to: int | None = None
         self._flushed_to: int | None = None
@@ -215,13 +216,19 @@ class Projector:
         cursor behind and the next open or read catches up from it (``Store``). Reads in this
         process are served from the rows held here (``held``, ``pending``); other processes catch
         up from the cursor. An agent row whose indexed columns change (a new agent, a new name) is
-        written at once, so the name index refuses a taken name at the append that takes it."""
+        written at once, so the name index refuses a taken name at the append that takes it. After
+        rows not written yet were dropped (``reset``: another process appended, or a rollback),
+        the next ``defer_commits`` commits write at once: with several writers, deferring would
+        only make each process fold the others' commits again."""
         if self._folded_to is None or self._folded_to == self._flushed_to:
             return
         self._deferred += 1
         renamed = self._cleared or self._renames()
         self._agents.clear()
-        if renamed or self._deferred >= self._defer_commits or len(self._dirty) >= self._defer_rows:
+        if self._eager:
+            self._eager -= 1
+            self.flush(tx)
+        elif renamed or self._deferred >= self._defer_commits or len(self._dirty) >= self._defer_rows:
             self.flush(tx)
 
     def _renames(self) -> bool:
@@ -311,7 +318,7 @@ class Projector:
     def adopt(self, head: int) -> None:
         """The stored rows are a fold up to ``head`` (their cursor says so): hold them from here
         on, loading each on first use, as after a write of everything folded."""
-        self.reset()
+        self._forget()
         self._folded_to = self._flushed_to = head
 
     def changed(self, kind: str) -> dict[str, tuple[int, State | None]]:
@@ -320,6 +327,15 @@ class Projector:
         return {key[1]: (seq, dict.__getitem__(rows, key)) for key, seq in self._dirty.items() if key[0] == kind}
 
     def reset(self) -> None:
+        if self.pending:
+            # Rows not written yet are dropped: another process appended meanwhile (it folded them
+            # again from the cursor) or the transaction rolled back. In a home with several
+            # writers, deferring only makes each fold the others' commits again: write at each
+            # commit for a while.
+            self._eager = self._defer_commits
+        self._forget()
+
+    def _forget(self) -> None:
         self._recent.clear()
         self._memo.clear()
         self._rows.clear()
