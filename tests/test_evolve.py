@@ -390,6 +390,7 @@ def test_replay_rebuilds_durable_memory_byte_for_byte(store: Store, clock: FakeC
     )
     Evolver(store, clock=clock).drain()
     review.accept(store, review.list_proposals(store)[0].proposal_id)
+    store.write_projections()  # the projector writes its rows every few commits: write them now
     before = store.ledger.query(
         "SELECT kind, key, state FROM projection_rows WHERE kind IN ('durable', 'proposal') ORDER BY kind, key"
     )

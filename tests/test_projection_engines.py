@@ -47,6 +47,7 @@ def _script(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
 def _snapshot(store: Store) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """The ledger's rows, the projection rows and the cursors, as the driver returns them (sorted in
     Python, so no collation decides the order)."""
+    store.write_projections()  # the projector writes its rows every few commits: write them now
     raw = Intruder(store)
     try:
         rows = sorted(tuple(r) for r in raw.execute(ROWS).fetchall())

@@ -217,6 +217,7 @@ def _fast_settings() -> Settings:
 
 
 def _live_rows(store: Store) -> dict[Key, tuple[object, ...]]:
+    store.write_projections()  # the projector writes its rows every few commits: write them now
     conn = Intruder(store)
     rows = conn.execute("SELECT kind, key, agent_id, status, label, seq, state FROM projection_rows").fetchall()
     conn.close()
@@ -350,11 +351,13 @@ def test_rows_whose_indexed_columns_stay_are_updated_in_place(alice: Store) -> N
     put(alice, ev.TurnStarted(turn_id="turn_1"), turn_id="turn_1")
     put(alice, ev.TurnSettled(turn_id="turn_1", outcome="completed", reply="done"), turn_id="turn_1")
     assert alice.projector._rows.stored[("agent", A)] == (A, "alice")
+    alice.write_projections()  # the first turn's new rows
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
     try:  # every row of the second turn exists already, and the agent goes running -> idle again
         put(alice, ev.TurnStarted(turn_id="turn_2"), turn_id="turn_2")
         put(alice, ev.TurnSettled(turn_id="turn_2", outcome="completed", reply="done"), turn_id="turn_2")
+        alice.write_projections()  # rows are written every few commits: now
     finally:
         conn.set_trace_callback(None)
     assert not any(s.startswith("INSERT INTO projection_rows") for s in statements)
@@ -652,6 +655,33 @@ def test_projector_version_bump_rebuilds(store: Store, clock: FakeClock, monkeyp
         assert again.replay().ok
 
 
+def test_a_version_bump_met_by_an_append_writes_the_rebuilt_rows_in_its_transaction(
+    store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows are written every few commits, but a transaction that cleared them (a version
+    change found by the append's own catch-up) writes them back before it commits."""
+    _history(store)
+    store.close()
+    bumped = projector_module.PROJECTOR_VERSION + 1
+    monkeypatch.setattr(projector_module, "PROJECTOR_VERSION", bumped)
+    monkeypatch.setattr(store_module, "PROJECTOR_VERSION", bumped)
+    with Store.open(store.paths, store.settings, clock=clock, catch_up=False) as again:
+        put(again, ev.FileTouched(path="after.py"))
+        conn = Intruder(store)  # the table as committed, nothing written for this read
+        try:
+            assert conn.execute(
+                "SELECT seq, version FROM projection_cursors WHERE name = 'projections'"
+            ).fetchone() == (
+                again.ledger.head(),
+                bumped,
+            )
+            stored = {(r[0], r[1]) for r in conn.execute("SELECT kind, key FROM projection_rows").fetchall()}
+        finally:
+            conn.close()
+        assert stored == set(_expected_rows(list(again.ledger.read())))
+        assert again.replay().ok
+
+
 def test_cursor_ahead_of_ledger_is_refused(store: Store, clock: FakeClock) -> None:
     _history(store)
     store.close()
@@ -664,6 +694,7 @@ def test_cursor_ahead_of_ledger_is_refused(store: Store, clock: FakeClock) -> No
 
 def test_replay_detects_a_wrong_live_row(store: Store) -> None:
     _history(store)
+    store.write_projections()
     conn = Intruder(store)
     conn.execute("UPDATE projection_rows SET state = replace(state, 'f1.py', 'zz.py') WHERE kind = 'working_memory'")
     conn.execute("INSERT INTO projection_rows VALUES ('task', 'extra', 'x', NULL, NULL, 1, '{}')")

@@ -4,8 +4,8 @@ Each HTTP input used to be its own ``BEGIN IMMEDIATE`` ... ``COMMIT``, and with
 ``synchronous=FULL`` every COMMIT waits for its own fsync. ``GroupCommit.run(body)`` queues a
 transaction body and returns its result once it is committed; the bodies queued while the
 previous group was committing (or in the same turn of the event loop) run one after another in
-one transaction, with the hooks flushed between them (``Transaction.flush_hooks``), so each body
-reads what the ones before it wrote, exactly as if it had its own transaction. The commit runs in
+one transaction; each body reads what the ones before it appended, exactly as if it had its own
+transaction (``Store``'s reads are served from the projector's folded rows, written or not). The commit runs in
 a worker thread, so the loop can take the next requests during the fsync (a ledger read on the
 loop, such as a request handler's agent lookup, still waits for the group's transaction to end);
 a group holds what the loop got through meanwhile (RFC 0001, "The append path").
@@ -105,7 +105,6 @@ class GroupCommit:
                 with self.ledger.transaction() as tx:
                     for body in bodies:
                         values.append(body(tx))
-                        tx.flush_hooks()
             except Exception:  # whose error it was is found by running each alone below
                 pass
             else:

@@ -63,8 +63,10 @@ class TransactionHook(Protocol):
         ...
 
     def flush(self, tx: Transaction) -> None:
-        """Write pending state: just before COMMIT, and whenever ``Transaction.flush_hooks`` asks
-        (reads later in the same transaction must see it); a second call with nothing new is cheap."""
+        """Write pending state: just before COMMIT (unless the hook has a ``settle(tx)``, called
+        there instead, which may keep it for a later commit), and whenever
+        ``Transaction.flush_hooks`` asks (reads later in the same transaction must see it); a
+        second call with nothing new is cheap."""
         ...
 
     def reset(self) -> None:
@@ -245,6 +247,7 @@ class Ledger:
         self._lock = threading.RLock()
         self._known_head: int | None = None
         self._read_head: int | None = None  # inside ``reading`` (under the lock)
+        self._tx: Transaction | None = None  # the open write transaction (under the lock)
         self.anchor = anchor
         self._conn = self._open(create=create)
         self._refusal = self._check_anchor_on_open()
@@ -311,10 +314,11 @@ class Ledger:
                 if seq != self._known_head:
                     for hook in self.hooks:
                         hook.reset()
-                tx = Transaction(self, conn, seq, h)
+                tx = self._tx = Transaction(self, conn, seq, h)
                 yield tx
                 for hook in self.hooks:
-                    hook.flush(tx)
+                    # ``settle`` (optional) may keep rows for a later commit; ``flush`` writes them.
+                    getattr(hook, "settle", hook.flush)(tx)
                 engine.commit(conn)
             except BaseException:
                 engine.rollback(conn)
@@ -322,9 +326,17 @@ class Ledger:
                 for hook in self.hooks:
                     hook.reset()
                 raise
+            finally:
+                self._tx = None
             self._known_head = tx.head_seq
             if self.anchor is not None and tx.appended:
                 self.anchor.record(tx.head_seq, tx.head_hash)
+
+    @property
+    def open_transaction(self) -> Transaction | None:
+        """The write transaction open in this process, when the caller holds the ledger's lock
+        inside it (a read in a transaction's body), else ``None``."""
+        return self._tx
 
     @property
     def refusal(self) -> str | None:

@@ -2,10 +2,14 @@
 
 It is a ``TransactionHook`` of the ledger. Rows are loaded on demand and cached between
 transactions while this process is the only writer; the ledger calls ``reset`` whenever another
-process moved the head. The cursor (``projection_cursors``) is written in the same transaction as
-the rows, so projections are never behind the ledger after a crash. When the cursor is behind
-(an older database, or a ``PROJECTOR_VERSION`` bump that requires a rebuild), ``apply`` catches
-up inside the same transaction before folding anything new.
+process moved the head. Every append is folded (and its derived events appended) in its own
+transaction; the changed rows are written with the cursor (``projection_cursors``) at most every
+``defer_commits`` commits (``settle``), always together, so the stored rows are a fold of the
+ledger up to the stored cursor. Reads never see them behind: ``Store`` serves this process's
+reads from the rows held here and catches up from the cursor when another process (or one that
+was killed) left it behind. When the cursor is behind at an append (an older database, a
+``PROJECTOR_VERSION`` bump that requires a rebuild, another process's rows not written yet),
+``apply`` catches up inside the same transaction before folding anything new.
 
 It is one of the three ``Projection``s of a home (``holon.projections.framework``): its tables are
 made by the ledger's own migrations (``projection_rows``, ``projection_cursors``), so its own
@@ -162,8 +166,14 @@ class Projector:
     def version(self) -> int:
         return PROJECTOR_VERSION  # read at each use: tests bump the module's value
 
-    def __init__(self, *, cache_limit: int = 50_000) -> None:
+    def __init__(self, *, cache_limit: int = 50_000, defer_commits: int = 64, defer_rows: int = 512) -> None:
         self._rows = _Rows()
+        self._defer_commits = defer_commits
+        self._defer_rows = defer_rows
+        self._deferred = 0  # commits since the rows were last written
+        self._agents: set[Key] = set()  # agent rows changed since the last commit (``_renames``)
+        self._cleared = False  # every row was deleted in the open transaction (``clear``)
+        self._eager = 0  # commits left that write their rows at once (``reset``)
         self._dirty: dict[Key, int] = {}
         self._folded_to: int | None = None
         self._flushed_to: int | None = None
@@ -181,9 +191,12 @@ class Projector:
             self._catch_up(tx, upto=first - 1)
         self._recent.add(events)
         memo = self._memo
+        agents = self._agents
         for event in events:
             for key in fold_event(self._rows, event):
                 self._dirty[key] = event.seq
+                if key[0] == "agent":
+                    agents.add(key)
             if event.type == "working_memory.delta":
                 seen = memo.get(event.agent_id)
                 if seen is not None and seen[0] is MEMO_PENDING:
@@ -194,6 +207,47 @@ class Projector:
     def _read_range(self, tx: Transaction, agent_id: str, first: int, last: int) -> list[Event]:
         held = self._recent.range(agent_id, first, last)
         return held if held is not None else _read_range(tx, agent_id, first, last)
+
+    def settle(self, tx: Transaction) -> None:
+        """Just before COMMIT: write the rows now, or keep them for a later commit.
+
+        Rows are kept (deferred) for up to ``defer_commits`` commits or ``defer_rows`` changed
+        rows: the ledger is the truth and the rows are its fold, so a crash only leaves the
+        cursor behind and the next open or read catches up from it (``Store``). Reads in this
+        process are served from the rows held here (``held``, ``pending``); other processes catch
+        up from the cursor. An agent row whose indexed columns change (a new agent, a new name) is
+        written at once, so the name index refuses a taken name at the append that takes it. After
+        rows not written yet were dropped (``reset``: another process appended, or a rollback),
+        the next ``defer_commits`` commits write at once: with several writers, deferring would
+        only make each process fold the others' commits again."""
+        if self._folded_to is None or self._folded_to == self._flushed_to:
+            return
+        self._deferred += 1
+        renamed = self._cleared or self._renames()
+        self._agents.clear()
+        if self._eager:
+            self._eager -= 1
+            self.flush(tx)
+        elif renamed or self._deferred >= self._defer_commits or len(self._dirty) >= self._defer_rows:
+            self.flush(tx)
+
+    def _renames(self) -> bool:
+        """Whether an agent row changed since the last commit has indexed columns (its id, its
+        name) other than the stored row's: a new agent, a new name, an agent folded away."""
+        stored = self._rows.stored
+        for key in self._agents:
+            state = dict.__getitem__(self._rows, key)
+            if state is None:
+                return True
+            agent_id, _status, label = row_columns("agent", state)
+            if stored.get(key) != (agent_id, label):
+                return True
+        return False
+
+    @property
+    def pending(self) -> bool:
+        """Whether rows folded here are not written yet (the stored cursor is behind them)."""
+        return self._folded_to is not None and self._folded_to != self._flushed_to
 
     def flush(self, tx: Transaction) -> None:
         if self._folded_to is None or self._folded_to == self._flushed_to:
@@ -230,6 +284,9 @@ class Projector:
         write_cursor(conn, CURSOR_NAME, self._folded_to, PROJECTOR_VERSION)
         self._dirty.clear()
         self._flushed_to = self._folded_to
+        self._deferred = 0
+        self._cleared = False
+        self._agents.clear()
         if len(self._rows) > self._cache_limit:
             self._rows.clear()
             self._memo.clear()
@@ -237,26 +294,55 @@ class Projector:
     # --- reads (``Store``) ----------------------------------------------------------------------
 
     def held(self, key: Key, head: int) -> tuple[bool, State | None]:
-        """``(True, state)`` when this process holds the row of ``key`` as the database has it at
-        ``head`` (``None``: no such row); ``(False, None)`` when it must be read from the database.
+        """``(True, state)`` when this process holds the row of ``key`` as a fold of the ledger up
+        to ``head`` has it (``None``: no such row); ``(False, None)`` when it must be read from the
+        database.
 
-        The rows held are the database's when everything up to ``head`` is folded and written:
-        the same test the ledger uses to keep them between transactions (another process that
-        appends moves the head, and this process resets on its next transaction). Inside an open
-        transaction the head includes what it appended, and ``flush`` has written it. States are
-        frozen and shared: callers must not change their lists or dicts (reducers never do)."""
-        if self._folded_to != head or self._flushed_to != head:
+        Everything up to ``head`` is folded here: the rows held are the truth whether or not they
+        are written yet (rows not held are as the database has them, since every changed row is
+        held until it is written). Another process that appends moves the head, and this process
+        resets on its next transaction. Inside an open transaction the head includes what it
+        appended. States are frozen and shared: callers must not change their lists or dicts
+        (reducers never do)."""
+        if self._folded_to != head:
             return False, None
         rows = self._rows
         if key not in rows:
             return False, None
         return True, dict.__getitem__(rows, key)
 
+    def folded(self, head: int) -> bool:
+        """Whether everything up to ``head`` is folded here (``held`` and ``changed`` answer for it)."""
+        return self._folded_to == head
+
+    def adopt(self, head: int) -> None:
+        """The stored rows are a fold up to ``head`` (their cursor says so): hold them from here
+        on, loading each on first use, as after a write of everything folded."""
+        self._forget()
+        self._folded_to = self._flushed_to = head
+
+    def changed(self, kind: str) -> dict[str, tuple[int, State | None]]:
+        """Rows of ``kind`` folded here and not written yet: ``key -> (seq, state or None if gone)``."""
+        rows = self._rows
+        return {key[1]: (seq, dict.__getitem__(rows, key)) for key, seq in self._dirty.items() if key[0] == kind}
+
     def reset(self) -> None:
+        if self.pending:
+            # Rows not written yet are dropped: another process appended meanwhile (it folded them
+            # again from the cursor) or the transaction rolled back. In a home with several
+            # writers, deferring only makes each fold the others' commits again: write at each
+            # commit for a while.
+            self._eager = self._defer_commits
+        self._forget()
+
+    def _forget(self) -> None:
         self._recent.clear()
         self._memo.clear()
         self._rows.clear()
         self._dirty.clear()
+        self._agents.clear()
+        self._cleared = False
+        self._deferred = 0
         self._folded_to = None
         self._flushed_to = None
 
@@ -264,6 +350,7 @@ class Projector:
 
     def clear(self, tx: Transaction) -> None:
         tx.conn.execute("DELETE FROM projection_rows")
+        self._cleared = True  # written in this transaction (``settle``): the table is empty until then
         self._recent.clear()
         self._rows.clear()
         self._dirty.clear()
@@ -294,6 +381,11 @@ class Projector:
         cursor = read_cursor(tx.conn, CURSOR_NAME)
         current = cursor is not None and cursor.version == PROJECTOR_VERSION
         start = cursor.seq if cursor is not None and current else 0
+        if self._folded_to is not None and self._folded_to != start:
+            # Rows held here are folded past the stored cursor (written later, ``settle``):
+            # folding from the cursor again must start from the stored rows.
+            self._rows.clear()
+            self._memo.clear()
         if not current:
             self.clear(tx)
         self._dirty.clear()
@@ -304,8 +396,11 @@ class Projector:
         self._flushed_to = cursor.seq if cursor is not None and current else None
 
     def catch_up(self, tx: Transaction) -> int:
-        """Fold whatever the stored cursor is missing, up to the transaction's head. Returns the head."""
-        self._catch_up(tx, upto=tx.head_seq)
+        """Fold whatever the stored cursor is missing, up to the transaction's head, and write it.
+        Returns the head."""
+        if self._folded_to != tx.head_seq:
+            self._catch_up(tx, upto=tx.head_seq)
+        self.flush(tx)
         return tx.head_seq
 
     def rebuild(self, tx: Transaction) -> int:

@@ -1,8 +1,9 @@
 """``Store``: a home's ledger with its synchronous projections, and typed reads of them.
 
-Most code holds a ``Store``: it appends through ``store.append`` (events and projection rows
-commit together) and reads projections through the named, typed reads below (plain prepared
-statements on the ledger's connection). SQLModel is imported only by ``projection_rows``, an
+Most code holds a ``Store``: it appends through ``store.append`` (events, and the events derived
+from them, commit together; the projection rows they change are written then or a few commits
+later, see ``Projector.settle``) and reads projections through the named, typed reads below (plain
+prepared statements on the ledger's connection, merged with the rows the projector holds). SQLModel is imported only by ``projection_rows``, an
 inspection read.
 """
 
@@ -19,7 +20,7 @@ from holon.ledger.anchor import Anchor
 from holon.ledger.engines import engine_for
 from holon.paths import private_dir
 from holon.projections.durable import DurableState, ProposalState
-from holon.projections.fold import KINDS, working_memory_view
+from holon.projections.fold import KINDS, row_columns, working_memory_view
 from holon.projections.framework import Host
 from holon.projections.local import DEFAULT_NODE, LocalDb, node_db_path
 from holon.projections.projector import CURSOR_NAME, PROJECTOR_VERSION, Projector
@@ -102,7 +103,10 @@ class Store:
     def catch_up(self) -> None:
         """Fold any events the projection cursor is missing (older databases, version bumps)."""
         cursor = self._cursor()
-        if cursor == (self.ledger.head(), PROJECTOR_VERSION):
+        head = self.ledger.head()
+        if cursor == (head, PROJECTOR_VERSION):
+            if not self.projector.pending:
+                self.projector.adopt(head)
             return
         with self.ledger.transaction() as tx:
             self.projector.catch_up(tx)
@@ -128,6 +132,7 @@ class Store:
     def cursors(self) -> dict[str, int]:
         """How far each projection has folded the ledger: ``name -> seq``, in name order (a
         node-local projection's cursor included once it was opened in this process)."""
+        self.write_projections()
         rows = self.ledger.query("SELECT name, seq FROM projection_cursors ORDER BY name")
         out = {str(name): int(seq) for name, seq in rows}
         if self._local is not None:
@@ -138,10 +143,54 @@ class Store:
     #
     # One accessor per projection kind, returning its state model: ``store.task(id)``,
     # ``store.tasks(agent_id=..., status=...)``. Lists are in the order their rows last changed.
-
     #
-    # A row the synchronous projector holds as the database has it is served from memory (no
-    # query, no JSON validation: ``Projector.held``); any other is read from ``projection_rows``.
+    # The synchronous projector writes its rows every few commits, not at each (``Projector.settle``):
+    # a read first makes sure it sees a fold of the whole ledger (``_fresh``). When this process has
+    # folded up to the head, a row it holds is served from memory (no query, no JSON validation:
+    # ``Projector.held``) and the rows it has not written yet are merged into the rows read from
+    # ``projection_rows`` (``Projector.changed``); otherwise the stored cursor says whether the
+    # stored rows are current, and when they are not (another process appended and has not
+    # written its rows yet, or it was killed) this process catches up from the cursor first.
+
+    def _fresh(self, head: int) -> int | None:
+        """Inside ``ledger.reading()``: the head up to which the projector holds a fold (serve
+        from it and merge), or ``None`` when ``projection_rows`` alone is current.
+
+        ``head`` is the reading block's; an append of this thread inside the block has moved the
+        ledger past it, and the fold held is then at the new head."""
+        projector = self.projector
+        if projector.folded(head):
+            return head
+        now = self.ledger.head()
+        if now != head and projector.folded(now):
+            return now
+        if self._cursor() == (now, PROJECTOR_VERSION):
+            projector.adopt(now)  # the next reads cost no cursor read
+            return now
+        if self.ledger.refusal is not None:
+            return None  # a ledger refusing writes is read as it is: ``catch_up`` cannot write
+        tx = self.ledger.open_transaction
+        if tx is not None:
+            projector.catch_up(tx)
+        else:
+            with self.ledger.transaction() as tx:
+                projector.catch_up(tx)
+        now = self.ledger.head()
+        return now if projector.folded(now) else None
+
+    def write_projections(self) -> None:
+        """Make ``projection_rows`` current: write the rows this process holds, or catch up from the
+        cursor. For reads that are not merged with the projector's rows, and for tests and tools
+        that look at the table itself."""
+        with self.ledger.reading() as head:
+            if self._fresh(head) is None or not self.projector.pending or self.ledger.refusal is not None:
+                return
+            tx = self.ledger.open_transaction
+            if tx is not None:
+                self.projector.flush(tx)
+            else:
+                with self.ledger.transaction() as tx:
+                    self.projector.flush(tx)
 
     def _one(self, kind: str, model: type[S], key: str) -> S | None:
         assert KINDS[kind].model is model, kind
@@ -149,44 +198,85 @@ class Store:
             hit, state = self.projector.held((kind, key), head)
             if hit:
                 return cast(S, state)  # the row of a ``kind`` is its model (asserted above)
+            fresh = self._fresh(head)
+            if fresh is not None and fresh != head:
+                hit, state = self.projector.held((kind, key), fresh)
+                if hit:
+                    return cast(S, state)
             rows = self.ledger.query("SELECT state FROM projection_rows WHERE kind = ? AND key = ?", (kind, key))
         return model.model_validate_json(rows[0][0]) if rows else None
 
-    def _all(self, kind: str, model: type[S], agent_id: str | None, status: str | tuple[str, ...] | None) -> list[S]:
-        assert KINDS[kind].model is model, kind
-        sql = "SELECT key, state FROM projection_rows WHERE kind = ?"
-        params: list[object] = [kind]
-        if agent_id is not None:
-            sql += " AND agent_id = ?"
-            params.append(agent_id)
-        if isinstance(status, tuple):  # any of these (only their rows are decoded)
-            sql += f" AND status IN ({', '.join('?' for _ in status)})"
-            params += status
-        elif status is not None:
-            sql += " AND status = ?"
-            params.append(status)
+    def _select(
+        self,
+        kind: str,
+        model: type[S],
+        where: str,
+        params: list[object],
+        keep: Callable[[str | None, str | None, str | None], bool],
+    ) -> list[tuple[str, S]]:
+        """Rows of ``kind`` matching ``where`` (over ``projection_rows``' columns), as
+        ``(label, state)`` in the order they last changed; ``keep(agent_id, status, label)`` is
+        the same filter in Python, for the rows this process has not written yet."""
         held = self.projector.held
-        out: list[S] = []
         with self.ledger.reading() as head:
-            rows = self.ledger.query(sql + " ORDER BY seq", params)
-            for key, raw in rows:
-                hit, state = held((kind, key), head)
-                out.append(cast(S, state) if hit and state is not None else model.model_validate_json(raw))
+            fresh = self._fresh(head)
+            merged = fresh is not None
+            rows = self.ledger.query(
+                f"SELECT key, label, state FROM projection_rows WHERE kind = ?{where} ORDER BY seq", [kind, *params]
+            )
+            changed = self.projector.changed(kind) if merged else {}
+            out: list[tuple[str, S]] = []
+            for key, label, raw in rows:
+                if key in changed:
+                    continue
+                hit, state = held((kind, key), fresh) if fresh is not None else (False, None)
+                out.append((label, cast(S, state) if hit and state is not None else model.model_validate_json(raw)))
+            # Rows not written yet changed after every written one: they come last, by seq.
+            for _key, (_seq, state) in sorted(changed.items(), key=lambda kv: (kv[1][0], kv[0])):
+                if state is None:
+                    continue
+                agent_id, status, label = row_columns(kind, state)
+                if keep(agent_id, status, label):
+                    out.append((label or "", cast(S, state)))
         return out
 
-    def _many(self, kind: str, model: type[S], keys: Collection[str]) -> dict[str, S]:
-        """The rows of ``kind`` with these keys (those that exist), by key: one query per 500 keys."""
+    def _all(self, kind: str, model: type[S], agent_id: str | None, status: str | tuple[str, ...] | None) -> list[S]:
         assert KINDS[kind].model is model, kind
-        wanted = list(dict.fromkeys(keys))
+        where = ""
+        params: list[object] = []
+        if agent_id is not None:
+            where += " AND agent_id = ?"
+            params.append(agent_id)
+        statuses = status if isinstance(status, tuple) else None if status is None else (status,)
+        if statuses is not None:  # any of these (only their rows are decoded)
+            where += f" AND status IN ({', '.join('?' for _ in statuses)})"
+            params += statuses
+
+        def keep(row_agent: str | None, row_status: str | None, _label: str | None) -> bool:
+            return (agent_id is None or row_agent == agent_id) and (statuses is None or row_status in statuses)
+
+        return [state for _label, state in self._select(kind, model, where, params, keep)]
+
+    def _many(self, kind: str, model: type[S], keys: Collection[str]) -> dict[str, S]:
+        """The rows of ``kind`` with these keys (those that exist), by key: the rows the projector
+        holds at the head (written or not), the others by one query per 500 keys."""
+        assert KINDS[kind].model is model, kind
         held = self.projector.held
         out: dict[str, S] = {}
         with self.ledger.reading() as head:
-            for i in range(0, len(wanted), 500):
-                chunk = wanted[i : i + 500]
+            fresh = self._fresh(head)
+            missing: list[str] = []
+            for key in dict.fromkeys(keys):
+                hit, state = held((kind, key), fresh) if fresh is not None else (False, None)
+                if not hit:
+                    missing.append(key)
+                elif state is not None:
+                    out[key] = cast(S, state)
+            for i in range(0, len(missing), 500):
+                chunk = missing[i : i + 500]
                 sql = f"SELECT key, state FROM projection_rows WHERE kind = ? AND key IN ({', '.join('?' for _ in chunk)})"
                 for key, raw in self.ledger.query(sql, [kind, *chunk]):
-                    hit, state = held((kind, key), head)
-                    out[str(key)] = cast(S, state) if hit and state is not None else model.model_validate_json(raw)
+                    out[str(key)] = model.model_validate_json(raw)
         return out
 
     def agent_state(self, agent_id: str) -> AgentState | None:
@@ -249,6 +339,7 @@ class Store:
     def counts(self, agent_id: str) -> dict[str, int]:
         """How many work items, tasks, waits and timers (in any status) an agent has."""
         kinds = ("work_item", "task", "wait", "timer")
+        self.write_projections()
         rows = self.ledger.query(
             "SELECT kind, count(*) FROM projection_rows WHERE agent_id = ? AND kind IN (?, ?, ?, ?) GROUP BY kind",
             (agent_id, *kinds),
@@ -260,6 +351,7 @@ class Store:
         """Keys of rows of ``kind`` that start with ``prefix`` (finding an entry by an id prefix)."""
         if "\x00" in prefix:  # no key holds a NUL, and PostgreSQL takes no NUL in a text parameter
             return []
+        self.write_projections()
         rows = self.ledger.query(
             "SELECT key FROM projection_rows WHERE kind = ? AND key >= ? AND key < ? ORDER BY key LIMIT ?",
             (kind, prefix, prefix + "\U0010ffff", limit),
@@ -268,14 +360,22 @@ class Store:
 
     def agent(self, ref: str) -> AgentState:
         """An agent by name or id."""
-        rows = self.ledger.query(
-            "SELECT state FROM projection_rows WHERE kind = 'agent' AND label = ? "
-            "UNION ALL SELECT state FROM projection_rows WHERE kind = 'agent' AND key = ? LIMIT 1",
-            (ref, ref),
-        )
+        # A new agent's row, and a renamed one's, are written at the append (``Projector.settle``):
+        # the stored names and ids are current, only a stored state may be older than the one held.
+        with self.ledger.reading() as head:
+            fresh = self._fresh(head)
+            rows = self.ledger.query(
+                "SELECT key, state FROM projection_rows WHERE kind = 'agent' AND label = ? "
+                "UNION ALL SELECT key, state FROM projection_rows WHERE kind = 'agent' AND key = ? LIMIT 1",
+                (ref, ref),
+            )
+            if rows and fresh is not None:
+                hit, state = self.projector.held(("agent", rows[0][0]), fresh)
+                if hit and isinstance(state, AgentState):
+                    return state
         if not rows:
             raise NotFoundError(f"no agent named {ref!r} (see 'holon agent list')")
-        return AgentState.model_validate_json(rows[0][0])
+        return AgentState.model_validate_json(rows[0][1])
 
     # --- the untyped fallback ---------------------------------------------------------------
 
@@ -303,19 +403,20 @@ class Store:
             return []
         marks = ", ".join("?" for _ in labels)
         where = " AND status = ?" if status is not None else ""
-        rows = self.ledger.query(
-            f"SELECT state FROM projection_rows WHERE kind = 'durable'{where} AND label IN ({marks}) ORDER BY seq",
-            [*([status] if status is not None else []), *labels],
-        )
-        return [DurableState.model_validate_json(r[0]) for r in rows]
+        wanted = set(labels)
+
+        def keep(_agent: str | None, row_status: str | None, label: str | None) -> bool:
+            return (status is None or row_status == status) and label in wanted
+
+        params = [*([status] if status is not None else []), *labels]
+        rows = self._select("durable", DurableState, f"{where} AND label IN ({marks})", params, keep)
+        return [state for _label, state in rows]
 
     def durable_by_owner(self) -> dict[str, list[DurableState]]:
         """Every owner's durable-memory entries (all statuses), oldest change first, in one read."""
         out: dict[str, list[DurableState]] = {}
-        for label, raw in self.ledger.query(
-            "SELECT label, state FROM projection_rows WHERE kind = 'durable' ORDER BY seq"
-        ):  # fmt: skip
-            out.setdefault(label, []).append(DurableState.model_validate_json(raw))
+        for label, state in self._select("durable", DurableState, "", [], lambda _a, _s, _l: True):
+            out.setdefault(label, []).append(state)
         return out
 
     def projection_rows(self, kind: str) -> list[ProjectionRow]:
@@ -325,6 +426,7 @@ class Store:
         from holon.ledger.schema import ProjectionRow
 
         query = select(ProjectionRow).where(ProjectionRow.kind == kind).order_by(col(ProjectionRow.seq))
+        self.write_projections()
         with self.ledger.engine.session() as s:
             return list(s.exec(query).all())
 
@@ -336,6 +438,7 @@ class Store:
     # --- maintenance ------------------------------------------------------------------------
 
     def replay(self, *, progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+        self.write_projections()  # the replay compares the stored rows (on a connection of its own)
         engine = self.ledger.engine
         try:
             with engine.reader() as conn:
@@ -347,9 +450,14 @@ class Store:
             raise err from e
 
     def close(self) -> None:
-        if self._local is not None:
-            self._local.close()
-        self.ledger.close()
+        try:
+            if self.projector.pending and self.ledger.refusal is None:
+                with self.ledger.transaction() as tx:  # not required (the next open catches up): cheaper
+                    self.projector.flush(tx)
+        finally:
+            if self._local is not None:
+                self._local.close()
+            self.ledger.close()
 
     def __enter__(self) -> Store:
         return self

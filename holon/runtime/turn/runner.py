@@ -346,8 +346,8 @@ class TurnRunner:
     @contextmanager
     def _one_commit(self) -> Iterator[_Append]:
         """One transaction that a step appends to more than once, reading what it appended in
-        between: after each append the projections are written (uncommitted; the ledger's one
-        connection reads them), and everything commits together at the end.
+        between (``Store``'s reads are served from the projector's folded rows, written or not),
+        and everything commits together at the end.
 
         An error of the step itself (a bug while assembling) commits what was appended before
         it, as when each append was its own transaction, then propagates; a failed append rolls
@@ -361,7 +361,6 @@ class TurnRunner:
                 nonlocal broken
                 try:
                     stored = tx.append(*events)
-                    tx.flush_hooks()
                 except BaseException:
                     broken = True
                     raise
