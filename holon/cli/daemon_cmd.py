@@ -20,6 +20,13 @@ HttpOpt = Annotated[
 InitOpt = Annotated[
     bool, typer.Option("--init", help="Create the home first when it does not exist yet (for containers).")
 ]
+NodeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--node",
+        help="Run as node NAME of several sharing a PostgreSQL ledger (default: [node] name; RFC 0008).",
+    ),
+]
 #: Set by ``holon daemon start`` on the daemon it detaches: its log goes to the log file only.
 DetachedOpt = Annotated[bool, typer.Option("--detached", hidden=True)]
 
@@ -43,15 +50,22 @@ def serve(
     port: PortOpt = None,
     http: HttpOpt = True,
     init: InitOpt = False,
+    node: NodeOpt = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
     detached: DetachedOpt = False,
 ) -> None:
     """Run the daemon in the foreground: host every agent, fire timers, serve the HTTP API.
 
-    Under systemd or Docker (stderr not a terminal) the log also goes to stderr as JSON lines."""
+    Under systemd or Docker (stderr not a terminal) the log also goes to stderr as JSON lines.
+    With ``--node NAME`` (or ``[node] name``) it is one node of several sharing a PostgreSQL
+    ledger: it owns the agents whose leases it holds and shares the rest (RFC 0008)."""
+    import os
+
     from holon.daemon.process import serve as serve_
 
+    if node is not None:
+        os.environ["HOLON_NODE_NAME"] = node  # the setting, for this process (read with the rest)
     c = ctx_of(ctx, home, json_out)
     if init and not c.paths.db.exists():
         import sys

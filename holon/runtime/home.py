@@ -89,6 +89,7 @@ def check_storage(paths: HomePaths, settings: Settings) -> None:
         from holon.ledger.pg.start import refuse_until_wired
 
         refuse_until_wired(target.url, timeout_s=settings.storage.connect_timeout_s)
+        return  # only with HOLON_PG_HOME_PREVIEW=1 (interim, until step 7)
     if target.path != paths.db:
         raise ConfigError(
             f"storage.url names the SQLite file {target.path}; only the home's own file ({paths.db}) is supported "

@@ -13,13 +13,20 @@ Imports psycopg only when called: a SQLite home never loads it, and an install w
 
 from __future__ import annotations
 
+import os
+
 from holon.errors import ConfigError
 
-__all__ = ["refuse_until_wired"]
+__all__ = ["PREVIEW_ENV", "refuse_until_wired"]
+
+PREVIEW_ENV = "HOLON_PG_HOME_PREVIEW"
+"""Set to ``1``: let a home run on PostgreSQL before step 7 lifts this refusal (the several-node
+tests of steps 9-11 need whole daemons there; search is not on PostgreSQL yet). Interim."""
 
 
 def refuse_until_wired(url: str, *, timeout_s: float) -> None:
-    """Always raises: ``StorageUnavailable`` when the server does not answer, else ``ConfigError``."""
+    """Raises ``StorageUnavailable`` when the server does not answer, else ``ConfigError`` (unless
+    ``HOLON_PG_HOME_PREVIEW=1``, interim: then it returns)."""
     try:
         from holon.ledger.pg.connect import parse_url, probe
     except ImportError as e:
@@ -28,6 +35,8 @@ def refuse_until_wired(url: str, *, timeout_s: float) -> None:
         ) from e
     pg = parse_url(url)
     probe(url, timeout_s=timeout_s)
+    if os.environ.get(PREVIEW_ENV) == "1":
+        return
     raise ConfigError(
         f"storage.url names PostgreSQL at {pg.where} (database {pg.dbname}), but holon's PostgreSQL engine is "
         "not wired yet for a whole home (the ledger, projections and the evolve queue run there; the search "
