@@ -254,6 +254,10 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
             name: node for node, names in by_node.items() for name in names
         }
 
+        shown = _holon(home_a, "daemon", "status", env=env)
+        assert shown.returncode == 0, shown
+        assert "node a (lease 3.0 s)" in shown.stdout and f"{by_node['b'][0]} -> b" in shown.stdout, shown.stdout
+
         # An input posted to node a's API for an agent b owns: b runs the turn.
         b_agent = by_node["b"][0]
         acked = a.post_input(b_agent, "hello from a's API")
@@ -285,6 +289,7 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
         wait_for("a takes b's agents over", taken_over, timeout=LEASE_S + 10)
         failover_s = time.monotonic() - killed_at
         assert failover_s <= LEASE_S + 5, failover_s
+        print(f"failover: {failover_s:.2f} s after SIGKILL (lease_s {LEASE_S})")
         wait_for(
             "the interrupted turn and the queued input answered on a",
             lambda: _answered(url, busy["seq"], ids[by_node["b"][1]]) and _answered(url, queued["seq"], ids[b_agent]),

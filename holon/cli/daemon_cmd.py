@@ -117,10 +117,37 @@ def _describe(info: dict[str, Any]) -> str:
             f"  evolve: {jobs.get('queued', 0)} queued, {jobs.get('running', 0)} running, {jobs.get('done', 0)} done{dead}; "
             f"{evolve.get('pending_proposals', 0)} proposals wait for review"
         )
+    lines += _cluster_lines(status.get("cluster"))
     from holon.cli.agent_view import daemon_agent_lines
 
     lines += daemon_agent_lines(status.get("agents", []))
     return "\n".join(lines)
+
+
+def _cluster_lines(cluster: Any) -> list[str]:
+    """A node of several (RFC 0008): the nodes it sees and which node owns which agent."""
+    if not isinstance(cluster, dict):
+        return []
+    nodes = ", ".join(
+        f"{n.get('name')} ({'live' if n.get('live') else 'silent'}, {n.get('agents', 0)} agents, "
+        f"pid {n.get('pid')} on {n.get('host')}, seen {n.get('seen_s_ago')} s ago)"
+        for n in cluster.get("nodes") or []
+    )
+    lines = [
+        f"  node {cluster.get('node')} (lease {cluster.get('lease_s')} s): owns {cluster.get('owned', 0)} agents; "
+        f"nodes: {nodes or 'none seen yet'}"
+    ]
+    owners = cluster.get("owners") or []
+    if owners:
+        lines.append(
+            "  owners: "
+            + ", ".join(
+                f"{o.get('agent')} -> {o.get('node')}" + ("" if o.get("live") else " (expired)") for o in owners
+            )
+        )
+    if cluster.get("error"):
+        lines.append(f"  node error: {cluster['error']}")
+    return lines
 
 
 @app.command("start")
