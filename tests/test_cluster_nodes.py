@@ -61,6 +61,12 @@ class Node:
         assert r.status_code == 202, r.text
         return dict(r.json())
 
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        url, token = self.api()
+        r = httpx.request(method, f"{url}{path}", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert r.status_code < 300, (r.status_code, r.text)
+        return r.json()
+
     def status(self) -> dict[str, Any]:
         url, token = self.api()
         r = httpx.get(f"{url}/v1/status", headers={"Authorization": f"Bearer {token}"}, timeout=30)
@@ -265,6 +271,23 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
         started = [p for _s, _t, ag, _tu, _o, p in _events(url, ("turn.started",)) if ag == ids[b_agent]]
         assert started and all(p["node"] == "b" for p in started)
 
+        # Operator commands through a's API for b's agent append unfenced types only (any node).
+        a.call("POST", f"/v1/agents/{b_agent}/pause")
+        a.call("POST", f"/v1/agents/{b_agent}/resume")
+        timer = a.call("POST", f"/v1/agents/{by_node['b'][0]}/timers", {"schedule": "every 3s", "prompt": "tick"})
+
+        def timer_turns() -> list[str]:
+            """The node of each turn that took one of the timer's inputs, in order."""
+            inputs = {
+                s for s, _t, _a, _tu, o, _p in _events(url, ("message.received",)) if o == f"timer:{timer['timer_id']}"
+            }
+            return [
+                p["node"] for _s, _t, _a, _tu, _o, p in _events(url, ("turn.started",)) if inputs & set(p["inputs"])
+            ]
+
+        wait_for("the timer fires on b, its agent's owner", lambda: "b" in timer_turns(), timeout=30)
+        assert set(timer_turns()) == {"b"}
+
         # A turn in flight on b, and an input acknowledged just before b dies.
         slow_for.add("slow one")
         busy = a.post_input(by_node["b"][1], "slow one")
@@ -301,6 +324,41 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
             if p["outcome"] != "completed"
         ]
         assert (ids[by_node["b"][1]], "interrupted", "runtime:recovery") in settled, settled
+
+        # The timer moved with its agent and each due time fired once cluster-wide.
+        wait_for("the timer fires on a after the failover", lambda: timer_turns()[-1:] == ["a"], timeout=30)
+        due = [
+            p["scheduled_for_us"]
+            for _s, _t, _a, _tu, _o, p in _events(url, ("timer.fired",))
+            if p["timer_id"] == timer["timer_id"]
+        ]
+        assert len(due) == len(set(due)), due
+
+        # b comes back under its name (freed with its dead backend): a gives b's share back, between
+        # turns; then a clean stop of a hands everything to b at once (released, not expired).
+        b2 = start("b", home_b)
+        wait_for("b back up", lambda: _up(b2), timeout=60)
+        wait_for("b's share back on b", spread, timeout=30)
+        a.proc.send_signal(signal.SIGTERM)
+        assert a.proc.wait(60) == 0, a.log.read_text()[-3000:]
+        stopped_at = time.monotonic()
+
+        def all_on_b() -> bool:
+            owners = _owners(url)
+            return all(owners.get(ids[name]) == ("b", True) for names in by_node.values() for name in names)
+
+        wait_for("b owns every agent after a's clean stop", all_on_b, timeout=30)
+        handover_s = time.monotonic() - stopped_at
+        assert handover_s < LEASE_S, handover_s  # released leases are taken at the next scan, not at expiry
+        released = {
+            ag
+            for _s, _t, ag, _tu, _o, p in _events(url, ("lease.released",))
+            if p["node"] == "a" and p["reason"] == "stopped"
+        }
+        assert {ids[name] for name in by_node["a"]} <= released
+        print(f"clean handover: {handover_s:.2f} s after SIGTERM")
+        final = b2.post_input(by_node["a"][0], "after the handover")
+        wait_for("b answers a's former agent", lambda: _answered(url, final["seq"], ids[by_node["a"][0]]), timeout=30)
 
     # Every acknowledged input answered; the ledger proves no turn ran on two nodes; chain intact.
     for seq, agent in ((acked["seq"], b_agent), (busy["seq"], by_node["b"][1]), (queued["seq"], b_agent)):
