@@ -222,7 +222,12 @@ class Cluster:
         """A lease just acquired: settle what the previous owner left (single-node recovery for
         this agent), take its timers over, and wake it."""
         self.taken += 1
-        report = recover(self.store, agents={agent_id})
+        try:
+            report = recover(self.store, agents={agent_id})
+        except Exception:  # not left held half-recovered: given back, taken again at a later scan
+            log.exception("node.recovery_failed", node=self.name, agent_id=agent_id)
+            await asyncio.to_thread(self.session.release, agent_id, reason="recovery failed")
+            return
         log.info("node.acquired", node=self.name, agent_id=agent_id, lease_token=token, recovered_turns=report.turns)
         await self._take_timers(agent_id)
         self.wakes.wake(agent_id)
