@@ -271,6 +271,12 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
         started = [p for _s, _t, ag, _tu, _o, p in _events(url, ("turn.started",)) if ag == ids[b_agent]]
         assert started and all(p["node"] == "b" for p in started)
 
+        # Reply tracking on the node that does not run the turn: a's synchronous route waits for b's turn.
+        t0 = time.monotonic()
+        reply = a.call("POST", f"/v1/agents/{b_agent}/messages?wait=30", {"text": "sync from a"})
+        assert (reply["status"], reply["reply"]) == ("completed", "pong"), reply
+        print(f"a's /messages answered by b's turn in {time.monotonic() - t0:.2f} s")
+
         # Operator commands through a's API for b's agent append unfenced types only (any node).
         a.call("POST", f"/v1/agents/{b_agent}/pause")
         a.call("POST", f"/v1/agents/{b_agent}/resume")
