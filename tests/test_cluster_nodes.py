@@ -372,3 +372,68 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
     assert _no_turn_on_two_nodes(url) >= 3
     r = _holon(home_a, "ledger", "verify", env=env)
     assert r.returncode == 0, r
+
+
+def test_a_paused_node_stops_acting_for_agents_taken_over_while_it_slept(
+    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGSTOP (a long GC pause, a frozen VM) of the node running a turn: the other node takes the
+    agent over once the lease expires; when the paused node wakes, the model's answer to the old
+    turn is refused (its own deadline, and the database's fence), so the turn's events all come
+    from one node at a time."""
+    url, start, _nodes = cluster
+    slow: set[str] = {"pause me"}
+
+    def step(body: dict[str, Any]) -> dict[str, Any]:
+        if any(marker in json.dumps(body.get("messages", [])) for marker in slow):
+            return {"content": "answer from the paused node", "delay": LEASE_S + 4}
+        return {"content": "pong"}
+
+    with FakeLLM(step) as fake:
+        env = _env(url)
+        home_a, home_b = _home(tmp_path, "a", env), _home(tmp_path, "b", env)
+        with _store(home_a, url, monkeypatch) as store:
+            by_node = _agents_for_both(store, fake, per_node=1)
+            ids = {a.name: a.agent_id for a in store.agents()}
+        a = start("a", home_a)
+        b = start("b", home_b)
+        wait_for("both nodes up", lambda: _up(a) and _up(b), timeout=60)
+        x = by_node["b"][0]
+        wait_for("b owns its agent", lambda: _owners(url).get(ids[x]) == ("b", True), timeout=30)
+        sent = a.post_input(x, "pause me")
+
+        def b_started() -> bool:
+            return any(
+                ag == ids[x] and sent["seq"] in p["inputs"] and p["node"] == "b"
+                for _s, _t, ag, _tu, _o, p in _events(url, ("turn.started",))
+            )
+
+        wait_for("b's turn waits on the model", b_started, timeout=30)
+        os.kill(b.proc.pid, signal.SIGSTOP)
+        try:
+            slow.clear()  # a's retry of the input is answered at once
+            wait_for("a takes the agent over", lambda: _owners(url).get(ids[x]) == ("a", True), timeout=LEASE_S + 10)
+            wait_for("a answers the input", lambda: _answered(url, sent["seq"], ids[x]), timeout=30)
+        finally:
+            os.kill(b.proc.pid, signal.SIGCONT)
+        # b wakes with the old turn's answer on its way (the fake model still holds it): whatever it
+        # does, nothing of that turn is recorded after a took over, and b keeps running.
+        paused_turn = next(
+            tu
+            for _s, _t, ag, tu, _o, p in _events(url, ("turn.started",))
+            if ag == ids[x] and sent["seq"] in p["inputs"] and p["node"] == "b"
+        )
+
+        def b_gave_up() -> bool:
+            lines = (home_b / "logs" / "holon.log").read_text().splitlines()
+            return any('"node.lost"' in ln and ids[x] in ln for ln in lines)  # deadline or heartbeat, first wins
+
+        wait_for("b notices it lost the agent", b_gave_up, timeout=LEASE_S + 10)
+        assert b.proc.poll() is None, "the paused node keeps running after it wakes"
+        taken = max(
+            s for s, t, ag, _tu, _o, p in _events(url, ("lease.acquired",)) if ag == ids[x] and p["node"] == "a"
+        )
+        late = [(s, t, o) for s, t, _ag, tu, o, _p in _events(url) if tu == paused_turn and s > taken]
+        assert all(o in ("runtime:recovery", "runtime:projector") for _s, _t, o in late), late
+        assert not any(t == "model.responded" for _s, t, _o in late), late
+    assert _no_turn_on_two_nodes(url) >= 2
