@@ -221,3 +221,18 @@ def test_a_node_name_needs_postgresql_and_a_valid_name(home: HomePaths, monkeypa
     monkeypatch.setenv("HOLON_NODE_NAME", "no spaces")
     with pytest.raises(ConfigError, match="node"):
         load_settings(home)
+
+
+def test_a_daemon_without_a_node_name_is_refused_once_nodes_leased_the_agents(
+    node_store: Callable[[], Store], sessions: Callable[..., NodeSession]
+) -> None:
+    from holon.daemon.wiring import build_daemon
+
+    store = node_store()
+    x = _agent(store, "x")
+    build_daemon(store, resolver=lambda agent: None)  # type: ignore[arg-type,return-value]  # no lease yet: fine
+    a = sessions("a")
+    a.claim()
+    assert a.acquire(x) == 1
+    with pytest.raises(ConfigError, match="run this daemon as a node too: holon serve --node NAME"):
+        build_daemon(store, resolver=lambda agent: None)  # type: ignore[arg-type,return-value]

@@ -31,7 +31,6 @@ at a clean stop, after the turns were drained.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import random
 from collections.abc import Collection, Iterable
@@ -164,19 +163,27 @@ class Cluster:
             try:
                 lost = await asyncio.to_thread(self.session.beat)
                 delay = 0.5
-            except NodeNameTaken:
-                raise
             except HolonError as e:
                 self.last_error = e.message
                 log.warning("node.heartbeat_failed", node=self.name, error=e.message, retry_s=delay)
                 await asyncio.sleep(delay * random.uniform(0.5, 1.0))
                 delay = min(delay * 2, every)
-                with contextlib.suppress(HolonError):
-                    await asyncio.to_thread(self.session.claim)
+                await self._reclaim()
                 continue
             for agent_id in lost:
                 self._lose(agent_id, why="its lease was not renewed (expired or taken over)")
             await asyncio.sleep(every)
+
+    async def _reclaim(self) -> None:
+        """A new connection and the name won again; meanwhile (and if another process took the
+        name) this node acts for no agent past its deadlines: the spreading loop drops them."""
+        try:
+            await asyncio.to_thread(self.session.claim)
+        except NodeNameTaken as e:
+            self.last_error = e.message
+            log.error("node.name_taken", node=self.name, error=e.message)
+        except HolonError as e:
+            self.last_error = e.message
 
     # --- spreading and takeover -----------------------------------------------------------------
 

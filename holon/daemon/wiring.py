@@ -205,6 +205,7 @@ def _cluster(
     node: turns, timers and evolve jobs then only for the agents whose leases it holds."""
     node = store.settings.node
     if not node.name:
+        _check_single_node(store)
         return None
     if store.ledger.engine.dialect != "postgresql":
         raise ConfigError(
@@ -223,3 +224,16 @@ def _cluster(
     if evolver is not None:
         evolver.owned = cluster.owned
     return cluster
+
+
+def _check_single_node(store: Store) -> None:
+    """Refuse to run as the single node of a PostgreSQL ledger whose agents nodes have leased:
+    once leased, an agent stays fenced (RFC 0008), so every turn here would be refused."""
+    if store.ledger.engine.dialect != "postgresql":
+        return
+    [(leased,)] = store.ledger.query("SELECT count(*) FROM leases")
+    if leased:
+        raise ConfigError(
+            f"the agents of this PostgreSQL ledger are owned through leases ({leased} agents, taken by nodes of "
+            "'holon serve --node'); run this daemon as a node too: holon serve --node NAME"
+        )
