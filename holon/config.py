@@ -39,6 +39,7 @@ __all__ = [
     "ModelDefaults",
     "RuntimeSettings",
     "Settings",
+    "NodeSettings",
     "StorageSettings",
     "StorageTarget",
     "ToolsSettings",
@@ -111,6 +112,30 @@ class StorageSettings(_Section):
                 urlsplit(value).port  # noqa: B018  # raises on a port that is not a number
             except ValueError as e:
                 raise ValueError(f"not a PostgreSQL URL ({e}); use postgresql://USER@HOST:PORT/DB") from e
+        return value
+
+
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+class NodeSettings(_Section):
+    """This process as one node of several sharing a PostgreSQL ledger (RFC 0008, sections 3-4)."""
+
+    name: str = ""
+    """The node's name (also ``holon serve --node NAME``, ``HOLON_NODE_NAME``). Empty: a single
+    node that owns every agent and takes no leases. Set: the daemon claims the name (a second
+    process with it is refused), owns agents through leases with fencing tokens and shares them
+    with the other live nodes. Needs ``[storage] url`` on PostgreSQL."""
+    lease_s: float = Field(15.0, ge=0.5, le=3600)
+    """How long an agent's lease lasts without a heartbeat (one every ``lease_s / 3``): a node that
+    dies gives its agents up to the other nodes within about ``lease_s`` + 3 s."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        value = value.strip()
+        if value and not NODE_NAME.match(value):
+            raise ValueError("a node name is 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
         return value
 
 
@@ -422,6 +447,7 @@ class Settings(BaseSettings):
     tools: ToolsSettings = ToolsSettings()
     local: LocalSettings = LocalSettings()
     storage: StorageSettings = StorageSettings()
+    node: NodeSettings = NodeSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -20,6 +20,13 @@ HttpOpt = Annotated[
 InitOpt = Annotated[
     bool, typer.Option("--init", help="Create the home first when it does not exist yet (for containers).")
 ]
+NodeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--node",
+        help="Run as node NAME of several sharing a PostgreSQL ledger (default: [node] name; RFC 0008).",
+    ),
+]
 #: Set by ``holon daemon start`` on the daemon it detaches: its log goes to the log file only.
 DetachedOpt = Annotated[bool, typer.Option("--detached", hidden=True)]
 
@@ -43,15 +50,22 @@ def serve(
     port: PortOpt = None,
     http: HttpOpt = True,
     init: InitOpt = False,
+    node: NodeOpt = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
     detached: DetachedOpt = False,
 ) -> None:
     """Run the daemon in the foreground: host every agent, fire timers, serve the HTTP API.
 
-    Under systemd or Docker (stderr not a terminal) the log also goes to stderr as JSON lines."""
+    Under systemd or Docker (stderr not a terminal) the log also goes to stderr as JSON lines.
+    With ``--node NAME`` (or ``[node] name``) it is one node of several sharing a PostgreSQL
+    ledger: it owns the agents whose leases it holds and shares the rest (RFC 0008)."""
+    import os
+
     from holon.daemon.process import serve as serve_
 
+    if node is not None:
+        os.environ["HOLON_NODE_NAME"] = node  # the setting, for this process (read with the rest)
     c = ctx_of(ctx, home, json_out)
     from holon.runtime.home import home_exists
 
@@ -105,10 +119,37 @@ def _describe(info: dict[str, Any]) -> str:
             f"  evolve: {jobs.get('queued', 0)} queued, {jobs.get('running', 0)} running, {jobs.get('done', 0)} done{dead}; "
             f"{evolve.get('pending_proposals', 0)} proposals wait for review"
         )
+    lines += _cluster_lines(status.get("cluster"))
     from holon.cli.agent_view import daemon_agent_lines
 
     lines += daemon_agent_lines(status.get("agents", []))
     return "\n".join(lines)
+
+
+def _cluster_lines(cluster: Any) -> list[str]:
+    """A node of several (RFC 0008): the nodes it sees and which node owns which agent."""
+    if not isinstance(cluster, dict):
+        return []
+    nodes = ", ".join(
+        f"{n.get('name')} ({'live' if n.get('live') else 'silent'}, {n.get('agents', 0)} agents, "
+        f"pid {n.get('pid')} on {n.get('host')}, seen {n.get('seen_s_ago')} s ago)"
+        for n in cluster.get("nodes") or []
+    )
+    lines = [
+        f"  node {cluster.get('node')} (lease {cluster.get('lease_s')} s): owns {cluster.get('owned', 0)} agents; "
+        f"nodes: {nodes or 'none seen yet'}"
+    ]
+    owners = cluster.get("owners") or []
+    if owners:
+        lines.append(
+            "  owners: "
+            + ", ".join(
+                f"{o.get('agent')} -> {o.get('node')}" + ("" if o.get("live") else " (expired)") for o in owners
+            )
+        )
+    if cluster.get("error"):
+        lines.append(f"  node error: {cluster['error']}")
+    return lines
 
 
 @app.command("start")

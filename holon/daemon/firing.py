@@ -8,6 +8,8 @@ prompt however long it could not run, not one per firing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from holon.clock import Clock
 from holon.daemon.wakes import Phase, Wakes
 from holon.errors import NotFoundError
@@ -33,6 +35,8 @@ class TimerFiring:
         self.clock = clock
         self.wakes = wakes
         self.phase = phase
+        self.owns: Callable[[str], bool] = lambda agent_id: True
+        """Whose timers this node fires (RFC 0008: the agent's owner)."""
 
     async def fire(self, timer_id: str) -> None:
         """Record a firing (coalescing missed ones) and deliver it to the agent as an input.
@@ -42,8 +46,8 @@ class TimerFiring:
         if self.phase.draining:
             return
         timer = self.store.timer(timer_id)
-        if not isinstance(timer, TimerProjection) or timer.status != "scheduled":
-            return
+        if not isinstance(timer, TimerProjection) or timer.status != "scheduled" or not self.owns(timer.agent_id):
+            return  # gone, or (several nodes) the agent's owner fires it; its key records it once anyway
         last, count = due_firings(timer, self.clock.now_us() + EARLY_US)
         if count == 0:
             return

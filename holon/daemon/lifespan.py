@@ -63,8 +63,11 @@ class Lifespan:
     async def _start(self, stack: AsyncExitStack) -> None:
         r = self.rooms
         stack.push_async_callback(self._close_resources)
+        if r.cluster is not None:  # the name first: a second node of the same name does nothing at all
+            await r.cluster.claim()
+            stack.push_async_callback(r.cluster.close)  # after the turns drained and the host closed
         before = r.store.ledger.head()
-        report = r.host.start()
+        report = r.host.start(recover_all=r.cluster is None)  # a node recovers each agent it takes
         stack.push_async_callback(r.host.close)
         if r.tracer is not None and report.turns:
             r.tracer.settled_since(before)  # the turns recovery just settled (queued, sent off the loop)
@@ -77,10 +80,22 @@ class Lifespan:
         r.wakes.wake_pending()
         await self._start_timers(stack)
         r.maintenance.load_embedder()
+        if r.store.ledger.engine.dialect == "postgresql":  # other nodes' commits wake the watcher
+            from holon.daemon.cluster import start_listener
+            from holon.ledger.pg.notify import CATCH_UP_S
+
+            listener = start_listener(r.store, r.wakes.kick)
+            stack.callback(listener.stop)
+            r.wakes.idle_poll_s = CATCH_UP_S
         tasks = [
             asyncio.create_task(r.wakes.watch(), name="daemon:watch"),
             asyncio.create_task(r.maintenance.run(), name="daemon:maintain"),
         ]
+        if r.cluster is not None:  # cancelled after the turns drained: leases live through the grace
+            tasks += [
+                asyncio.create_task(r.cluster.heartbeat(), name="daemon:heartbeat"),
+                asyncio.create_task(r.cluster.spread(), name="daemon:spread"),
+            ]
         stack.push_async_callback(self._stop_tasks, tasks)
         stack.push_async_callback(self._drain_turns)
         r.phase.accepting = True
@@ -135,7 +150,7 @@ class Lifespan:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await run
         for agent in r.store.agents():
-            if agent.current_turn_id is not None:
+            if agent.current_turn_id is not None and (r.cluster is None or r.cluster.owns(agent.agent_id)):
                 settle_unfinished_turn(r.store, agent, reason="holon shut down before the turn finished")
 
     async def _stop_tasks(self, tasks: list[asyncio.Task[None]]) -> None:

@@ -21,6 +21,7 @@ from holon.runtime.settings import settings_problem
 from holon.runtime.status import AgentStatus, Live, decide, status_entries
 
 if TYPE_CHECKING:
+    from holon.daemon.cluster import Cluster
     from holon.daemon.timers import Timers
     from holon.runtime.host import AgentHost
 
@@ -43,6 +44,8 @@ class StatusView:
         self.maintenance = maintenance
         self.phase = phase
         self.inputs = inputs
+        self.cluster: Cluster | None = None
+        """This daemon as one node of several (RFC 0008): who owns which agent, in ``status``."""
 
     def _live(self, agent: AgentState) -> Live:
         """What this daemon knows of ``agent`` that its projection does not."""
@@ -90,8 +93,9 @@ class StatusView:
         many agents sleeps instead of re-reading every agent each second."""
         cursors = tuple(self.store.cursors().items())
         m = self.maintenance
+        cluster = () if self.cluster is None else self.cluster.status_key()
         return (self.store.ledger.head(), cursors, self.phase.accepting, len(self.host.active_runs()),
-                self.host.held_back(), m.index_error, m.evolve_error, self.budgets.today())  # fmt: skip
+                self.host.held_back(), m.index_error, m.evolve_error, self.budgets.today(), cluster)  # fmt: skip
 
     def status(self) -> dict[str, Any]:
         head = self.store.ledger.head()
@@ -99,7 +103,7 @@ class StatusView:
         now = self.clock.now_us()
         started = self.phase.started_us
         sandbox = self.host.tasks.sandbox
-        return {
+        out = {
             "pid": self.phase.pid,
             "accepting": self.phase.accepting,
             "started_us": started,
@@ -113,3 +117,6 @@ class StatusView:
             "inputs": self.inputs.counters(),
             "agents": self.entries(self.store.agents()),
         }
+        if self.cluster is not None:
+            out["cluster"] = self.cluster.status()
+        return out

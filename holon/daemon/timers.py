@@ -122,6 +122,8 @@ class Timers:
     def __init__(self, on_fire: Callable[[str], Awaitable[None]]) -> None:
         self._on_fire = on_fire
         self._scheduler: AsyncIOScheduler | None = None
+        self.owns: Callable[[str], bool] = lambda agent_id: True
+        """Whose timers this scheduler holds: a node of several holds only its agents' (RFC 0008)."""
 
     @property
     def scheduler(self) -> AsyncIOScheduler:
@@ -152,7 +154,11 @@ class Timers:
 
     def reconcile(self, timers: list[TimerProjection]) -> None:
         """Make the job store hold exactly the scheduled timers, each due when the projection says."""
-        wanted = {t.timer_id: t for t in timers if t.status == "scheduled" and t.next_fire_us is not None}
+        wanted = {
+            t.timer_id: t
+            for t in timers
+            if t.status == "scheduled" and t.next_fire_us is not None and self.owns(t.agent_id)
+        }
         for job in self.scheduler.get_jobs():
             if job.id not in wanted:
                 job.remove()
@@ -163,7 +169,7 @@ class Timers:
         """Bring one timer's job in line with its projection (``None``: the timer is gone)."""
         key = timer.timer_id if timer is not None else timer_id
         job = self.scheduler.get_job(key) if key else None
-        if timer is None or timer.status != "scheduled" or timer.next_fire_us is None:
+        if timer is None or timer.status != "scheduled" or timer.next_fire_us is None or not self.owns(timer.agent_id):
             if job is not None:
                 job.remove()
             return

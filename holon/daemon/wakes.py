@@ -43,10 +43,10 @@ PUBLISH_BATCH = 5000
 _TIMER_EVENTS = (ev.TimerScheduled, ev.TimerFired, ev.TimerCancelled)
 
 
-def watch_interval(current: float, *, busy: bool, poll_s: float) -> float:
+def watch_interval(current: float, *, busy: bool, poll_s: float, idle_s: float = IDLE_POLL_S) -> float:
     """The watcher's next wait: ``poll_s`` after a pass that saw news or agents in play, else double
-    the last wait, up to ``IDLE_POLL_S`` (never below ``poll_s``)."""
-    return poll_s if busy else max(poll_s, min(current * 2, IDLE_POLL_S))
+    the last wait, up to ``idle_s`` (never below ``poll_s``)."""
+    return poll_s if busy else max(poll_s, min(current * 2, idle_s))
 
 
 @dataclass(slots=True)
@@ -84,6 +84,11 @@ class Wakes:
         self.kick = asyncio.Event()
         self._host: AgentHost | None = None
         self._timers: Timers | None = None
+        self.owns: Callable[[str], bool] | None = None
+        """A node of several (RFC 0008): may this node run the agent's turns (it holds the lease)?"""
+        self.idle_poll_s = IDLE_POLL_S
+        """The watcher's slowest poll; on PostgreSQL the listener's notifications kick it, and its
+        own catch-up covers a lost one, so the watcher only looks every ``CATCH_UP_S`` itself."""
 
     def bind(self, host: AgentHost, timers: Timers) -> None:
         self._host, self._timers = host, timers
@@ -107,6 +112,8 @@ class Wakes:
         """The host's gate: checked before every turn."""
         if self.phase.draining or agent_id in self.aborting:
             return False
+        if self.owns is not None and not self.owns(agent_id):
+            return False  # another node's agent (or none's yet): its owner runs the turn
         try:
             agent = self.store.agent(agent_id)
         except NotFoundError:
@@ -158,7 +165,8 @@ class Wakes:
             except Exception as e:  # the watcher must outlive one bad read; the next pass retries
                 log.error("daemon.watch_failed", error=str(e))
             self.kick.clear()
-            interval = watch_interval(interval, busy=self.seen != seen or bool(self.dirty), poll_s=self.poll_s)
+            busy = self.seen != seen or bool(self.dirty)
+            interval = watch_interval(interval, busy=busy, poll_s=self.poll_s, idle_s=self.idle_poll_s)
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from holon.clock import Clock, SystemClock
 from holon.daemon.budget import Budgets
@@ -29,6 +29,7 @@ from holon.daemon.status import StatusView
 from holon.daemon.timers import Timers
 from holon.daemon.wakes import Phase, Wakes
 from holon.daemon.warm import Warmth
+from holon.errors import ConfigError
 from holon.evolve.model_extract import model_extractor
 from holon.evolve.worker import Evolver
 from holon.memory.index import SearchIndex
@@ -39,6 +40,9 @@ from holon.runtime.secrets import KeyLookup
 from holon.runtime.settings import read_settings
 from holon.runtime.tools import ToolRegistry
 from holon.runtime.turn import ProviderResolver, TurnLimits, TurnObserver, TurnResult
+
+if TYPE_CHECKING:
+    from holon.daemon.cluster import Cluster
 
 __all__ = ["Rooms", "build_daemon"]
 
@@ -67,6 +71,8 @@ class Rooms:
     """The daemon's own ``ModelResolver`` (closed at stop), or ``None`` with one given from outside."""
     tracer: Any
     """The live trace exporter (``holon.trace.live``), or ``None``."""
+    cluster: Cluster | None = None
+    """This daemon as one node of several (``[node] name``, RFC 0008), or ``None``."""
 
 
 class _Observer(TurnObserver):
@@ -182,8 +188,54 @@ def build_daemon(
         inputs=group,
     )  # fmt: skip
     ports = Ports(store, clock=clock, host=host, wakes=wakes, phase=phase, group=group)
+    cluster = _cluster(
+        store, host=host, wakes=wakes, timers=timers, firing=firing, phase=phase, evolver=evolver, status=status
+    )
     return Rooms(
         store=store, clock=clock, phase=phase, host=host, budgets=budgets, timers=timers, index=index,
         evolver=evolver, notices=notices, wakes=wakes, firing=firing, maintenance=maintenance,
         model_calls=model_calls, warmth=warmth, status=status, ports=ports, resolver=own, tracer=tracer,
+        cluster=cluster,
     )  # fmt: skip
+
+
+def _cluster(
+    store: Store, *, host: AgentHost, wakes: Wakes, timers: Timers, firing: TimerFiring, phase: Phase,
+    evolver: Evolver | None, status: StatusView,
+) -> Cluster | None:  # fmt: skip
+    """This daemon as node ``[node] name`` (``holon serve --node``), or ``None`` for a single
+    node: turns, timers and evolve jobs then only for the agents whose leases it holds."""
+    node = store.settings.node
+    if not node.name:
+        _check_single_node(store)
+        return None
+    if store.ledger.engine.dialect != "postgresql":
+        raise ConfigError(
+            f"node {node.name}: several nodes share a PostgreSQL ledger; set [storage] url (HOLON_STORAGE_URL) "
+            "to postgresql://USER@HOST:PORT/DB, or run without --node"
+        )
+    from holon.daemon.cluster import Cluster
+    from holon.ledger.pg.node import NodeSession
+
+    session = NodeSession(
+        store.settings.storage.url, node.name, lease_s=node.lease_s, timeout_s=store.settings.storage.connect_timeout_s
+    )
+    cluster = Cluster(session, store, host=host, wakes=wakes, timers=timers, firing=firing, phase=phase)
+    wakes.owns = timers.owns = firing.owns = cluster.owns
+    status.cluster = cluster
+    if evolver is not None:
+        evolver.owned = cluster.owned
+    return cluster
+
+
+def _check_single_node(store: Store) -> None:
+    """Refuse to run as the single node of a PostgreSQL ledger whose agents nodes have leased:
+    once leased, an agent stays fenced (RFC 0008), so every turn here would be refused."""
+    if store.ledger.engine.dialect != "postgresql":
+        return
+    [(leased,)] = store.ledger.query("SELECT count(*) FROM leases")
+    if leased:
+        raise ConfigError(
+            f"the agents of this PostgreSQL ledger are owned through leases ({leased} agents, taken by nodes of "
+            "'holon serve --node'); run this daemon as a node too: holon serve --node NAME"
+        )

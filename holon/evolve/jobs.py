@@ -24,6 +24,7 @@ seam (``EventQuery``), never with SQL over the events table.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -177,8 +178,14 @@ class JobQueue:
         framework.rebuild(self.store.ledger, self)
         return self.enqueue(now_us)
 
-    def lease(self, worker: str, now_us: int) -> Job | None:
-        """Take the oldest ready job (queued and due, or running with an expired lease)."""
+    def lease(self, worker: str, now_us: int, *, agents: Sequence[str] | None = None) -> Job | None:
+        """Take the oldest ready job (queued and due, or running with an expired lease); ``agents``:
+        only theirs (a node of several takes the jobs of the agents it owns, RFC 0008)."""
+        if agents is not None and not agents:
+            return None
+        only, only_params = ("", ()) if agents is None else (
+            f" AND agent_id IN ({', '.join('?' for _ in agents)})", tuple(agents)
+        )  # fmt: skip
         self.ensure()
         with self.store.ledger.transaction() as tx:
             conn = tx.conn
@@ -189,9 +196,9 @@ class JobQueue:
                 lease_now = int(clock[0])
             while True:
                 row = conn.execute(
-                    f"SELECT {_COLUMNS} FROM evolve_jobs WHERE (status = 'queued' AND not_before_us <= ?) "
-                    "OR (status = 'running' AND lease_until_us < ?) ORDER BY settled_seq LIMIT 1",
-                    (now_us, lease_now),
+                    f"SELECT {_COLUMNS} FROM evolve_jobs WHERE ((status = 'queued' AND not_before_us <= ?) "
+                    f"OR (status = 'running' AND lease_until_us < ?)){only} ORDER BY settled_seq LIMIT 1",
+                    (now_us, lease_now, *only_params),
                 ).fetchone()
                 if row is None:
                     return None

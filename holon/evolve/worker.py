@@ -317,6 +317,8 @@ class Evolver:
         self.queue = JobQueue(store, lease_s=s.lease_s, max_attempts=s.max_attempts, backoff_s=s.backoff_s,
                               backfill=s.backfill)  # fmt: skip
         self.model_extractor = model_extractor
+        self.owned: Callable[[], Sequence[str]] | None = None
+        """A node of several (RFC 0008): the agents whose jobs it may take (those it owns)."""
 
     def run_once(self) -> JobReport | None:
         """Queue new jobs, then run the oldest ready one; ``None`` when none was ready.
@@ -324,7 +326,7 @@ class Evolver:
         A job that fails is recorded on the job (``report.error``), never raised."""
         now = self.clock.now_us()
         self.queue.enqueue(now)
-        job = self.queue.lease(self.worker, now)
+        job = self.queue.lease(self.worker, now, agents=None if self.owned is None else self.owned())
         if job is None:
             return None
         try:

@@ -43,8 +43,14 @@ __all__ = [
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
+
+def _turn_started_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """``turn.started`` v1 -> v2: no node was recorded (one process ran every turn)."""
+    return {**data, "node": None}
+
+
 #: (event type, stored version) -> function returning the dict at version + 1.
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+UPCASTERS: dict[tuple[str, int], Upcaster] = {("turn.started", 1): _turn_started_v1}
 
 _SORTED = orjson.OPT_SORT_KEYS
 

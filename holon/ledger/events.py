@@ -124,10 +124,14 @@ class MessageReceived(PayloadBase):
 
 
 class TurnStarted(PayloadBase):
+    VERSION: ClassVar[int] = 2
     type: Literal["turn.started"] = "turn.started"
     turn_id: str
     inputs: list[int] = Field(default_factory=list)
     """Ledger sequence numbers of the inputs this turn handles."""
+    node: str | None = None
+    """The node that runs the turn (``holon serve --node NAME``, RFC 0008); ``None`` for a single
+    node, and for turns recorded before version 2 (upcast: ``holon.ledger.codec``)."""
 
 
 class Usage(BaseModel):

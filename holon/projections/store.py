@@ -54,9 +54,10 @@ class Store:
         # Values derived from settled ledger events only (which never change), kept across turns
         # by whoever reads them often (context assembly). Bounded by its users.
         self.memo: dict[object, Any] = {}
-        self.node = DEFAULT_NODE
-        """This process's node name: where its node-local projections live when the ledger is
-        remote (``holon.projections.local``); set before the first ``local_db()``."""
+        self.node = settings.node.name or DEFAULT_NODE
+        """This process's node name (``[node] name``, ``holon serve --node``): where its node-local
+        projections live when the ledger is remote (``holon.projections.local``); fixed at the
+        first ``local_db()``."""
         self._local: LocalDb | None = None
 
     @classmethod

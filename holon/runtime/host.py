@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from holon.clock import Clock
-from holon.errors import ConflictError, NotFoundError
+from holon.errors import ConflictError, FencedOut, NotFoundError
 from holon.ids import new_id
 from holon.ledger import Event, NewEvent, Transaction
 from holon.ledger import events as ev
@@ -128,8 +128,10 @@ class AgentHost:
 
     # --- lifecycle --------------------------------------------------------------------------
 
-    def start(self) -> RecoveryReport:
-        """Take the home's host lock and recover what a previous process left half-done."""
+    def start(self, *, recover_all: bool = True) -> RecoveryReport:
+        """Take the home's host lock and recover what a previous process left half-done
+        (``recover_all=False``: nothing now; a node of several recovers each agent as it takes
+        its lease, ``holon.daemon.cluster``)."""
         run_dir = self.store.paths.root / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
         fh = (run_dir / "host.lock").open("a+", encoding="utf-8")
@@ -148,7 +150,7 @@ class AgentHost:
         harden_process()  # commands of the same user cannot read this process's environment
         if (warning := self.tasks.sandbox.warning) is not None:
             log.warning("commands unconfined", reason=warning)
-        report = recover(self.store)
+        report = recover(self.store) if recover_all else RecoveryReport()
         if report.turns or report.tasks:
             log.warning("recovered", turns=report.turns, tool_calls=report.tool_calls, tasks=report.tasks)
         return report
@@ -221,7 +223,11 @@ class AgentHost:
         results: list[TurnResult] = []
         async with lock:
             while self.may_run(agent_id):
-                result = await self.runner.run(agent_id)
+                try:
+                    result = await self.runner.run(agent_id)
+                except FencedOut as e:  # another node owns the agent now: it settles the turn
+                    log.warning("turn fenced out", agent_id=agent_id, reason=e.message)
+                    break
                 if result is None:
                     break
                 results.append(result)

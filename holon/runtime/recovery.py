@@ -21,6 +21,7 @@ Run once when a host starts (and only by the one host that holds the home's lock
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -210,13 +211,20 @@ def _finished_task(store: Store, task: TaskProjection, code: int, output: str) -
     )]  # fmt: skip
 
 
-def recover(store: Store) -> RecoveryReport:
+def recover(store: Store, *, agents: Collection[str] | None = None) -> RecoveryReport:
+    """Settle what a process that stopped (crashed, killed) left half-done: every agent's unsettled
+    turn (``interrupted``, inputs re-queued) and background tasks. ``agents``: only theirs (a node
+    taking agents over from a dead one recovers each as it takes it, RFC 0008)."""
     report = RecoveryReport()
     for agent in store.agents():
+        if agents is not None and agent.agent_id not in agents:
+            continue
         if agent.current_turn_id is not None:
             _stop_turn_commands(store, agent)
             _recover_turn(store, agent, report)
     for task in store.tasks(status="running") + store.tasks(status="pending"):
+        if agents is not None and task.agent_id not in agents:
+            continue
         if task.kind == "child_agent":
             continue  # a child agent's task ends when the child's turn does; the child is recovered above
         # Commands run in a session of their own and outlive a killed holon: stop the very process

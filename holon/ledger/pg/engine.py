@@ -30,14 +30,16 @@ from typing import TYPE_CHECKING, Any, Final
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from holon.errors import HolonError, LedgerError, NotFoundError
+from holon.errors import FencedOut, HolonError, LedgerError, NotFoundError
 from holon.ledger.codec import BlobBody
 from holon.ledger.engine import Head, LedgerStats
-from holon.ledger.envelope import GENESIS_HASH
+from holon.ledger.envelope import EVENT_FIELDS, GENESIS_HASH
 from holon.ledger.pg import append as pg_append
 from holon.ledger.pg.conn import PgConn, Raw, lost, pg_sql, translate
 from holon.ledger.pg.connect import connect, open_pool, parse_url
-from holon.ledger.pg.migrations import migrate
+from holon.ledger.pg.fence import FENCE_SETTING, Fence
+from holon.ledger.pg.migrations import UNFENCED_TYPES, migrate
+from holon.ledger.pg.notify import CHANNEL, notification
 from holon.ledger.query import EventQuery
 from holon.ledger.rows import EVENT_COLUMNS, EVENT_INSERT
 from holon.ledger.sql import Conn, Row
@@ -80,6 +82,13 @@ _ROUND_ENDED = (
 _RECENT = "SELECT seq, type, turn_id FROM events WHERE agent_id = ? AND type = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
 _TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename"
 _READER_OPTIONS = r"-c default_transaction_isolation=repeatable\ read"
+_TYPE, _AGENT = EVENT_FIELDS.index("type"), EVENT_FIELDS.index("agent_id")
+_UNFENCED = frozenset(UNFENCED_TYPES)
+
+Fencer = Callable[[Sequence[str]], Fence | None]
+"""Given the agents a transaction's rows append fenced events for, the fence to send with them
+(``holon.daemon.cluster.Node.fence_of``): ``FencedOut`` before anything is sent for an agent the
+node believed it held past its self-fencing deadline; ``None``: no fence (a single node)."""
 """Readers' transactions are snapshots (``BEGIN`` on a reader = one consistent view, as SQLite's)."""
 
 
@@ -97,6 +106,13 @@ class PgEngine:
         self._conn: PgConn | None = None
         self._pool: ConnectionPool[Raw] | None = None
         self._sa: SaEngine | None = None
+        self.fencer: Fencer | None = None
+        """Set by a node (``holon serve --node``): every append carries its fence (RFC 0008 section 3)."""
+        self.notify = True
+        """Every append transaction that stored events ends with ``pg_notify`` (in the COMMIT's
+        pipeline: no round trip), which wakes the other nodes' listeners (RFC 0008 section 4)."""
+        self._pending: list[Row] = []
+        """The open transaction's rows, for its notification."""
 
     @property
     def location(self) -> str:
@@ -207,20 +223,36 @@ class PgEngine:
         conn = self.connection()
         h = pg_append.begin_append(conn._live())
         conn.in_write = True
+        self._pending = []
         return conn, Head(h.seq, h.hash, h.ts_us)
 
     def insert(self, conn: Conn, rows: Sequence[Row], blobs: Sequence[BlobBody], *, now_us: int) -> None:
         raw = _pg(conn).raw
+        fence = self._fence(rows)
         try:
-            with raw.pipeline():  # blobs and events: one round trip
+            with raw.pipeline():  # the fence, blobs and events: one round trip
                 cur = raw.cursor()
+                if fence is not None:  # transaction-local; set again by each insert of the transaction
+                    cur.execute("SELECT set_config(%s, %s, true)", (FENCE_SETTING, fence.setting()))
                 if blobs:
                     cur.executemany(_INSERT_BLOB, [(b.hash, len(b.data), b.data, now_us, now_us) for b in blobs])
                 cur.executemany(_INSERT_EVENT, rows)
         except psycopg.Error as e:
             raise self._refused(raw, e, "append") from e
+        self._pending.extend(rows)
+
+    def _fence(self, rows: Sequence[Row]) -> Fence | None:
+        """The fence for ``rows`` from the node's ``fencer``: the agents they append fenced
+        events for (the database decides the rest: an unfenced type passes without one)."""
+        if self.fencer is None:
+            return None
+        agents = sorted({str(r[_AGENT]) for r in rows if r[_TYPE] not in _UNFENCED})
+        return self.fencer(agents) if agents else None
 
     def _refused(self, raw: Raw, e: psycopg.Error, what: str) -> HolonError:
+        if e.sqlstate == pg_append.FENCE_REFUSED and not raw.closed:  # before "lost": psycopg maps
+            diag = e.diag.message_primary or str(e).strip().splitlines()[0]  # class HL to OperationalError
+            return FencedOut(f"{what} refused by the database: {diag}", agent_id=e.diag.message_detail or "")
         if raw.broken or raw.closed:
             return lost(self.pg.where, e)
         diag = e.diag.message_primary or str(e).strip().splitlines()[0]
@@ -229,8 +261,14 @@ class PgEngine:
     def commit(self, conn: Conn) -> None:
         pg = _pg(conn)
         raw = pg.raw
+        rows, self._pending = self._pending, []
         try:
-            raw.execute("COMMIT")
+            if self.notify and rows:
+                with raw.pipeline():  # delivered at COMMIT, in commit order; never if it fails
+                    raw.execute("SELECT pg_notify(%s, %s)", (CHANNEL, notification(rows)))
+                    raw.execute("COMMIT")
+            else:
+                raw.execute("COMMIT")
         except psycopg.Error as e:
             raise self._refused(raw, e, "append") from e
         pg.in_write = False
@@ -238,6 +276,7 @@ class PgEngine:
     def rollback(self, conn: Conn) -> None:
         pg = _pg(conn)
         pg.in_write = False
+        self._pending = []
         raw = pg.raw
         if raw.closed:
             return  # the server dropped it: the transaction went with it

@@ -336,7 +336,7 @@ class TurnRunner:
         active = wm.active_work_item if wm is not None else None
         return NewEvent(
             agent_id,
-            ev.TurnStarted(turn_id=turn_id, inputs=inputs),
+            ev.TurnStarted(turn_id=turn_id, inputs=inputs, node=self.store.settings.node.name or None),
             origin="runtime:turn",
             authority="runtime",
             turn_id=turn_id,

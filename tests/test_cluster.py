@@ -1,0 +1,238 @@
+"""A node of several, in this process (RFC 0008 steps 9-11; the subprocess tests are
+``test_cluster_nodes.py``): the spreading policy (pure), ``turn.started`` v2, and on real PostgreSQL
+the fence every append of a node carries (``PgEngine.fencer``), its notification, and the node's
+session (name claim, heartbeat, reconnect)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from helpers.pg import PgDatabase
+
+from holon.clock import FakeClock
+from holon.config import HomePaths, load_settings
+from holon.daemon.cluster import GRACE_S, plan, preferred
+from holon.errors import ConfigError, FencedOut, NodeNameTaken, StorageUnavailable
+from holon.ledger import NewEvent
+from holon.ledger import events as ev
+from holon.ledger.codec import decode_payload, encode_payload
+from holon.ledger.pg.node import NodeSession
+from holon.ledger.pg.notify import Advance, Listener
+from holon.projections import Store
+
+# --- the policy (pure) ------------------------------------------------------------------------------
+
+
+def test_rendezvous_moves_only_the_leaving_nodes_agents_and_about_a_share_to_a_new_one() -> None:
+    agents = [f"agt_{i:03d}" for i in range(300)]
+    three = {a: preferred(a, ["a", "b", "c"]) for a in agents}
+    assert set(three.values()) == {"a", "b", "c"}
+    two = {a: preferred(a, ["a", "b"]) for a in agents}
+    assert all(two[a] == three[a] for a in agents if three[a] != "c")  # only c's agents move
+    four = {a: preferred(a, ["a", "b", "c", "d"]) for a in agents}
+    moved = [a for a in agents if four[a] != three[a]]
+    assert all(four[a] == "d" for a in moved) and 40 < len(moved) < 110  # about 1/4, all to d
+    assert preferred("agt_x", []) is None
+    assert preferred("agt_x", ["b", "a"]) == preferred("agt_x", ["a", "b"])  # order does not matter
+
+
+def test_the_plan_takes_what_this_node_is_preferred_for_and_gives_back_between_turns() -> None:
+    agents = [f"agt_{i:02d}" for i in range(40)]
+    mine = [a for a in agents if preferred(a, ["a", "b"]) == "a"]
+    theirs = [a for a in agents if preferred(a, ["a", "b"]) == "b"]
+    assert mine and theirs
+    # Nothing leased yet, both live: each takes its own share only.
+    p = plan("a", agents, live={"a", "b"}, owners={})
+    assert set(p.acquire) == set(mine) and not p.release
+    # b is not live: a takes everything.
+    assert set(plan("a", agents, live={"a"}, owners={}).acquire) == set(agents)
+    # a holds everything and b comes up: a gives b's share back, except an agent mid-turn.
+    held = {x: ("a", True, 10.0) for x in agents}
+    p = plan("a", agents, live={"a", "b"}, owners=held, busy={theirs[0]})
+    assert set(p.release) == set(theirs[1:]) and not p.acquire
+    # b's lease on one of a's agents expired: b is no candidate for it, so a takes it at once ...
+    x = theirs[0]
+    expired = {x: ("b", False, -0.5)}
+    assert plan("a", [x], live={"a", "b"}, owners=expired).acquire == (x,)
+    # ... and a lease held by a third, silent node waits for its preferred node for GRACE_S
+    # (here a is not preferred among {a, b}), then anyone takes it.
+    y = next(a for a in agents if preferred(a, ["a", "b"]) == "b")
+    assert plan("a", [y], live={"a", "b"}, owners={y: ("c", False, -0.5)}).acquire == ()
+    assert plan("a", [y], live={"a", "b"}, owners={y: ("c", False, -GRACE_S - 0.1)}).acquire == (y,)
+    # Another node's live lease is never touched; an agent with a turn still running here is not re-taken.
+    assert plan("a", [y], live={"a"}, owners={y: ("b", True, 1.0)}) == plan("a", [], live=(), owners={})
+    assert plan("a", [x], live={"a"}, owners={x: ("a", False, -1.0)}, busy={x}).acquire == ()
+
+
+# --- turn.started v2 --------------------------------------------------------------------------------
+
+
+def test_turn_started_v1_rows_upcast_with_no_node_and_v2_records_it() -> None:
+    old = decode_payload("turn.started", 1, '{"inputs":[3],"turn_id":"turn_1"}')
+    assert isinstance(old, ev.TurnStarted) and old.node is None and old.inputs == [3]
+    assert ev.TurnStarted.VERSION == 2
+    new = encode_payload(
+        ev.TurnStarted(turn_id="turn_2", inputs=[4], node="n1"), blob_threshold=16_384, preview_chars=0
+    )
+    assert new.text == '{"inputs":[4],"node":"n1","turn_id":"turn_2"}'
+    assert decode_payload("turn.started", 2, new.text) == ev.TurnStarted(turn_id="turn_2", inputs=[4], node="n1")
+
+
+# --- on PostgreSQL ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg_home(home: HomePaths, pg_db: PgDatabase, monkeypatch: pytest.MonkeyPatch) -> HomePaths:
+    monkeypatch.setenv("HOLON_STORAGE_URL", pg_db.url)
+    return home
+
+
+@pytest.fixture
+def node_store(pg_home: HomePaths) -> Callable[[], Store]:
+    made: list[Store] = []
+
+    def make() -> Store:
+        made.append(Store.open(pg_home, load_settings(pg_home), clock=FakeClock()))
+        return made[-1]
+
+    yield make  # type: ignore[misc]
+    for s in made:
+        s.close()
+
+
+@pytest.fixture
+def sessions(pg_db: PgDatabase) -> Iterator[Callable[..., NodeSession]]:
+    made: list[NodeSession] = []
+
+    def make(name: str, **kw: Any) -> NodeSession:
+        made.append(NodeSession(pg_db.url, name, lease_s=kw.pop("lease_s", 30.0), **kw))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def _agent(store: Store, name: str) -> str:
+    from holon.runtime.agents import create_agent
+
+    return create_agent(store, name, settings={"model": "openai/fake"}).agent_id
+
+
+def _turn(agent_id: str, n: int, node: str) -> NewEvent:
+    tid = f"turn_{node}_{n}"
+    return NewEvent(agent_id, ev.TurnStarted(turn_id=tid, node=node), origin="runtime:turn", turn_id=tid)
+
+
+def _input(agent_id: str, text: str) -> NewEvent:
+    return NewEvent(agent_id, ev.MessageReceived(text=text, sender="operator", channel="test"), origin="operator:t")
+
+
+def test_a_nodes_appends_carry_its_fence_and_the_database_refuses_the_other_nodes(
+    node_store: Callable[[], Store], sessions: Callable[..., NodeSession]
+) -> None:
+    store_a, store_b = node_store(), node_store()  # two processes' ledgers on one database
+    x = _agent(store_a, "x")
+    a, b = sessions("a"), sessions("b")
+    a.claim(), b.claim()
+    store_a.ledger.engine.fencer = a.fence_of  # type: ignore[attr-defined]  # PgEngine's
+    store_b.ledger.engine.fencer = b.fence_of  # type: ignore[attr-defined]
+    assert a.acquire(x) == 1 and b.acquire(x) is None
+    store_a.append(_turn(x, 1, "a"))  # the owner: its fence names token 1
+    with pytest.raises(FencedOut) as refused:
+        store_b.append(_turn(x, 1, "b"))  # b holds nothing: no token for x, the database says no
+    assert refused.value.agent_id == x and "lease" in refused.value.message
+    store_b.append(_input(x, "any node may take input"))  # unfenced
+    # The owner's own deadline: past it, its appends stop before anything is sent.
+    a.leases.deadlines[x] = 0.0
+    with pytest.raises(FencedOut, match="deadline"):
+        store_a.append(_turn(x, 2, "a"))
+    types = [e.type for e in store_a.ledger.read() if e.agent_id == x]
+    assert types.count("turn.started") == 1 and types[-1] == "message.received"
+
+
+def test_every_append_notifies_the_listeners_with_its_agents(
+    node_store: Callable[[], Store], pg_db: PgDatabase
+) -> None:
+    from holon.ledger.pg.connect import connect
+
+    store = node_store()
+    x = _agent(store, "x")
+    got: list[Advance] = []
+    seen = threading.Event()
+
+    def on(advance: Advance) -> None:
+        got.append(advance)
+        if advance.agents:
+            seen.set()
+
+    with Listener(lambda: connect(pg_db.url), on) as listener:
+        assert listener.wait_listening(10)
+        stored = store.append(_input(x, "wake up"))[-1]
+        assert seen.wait(10), got
+    notified = [g for g in got if g.via == "notify"]
+    assert notified[-1].seq >= stored.seq and notified[-1].agents == frozenset({x})
+
+
+def test_the_node_session_claims_its_name_beats_and_claims_it_again_after_a_lost_connection(
+    node_store: Callable[[], Store], sessions: Callable[..., NodeSession], pg_db: PgDatabase
+) -> None:
+    from holon.ledger.pg.connect import connect
+
+    store = node_store()
+    x = _agent(store, "x")
+    a = sessions("a", lease_s=30.0)
+    assert a.claim().name == "a"
+    with pytest.raises(NodeNameTaken, match="node a is already running"):
+        sessions("a").claim()
+    assert a.acquire(x) == 1 and a.beat() == frozenset()
+    view = a.view()
+    assert [n.name for n in view.nodes] == ["a"] and [(o.agent_id, o.node, o.live) for o in view.owners] == [
+        (x, "a", True)
+    ]
+    conn = a._conn
+    assert conn is not None
+    with connect(pg_db.url) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+    with pytest.raises(StorageUnavailable):
+        a.beat()
+    a.claim()  # a new connection, the name won again; the lease row (and its token) outlived the old one
+    assert a.beat() == frozenset() and a.token(x) == 1 and a.holds(x)
+    assert a.close() == [x]
+    assert sessions("a").claim().name == "a"  # free after a clean stop
+
+
+def test_a_node_name_needs_postgresql_and_a_valid_name(home: HomePaths, monkeypatch: pytest.MonkeyPatch) -> None:
+    from holon.daemon.wiring import build_daemon
+
+    monkeypatch.setenv("HOLON_NODE_NAME", "n1")
+    monkeypatch.setenv("HOLON_NODE_LEASE_S", "4.5")
+    settings = load_settings(home)
+    assert (settings.node.name, settings.node.lease_s) == ("n1", 4.5)
+    store = Store.open(home, settings)
+    try:
+        with pytest.raises(ConfigError, match="node n1: several nodes share a PostgreSQL ledger"):
+            build_daemon(store, resolver=lambda agent: None)  # type: ignore[arg-type,return-value]
+    finally:
+        store.close()
+    monkeypatch.setenv("HOLON_NODE_NAME", "no spaces")
+    with pytest.raises(ConfigError, match="node"):
+        load_settings(home)
+
+
+def test_a_daemon_without_a_node_name_is_refused_once_nodes_leased_the_agents(
+    node_store: Callable[[], Store], sessions: Callable[..., NodeSession]
+) -> None:
+    from holon.daemon.wiring import build_daemon
+
+    store = node_store()
+    x = _agent(store, "x")
+    build_daemon(store, resolver=lambda agent: None)  # type: ignore[arg-type,return-value]  # no lease yet: fine
+    a = sessions("a")
+    a.claim()
+    assert a.acquire(x) == 1
+    with pytest.raises(ConfigError, match="run this daemon as a node too: holon serve --node NAME"):
+        build_daemon(store, resolver=lambda agent: None)  # type: ignore[arg-type,return-value]

@@ -1,0 +1,438 @@
+"""Several ``holon serve --node`` processes on one PostgreSQL database (RFC 0008 steps 9-11).
+
+Real PostgreSQL, real daemons in subprocesses (each node a home of its own sharing the database,
+as on separate machines), the real HTTP API; only the model is fake. A short lease (3 s) keeps the
+failover test short: a SIGKILLed node's agents must resume on the other node within ``lease_s`` + 5 s.
+
+What is checked from the ledger alone (``lease.acquired`` / ``turn.started.node``): every turn ran
+on the node holding the agent's lease when it started, and no event of a turn follows a change of
+owner except the new owner's settlement of it, so no turn ran on two nodes at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from helpers.pg import PgDatabase
+from helpers.turn_cli import REPO, cli_env, holon_argv
+from helpers.wait import wait_for
+
+from holon.config import load_settings, resolve_home
+from holon.daemon.cluster import preferred
+from holon.projections import Store
+from holon.runtime.agents import create_agent
+from holon.testing.fake_llm import FakeLLM
+
+pytestmark = pytest.mark.slow
+
+LEASE_S = 3.0
+
+
+@dataclass
+class Node:
+    name: str
+    home: Path
+    proc: subprocess.Popen[str]
+    log: Path
+
+    def api(self) -> tuple[str, str]:
+        info = json.loads((self.home / "run" / "daemon.json").read_text())
+        return info["api"], (self.home / "api.token").read_text().strip()
+
+    def post_input(self, agent: str, text: str, key: str | None = None) -> dict[str, Any]:
+        url, token = self.api()
+        body: dict[str, Any] = {"text": text}
+        if key:
+            body["idempotency_key"] = key
+        r = httpx.post(
+            f"{url}/v1/agents/{agent}/inputs", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+        assert r.status_code == 202, r.text
+        return dict(r.json())
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        url, token = self.api()
+        r = httpx.request(method, f"{url}{path}", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert r.status_code < 300, (r.status_code, r.text)
+        return r.json()
+
+    def status(self) -> dict[str, Any]:
+        url, token = self.api()
+        r = httpx.get(f"{url}/v1/status", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+
+def _env(url: str) -> dict[str, str]:
+    return cli_env(HOLON_STORAGE_URL=url, HOLON_NODE_LEASE_S=str(LEASE_S))
+
+
+def _holon(home: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        holon_argv("--home", home, *args), capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=False
+    )
+
+
+def _home(root: Path, name: str, env: dict[str, str]) -> Path:
+    home = root / name
+    r = _holon(home, "init", env=env)
+    assert r.returncode == 0, r
+    return home
+
+
+@contextlib.contextmanager
+def _store(home: Path, url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    with monkeypatch.context() as m:
+        m.setenv("HOLON_STORAGE_URL", url)
+        paths = resolve_home(home)
+        store = Store.open(paths, load_settings(paths))
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+def _agents_for_both(store: Store, fake: FakeLLM, per_node: int) -> dict[str, list[str]]:
+    """Create agents until each of nodes a and b is preferred for ``per_node`` of them (the
+    rendezvous policy: ``preferred``); returns node -> agent names."""
+    made: dict[str, list[str]] = {"a": [], "b": []}
+    n = 0
+    while min(len(v) for v in made.values()) < per_node:
+        agent = create_agent(store, f"ag{n}", settings={"model": "openai/fake", "api_base": fake.url})
+        n += 1
+        node = preferred(agent.agent_id, ["a", "b"])
+        assert node is not None
+        made[node].append(agent.name)
+    return made
+
+
+@pytest.fixture
+def cluster(
+    tmp_path: Path, pg_new_db: Callable[..., PgDatabase]
+) -> Iterator[tuple[str, Callable[[str, Path], Node], list[Node]]]:
+    db = pg_new_db(migrated=False)
+    nodes: list[Node] = []
+
+    def start(name: str, home: Path) -> Node:
+        log = home / f"serve-{name}.out"
+        with log.open("a") as out:
+            proc = subprocess.Popen(
+                holon_argv("--home", home, "serve", "--node", name, "--port", "0"),
+                stdout=out, stderr=subprocess.STDOUT, text=True, env=_env(db.url), cwd=REPO,
+            )  # fmt: skip
+        node = Node(name, home, proc, log)
+        nodes.append(node)
+        return node
+
+    try:
+        yield db.url, start, nodes
+    finally:
+        for node in nodes:
+            if node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGTERM)
+        for node in nodes:
+            try:
+                node.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                node.proc.kill()
+                node.proc.wait(10)
+
+
+def _up(node: Node) -> bool:
+    assert node.proc.poll() is None, node.log.read_text()[-3000:]
+    try:
+        info = json.loads((node.home / "run" / "daemon.json").read_text())
+    except (OSError, ValueError):
+        return False
+    api = str(info.get("api") or "")
+    return info.get("state") == "running" and bool(api) and not api.endswith(":0")  # the bound port
+
+
+def _events(url: str, types: tuple[str, ...] = ()) -> list[tuple[int, str, str, str | None, str, dict[str, Any]]]:
+    """(seq, type, agent_id, turn_id, origin, payload) of the shared ledger, in order."""
+    from holon.ledger.pg.connect import connect
+
+    where = "WHERE type = ANY(%s)" if types else ""
+    with connect(url) as conn:
+        rows = conn.execute(
+            f"SELECT seq, type, agent_id, turn_id, origin, payload FROM events {where} ORDER BY seq",
+            (list(types),) if types else (),
+        ).fetchall()
+    return [(int(s), str(t), str(a), tu, str(o), json.loads(p)) for s, t, a, tu, o, p in rows]
+
+
+def _owners(url: str) -> dict[str, tuple[str, bool]]:
+    from holon.ledger.pg.connect import connect
+
+    with connect(url) as conn:
+        rows = conn.execute("SELECT agent_id, node, expires_at > clock_timestamp() FROM leases").fetchall()
+    return {str(a): (str(n), bool(live)) for a, n, live in rows}
+
+
+def _no_turn_on_two_nodes(url: str) -> int:
+    """The ledger's own proof (module docstring); returns how many turns were checked."""
+    owner: dict[str, str] = {}  # agent -> node of its latest lease.acquired
+    turn_node: dict[str, str] = {}  # turn -> node that started it
+    turn_owner_changed: set[str] = set()
+    open_turns: dict[str, set[str]] = {}  # agent -> turns started and not settled
+    for _seq, type_, agent, turn, origin, payload in _events(url):
+        if type_ == "lease.acquired":
+            if owner.get(agent) not in (None, payload["node"]):
+                turn_owner_changed |= open_turns.get(agent, set())
+            owner[agent] = payload["node"]
+        elif type_ == "turn.started":
+            assert payload["node"] == owner.get(agent), (turn, payload, owner.get(agent))
+            turn_node[turn] = payload["node"]
+            open_turns.setdefault(agent, set()).add(turn)
+        elif turn is not None and turn in turn_owner_changed:
+            # after the owner changed, only the new owner's recovery writes to the old turn (and what
+            # the projector derives from that settlement in the same transaction)
+            recovery = origin == "runtime:recovery" and type_ in ("turn.settled", "tool.resulted")
+            assert recovery or origin == "runtime:projector", (type_, origin, turn)
+        if type_ == "turn.settled" and turn is not None:
+            open_turns.get(agent, set()).discard(turn)
+    return len(turn_node)
+
+
+def _answered(url: str, input_seq: int, agent_id: str) -> bool:
+    """Whether a turn that took input ``input_seq`` settled ``completed``."""
+    turns = {
+        tu
+        for s, t, a, tu, _o, p in _events(url, ("turn.started",))
+        if a == agent_id and input_seq in p.get("inputs", [])
+    }
+    return any(
+        t == "turn.settled" and tu in turns and p["outcome"] == "completed"
+        for _s, t, _a, tu, _o, p in _events(url, ("turn.settled",))
+    )
+
+
+def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fail_over(
+    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, start, _nodes = cluster
+    slow_for: set[str] = set()
+
+    def step(body: dict[str, Any]) -> dict[str, Any]:
+        text = json.dumps(body.get("messages", []))
+        if any(marker in text for marker in slow_for):
+            return {"content": "late pong", "delay": 60}  # still running when its node is killed
+        return {"content": "pong"}
+
+    with FakeLLM(step) as fake:
+        env = _env(url)
+        home_a, home_b = _home(tmp_path, "a", env), _home(tmp_path, "b", env)
+        with _store(home_a, url, monkeypatch) as store:
+            by_node = _agents_for_both(store, fake, per_node=2)
+            ids = {a.name: a.agent_id for a in store.agents()}
+        a = start("a", home_a)
+        wait_for("node a up", lambda: _up(a), timeout=60)
+        b = start("b", home_b)
+        wait_for("node b up", lambda: _up(b), timeout=60)
+
+        # The same name again: refused at once, one line, exit 2, nothing started.
+        r = _holon(_home(tmp_path, "c", env), "serve", "--node", "b", "--port", "0", env=env)
+        assert r.returncode == 2, r
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "node b is already running" in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+        # Spread: each node owns the agents the rendezvous policy gives it.
+        def spread() -> bool:
+            owners = _owners(url)
+            return all(owners.get(ids[name]) == (node, True) for node, names in by_node.items() for name in names)
+
+        wait_for("agents spread over both nodes", spread, timeout=30)
+        status = a.status()["cluster"]
+        assert {n["name"] for n in status["nodes"] if n["live"]} == {"a", "b"}
+        assert {o["agent"]: o["node"] for o in status["owners"]} == {
+            name: node for node, names in by_node.items() for name in names
+        }
+
+        shown = _holon(home_a, "daemon", "status", env=env)
+        assert shown.returncode == 0, shown
+        assert "node a (lease 3.0 s)" in shown.stdout and f"{by_node['b'][0]} -> b" in shown.stdout, shown.stdout
+
+        # An input posted to node a's API for an agent b owns: b runs the turn.
+        b_agent = by_node["b"][0]
+        acked = a.post_input(b_agent, "hello from a's API")
+        wait_for("b answers an input a acknowledged", lambda: _answered(url, acked["seq"], ids[b_agent]), timeout=30)
+        started = [p for _s, _t, ag, _tu, _o, p in _events(url, ("turn.started",)) if ag == ids[b_agent]]
+        assert started and all(p["node"] == "b" for p in started)
+
+        # Reply tracking on the node that does not run the turn: a's synchronous route waits for b's turn.
+        t0 = time.monotonic()
+        reply = a.call("POST", f"/v1/agents/{b_agent}/messages?wait=30", {"text": "sync from a"})
+        assert (reply["status"], reply["reply"]) == ("completed", "pong"), reply
+        print(f"a's /messages answered by b's turn in {time.monotonic() - t0:.2f} s")
+
+        # Operator commands through a's API for b's agent append unfenced types only (any node).
+        a.call("POST", f"/v1/agents/{b_agent}/pause")
+        a.call("POST", f"/v1/agents/{b_agent}/resume")
+        timer = a.call("POST", f"/v1/agents/{by_node['b'][0]}/timers", {"schedule": "every 3s", "prompt": "tick"})
+
+        def timer_turns() -> list[str]:
+            """The node of each turn that took one of the timer's inputs, in order."""
+            inputs = {
+                s for s, _t, _a, _tu, o, _p in _events(url, ("message.received",)) if o == f"timer:{timer['timer_id']}"
+            }
+            return [
+                p["node"] for _s, _t, _a, _tu, _o, p in _events(url, ("turn.started",)) if inputs & set(p["inputs"])
+            ]
+
+        wait_for("the timer fires on b, its agent's owner", lambda: "b" in timer_turns(), timeout=30)
+        assert set(timer_turns()) == {"b"}
+
+        # A turn in flight on b, and an input acknowledged just before b dies.
+        slow_for.add("slow one")
+        busy = a.post_input(by_node["b"][1], "slow one")
+        wait_for(
+            "b's slow turn started",
+            lambda: any(
+                ag == ids[by_node["b"][1]] and busy["seq"] in p["inputs"]
+                for _s, _t, ag, _tu, _o, p in _events(url, ("turn.started",))
+            ),
+            timeout=30,
+        )
+        queued = b.post_input(b_agent, "queued before the crash")
+        slow_for.clear()  # the new owner's retry of the interrupted turn answers at once
+        killed_at = time.monotonic()
+        os.kill(b.proc.pid, signal.SIGKILL)
+        b.proc.wait(10)
+
+        def taken_over() -> bool:
+            owners = _owners(url)
+            return all(owners.get(ids[name]) == ("a", True) for name in by_node["b"])
+
+        wait_for("a takes b's agents over", taken_over, timeout=LEASE_S + 10)
+        failover_s = time.monotonic() - killed_at
+        assert failover_s <= LEASE_S + 5, failover_s
+        print(f"failover: {failover_s:.2f} s after SIGKILL (lease_s {LEASE_S})")
+        wait_for(
+            "the interrupted turn and the queued input answered on a",
+            lambda: _answered(url, busy["seq"], ids[by_node["b"][1]]) and _answered(url, queued["seq"], ids[b_agent]),
+            timeout=30,
+        )
+        settled = [
+            (ag, p["outcome"], o)
+            for _s, _t, ag, _tu, o, p in _events(url, ("turn.settled",))
+            if p["outcome"] != "completed"
+        ]
+        assert (ids[by_node["b"][1]], "interrupted", "runtime:recovery") in settled, settled
+
+        # The timer moved with its agent and each due time fired once cluster-wide.
+        wait_for("the timer fires on a after the failover", lambda: timer_turns()[-1:] == ["a"], timeout=30)
+        due = [
+            p["scheduled_for_us"]
+            for _s, _t, _a, _tu, _o, p in _events(url, ("timer.fired",))
+            if p["timer_id"] == timer["timer_id"]
+        ]
+        assert len(due) == len(set(due)), due
+
+        # b comes back under its name (freed with its dead backend): a gives b's share back, between
+        # turns; then a clean stop of a hands everything to b at once (released, not expired).
+        b2 = start("b", home_b)
+        wait_for("b back up", lambda: _up(b2), timeout=60)
+        wait_for("b's share back on b", spread, timeout=30)
+        a.proc.send_signal(signal.SIGTERM)
+        assert a.proc.wait(60) == 0, a.log.read_text()[-3000:]
+        stopped_at = time.monotonic()
+
+        def all_on_b() -> bool:
+            owners = _owners(url)
+            return all(owners.get(ids[name]) == ("b", True) for names in by_node.values() for name in names)
+
+        wait_for("b owns every agent after a's clean stop", all_on_b, timeout=30)
+        handover_s = time.monotonic() - stopped_at
+        assert handover_s < LEASE_S, handover_s  # released leases are taken at the next scan, not at expiry
+        released = {
+            ag
+            for _s, _t, ag, _tu, _o, p in _events(url, ("lease.released",))
+            if p["node"] == "a" and p["reason"] == "stopped"
+        }
+        assert {ids[name] for name in by_node["a"]} <= released
+        print(f"clean handover: {handover_s:.2f} s after SIGTERM")
+        final = b2.post_input(by_node["a"][0], "after the handover")
+        wait_for("b answers a's former agent", lambda: _answered(url, final["seq"], ids[by_node["a"][0]]), timeout=30)
+
+    # Every acknowledged input answered; the ledger proves no turn ran on two nodes; chain intact.
+    for seq, agent in ((acked["seq"], b_agent), (busy["seq"], by_node["b"][1]), (queued["seq"], b_agent)):
+        assert _answered(url, seq, ids[agent]), (seq, agent)
+    assert _no_turn_on_two_nodes(url) >= 3
+    r = _holon(home_a, "ledger", "verify", env=env)
+    assert r.returncode == 0, r
+
+
+def test_a_paused_node_stops_acting_for_agents_taken_over_while_it_slept(
+    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGSTOP (a long GC pause, a frozen VM) of the node running a turn: the other node takes the
+    agent over once the lease expires; when the paused node wakes, the model's answer to the old
+    turn is refused (its own deadline, and the database's fence), so the turn's events all come
+    from one node at a time."""
+    url, start, _nodes = cluster
+    slow: set[str] = {"pause me"}
+
+    def step(body: dict[str, Any]) -> dict[str, Any]:
+        if any(marker in json.dumps(body.get("messages", [])) for marker in slow):
+            return {"content": "answer from the paused node", "delay": LEASE_S + 4}
+        return {"content": "pong"}
+
+    with FakeLLM(step) as fake:
+        env = _env(url)
+        home_a, home_b = _home(tmp_path, "a", env), _home(tmp_path, "b", env)
+        with _store(home_a, url, monkeypatch) as store:
+            by_node = _agents_for_both(store, fake, per_node=1)
+            ids = {a.name: a.agent_id for a in store.agents()}
+        a = start("a", home_a)
+        b = start("b", home_b)
+        wait_for("both nodes up", lambda: _up(a) and _up(b), timeout=60)
+        x = by_node["b"][0]
+        wait_for("b owns its agent", lambda: _owners(url).get(ids[x]) == ("b", True), timeout=30)
+        sent = a.post_input(x, "pause me")
+
+        def b_started() -> bool:
+            return any(
+                ag == ids[x] and sent["seq"] in p["inputs"] and p["node"] == "b"
+                for _s, _t, ag, _tu, _o, p in _events(url, ("turn.started",))
+            )
+
+        wait_for("b's turn waits on the model", b_started, timeout=30)
+        os.kill(b.proc.pid, signal.SIGSTOP)
+        try:
+            slow.clear()  # a's retry of the input is answered at once
+            wait_for("a takes the agent over", lambda: _owners(url).get(ids[x]) == ("a", True), timeout=LEASE_S + 10)
+            wait_for("a answers the input", lambda: _answered(url, sent["seq"], ids[x]), timeout=30)
+        finally:
+            os.kill(b.proc.pid, signal.SIGCONT)
+        # b wakes with the old turn's answer on its way (the fake model still holds it): whatever it
+        # does, nothing of that turn is recorded after a took over, and b keeps running.
+        paused_turn = next(
+            tu
+            for _s, _t, ag, tu, _o, p in _events(url, ("turn.started",))
+            if ag == ids[x] and sent["seq"] in p["inputs"] and p["node"] == "b"
+        )
+
+        def b_gave_up() -> bool:
+            lines = (home_b / "logs" / "holon.log").read_text().splitlines()
+            return any('"node.lost"' in ln and ids[x] in ln for ln in lines)  # deadline or heartbeat, first wins
+
+        wait_for("b notices it lost the agent", b_gave_up, timeout=LEASE_S + 10)
+        assert b.proc.poll() is None, "the paused node keeps running after it wakes"
+        taken = max(
+            s for s, t, ag, _tu, _o, p in _events(url, ("lease.acquired",)) if ag == ids[x] and p["node"] == "a"
+        )
+        late = [(s, t, o) for s, t, _ag, tu, o, _p in _events(url) if tu == paused_turn and s > taken]
+        assert all(o in ("runtime:recovery", "runtime:projector") for _s, _t, o in late), late
+        assert not any(t == "model.responded" for _s, t, _o in late), late
+    assert _no_turn_on_two_nodes(url) >= 2
