@@ -82,5 +82,7 @@ for kind in ("single", "tens"):
     raw = statistics.median(res[("raw", kind)]) if ("raw", kind) in res else float("nan")
     for name in names:
         m = statistics.median(res[(name, kind)])
-        print(f"{kind:6} {name:7} {m:7.1f} us/event  ratio to raw {raw / m:.3f}  rounds {[round(x, 1) for x in res[(name, kind)]]}")
+        print(
+            f"{kind:6} {name:7} {m:7.1f} us/event  ratio to raw {raw / m:.3f}  rounds {[round(x, 1) for x in res[(name, kind)]]}"
+        )
 print("load average", os.getloadavg())
