@@ -417,6 +417,28 @@ def test_replaying_memory_events_rebuilds_every_file_byte_for_byte(
     assert all(p.read_bytes() == on_disk[p] for p in replayed.files)
 
 
+def test_a_missing_agent_home_is_installed_from_its_template_and_the_ledger(store: Store, alice: AgentState) -> None:
+    """A node taking over an agent made on another machine (RFC 0008): its home is the template it
+    was made from plus every curated file the ledger holds, byte for byte; an existing one is kept."""
+    import shutil
+
+    from holon.runtime.agents import ensure_home
+
+    monitor = create_agent(store, "watcher", template="monitor")
+    write(store, alice, "agent", "append", "likes tea")
+    write(store, alice, "agent", "replace", "# Trips\n\nLisbon in May\n", path="notes/trips.md")
+    write(store, monitor, "agent", "append", "checks the build")
+    homes = {a.name: Path(a.home) for a in (alice, monitor)}
+    before = {n: {p.relative_to(h): p.read_bytes() for p in h.rglob("*") if p.is_file()} for n, h in homes.items()}
+    assert not ensure_home(store, alice)  # there: untouched
+    for h in homes.values():
+        shutil.rmtree(h)
+    assert ensure_home(store, store.agent("alice")) and ensure_home(store, store.agent("watcher"))
+    after = {n: {p.relative_to(h): p.read_bytes() for p in h.rglob("*") if p.is_file()} for n, h in homes.items()}
+    assert after == before
+    assert (homes["watcher"] / "AGENTS.md").read_bytes() != (homes["alice"] / "AGENTS.md").read_bytes()  # its template
+
+
 # --- what the prompt shows --------------------------------------------------------------------------
 
 

@@ -41,6 +41,7 @@ from holon.errors import HolonError, NodeNameTaken
 from holon.logs import get_logger
 from holon.projections import Store
 from holon.projections.state import TimerProjection
+from holon.runtime.agents import ensure_home
 from holon.runtime.recovery import recover
 
 if TYPE_CHECKING:
@@ -226,10 +227,14 @@ class Cluster:
         return todo
 
     async def _took(self, agent_id: str, token: int) -> None:
-        """A lease just acquired: settle what the previous owner left (single-node recovery for
-        this agent), take its timers over, and wake it."""
+        """A lease just acquired: install the agent's home if this machine lacks it (created on
+        another machine: ``ensure_home``), settle what the previous owner left (single-node
+        recovery for this agent), take its timers over, and wake it."""
         self.taken += 1
         try:
+            agent = self.store.agent_state(agent_id)
+            if agent is not None and ensure_home(self.store, agent):  # made on another machine
+                log.info("node.home_installed", node=self.name, agent_id=agent_id, home=agent.home)
             report = recover(self.store, agents={agent_id})
         except Exception:  # not left held half-recovered: given back, taken again at a later scan
             log.exception("node.recovery_failed", node=self.name, agent_id=agent_id)

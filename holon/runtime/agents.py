@@ -19,6 +19,8 @@ from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.logs import get_logger
 from holon.memory.durable_views import render_agent
+from holon.memory.files import atomic_write
+from holon.memory.writes import replay_files
 from holon.paths import tighten_tree
 from holon.projections import Store
 from holon.projections.state import AgentState, TimerProjection
@@ -37,6 +39,7 @@ __all__ = [
     "configure_agent",
     "configure_or_create_default",
     "create_agent",
+    "ensure_home",
     "missing_agent",
 ]
 
@@ -163,6 +166,27 @@ def create_agent(
     except OSError as e:  # a view is rebuilt at the next daemon start; never worth failing a create
         get_logger("holon.agents").warning("agent.views_not_rendered", agent=agent.name, error=str(e))
     return agent
+
+
+def ensure_home(store: Store, agent: AgentState) -> bool:
+    """Install ``agent``'s home directory on this machine when it is missing, as it was made and
+    as the ledger says its files became: the template it was created from, then every curated file
+    its ``memory.written`` events hold (``replay_files``), each written atomically. A node taking
+    over an agent created on another machine calls it (RFC 0008, "Agent workspaces"); what only
+    the other machine's disk held (a task's output, a hand edit never recorded) is not there.
+    False when the home exists."""
+    home = Path(agent.home)
+    if home.exists() or not _install_home(home, TEMPLATES.get(agent.template, TEMPLATES["assistant"])):
+        return False
+    replayed = replay_files(store)
+    for path, text in replayed.files.items():
+        if path.is_relative_to(home):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, text.encode("utf-8"))
+    get_logger("holon.agents").info(
+        "agent.home_installed", agent=agent.name, home=str(home), problems=replayed.problems[:5]
+    )
+    return True
 
 
 #: Per-day budgets of background agents (defaults in the ``[daemon]`` config section).
