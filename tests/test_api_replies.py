@@ -80,6 +80,47 @@ def test_an_inputs_outcome_follows_its_latest_turn(store: Store) -> None:
         check_input(store, ada, 10**9)
 
 
+def test_deltas_that_come_before_their_turn_is_read_back_are_shown_in_order(store: Store) -> None:
+    """A fast turn's first pieces can reach ``follow`` before its reader sees the turn start (the
+    ledger read and the in-process notice race): they are kept and shown once the turn is read back,
+    and another turn's pieces never are."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from holon.api.port import Notice
+    from holon.api.replies import InputOutcome, follow
+
+    ada = create_agent(store, "ada").agent_id
+    seq = _input(store, ada, "hi")
+
+    async def run() -> list[object]:
+        queue: asyncio.Queue[Notice] = asyncio.Queue()
+        for turn, text in (("t-other", "not mine "), ("t1", "hel"), ("t1", "lo")):
+            queue.put_nowait(Notice(kind="delta", agent_id=ada, turn_id=turn, text=text, seq=seq))
+        got: list[object] = []
+
+        async def consume() -> None:
+            async for item in follow(SimpleNamespace(store=store), ada, seq, queue, poll_s=0.01):  # type: ignore[arg-type]
+                got.append(item)
+
+        reader = asyncio.create_task(consume())
+        async with asyncio.timeout(30):
+            while not queue.empty():  # every piece taken while the turn could not be read back
+                await asyncio.sleep(0.01)
+            assert got == []  # nothing shown yet, nothing lost either
+            _turn(store, ada, "t1", [seq])
+            queue.put_nowait(Notice(kind="delta", agent_id=ada, turn_id="t1", text="!", seq=seq + 1))
+            while "!" not in got:
+                await asyncio.sleep(0.01)
+            _settle(store, ada, "t1", "completed", reply="hello!")
+            await reader
+        return got
+
+    got = asyncio.run(run())
+    assert [x for x in got if isinstance(x, str)] == ["hel", "lo", "!"]
+    assert isinstance(got[-1], InputOutcome) and got[-1].reply == "hello!"
+
+
 def _messages(*pairs: tuple[str, object]) -> list[ChatMessage]:
     return [ChatMessage.model_validate({"role": role, "content": content}) for role, content in pairs]
 

@@ -43,6 +43,8 @@ POLL_S = 1.0
 """Longest wait for a notice before the ledger is read again anyway."""
 QUEUE = 10_000
 """Notices buffered per follower; past that they are dropped (the ledger is re-read anyway)."""
+EARLY_MAX = 10_000
+"""Deltas kept per reader while its turn's start is not read back yet (``follow``)."""
 
 Status = Literal["queued", "running", "completed", "waiting", "failed", "interrupted"]
 
@@ -132,7 +134,21 @@ async def follow(
     bound it with a timeout."""
     outcome = input_outcome(port.store, agent_id, input_seq)
     checked = input_seq  # rounds that ended up to this seq were reported
-    while not outcome.settled:
+    # Deltas of a turn this reader cannot see start yet (its turn.started not read back yet): kept
+    # until it can, then shown in order, so a fast turn's first words are never dropped.
+    early: dict[str, list[Notice]] = {}
+    kept = 0
+    while True:
+        if outcome.turn_id is not None and early:
+            for held in early.pop(outcome.turn_id, []):
+                if held.seq is not None and held.seq > checked:
+                    if _rounds_ended(port.store, checked, held.seq, outcome.turn_id):
+                        yield ROUND_END
+                    checked = held.seq
+                yield str(held.text)
+            early.clear()  # another turn's deltas: not this input's
+        if outcome.settled:
+            break
         try:
             notice: Notice | None = await asyncio.wait_for(queue.get(), timeout=poll_s)
         except TimeoutError:
@@ -140,14 +156,18 @@ async def follow(
         if notice is not None and notice.kind == "delta":
             if outcome.turn_id is None or notice.turn_id != outcome.turn_id:
                 outcome = input_outcome(port.store, agent_id, input_seq)  # the turn may have just started
-            if notice.turn_id is not None and notice.turn_id == outcome.turn_id and notice.text:
-                # A delta carries the ledger head as it was written: a round that ended before it
-                # is reported first, whenever the (polling) watcher publishes that event.
-                if notice.seq is not None and notice.seq > checked:
-                    if _rounds_ended(port.store, checked, notice.seq, notice.turn_id):
-                        yield ROUND_END
-                    checked = notice.seq
-                yield notice.text
+            if notice.turn_id is not None and notice.text:
+                if notice.turn_id == outcome.turn_id and notice.turn_id not in early:
+                    # A delta carries the ledger head as it was written: a round that ended before it
+                    # is reported first, whenever the (polling) watcher publishes that event.
+                    if notice.seq is not None and notice.seq > checked:
+                        if _rounds_ended(port.store, checked, notice.seq, notice.turn_id):
+                            yield ROUND_END
+                        checked = notice.seq
+                    yield notice.text
+                elif (outcome.turn_id is None or notice.turn_id == outcome.turn_id) and kept < EARLY_MAX:
+                    early.setdefault(notice.turn_id, []).append(notice)
+                    kept += 1
             continue
         if notice is not None and notice.seq is not None and outcome.turn_id is not None and notice.seq > checked:
             if _rounds_ended(port.store, checked, notice.seq, outcome.turn_id):
