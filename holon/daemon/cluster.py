@@ -8,7 +8,10 @@ at a clean stop, after the turns were drained.
 * **Heartbeat** every ``lease_s / 3``, off the event loop: renews all of this node's live leases
   in one statement. An agent not renewed (expired, taken over) is lost at once: its running turn
   is cancelled and its timers leave this node's scheduler. A lost connection is reconnected with
-  backoff and the name claimed again (``NodeSession.claim``).
+  backoff and the name claimed again (``NodeSession.claim``). Beside it, in a thread of its own
+  (an append waiting on the ledger lock can block the event loop), the ledger lock's watchdog ends
+  any session frozen inside an append for ``lease_s / 2`` (it would stall every node:
+  ``holon.ledger.pg.stall``).
 * **Spreading** every ``SCAN_S``: the policy (``plan``) in one sentence: *each agent belongs to the
   live node with the highest ``sha256(node, agent)`` (rendezvous hashing), a node whose lease
   expired is no candidate for it, and a lease expired for more than ``GRACE_S`` is taken by any
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
     from holon.daemon.wakes import Phase, Wakes
     from holon.ledger.pg.node import ClusterView, NodeSession
     from holon.ledger.pg.notify import Listener
+    from holon.ledger.pg.stall import LockWatch
     from holon.runtime.host import AgentHost
 
 __all__ = ["GRACE_S", "SCAN_S", "Cluster", "Plan", "plan", "preferred", "start_listener"]
@@ -132,6 +136,7 @@ class Cluster:
         self.taken = 0
         self.lost = 0
         self.last_error: str | None = None
+        self.watch: LockWatch | None = None
 
     def owns(self, agent_id: str) -> bool:
         return self.session.holds(agent_id)
@@ -147,8 +152,11 @@ class Cluster:
         info = await asyncio.to_thread(self.session.claim)
         self.store.ledger.engine.fencer = self.session.fence_of  # type: ignore[attr-defined]  # PgEngine's
         log.info("node.claimed", node=info.name, host=info.host, pid=info.pid, lease_s=self.lease_s)
+        self.watch = self.session.lock_watch().start()
 
     async def close(self) -> None:
+        if self.watch is not None:
+            await asyncio.to_thread(self.watch.stop)
         released = await asyncio.to_thread(self.session.close)
         log.info("node.stopped", node=self.name, released=len(released))
 

@@ -11,6 +11,7 @@ daemon calls it off its event loop, ``holon.daemon.cluster``):
 * ``beat``: one heartbeat; returns the agents this node lost (not renewed: expired or taken over).
 * ``view``: the live nodes and every lease, read in one round trip each, for the spreading policy.
 * ``acquire``/``release``: one append transaction each, under the ledger lock.
+* ``lock_watch``: the ledger lock's watchdog, a thread of its own (``holon.ledger.pg.stall``).
 * ``fence_of``: the fence the engine sends with an append's rows (``PgEngine.fencer``): the tokens
   of the agents this node holds among them; ``FencedOut`` before anything is sent for one whose
   self-fencing deadline passed. Agents it does not hold are left out: the database then refuses
@@ -38,6 +39,7 @@ from holon.ledger.pg.fence import Fence
 from holon.ledger.pg.leases import Leases, Owner
 from holon.ledger.pg.migrations import latest_version
 from holon.ledger.pg.nodes import NodeInfo, claim, list_nodes, unclaim
+from holon.ledger.pg.stall import LockWatch
 
 __all__ = ["ClusterView", "NodeSession"]
 
@@ -109,6 +111,12 @@ class NodeSession:
             before = set(self.leases.tokens)
             self.leases.heartbeat()
             return frozenset(before - set(self.leases.tokens))
+
+    def lock_watch(self) -> LockWatch:
+        """The ledger lock's watchdog for this node (``holon.ledger.pg.stall``), not started: it
+        terminates any session that has held the ledger lock idle for half of ``lease_s`` (a client
+        frozen inside an append, which would stall every node), checked every sixth."""
+        return LockWatch(self.url, bound_s=self.lease_s / 2, every_s=self.lease_s / 6, timeout_s=self.timeout_s)
 
     def acquire(self, agent_id: str) -> int | None:
         with self._lock:
