@@ -107,6 +107,10 @@ def _describe(info: dict[str, Any]) -> str:
     status = info.get("status") or {}
     lines = [
         f"daemon: {info.get('state')} (pid {info.get('pid')}), api: {info.get('api') or 'none'}",
+    ]
+    if storage_error := status.get("storage_error"):  # the database lost mid-run (RFC 0008 section 6)
+        return "\n".join([*lines, f"  {storage_error} (the daemon reconnects on its own; inputs wait)"])
+    lines += [
         f"  ledger head: {status.get('ledger_head')}, projection lag: {_lag(status.get('projection_lag'))}",
     ]
     if warning := (status.get("commands") or {}).get("warning"):
