@@ -482,3 +482,44 @@ def test_a_client_frozen_inside_an_append_is_ended_by_a_live_nodes_watchdog(
         assert holder.returncode == 0 and "ended" in out, out  # it finds its connection gone
     _check = _holon(home_a, "ledger", "verify", env=env)
     assert _check.returncode == 0, _check
+
+
+def test_a_running_node_stops_taking_turns_when_the_schema_moves_ahead(
+    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another (newer) holon migrated the shared database while node a runs: a's heartbeat sees the
+    schema ahead of its code, it gives its agents up between turns and takes no more turns, and its
+    status says why (RFC 0008, "Schema versions")."""
+    from holon.ledger.pg.connect import connect
+    from holon.ledger.pg.migrations import latest_version
+
+    url, start, _nodes = cluster
+    with FakeLLM(lambda body: {"content": "pong"}) as fake:
+        env = _env(url)
+        home_a = _home(tmp_path, "a", env)
+        with _store(home_a, url, monkeypatch) as store:
+            agent = create_agent(store, "solo", settings={"model": "openai/fake", "api_base": fake.url})
+        a = start("a", home_a)
+        wait_for("node a up", lambda: _up(a), timeout=60)
+        wait_for("a owns the agent", lambda: _owners(url).get(agent.agent_id) == ("a", True), timeout=30)
+        first = a.post_input("solo", "hello")
+        wait_for("a answers", lambda: _answered(url, first["seq"], agent.agent_id), timeout=30)
+        newer = latest_version() + 1
+        with connect(url, timeout_s=10) as conn:
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name, applied_us) VALUES (%s, 'from the future', 1)", (newer,)
+            )
+
+        def released() -> bool:
+            return any(p.get("reason") == "schema newer" for *_r, p in _events(url, ("lease.released",)))
+
+        wait_for("a gives its agent up", released, timeout=LEASE_S + 10)
+        cluster_status = a.status()["cluster"]
+        assert f"schema v{newer} is newer than this holon" in cluster_status["schema_error"], cluster_status
+        wait_for("a owns nothing", lambda: a.status()["cluster"]["owned"] == 0, timeout=30)
+        shown = _holon(home_a, "daemon", "status", env=env).stdout
+        assert "node stopped: the database schema" in shown and "upgrade holon on node a" in shown, shown
+        sent = a.post_input("solo", "still there?")  # inputs are still stored; no turn takes them here
+        wait_for("a's next scans", lambda: a.status()["cluster"]["owned"] == 0 and a.proc.poll() is None)
+        assert not any(sent["seq"] in p.get("inputs", []) for *_r, p in _events(url, ("turn.started",)))
+        assert a.proc.poll() is None

@@ -247,3 +247,75 @@ def _holon(home: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedP
     return subprocess.run(
         holon_argv("--home", home, *args), capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=False
     )
+
+
+# --- schema versions between nodes (RFC 0008, "Schema versions") ---------------------------------
+
+
+def test_migration_waits_for_older_live_nodes_and_a_newer_database_is_refused(
+    pg_new_db: Callable[..., PgDatabase], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from holon.errors import SchemaMismatch
+    from holon.ledger.pg import migrations
+    from holon.ledger.pg.node import NodeSession
+
+    db = pg_new_db()
+    latest = migrations.latest_version()
+    old = NodeSession(db.url, "old", lease_s=30.0)
+    old.claim()  # registers schema_version = latest and holds the name's lock: live
+    try:
+        with monkeypatch.context() as m:  # this process now runs a newer holon, one migration ahead
+            extra = migrations.Migration(latest + 1, "test_extra", ("CREATE TABLE test_extra (x INTEGER)",))
+            m.setattr(migrations, "MIGRATIONS", (*migrations.MIGRATIONS, extra))
+            with connect(db.url, timeout_s=10) as conn:
+                with pytest.raises(SchemaMismatch) as refused:
+                    migrations.migrate(conn, now_us=1, create=False)
+                assert refused.value.exit_code == 2
+                assert f"live nodes run an older holon: old (v{latest})" in refused.value.message
+                assert "\n" not in refused.value.message
+                assert migrations.current_version(conn) == latest  # nothing applied
+                old.close()  # a stopped node (or a crashed one: its lock died with it) does not count
+                assert migrations.migrate(conn, now_us=1, create=False) == [latest + 1]
+        # back to this holon's own code: the database is now newer than it
+        newer = f"schema v{latest + 1} is newer than this holon \\(v{latest}\\)"
+        with connect(db.url, timeout_s=10) as conn, pytest.raises(SchemaMismatch, match=newer):
+            migrations.migrate(conn, now_us=1, create=False)
+        running = NodeSession(db.url, "n2", lease_s=30.0)
+        running.claim()
+        try:
+            assert running.schema_ahead() == (
+                f"the database schema v{latest + 1} is newer than this holon (v{latest}): upgrade holon on node n2; "
+                "it takes no more turns"
+            )
+        finally:
+            running.close()
+    finally:
+        old.close()
+
+
+def _bump_schema(url: str) -> int:
+    from holon.ledger.pg.migrations import latest_version
+
+    with connect(url, timeout_s=10) as conn:
+        conn.execute(
+            "INSERT INTO schema_migrations (version, name, applied_us) VALUES (%s, 'from the future', 1)",
+            (latest_version() + 1,),
+        )
+    return latest_version() + 1
+
+
+@pytest.mark.slow
+def test_a_node_older_than_the_database_refuses_to_start(tmp_path: Path, pg_new_db: Callable[..., PgDatabase]) -> None:
+    db = pg_new_db(migrated=False)
+    env = cli_env(HOLON_STORAGE_URL=db.url)
+    home = tmp_path / "home"
+    assert _holon(home, "init", env=env).returncode == 0
+    newer = _bump_schema(db.url)
+    r = subprocess.run(
+        holon_argv("--home", home, "serve", "--node", "a", "--port", "0"),
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and f"schema v{newer} is newer than this holon" in lines[0], r.stderr
+    assert "Traceback" not in r.stderr + r.stdout

@@ -151,6 +151,8 @@ def _cluster_lines(cluster: Any) -> list[str]:
                 f"{o.get('agent')} -> {o.get('node')}" + ("" if o.get("live") else " (expired)") for o in owners
             )
         )
+    if cluster.get("schema_error"):
+        lines.append(f"  node stopped: {cluster['schema_error']}")
     if cluster.get("error"):
         lines.append(f"  node error: {cluster['error']}")
     return lines

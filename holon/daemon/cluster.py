@@ -137,9 +137,11 @@ class Cluster:
         self.lost = 0
         self.last_error: str | None = None
         self.watch: LockWatch | None = None
+        self.schema_error: str | None = None
+        """Set when another node migrated the database past this code: this node stops acting."""
 
     def owns(self, agent_id: str) -> bool:
-        return self.session.holds(agent_id)
+        return self.schema_error is None and self.session.holds(agent_id)
 
     def owned(self) -> list[str]:
         return [a for a in self.session.held() if self.session.holds(a)]
@@ -180,7 +182,22 @@ class Cluster:
                 continue
             for agent_id in lost:
                 self._lose(agent_id, why="its lease was not renewed (expired or taken over)")
+            await self._check_schema()
             await asyncio.sleep(every)
+
+    async def _check_schema(self) -> None:
+        """Stop acting (no turn, every lease given up between turns) once the database's schema
+        is newer than this code's (RFC 0008, "Schema versions")."""
+        if self.schema_error is not None:
+            return
+        try:
+            error = await asyncio.to_thread(self.session.schema_ahead)
+        except HolonError as e:  # the next beat tells whether the server is lost
+            log.warning("node.schema_check_failed", node=self.name, error=e.message)
+            return
+        if error is not None:
+            self.schema_error = error
+            log.error("node.schema_newer", node=self.name, error=error)
 
     async def _reclaim(self) -> None:
         """A new connection and the name won again; meanwhile (and if another process took the
@@ -215,6 +232,12 @@ class Cluster:
                 self._lose(agent_id, why="its lease ran past this node's deadline (self-fencing)")
         view = await asyncio.to_thread(self.session.view)
         self.view = view
+        if self.schema_error is not None:
+            for agent_id in self.session.held():
+                if not self.host.is_running(agent_id):  # a running turn ends first (``owns`` is false)
+                    self._lose(agent_id, why="the database schema is newer than this holon", cancel=False)
+                    await asyncio.to_thread(self.session.release, agent_id, reason="schema newer")
+            return Plan()
         if self.phase.draining or not self.phase.accepting:
             return Plan()
         live = {n.name for n in view.nodes if n.seen_s_ago < self.lease_s}
@@ -285,12 +308,13 @@ class Cluster:
             for o in view.owners if o.agent_id in names
         ]  # fmt: skip
         return {"node": self.name, "lease_s": self.lease_s, "owned": len(self.owned()), "taken": self.taken,
-                "lost": self.lost, "error": self.last_error, "nodes": nodes, "owners": owners}  # fmt: skip
+                "lost": self.lost, "error": self.last_error, "schema_error": self.schema_error,
+                "nodes": nodes, "owners": owners}  # fmt: skip
 
     def status_key(self) -> tuple[Any, ...]:
         view = self.view
         owners = () if view is None else tuple((o.agent_id, o.node, o.token, o.live) for o in view.owners)
-        return (tuple(self.owned()), owners)
+        return (tuple(self.owned()), owners, self.schema_error)
 
 
 def start_listener(store: Store, kick: asyncio.Event) -> Listener:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import psycopg
 
 from holon.errors import FencedOut
+from holon.ledger.pg.append import translated
 from holon.ledger.pg.connect import connect
 from holon.ledger.pg.fence import Fence
 from holon.ledger.pg.leases import Leases, Owner
@@ -111,6 +112,23 @@ class NodeSession:
             before = set(self.leases.tokens)
             self.leases.heartbeat()
             return frozenset(before - set(self.leases.tokens))
+
+    def schema_ahead(self) -> str | None:
+        """The refusal when the database's schema moved past this code's (another node migrated it
+        while this one runs: RFC 0008, "Schema versions"), else ``None``; one indexed read."""
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise RuntimeError("NodeSession.claim first")
+            with translated(conn, "the schema check"):
+                row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
+        have, mine = (int(str(row[0])) if row and row[0] is not None else 0), latest_version()
+        if have <= mine:
+            return None
+        return (
+            f"the database schema v{have} is newer than this holon (v{mine}): upgrade holon on node {self.name}; "
+            "it takes no more turns"
+        )
 
     def lock_watch(self) -> LockWatch:
         """The ledger lock's watchdog for this node (``holon.ledger.pg.stall``), not started: it
