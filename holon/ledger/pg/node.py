@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from holon.errors import FencedOut
+from holon.errors import FencedOut, StorageUnavailable
 from holon.ledger.pg.append import translated
 from holon.ledger.pg.connect import connect
 from holon.ledger.pg.fence import Fence
@@ -119,7 +119,7 @@ class NodeSession:
         with self._lock:
             conn = self._conn
             if conn is None:
-                raise RuntimeError("NodeSession.claim first")
+                raise self._unclaimed()
             with translated(conn, "the schema check"):
                 row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
         have, mine = (int(str(row[0])) if row and row[0] is not None else 0), latest_version()
@@ -153,7 +153,7 @@ class NodeSession:
         with self._lock:
             conn = self._conn
             if conn is None:
-                raise RuntimeError("NodeSession.claim first")
+                raise self._unclaimed()
             return ClusterView(tuple(list_nodes(conn)), tuple(self.leases.owners()))
 
     # --- acting as the owner --------------------------------------------------------------------
@@ -198,6 +198,13 @@ class NodeSession:
                     unclaim(self._conn, self.name)
             self._close_conn()
         return released
+
+    def _unclaimed(self) -> Exception:
+        """No connection: a bug before the first ``claim``; after one, the server was lost and the
+        heartbeat's ``claim`` has not reconnected yet (retryable, like any lost server)."""
+        if self.info is None:
+            return RuntimeError("NodeSession.claim first")
+        return StorageUnavailable(f"node {self.name} is reconnecting to PostgreSQL (its connection was lost)")
 
     def _close_conn(self) -> None:
         conn, self._conn = self._conn, None
