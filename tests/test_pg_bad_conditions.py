@@ -121,8 +121,9 @@ def _turn_started(url: str, input_seq: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("node", [None, "a"], ids=["single", "node"])
 def test_a_daemon_whose_database_goes_away_answers_503_says_so_and_resumes_on_its_own(
-    tmp_path: Path, pg_new_db: Callable[..., PgDatabase], monkeypatch: pytest.MonkeyPatch
+    node: str | None, tmp_path: Path, pg_new_db: Callable[..., PgDatabase], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``holon serve`` (a real process) on PostgreSQL through a TCP proxy. The proxy is cut while
     a turn waits on the (fake) model: the turn fails retryably, an input posted meanwhile gets 503
@@ -140,7 +141,7 @@ def test_a_daemon_whose_database_goes_away_answers_503_says_so_and_resumes_on_it
     with TcpProxy("127.0.0.1", 5432) as proxy, FakeLLM(step) as fake:
         url = db.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
         assert url != db.url
-        env = cli_env(HOLON_STORAGE_URL=url)
+        env = cli_env(HOLON_STORAGE_URL=url, HOLON_NODE_LEASE_S="3")
         home = tmp_path / "home"
         assert _holon(home, "init", env=env).returncode == 0
         with monkeypatch.context() as m:
@@ -154,7 +155,7 @@ def test_a_daemon_whose_database_goes_away_answers_503_says_so_and_resumes_on_it
         log = home / "serve.out"
         with log.open("a") as out:
             proc = subprocess.Popen(
-                holon_argv("--home", home, "serve", "--port", "0"),
+                holon_argv("--home", home, "serve", *(("--node", node) if node else ()), "--port", "0"),
                 stdout=out, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
             )  # fmt: skip
         try:
@@ -189,9 +190,13 @@ def test_a_daemon_whose_database_goes_away_answers_503_says_so_and_resumes_on_it
 
                 def turn_failed_retryably() -> bool:  # the model answered; its append met the loss
                     lines = (home / "logs" / "holon.log").read_text().splitlines()
-                    return any(
+                    held = any(
                         '"agent held back after a failure"' in ln and "storage unavailable" in ln for ln in lines
                     )
+                    # a node may pass its own lease deadline first: the turn is cancelled, the lease
+                    # re-acquired once the database is back, and recovery settles the turn
+                    lost = any('"node.lost"' in ln or '"turn fenced out"' in ln for ln in lines)
+                    return held or (node is not None and lost)
 
                 wait_for("the turn fails retryably", turn_failed_retryably, timeout=30, proc=proc)
                 proxy.restore()

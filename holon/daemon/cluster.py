@@ -89,12 +89,16 @@ def plan(
     live: Collection[str],
     owners: dict[str, tuple[str, bool, float]],
     busy: Collection[str] = (),
+    held: Collection[str] | None = None,
     grace_s: float = GRACE_S,
 ) -> Plan:
     """What node ``me`` should take and give up (pure: the policy of the module docstring).
 
     ``live``: the nodes seen within ``lease_s`` (``me`` included); ``owners``: agent -> (node,
-    live, remaining_s) for every lease row; ``busy``: agents with a turn running on this node."""
+    live, remaining_s) for every lease row; ``busy``: agents with a turn running on this node;
+    ``held``: the agents this node acts for (``None``: every live lease of its own). A live lease
+    of its own it does not act for (dropped by self-fencing during an outage, while its heartbeat,
+    back in time, kept the row alive) is taken again: nobody else may take it while it lives."""
     candidates = set(live) | {me}
     take: list[str] = []
     give: list[str] = []
@@ -102,7 +106,9 @@ def plan(
         owner = owners.get(agent)
         if owner is not None and owner[1]:  # a live lease
             node = owner[0]
-            if node == me and agent not in busy:
+            if node == me and held is not None and agent not in held and agent not in busy:
+                take.append(agent)
+            elif node == me and agent not in busy:
                 pref = preferred(agent, candidates)
                 if pref != me and pref in live:
                     give.append(agent)
@@ -244,7 +250,8 @@ class Cluster:
         owners = {o.agent_id: (o.node, o.live, o.remaining_s) for o in view.owners}
         busy = {a.agent_id for a in self.store.agents() if self.host.is_running(a.agent_id)}
         agents = [a.agent_id for a in self.store.agents()]
-        todo = plan(self.name, agents, live=live, owners=owners, busy=busy)
+        held = [a for a in self.session.held() if self.session.holds(a)]
+        todo = plan(self.name, agents, live=live, owners=owners, busy=busy, held=held)
         for agent_id in todo.acquire:
             token = await asyncio.to_thread(self.session.acquire, agent_id)
             if token is not None:

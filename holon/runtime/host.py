@@ -347,6 +347,11 @@ class AgentHost:
         woken = 0
         for agent_id, retry_at in list(self._stalled.items()):
             if retry_at <= now:
+                if agent_id in self._interrupted and not self.may_run(agent_id):
+                    # gated for now (a node renewing its lease after the outage): nothing else would
+                    # wake it, since its unsettled turn keeps it from being runnable; look again soon
+                    self._stalled[agent_id] = now + 1_000_000
+                    continue
                 del self._stalled[agent_id]
                 if self.wake is not None and agent_id not in self._interrupted:  # a wake sees a turn in flight
                     self.wake(agent_id)
