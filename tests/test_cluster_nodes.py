@@ -523,3 +523,29 @@ def test_a_running_node_stops_taking_turns_when_the_schema_moves_ahead(
         wait_for("a's next scans", lambda: a.status()["cluster"]["owned"] == 0 and a.proc.poll() is None)
         assert not any(sent["seq"] in p.get("inputs", []) for *_r, p in _events(url, ("turn.started",)))
         assert a.proc.poll() is None
+
+
+def test_a_deleted_agents_lease_is_released_not_renewed(
+    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, start, _nodes = cluster
+    env = _env(url)
+    home_a = _home(tmp_path, "a", env)
+    with _store(home_a, url, monkeypatch) as store:
+        agent = create_agent(store, "solo", settings={"model": "openai/fake", "api_base": "http://127.0.0.1:9/v1"})
+    a = start("a", home_a)
+    wait_for("node a up", lambda: _up(a), timeout=60)
+    wait_for("a owns the agent", lambda: _owners(url).get(agent.agent_id) == ("a", True), timeout=30)
+    url_a, token = a.api()
+    r = httpx.delete(f"{url_a}/v1/agents/solo", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert r.status_code == 204, r.text
+
+    def released() -> bool:
+        return any(
+            ag == agent.agent_id and p.get("reason") == "deleted"
+            for _s, _t, ag, _tu, _o, p in _events(url, ("lease.released",))
+        )
+
+    wait_for("a releases the deleted agent's lease", released, timeout=30)
+    assert _owners(url).get(agent.agent_id) == ("a", False)  # expired at once, and never renewed again
+    assert a.status()["cluster"]["owned"] == 0

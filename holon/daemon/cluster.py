@@ -250,6 +250,9 @@ class Cluster:
         owners = {o.agent_id: (o.node, o.live, o.remaining_s) for o in view.owners}
         busy = {a.agent_id for a in self.store.agents() if self.host.is_running(a.agent_id)}
         agents = [a.agent_id for a in self.store.agents()]
+        for agent_id in sorted(set(self.session.held()) - set(agents) - busy):  # deleted: stop renewing
+            self._lose(agent_id, why="the agent was deleted", cancel=False)
+            await asyncio.to_thread(self.session.release, agent_id, reason="deleted")
         held = [a for a in self.session.held() if self.session.holds(a)]
         todo = plan(self.name, agents, live=live, owners=owners, busy=busy, held=held)
         for agent_id in todo.acquire:
