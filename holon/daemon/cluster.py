@@ -291,15 +291,20 @@ class Cluster:
                 self.timers.sync(timer if isinstance(timer, TimerProjection) else None, timer.timer_id)
 
     def _lose(self, agent_id: str, *, why: str, cancel: bool = True) -> None:
-        """Stop acting for ``agent_id``: cancel its running turn, drop its timers' jobs."""
+        """Stop acting for ``agent_id``: cancel its running turn, kill its background tasks, drop its
+        timers' jobs."""
         self.lost += 1
         run = self.host.active_run(agent_id)
         if cancel and run is not None:
             run.cancel()
+        killed = self.host.tasks.drop_agent(agent_id)  # its background tasks: the new owner reports them
         if self.timers.running:
             for timer in self.store.timers(agent_id=agent_id, status="scheduled"):
                 self.timers.sync(None, timer.timer_id)
-        log.warning("node.lost", node=self.name, agent_id=agent_id, reason=why, turn_cancelled=run is not None)
+        log.warning(
+            "node.lost", node=self.name, agent_id=agent_id, reason=why, turn_cancelled=run is not None,
+            tasks_killed=len(killed),
+        )  # fmt: skip
 
     # --- status ---------------------------------------------------------------------------------
 
