@@ -19,6 +19,8 @@ into one line on stderr and the exit code below, never a traceback.
     │   ├── FencedOut                        this node no longer holds the agent's lease
     │   ├── IntegrityError                   hash chain or sequence broken
     │   └── MigrationError                   schema cannot be brought forward
+    │       └── SchemaMismatch      exit 2   the database's schema is newer than this holon, or
+    │                                        older live nodes forbid migrating it (PostgreSQL)
     └── ModelError                  exit 6   a model call failed (``kind`` says how)
         ├── ModelNotConfigured               no model configured and no local model installed
         └── ModelKeyMissing                  the agent's API key variable is not set
@@ -45,6 +47,7 @@ __all__ = [
     "ModelNotConfigured",
     "NodeNameTaken",
     "NotFoundError",
+    "SchemaMismatch",
     "StorageUnavailable",
     "UsageError",
 ]
@@ -117,6 +120,14 @@ class IntegrityError(LedgerError):
 
 class MigrationError(LedgerError):
     pass
+
+
+class SchemaMismatch(MigrationError):
+    """This holon's code and the shared database's schema do not go together (RFC 0008, "Schema
+    versions"): the database is newer (upgrade holon), or a migration is due while a live node
+    runs older code (stop or upgrade it first). An operator's decision, like a bad setting."""
+
+    exit_code = 2
 
 
 class FencedOut(LedgerError):

@@ -65,6 +65,12 @@ def test_the_plan_takes_what_this_node_is_preferred_for_and_gives_back_between_t
     # Another node's live lease is never touched; an agent with a turn still running here is not re-taken.
     assert plan("a", [y], live={"a"}, owners={y: ("b", True, 1.0)}) == plan("a", [], live=(), owners={})
     assert plan("a", [x], live={"a"}, owners={x: ("a", False, -1.0)}, busy={x}).acquire == ()
+    # A live lease of a's own that a no longer acts for (self-fencing dropped it during an outage
+    # while the heartbeat, back in time, kept the row alive): a takes it again, unless mid-turn.
+    mine_live = {x: ("a", True, 2.0)}
+    assert plan("a", [x], live={"a"}, owners=mine_live, held=[]).acquire == (x,)
+    assert plan("a", [x], live={"a"}, owners=mine_live, held=[x]).acquire == ()
+    assert plan("a", [x], live={"a"}, owners=mine_live, held=[], busy={x}).acquire == ()
 
 
 # --- turn.started v2 --------------------------------------------------------------------------------

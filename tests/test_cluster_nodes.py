@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -436,3 +437,115 @@ def test_a_paused_node_stops_acting_for_agents_taken_over_while_it_slept(
         assert all(o in ("runtime:recovery", "runtime:projector") for _s, _t, o in late), late
         assert not any(t == "model.responded" for _s, t, _o in late), late
     assert _no_turn_on_two_nodes(url) >= 2
+
+
+def test_a_client_frozen_inside_an_append_is_ended_by_a_live_nodes_watchdog(
+    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process SIGSTOPped while it holds the ledger lock (inside an append: ``BEGIN`` and the lock
+    pipelined, as holon appends) would stall every node's appends for as long as it sleeps; the live
+    node's watchdog terminates its backend once it has been idle ``lease_s / 2``, and the input posted
+    meanwhile is acknowledged and answered (RFC 0008 section 6, ``holon.ledger.pg.stall``)."""
+    url, start, _nodes = cluster
+    with FakeLLM(lambda body: {"content": "pong"}) as fake:
+        env = _env(url)
+        home_a = _home(tmp_path, "a", env)
+        with _store(home_a, url, monkeypatch) as store:
+            agent = create_agent(store, "solo", settings={"model": "openai/fake", "api_base": fake.url})
+        a = start("a", home_a)
+        wait_for("node a up", lambda: _up(a), timeout=60)
+        wait_for("a owns the agent", lambda: _owners(url).get(agent.agent_id) == ("a", True), timeout=30)
+        ready = tmp_path / "holder-ready"
+        holder = subprocess.Popen(
+            [sys.executable, str(REPO / "tests" / "helpers" / "pg_lock_holder.py"), url, str(ready)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
+        )  # fmt: skip
+        try:
+            wait_for("the holder holds the ledger lock", ready.exists, timeout=30, proc=holder)
+            os.kill(holder.pid, signal.SIGSTOP)
+            frozen_at = time.monotonic()
+            sent = a.post_input("solo", "are you stuck?")  # its append waits on the lock until the watchdog
+            acked_s = time.monotonic() - frozen_at
+            wait_for("a answers the input", lambda: _answered(url, sent["seq"], agent.agent_id), timeout=30)
+            answered_s = time.monotonic() - frozen_at
+            print(f"\nfrozen holder: input acknowledged {acked_s:.2f} s, answered {answered_s:.2f} s after the freeze")
+            log = (home_a / "logs" / "holon.log").read_text()
+            assert '"ledger.ended_stalled_append"' in log
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(holder.pid, signal.SIGCONT)
+            try:
+                out, _ = holder.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                holder.kill()
+                out, _ = holder.communicate(timeout=10)
+        assert holder.returncode == 0 and "ended" in out, out  # it finds its connection gone
+    _check = _holon(home_a, "ledger", "verify", env=env)
+    assert _check.returncode == 0, _check
+
+
+def test_a_running_node_stops_taking_turns_when_the_schema_moves_ahead(
+    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another (newer) holon migrated the shared database while node a runs: a's heartbeat sees the
+    schema ahead of its code, it gives its agents up between turns and takes no more turns, and its
+    status says why (RFC 0008, "Schema versions")."""
+    from holon.ledger.pg.connect import connect
+    from holon.ledger.pg.migrations import latest_version
+
+    url, start, _nodes = cluster
+    with FakeLLM(lambda body: {"content": "pong"}) as fake:
+        env = _env(url)
+        home_a = _home(tmp_path, "a", env)
+        with _store(home_a, url, monkeypatch) as store:
+            agent = create_agent(store, "solo", settings={"model": "openai/fake", "api_base": fake.url})
+        a = start("a", home_a)
+        wait_for("node a up", lambda: _up(a), timeout=60)
+        wait_for("a owns the agent", lambda: _owners(url).get(agent.agent_id) == ("a", True), timeout=30)
+        first = a.post_input("solo", "hello")
+        wait_for("a answers", lambda: _answered(url, first["seq"], agent.agent_id), timeout=30)
+        newer = latest_version() + 1
+        with connect(url, timeout_s=10) as conn:
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name, applied_us) VALUES (%s, 'from the future', 1)", (newer,)
+            )
+
+        def released() -> bool:
+            return any(p.get("reason") == "schema newer" for *_r, p in _events(url, ("lease.released",)))
+
+        wait_for("a gives its agent up", released, timeout=LEASE_S + 10)
+        cluster_status = a.status()["cluster"]
+        assert f"schema v{newer} is newer than this holon" in cluster_status["schema_error"], cluster_status
+        wait_for("a owns nothing", lambda: a.status()["cluster"]["owned"] == 0, timeout=30)
+        shown = _holon(home_a, "daemon", "status", env=env).stdout
+        assert "node stopped: the database schema" in shown and "upgrade holon on node a" in shown, shown
+        sent = a.post_input("solo", "still there?")  # inputs are still stored; no turn takes them here
+        wait_for("a's next scans", lambda: a.status()["cluster"]["owned"] == 0 and a.proc.poll() is None)
+        assert not any(sent["seq"] in p.get("inputs", []) for *_r, p in _events(url, ("turn.started",)))
+        assert a.proc.poll() is None
+
+
+def test_a_deleted_agents_lease_is_released_not_renewed(
+    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, start, _nodes = cluster
+    env = _env(url)
+    home_a = _home(tmp_path, "a", env)
+    with _store(home_a, url, monkeypatch) as store:
+        agent = create_agent(store, "solo", settings={"model": "openai/fake", "api_base": "http://127.0.0.1:9/v1"})
+    a = start("a", home_a)
+    wait_for("node a up", lambda: _up(a), timeout=60)
+    wait_for("a owns the agent", lambda: _owners(url).get(agent.agent_id) == ("a", True), timeout=30)
+    url_a, token = a.api()
+    r = httpx.delete(f"{url_a}/v1/agents/solo", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert r.status_code == 204, r.text
+
+    def released() -> bool:
+        return any(
+            ag == agent.agent_id and p.get("reason") == "deleted"
+            for _s, _t, ag, _tu, _o, p in _events(url, ("lease.released",))
+        )
+
+    wait_for("a releases the deleted agent's lease", released, timeout=30)
+    assert _owners(url).get(agent.agent_id) == ("a", False)  # expired at once, and never renewed again
+    assert a.status()["cluster"]["owned"] == 0

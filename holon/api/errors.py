@@ -19,6 +19,9 @@ logged here and answered with 500 ``internal``.
     EventValidationError        422 invalid
     other LedgerError           500 ledger
     ModelError                  502 model
+    StorageUnavailable          503 unavailable, with Retry-After (the database was lost
+                                mid-run: nothing was committed; retry, with the same
+                                idempotency key; RFC 0008 section 6)
     other HolonError            400 failed
     anything else               500 internal
 """
@@ -40,11 +43,15 @@ from holon.errors import (
     LedgerError,
     ModelError,
     NotFoundError,
+    StorageUnavailable,
     UsageError,
 )
 from holon.logs import get_logger
 
-__all__ = ["BodyTooLarge", "error_response", "install_error_handlers", "status_for"]
+__all__ = ["RETRY_AFTER_S", "BodyTooLarge", "error_response", "install_error_handlers", "status_for"]
+
+RETRY_AFTER_S = 2
+"""The ``Retry-After`` of a 503 for a lost database: about the node's first reconnect attempts."""
 
 log = get_logger("holon.api")
 
@@ -55,6 +62,7 @@ class BodyTooLarge(HolonError):
 
 _BY_CLASS: tuple[tuple[type[HolonError], int, str], ...] = (
     (BodyTooLarge, 413, "too_large"),
+    (StorageUnavailable, 503, "unavailable"),
     (UsageError, 400, "bad_request"),
     (ConfigError, 400, "bad_request"),
     (NotFoundError, 404, "not_found"),
@@ -72,6 +80,7 @@ _BY_STATUS = {
     405: "method_not_allowed",
     409: "conflict",
     413: "too_large",
+    503: "unavailable",
     415: "unsupported_media_type",
     422: "invalid",
 }
@@ -126,7 +135,8 @@ def install_error_handlers(app: FastAPI) -> None:
         status, code = status_for(exc)
         if status >= 500:
             log.error("api request failed", path=request.url.path, error=str(exc), kind=type(exc).__name__)
-        return error_response(status, code, exc.message)
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
+        return error_response(status, code, exc.message, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

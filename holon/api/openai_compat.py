@@ -37,10 +37,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sse_starlette import EventSourceResponse
 
 from holon.api.agents import api_input
+from holon.api.errors import RETRY_AFTER_S
 from holon.api.messages import MAX_WAIT_S
 from holon.api.port import DaemonPort
 from holon.api.replies import InputOutcome, RoundEnd, await_outcome, follow, input_outcome, overlap, subscription
-from holon.errors import ConflictError, HolonError, NotFoundError
+from holon.errors import ConflictError, HolonError, NotFoundError, StorageUnavailable
 from holon.ledger import Event
 from holon.projections.state import AgentState
 from holon.runtime.ingress import check_idempotency_key, check_text
@@ -117,6 +118,8 @@ class ChatError(Exception):
 
     def response(self) -> JSONResponse:
         headers = {} if self.retry else {"x-should-retry": "false"}
+        if self.status == 503:
+            headers["Retry-After"] = str(RETRY_AFTER_S)
         return JSONResponse(self.body(), status_code=self.status, headers=headers)
 
 
@@ -125,6 +128,8 @@ def _from_holon(e: HolonError) -> ChatError:
         return ChatError(404, e.message, code="model_not_found", param="model")
     if isinstance(e, ConflictError):
         return ChatError(409, e.message, code="conflict", retry=False)
+    if isinstance(e, StorageUnavailable):  # lost mid-run: nothing committed; retry with the same key
+        return ChatError(503, e.message, type_="server_error", code="storage_unavailable")
     return ChatError(400, e.message, code="bad_request")
 
 

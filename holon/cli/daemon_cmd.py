@@ -107,6 +107,10 @@ def _describe(info: dict[str, Any]) -> str:
     status = info.get("status") or {}
     lines = [
         f"daemon: {info.get('state')} (pid {info.get('pid')}), api: {info.get('api') or 'none'}",
+    ]
+    if storage_error := status.get("storage_error"):  # the database lost mid-run (RFC 0008 section 6)
+        return "\n".join([*lines, f"  {storage_error} (the daemon reconnects on its own; inputs wait)"])
+    lines += [
         f"  ledger head: {status.get('ledger_head')}, projection lag: {_lag(status.get('projection_lag'))}",
     ]
     if warning := (status.get("commands") or {}).get("warning"):
@@ -147,6 +151,8 @@ def _cluster_lines(cluster: Any) -> list[str]:
                 f"{o.get('agent')} -> {o.get('node')}" + ("" if o.get("live") else " (expired)") for o in owners
             )
         )
+    if cluster.get("schema_error"):
+        lines.append(f"  node stopped: {cluster['schema_error']}")
     if cluster.get("error"):
         lines.append(f"  node error: {cluster['error']}")
     return lines

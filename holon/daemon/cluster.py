@@ -8,7 +8,10 @@ at a clean stop, after the turns were drained.
 * **Heartbeat** every ``lease_s / 3``, off the event loop: renews all of this node's live leases
   in one statement. An agent not renewed (expired, taken over) is lost at once: its running turn
   is cancelled and its timers leave this node's scheduler. A lost connection is reconnected with
-  backoff and the name claimed again (``NodeSession.claim``).
+  backoff and the name claimed again (``NodeSession.claim``). Beside it, in a thread of its own
+  (an append waiting on the ledger lock can block the event loop), the ledger lock's watchdog ends
+  any session frozen inside an append for ``lease_s / 2`` (it would stall every node:
+  ``holon.ledger.pg.stall``).
 * **Spreading** every ``SCAN_S``: the policy (``plan``) in one sentence: *each agent belongs to the
   live node with the highest ``sha256(node, agent)`` (rendezvous hashing), a node whose lease
   expired is no candidate for it, and a lease expired for more than ``GRACE_S`` is taken by any
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
     from holon.daemon.wakes import Phase, Wakes
     from holon.ledger.pg.node import ClusterView, NodeSession
     from holon.ledger.pg.notify import Listener
+    from holon.ledger.pg.stall import LockWatch
     from holon.runtime.host import AgentHost
 
 __all__ = ["GRACE_S", "SCAN_S", "Cluster", "Plan", "plan", "preferred", "start_listener"]
@@ -86,12 +90,16 @@ def plan(
     live: Collection[str],
     owners: dict[str, tuple[str, bool, float]],
     busy: Collection[str] = (),
+    held: Collection[str] | None = None,
     grace_s: float = GRACE_S,
 ) -> Plan:
     """What node ``me`` should take and give up (pure: the policy of the module docstring).
 
     ``live``: the nodes seen within ``lease_s`` (``me`` included); ``owners``: agent -> (node,
-    live, remaining_s) for every lease row; ``busy``: agents with a turn running on this node."""
+    live, remaining_s) for every lease row; ``busy``: agents with a turn running on this node;
+    ``held``: the agents this node acts for (``None``: every live lease of its own). A live lease
+    of its own it does not act for (dropped by self-fencing during an outage, while its heartbeat,
+    back in time, kept the row alive) is taken again: nobody else may take it while it lives."""
     candidates = set(live) | {me}
     take: list[str] = []
     give: list[str] = []
@@ -99,7 +107,9 @@ def plan(
         owner = owners.get(agent)
         if owner is not None and owner[1]:  # a live lease
             node = owner[0]
-            if node == me and agent not in busy:
+            if node == me and held is not None and agent not in held and agent not in busy:
+                take.append(agent)
+            elif node == me and agent not in busy:
                 pref = preferred(agent, candidates)
                 if pref != me and pref in live:
                     give.append(agent)
@@ -133,9 +143,12 @@ class Cluster:
         self.taken = 0
         self.lost = 0
         self.last_error: str | None = None
+        self.watch: LockWatch | None = None
+        self.schema_error: str | None = None
+        """Set when another node migrated the database past this code: this node stops acting."""
 
     def owns(self, agent_id: str) -> bool:
-        return self.session.holds(agent_id)
+        return self.schema_error is None and self.session.holds(agent_id)
 
     def owned(self) -> list[str]:
         return [a for a in self.session.held() if self.session.holds(a)]
@@ -148,8 +161,11 @@ class Cluster:
         info = await asyncio.to_thread(self.session.claim)
         self.store.ledger.engine.fencer = self.session.fence_of  # type: ignore[attr-defined]  # PgEngine's
         log.info("node.claimed", node=info.name, host=info.host, pid=info.pid, lease_s=self.lease_s)
+        self.watch = self.session.lock_watch().start()
 
     async def close(self) -> None:
+        if self.watch is not None:
+            await asyncio.to_thread(self.watch.stop)
         released = await asyncio.to_thread(self.session.close)
         log.info("node.stopped", node=self.name, released=len(released))
 
@@ -173,7 +189,22 @@ class Cluster:
                 continue
             for agent_id in lost:
                 self._lose(agent_id, why="its lease was not renewed (expired or taken over)")
+            await self._check_schema()
             await asyncio.sleep(every)
+
+    async def _check_schema(self) -> None:
+        """Stop acting (no turn, every lease given up between turns) once the database's schema
+        is newer than this code's (RFC 0008, "Schema versions")."""
+        if self.schema_error is not None:
+            return
+        try:
+            error = await asyncio.to_thread(self.session.schema_ahead)
+        except HolonError as e:  # the next beat tells whether the server is lost
+            log.warning("node.schema_check_failed", node=self.name, error=e.message)
+            return
+        if error is not None:
+            self.schema_error = error
+            log.error("node.schema_newer", node=self.name, error=error)
 
     async def _reclaim(self) -> None:
         """A new connection and the name won again; meanwhile (and if another process took the
@@ -208,13 +239,23 @@ class Cluster:
                 self._lose(agent_id, why="its lease ran past this node's deadline (self-fencing)")
         view = await asyncio.to_thread(self.session.view)
         self.view = view
+        if self.schema_error is not None:
+            for agent_id in self.session.held():
+                if not self.host.is_running(agent_id):  # a running turn ends first (``owns`` is false)
+                    self._lose(agent_id, why="the database schema is newer than this holon", cancel=False)
+                    await asyncio.to_thread(self.session.release, agent_id, reason="schema newer")
+            return Plan()
         if self.phase.draining or not self.phase.accepting:
             return Plan()
         live = {n.name for n in view.nodes if n.seen_s_ago < self.lease_s}
         owners = {o.agent_id: (o.node, o.live, o.remaining_s) for o in view.owners}
         busy = {a.agent_id for a in self.store.agents() if self.host.is_running(a.agent_id)}
         agents = [a.agent_id for a in self.store.agents()]
-        todo = plan(self.name, agents, live=live, owners=owners, busy=busy)
+        for agent_id in sorted(set(self.session.held()) - set(agents) - busy):  # deleted: stop renewing
+            self._lose(agent_id, why="the agent was deleted", cancel=False)
+            await asyncio.to_thread(self.session.release, agent_id, reason="deleted")
+        held = [a for a in self.session.held() if self.session.holds(a)]
+        todo = plan(self.name, agents, live=live, owners=owners, busy=busy, held=held)
         for agent_id in todo.acquire:
             token = await asyncio.to_thread(self.session.acquire, agent_id)
             if token is not None:
@@ -255,15 +296,20 @@ class Cluster:
                 self.timers.sync(timer if isinstance(timer, TimerProjection) else None, timer.timer_id)
 
     def _lose(self, agent_id: str, *, why: str, cancel: bool = True) -> None:
-        """Stop acting for ``agent_id``: cancel its running turn, drop its timers' jobs."""
+        """Stop acting for ``agent_id``: cancel its running turn, kill its background tasks, drop its
+        timers' jobs."""
         self.lost += 1
         run = self.host.active_run(agent_id)
         if cancel and run is not None:
             run.cancel()
+        killed = self.host.tasks.drop_agent(agent_id)  # its background tasks: the new owner reports them
         if self.timers.running:
             for timer in self.store.timers(agent_id=agent_id, status="scheduled"):
                 self.timers.sync(None, timer.timer_id)
-        log.warning("node.lost", node=self.name, agent_id=agent_id, reason=why, turn_cancelled=run is not None)
+        log.warning(
+            "node.lost", node=self.name, agent_id=agent_id, reason=why, turn_cancelled=run is not None,
+            tasks_killed=len(killed),
+        )  # fmt: skip
 
     # --- status ---------------------------------------------------------------------------------
 
@@ -282,12 +328,13 @@ class Cluster:
             for o in view.owners if o.agent_id in names
         ]  # fmt: skip
         return {"node": self.name, "lease_s": self.lease_s, "owned": len(self.owned()), "taken": self.taken,
-                "lost": self.lost, "error": self.last_error, "nodes": nodes, "owners": owners}  # fmt: skip
+                "lost": self.lost, "error": self.last_error, "schema_error": self.schema_error,
+                "nodes": nodes, "owners": owners}  # fmt: skip
 
     def status_key(self) -> tuple[Any, ...]:
         view = self.view
         owners = () if view is None else tuple((o.agent_id, o.node, o.token, o.live) for o in view.owners)
-        return (tuple(self.owned()), owners)
+        return (tuple(self.owned()), owners, self.schema_error)
 
 
 def start_listener(store: Store, kick: asyncio.Event) -> Listener:

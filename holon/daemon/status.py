@@ -15,6 +15,7 @@ from holon.daemon.budget import Budgets
 from holon.daemon.group_commit import GroupCommit
 from holon.daemon.maintenance import Maintenance
 from holon.daemon.wakes import Phase
+from holon.errors import StorageUnavailable
 from holon.projections import Store
 from holon.projections.state import AgentState, TimerProjection, WaitProjection
 from holon.runtime.settings import settings_problem
@@ -91,13 +92,33 @@ class StatusView:
         have, but for time passing (``uptime_s``) and evolve job counts. ``holon serve`` rebuilds
         the status file (a few queries per agent) only when this changes, so an idle daemon with
         many agents sleeps instead of re-reading every agent each second."""
-        cursors = tuple(self.store.cursors().items())
+        try:
+            cursors = tuple(self.store.cursors().items())
+            head = self.store.ledger.head()
+        except StorageUnavailable as e:  # the database lost mid-run: status says so (``status``)
+            return ("storage unavailable", e.message)
         m = self.maintenance
         cluster = () if self.cluster is None else self.cluster.status_key()
-        return (self.store.ledger.head(), cursors, self.phase.accepting, len(self.host.active_runs()),
+        return (head, cursors, self.phase.accepting, len(self.host.active_runs()),
                 self.host.held_back(), m.index_error, m.evolve_error, self.budgets.today(), cluster)  # fmt: skip
 
     def status(self) -> dict[str, Any]:
+        """Everything the daemon knows; while the database is lost (RFC 0008 section 6) only what it
+        knows without it, with ``storage_error`` ("storage unavailable: …") saying why."""
+        try:
+            return self._status()
+        except StorageUnavailable as e:
+            now, started = self.clock.now_us(), self.phase.started_us
+            return {
+                "pid": self.phase.pid,
+                "accepting": self.phase.accepting,
+                "started_us": started,
+                "uptime_s": round((now - started) / 1e6, 3) if started else 0.0,
+                "storage_error": f"storage unavailable: {e.message}",
+                "agents": [],
+            }
+
+    def _status(self) -> dict[str, Any]:
         head = self.store.ledger.head()
         cursors = self.store.cursors()
         now = self.clock.now_us()

@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from holon.daemon.budget import Budgets
 from holon.daemon.notices import Notices
-from holon.errors import NotFoundError
+from holon.errors import NotFoundError, StorageUnavailable
 from holon.ledger import EventQuery
 from holon.ledger import events as ev
 from holon.logs import get_logger
@@ -30,13 +31,16 @@ if TYPE_CHECKING:
     from holon.daemon.timers import Timers
     from holon.runtime.host import AgentHost
 
-__all__ = ["IDLE_POLL_S", "PUBLISH_BATCH", "Phase", "Wakes", "watch_interval"]
+__all__ = ["IDLE_POLL_S", "LOST_BACKOFF_S", "PUBLISH_BATCH", "Phase", "Wakes", "watch_interval"]
 
 log = get_logger("holon.daemon")
 
 #: Event types that may give an agent something to do.
 WAKING = frozenset({"message.received", "agent.configured", "turn.settled"})
 #: The watcher's slowest poll of the ledger head, reached while nothing happens (``Wakes.watch``).
+LOST_BACKOFF_S = (0.5, 30.0)
+"""The watcher's retry delay while the database is lost: from the first to the cap, doubling and
+jittered (RFC 0008 section 6); any kick (an input this daemon committed) retries at once."""
 IDLE_POLL_S = 0.5
 #: Events published per watcher pass at most (the next pass takes the rest).
 PUBLISH_BATCH = 5000
@@ -157,16 +161,26 @@ class Wakes:
         to ``IDLE_POLL_S`` while nothing happens, so an idle daemon sleeps. This process's own
         inputs, settles and rechecks kick it at once; only appends by other processes wait longer."""
         interval = self.poll_s
+        lost = 0.0  # while the database is lost (RFC 0008 section 6): the backoff, else 0
         while True:
             seen = self.seen
             try:
                 self.publish_new()
                 self.schedule_dirty()
+                if lost:
+                    log.info("daemon.storage_back")
+                    lost = 0.0
+            except StorageUnavailable as e:  # retried with backoff (0.5 s doubling to 30 s, jittered)
+                if not lost:
+                    log.warning("daemon.storage_lost", error=e.message)
+                lost = min(max(lost * 2, LOST_BACKOFF_S[0]), LOST_BACKOFF_S[1])
             except Exception as e:  # the watcher must outlive one bad read; the next pass retries
                 log.error("daemon.watch_failed", error=str(e))
             self.kick.clear()
             busy = self.seen != seen or bool(self.dirty)
             interval = watch_interval(interval, busy=busy, poll_s=self.poll_s, idle_s=self.idle_poll_s)
+            if lost:
+                interval = lost * random.uniform(0.5, 1.0)
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):

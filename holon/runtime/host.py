@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from holon.clock import Clock
-from holon.errors import ConflictError, FencedOut, NotFoundError
+from holon.errors import ConflictError, FencedOut, NotFoundError, StorageUnavailable
 from holon.ids import new_id
 from holon.ledger import Event, NewEvent, Transaction
 from holon.ledger import events as ev
@@ -103,6 +103,8 @@ class AgentHost:
         self._stalled: dict[str, int] = {}
         """Agents held back after a transient failure: the clock time (µs) they may run again."""
         self._failures: dict[str, int] = {}
+        self._interrupted: set[str] = set()
+        """Agents whose turn met a lost database: their next run recovers that turn first."""
         """Transient failures in a row, per agent (the backoff's exponent)."""
         self._fail_reason: dict[str, str | None] = {}
         """The reason of each held-back agent's last failure: logged when it first comes or changes."""
@@ -224,9 +226,15 @@ class AgentHost:
         async with lock:
             while self.may_run(agent_id):
                 try:
+                    if agent_id in self._interrupted:  # its last turn met a lost database
+                        recover(self.store, agents={agent_id}, tasks=False)  # settled interrupted, inputs re-queued
+                        self._interrupted.discard(agent_id)
                     result = await self.runner.run(agent_id)
                 except FencedOut as e:  # another node owns the agent now: it settles the turn
                     log.warning("turn fenced out", agent_id=agent_id, reason=e.message)
+                    break
+                except StorageUnavailable as e:
+                    self._storage_lost(agent_id, e)
                     break
                 if result is None:
                     break
@@ -236,6 +244,19 @@ class AgentHost:
                 if self._hold_back(agent_id, result):
                     break
         return results
+
+    def _storage_lost(self, agent_id: str, e: StorageUnavailable) -> None:
+        """The database was lost under a turn (RFC 0008 section 6): the turn fails retryably. Held
+        back with the failure backoff; its next run first settles the unsettled turn
+        ``interrupted`` (``recover``, as after a crash), which re-queues its inputs, then runs."""
+        self._interrupted.add(agent_id)
+        n = self._failures[agent_id] = self._failures.get(agent_id, 0) + 1
+        delay = retry_delay(n, self.jitter())
+        self._stalled[agent_id] = self.clock.now_us() + int(delay * 1_000_000)
+        reason = f"storage unavailable: {e.message}"
+        if self._fail_reason.get(agent_id) != reason:
+            self._fail_reason[agent_id] = reason
+            log.warning("agent held back after a failure", agent_id=agent_id, reason=reason, retry_in_s=round(delay, 1))
 
     def _hold_back(self, agent_id: str, result: TurnResult) -> bool:
         """After a transient failure (inputs re-queued), hold the agent back for a backoff: retrying
@@ -326,8 +347,13 @@ class AgentHost:
         woken = 0
         for agent_id, retry_at in list(self._stalled.items()):
             if retry_at <= now:
+                if agent_id in self._interrupted and not self.may_run(agent_id):
+                    # gated for now (a node renewing its lease after the outage): nothing else would
+                    # wake it, since its unsettled turn keeps it from being runnable; look again soon
+                    self._stalled[agent_id] = now + 1_000_000
+                    continue
                 del self._stalled[agent_id]
-                if self.wake is not None:
+                if self.wake is not None and agent_id not in self._interrupted:  # a wake sees a turn in flight
                     self.wake(agent_id)
                 else:
                     self.schedule(agent_id)

@@ -211,10 +211,11 @@ def _finished_task(store: Store, task: TaskProjection, code: int, output: str) -
     )]  # fmt: skip
 
 
-def recover(store: Store, *, agents: Collection[str] | None = None) -> RecoveryReport:
+def recover(store: Store, *, agents: Collection[str] | None = None, tasks: bool = True) -> RecoveryReport:
     """Settle what a process that stopped (crashed, killed) left half-done: every agent's unsettled
     turn (``interrupted``, inputs re-queued) and background tasks. ``agents``: only theirs (a node
-    taking agents over from a dead one recovers each as it takes it, RFC 0008)."""
+    taking agents over from a dead one recovers each as it takes it, RFC 0008). ``tasks=False``:
+    the turn only (a turn that met a lost database, while this process's tasks still run)."""
     report = RecoveryReport()
     for agent in store.agents():
         if agents is not None and agent.agent_id not in agents:
@@ -222,7 +223,7 @@ def recover(store: Store, *, agents: Collection[str] | None = None) -> RecoveryR
         if agent.current_turn_id is not None:
             _stop_turn_commands(store, agent)
             _recover_turn(store, agent, report)
-    for task in store.tasks(status="running") + store.tasks(status="pending"):
+    for task in store.tasks(status="running") + store.tasks(status="pending") if tasks else []:
         if agents is not None and task.agent_id not in agents:
             continue
         if task.kind == "child_agent":

@@ -342,6 +342,22 @@ class TaskManager:
             ended.append(task.task_id)
         return ended
 
+    def drop_agent(self, agent_id: str) -> list[str]:
+        """Kill every running task of an agent this process no longer owns (another node took it
+        over, RFC 0008) and forget them, recording nothing: this node may not append for the agent
+        any more (the database would refuse it), and the new owner's recovery reports the tasks
+        interrupted. Returns their ids."""
+        ended = []
+        for task in [t for t in self.running.values() if t.agent_id == agent_id]:
+            if task.watcher is not None:
+                task.watcher.cancel()
+            task.stopped = True
+            self._kill(task)
+            self.running.pop(task.task_id, None)
+            remove_task_files(self.tasks_dir, task.task_id)
+            ended.append(task.task_id)
+        return ended
+
     def _record_end(self, task: RunningTask, state: Literal["cancelled", "interrupted"], reason: str) -> None:
         """Record a task this manager ended itself (no ``on_done`` runs) and forget it."""
         self._append(

@@ -30,7 +30,7 @@ from typing import Any
 
 import psycopg
 
-from holon.errors import MigrationError
+from holon.errors import MigrationError, SchemaMismatch
 
 __all__ = [
     "LEDGER_LOCK",
@@ -282,8 +282,35 @@ def current_version(conn: Conn) -> int:
 def _check_not_newer(conn: Conn) -> None:
     have, latest = current_version(conn), latest_version()
     if have > latest:
-        raise MigrationError(
+        raise SchemaMismatch(
             f"the PostgreSQL database's schema v{have} is newer than this holon (v{latest}); upgrade holon"
+        )
+
+
+_OLDER_LIVE_NODES = """
+SELECT n.name, n.schema_version FROM nodes n
+WHERE n.schema_version < %s AND EXISTS (
+  SELECT 1 FROM pg_locks l
+  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended('holon.node:' || n.name, 0))
+ORDER BY n.name
+"""
+"""Nodes running code older than a migration, live: their name's session lock is held (the lock
+dies with the node's connection, so a crashed or stopped node does not count)."""
+
+
+def _check_no_older_nodes(conn: Conn, version: int) -> None:
+    """Refuse migration ``version`` while a live node runs older code (RFC 0008, "Schema
+    versions"): it would meet a schema it does not know. Stop-all-upgrade-start, or upgrade the
+    listed nodes first."""
+    if conn.execute("SELECT to_regclass('nodes')").fetchone() in (None, (None,)):
+        return  # before migration 2: no nodes
+    older = conn.execute(_OLDER_LIVE_NODES, (version,)).fetchall()
+    if older:
+        names = ", ".join(f"{name} (v{v})" for name, v in older)
+        raise SchemaMismatch(
+            f"migration {version} is due, but live nodes run an older holon: {names}; stop or upgrade them first"
         )
 
 
@@ -318,6 +345,7 @@ def migrate(conn: Conn, *, now_us: int, target: int | None = None, create: bool 
                 done = conn.execute("SELECT 1 FROM schema_migrations WHERE version = %s", (m.version,)).fetchone()
                 if done is not None:
                     continue
+                _check_no_older_nodes(conn, m.version)
                 for statement in m.statements:
                     conn.execute(statement)
                 conn.execute(

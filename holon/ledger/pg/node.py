@@ -11,6 +11,7 @@ daemon calls it off its event loop, ``holon.daemon.cluster``):
 * ``beat``: one heartbeat; returns the agents this node lost (not renewed: expired or taken over).
 * ``view``: the live nodes and every lease, read in one round trip each, for the spreading policy.
 * ``acquire``/``release``: one append transaction each, under the ledger lock.
+* ``lock_watch``: the ledger lock's watchdog, a thread of its own (``holon.ledger.pg.stall``).
 * ``fence_of``: the fence the engine sends with an append's rows (``PgEngine.fencer``): the tokens
   of the agents this node holds among them; ``FencedOut`` before anything is sent for one whose
   self-fencing deadline passed. Agents it does not hold are left out: the database then refuses
@@ -32,12 +33,14 @@ from dataclasses import dataclass
 
 import psycopg
 
-from holon.errors import FencedOut
+from holon.errors import FencedOut, StorageUnavailable
+from holon.ledger.pg.append import translated
 from holon.ledger.pg.connect import connect
 from holon.ledger.pg.fence import Fence
 from holon.ledger.pg.leases import Leases, Owner
 from holon.ledger.pg.migrations import latest_version
 from holon.ledger.pg.nodes import NodeInfo, claim, list_nodes, unclaim
+from holon.ledger.pg.stall import LockWatch
 
 __all__ = ["ClusterView", "NodeSession"]
 
@@ -110,6 +113,29 @@ class NodeSession:
             self.leases.heartbeat()
             return frozenset(before - set(self.leases.tokens))
 
+    def schema_ahead(self) -> str | None:
+        """The refusal when the database's schema moved past this code's (another node migrated it
+        while this one runs: RFC 0008, "Schema versions"), else ``None``; one indexed read."""
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise self._unclaimed()
+            with translated(conn, "the schema check"):
+                row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
+        have, mine = (int(str(row[0])) if row and row[0] is not None else 0), latest_version()
+        if have <= mine:
+            return None
+        return (
+            f"the database schema v{have} is newer than this holon (v{mine}): upgrade holon on node {self.name}; "
+            "it takes no more turns"
+        )
+
+    def lock_watch(self) -> LockWatch:
+        """The ledger lock's watchdog for this node (``holon.ledger.pg.stall``), not started: it
+        terminates any session that has held the ledger lock idle for half of ``lease_s`` (a client
+        frozen inside an append, which would stall every node), checked every sixth."""
+        return LockWatch(self.url, bound_s=self.lease_s / 2, every_s=self.lease_s / 6, timeout_s=self.timeout_s)
+
     def acquire(self, agent_id: str) -> int | None:
         with self._lock:
             return self.leases.acquire(agent_id)
@@ -127,7 +153,7 @@ class NodeSession:
         with self._lock:
             conn = self._conn
             if conn is None:
-                raise RuntimeError("NodeSession.claim first")
+                raise self._unclaimed()
             return ClusterView(tuple(list_nodes(conn)), tuple(self.leases.owners()))
 
     # --- acting as the owner --------------------------------------------------------------------
@@ -172,6 +198,13 @@ class NodeSession:
                     unclaim(self._conn, self.name)
             self._close_conn()
         return released
+
+    def _unclaimed(self) -> Exception:
+        """No connection: a bug before the first ``claim``; after one, the server was lost and the
+        heartbeat's ``claim`` has not reconnected yet (retryable, like any lost server)."""
+        if self.info is None:
+            return RuntimeError("NodeSession.claim first")
+        return StorageUnavailable(f"node {self.name} is reconnecting to PostgreSQL (its connection was lost)")
 
     def _close_conn(self) -> None:
         conn, self._conn = self._conn, None
