@@ -122,6 +122,26 @@ def test_cached_dialogue_functions_equal_the_plain_ones(text: str) -> None:
         assert dialogue.terms(text) == old
 
 
+_QUESTIONY = "ab ?\uff1f\u5417\u5462\u3002.\n\t\u3000\x1c\u4e00"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(_TEXTS), min_size=1, max_size=4).map(" ".join)
+    | st.text(max_size=80)
+    | st.text(alphabet=_QUESTIONY, max_size=12)
+    | st.text(alphabet="ab cd, e.f?\u4e00\u597d", max_size=40)
+)
+def test_issue18_step4_dialogue_shortcuts_equal_their_regexes(text: str) -> None:
+    """``is_question`` as an ``endswith`` and ``is_short`` counting at most seven words give the
+    answers of the regexes they were written as (issue 18, append step 4)."""
+    assert dialogue.is_question.__wrapped__(text) == bool(dialogue._QUESTION_END.search(text.strip()))
+    stripped = text.strip()
+    old_short = len(stripped) <= 12 if dialogue._CJK.search(stripped) else len(dialogue._WORDS.findall(stripped)) <= 6
+    assert dialogue.is_short.__wrapped__(text) == old_short
+    assert dialogue.sentences(text) == [x.strip() for x in dialogue._SENTENCE.findall(text) if x.strip()]
+
+
 def test_rows_replay_leaves_undecoded_would_change_nothing(tmp_path: Path) -> None:
     """Folding only the events ``needs_decoding`` lets through gives every state the full fold gives,
     and it does skip some (tool calls inside an open episode draft)."""

@@ -115,33 +115,48 @@ _QUESTION_END = re.compile("(\\?|\uff1f|\u5417[\u3002.]?|\u5462[\u3002.]?)\\s*$"
 
 
 def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+    return list(_sentences(text))
+
+
+@functools.lru_cache(maxsize=1024)  # pure: a reply is split by ``proposal_of``, ``question_of`` and ``settles``
+def _sentences(text: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in _SENTENCE.findall(text) if s.strip())
+
+
+#: What ``_QUESTION_END`` matches at the end of a stripped text: the same test as one ``endswith``.
+_QUESTION_ENDINGS = ("?", "\uff1f", "\u5417", "\u5417\u3002", "\u5417.", "\u5462", "\u5462\u3002", "\u5462.")
 
 
 @functools.lru_cache(maxsize=4096)  # pure: asked of the same text several times per event
 def is_question(text: str) -> bool:
-    return bool(_QUESTION_END.search(text.strip()))
+    # ``_QUESTION_END.search`` tries every position of the text; on a stripped text (no trailing
+    # whitespace, so ``\s*$`` is the end) its matches are exactly these endings.
+    return text.strip().endswith(_QUESTION_ENDINGS)
 
 
 @functools.lru_cache(maxsize=4096)  # pure: asked of the same text several times per event
 def question_of(reply: str) -> str | None:
     """The last question the assistant asked in ``reply``, if any."""
-    asked = [s for s in sentences(reply) if is_question(s)]
+    asked = [s for s in _sentences(reply) if is_question(s)]
     return asked[-1] if asked else None
 
 
 _WORDS = re.compile(r"\w+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 SHORT_WORDS = 6
+# Possessive and anchored at a word start: linear in the text, whatever its words.
+_LONGER = re.compile(rf"\b\w++(?:\W++\w++){{{SHORT_WORDS}}}", re.UNICODE)
 
 
 @functools.lru_cache(maxsize=4096)  # pure: asked of the same text several times per event
 def is_short(text: str) -> bool:
     """Too short to stand on its own ("yes", "the second one", "好的"): it answers what came before."""
     text = text.strip()
-    if _CJK.search(text):
+    if not text.isascii() and _CJK.search(text):  # the CJK ranges hold no ASCII character
         return len(text) <= 12
-    return len(_WORDS.findall(text)) <= SHORT_WORDS
+    # More than ``SHORT_WORDS`` runs of ``\w`` exist exactly when one search finds that many + 1
+    # separated by non-word characters: the answer of counting every word, without the list.
+    return _LONGER.search(text) is None
 
 
 @functools.lru_cache(maxsize=4096)  # pure: asked of the same text several times per event
@@ -229,7 +244,7 @@ _OPTIONS = re.compile(r"\b(or|either|option|choose|which)\b|还是|或者|哪个
 @functools.lru_cache(maxsize=4096)  # pure: asked of the same text several times per event
 def proposal_of(reply: str) -> str | None:
     """What the assistant proposed in ``reply``: the last sentence offering a choice or a plan."""
-    said = sentences(reply)
+    said = _sentences(reply)
     found = [i for i, s in enumerate(said) if _PROPOSAL.search(s) or (is_question(s) and _OPTIONS.search(s))]
     if not found:
         return None
@@ -292,7 +307,7 @@ def settles(text: str, last_reply: str | None) -> Settled | None:
     if last_reply and reaction(stripped) == "accept" and is_short(stripped):
         # An explicit yes accepts what the assistant put forward: its proposal, or failing a cue
         # ("Frankfurt looks best to me: ..."), what it said last.
-        said = sentences(last_reply)
+        said = _sentences(last_reply)
         accepted = proposal or (" ".join(said[-2:]) if said else None)
         if accepted:
             return Settled("decision", "assistant", accepted)

@@ -152,7 +152,7 @@ def flat_excerpt(value: ev.LargeText | None, n: int) -> str:
 
 def _operator_text(event: Event) -> str | None:
     p = event.payload
-    if isinstance(p, ev.MessageReceived) and event.authority == "operator":
+    if type(p) is ev.MessageReceived and event.authority == "operator":
         return p.text if isinstance(p.text, str) else p.text.preview
     return None
 
@@ -191,11 +191,11 @@ def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str,
     the thread stays: an idle gap)."""
     p = event.payload
     now = s.thread or f"conv:{event.seq}"
-    moving = isinstance(p, ev.WorkItemPicked) or (isinstance(p, ev.WorkItemOpened) and p.activate)
+    moving = type(p) is ev.WorkItemPicked or (type(p) is ev.WorkItemOpened and p.activate)
     target = p.work_item_id if moving and isinstance(p, ev.WorkItemPicked | ev.WorkItemOpened) else None
     if target is not None:
         return target, "work_switched", False
-    if isinstance(p, ev.TurnStarted):
+    if type(p) is ev.TurnStarted:
         if event.work_item_id is not None:
             return event.work_item_id, "work_switched", False
         if not now.startswith("conv:"):
@@ -223,25 +223,28 @@ def _next_thread(s: EpisodeDrafts, event: Event, said: str | None) -> tuple[str,
     return now, "idle_gap" if idle else "", idle
 
 
-def _key_points(s: EpisodeDrafts, event: Event, said: str, thread: str, moved: bool) -> list[KeyPoint]:
-    """The key points after an operator message: what it settles, and what it supersedes."""
+def _key_points(
+    s: EpisodeDrafts, points: list[KeyPoint], event: Event, said: str, thread: str, moved: bool
+) -> list[KeyPoint]:
+    """The key points (``points``, the drafts' as far as this event went) after an operator
+    message: what it settles, and what it supersedes."""
     # A message that moves to another thread ("ok, now the newsletter") accepts nothing of the
     # reply before it: its "ok" turns the page.
     reply = None if moved else s.last_reply or None
     found = dialogue.settles(said, reply)
     if found is None:
-        active = [k.text for k in s.key_points if k.superseded_by is None and k.thread == thread]
+        active = [k.text for k in points if k.superseded_by is None and k.thread == thread]
         if dialogue.revises(said, active):
             found = dialogue.Settled("decision", "operator", said.strip())
     if found is None and not moved:
         found = dialogue.carried_on(said, reply)
     if found is None:
-        return s.key_points
+        return points
     point = KeyPoint(
         seq=event.seq, text=_short(found.text, 240), thread=thread, kind=found.kind, speaker=found.speaker,
         source_seq=s.last_reply_seq if found.speaker == "assistant" else None, explicit=found.explicit,
     )  # fmt: skip
-    return _add_point(s.key_points, point)
+    return _add_point(points, point)
 
 
 def _add_point(key_points: list[KeyPoint], point: KeyPoint) -> list[KeyPoint]:
@@ -321,12 +324,12 @@ def _remember(
     # longer what the operator's next message answers (nor a proposal it could accept).
     up_state: dict[str, Any] = {"last_reply": ""} if thread != s.thread and said is None else {}
     if said is not None:
-        points = _key_points(s.model_copy(update={"key_points": points}), event, said, thread, thread != s.thread)
+        points = _key_points(s, points, event, said, thread, thread != s.thread)
         up_state = {
             "vocabularies": _learn(s, thread, said), "last_reply": "", "last_reply_seq": None,
             "last_said": _short(said, 600), "last_said_seq": event.seq,
         }  # fmt: skip
-    elif isinstance(p, ev.TurnSettled) and not p.requeue and p.outcome != "interrupted":
+    elif type(p) is ev.TurnSettled and not p.requeue and p.outcome != "interrupted":
         reply = ("" if p.reply is None else p.reply if isinstance(p.reply, str) else p.reply.preview)[:_READ]
         up_state = {
             "vocabularies": _learn(s, thread, reply), "last_reply": _short(reply, 600), "last_reply_seq": event.seq,
@@ -363,11 +366,11 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
     """
     if ignores(state, event.type):
         return state  # read from the range when sealing
-    p = event.payload
-    if not isinstance(p, EpisodeEvent):
+    if event.type not in EPISODE_TYPES:
         return state
+    p = event.payload
     s = state if state is not None else EpisodeDrafts(agent_id=event.agent_id)
-    if isinstance(p, ev.EpisodeSealed):
+    if type(p) is ev.EpisodeSealed:
         ready = [d for d in s.ready if d.seq_start != p.seq_start]
         return s.model_copy(update={"ready": ready}) if len(ready) != len(s.ready) else state
     said = _operator_text(event)
@@ -380,7 +383,7 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
         s, points = _change_thread(s, cur, event, thread, boundary or "work_switched", points)
     elif idle:
         s = _close(s, boundary, event.seq - 1)
-    if isinstance(p, ev.TurnStarted) and thread != s.thread:
+    if type(p) is ev.TurnStarted and thread != s.thread:
         # A turn's inputs are instructions for the thread the turn runs in (e.g. the first turn
         # after a work item completed), not for the thread that was current when they arrived.
         # An accepted proposal stays with the thread of the reply that made it.
@@ -393,18 +396,18 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
     up_state, points = _remember(s, event, said, thread, points)
     d = s.current or Draft(seq_start=event.seq, thread=thread, last_us=event.ts_us)
     up: dict[str, Any] = {"thread": thread}
-    if said is not None or isinstance(p, ev.TurnSettled):
+    if said is not None or type(p) is ev.TurnSettled:
         up["last_us"] = event.ts_us
-    if isinstance(p, ev.TurnSettled):
+    if type(p) is ev.TurnSettled:
         up["turns"] = d.turns + 1
-    if isinstance(p, ev.TurnStarted):
+    if type(p) is ev.TurnStarted:
         up.update(turn_id=p.turn_id, turn_seq=event.seq, turn_inputs=list(p.inputs))
         if d.first_turn_seq is None:
             up["first_turn_seq"] = event.seq
     # Only a work item the agent moves to labels the draft: one opened for later does not.
-    moved = isinstance(p, ev.WorkItemPicked) or (isinstance(p, ev.WorkItemOpened) and p.activate)
+    moved = type(p) is ev.WorkItemPicked or (type(p) is ev.WorkItemOpened and p.activate)
     work_item = p.work_item_id if moved and isinstance(p, ev.WorkItemOpened | ev.WorkItemPicked) else None
-    if isinstance(p, ev.TurnStarted) and event.work_item_id is not None:
+    if type(p) is ev.TurnStarted and event.work_item_id is not None:
         work_item = event.work_item_id
     if work_item is not None:
         up["work_item_id"] = work_item
@@ -415,11 +418,11 @@ def apply_episode_drafts(state: EpisodeDrafts | None, event: Event) -> EpisodeDr
         }
     )  # fmt: skip
     # Boundaries that end the episode with this event.
-    if isinstance(p, ev.WorkItemCompleted):
+    if type(p) is ev.WorkItemCompleted:
         s = _close(s, "work_item_completed", event.seq)
-    elif isinstance(p, ev.WaitRegistered):
+    elif type(p) is ev.WaitRegistered:
         s = _close(s, "wait_began", event.seq)
-    elif isinstance(p, ev.TurnSettled) and s.current is not None and s.current.turns >= TURN_CAP:
+    elif type(p) is ev.TurnSettled and s.current is not None and s.current.turns >= TURN_CAP:
         s = _close(s, "turn_cap", event.seq)
     return s
 
@@ -430,10 +433,10 @@ def consumed_inputs(events: Sequence[Event]) -> set[int]:
     out: set[int] = set()
     for e in events:
         p = e.payload
-        if isinstance(p, ev.TurnStarted):
+        if type(p) is ev.TurnStarted:
             taken[p.turn_id] = list(p.inputs)
             out.update(p.inputs)
-        elif isinstance(p, ev.TurnSettled) and (p.requeue or p.outcome == "interrupted"):  # as the agent reducer
+        elif type(p) is ev.TurnSettled and (p.requeue or p.outcome == "interrupted"):  # as the agent reducer
             out.difference_update(taken.get(p.turn_id, ()))
     return out
 
@@ -456,42 +459,46 @@ def _content(events: Sequence[Event]) -> dict[str, Any]:
     turns, tool_calls = 0, 0
     for e in events:
         p = e.payload
-        match p:
-            case ev.MessageReceived() if e.authority == "operator" and e.seq in consumed:
-                if len(excerpts) < _EXCERPTS:
-                    excerpts.append((_short(p.text, 160), e.seq))
-            case ev.TurnSettled():
-                turns += 1
-                if p.reply is not None:
-                    last_reply = (_short(p.reply, 300), e.seq)
-            case ev.ToolCalled():
-                tool_calls += 1
-                if p.tool == "run_command" and isinstance(p.arguments, str):
-                    try:
-                        command = json.loads(p.arguments).get("command")
-                    except (ValueError, AttributeError):
-                        command = None
-                    if isinstance(command, str):
-                        commands[p.call_id] = {"command": command[:160], "exit_code": None}
-                        command_src[p.call_id] = [e.seq]
-            case ev.ToolResulted() if p.call_id in commands:
+        # ``type(p) is``, not a ``match`` of class patterns: each failed pattern is an ABC
+        # ``isinstance`` (pydantic's metaclass), and this loop runs over a whole episode per seal.
+        # Any other event (or case) adds nothing to the summary.
+        if type(p) is ev.MessageReceived:
+            if e.authority == "operator" and e.seq in consumed and len(excerpts) < _EXCERPTS:
+                excerpts.append((_short(p.text, 160), e.seq))
+        elif type(p) is ev.TurnSettled:
+            turns += 1
+            if p.reply is not None:
+                last_reply = (_short(p.reply, 300), e.seq)
+        elif type(p) is ev.ToolCalled:
+            tool_calls += 1
+            if p.tool == "run_command" and isinstance(p.arguments, str):
+                try:
+                    command = json.loads(p.arguments).get("command")
+                except (ValueError, AttributeError):
+                    command = None
+                if isinstance(command, str):
+                    commands[p.call_id] = {"command": command[:160], "exit_code": None}
+                    command_src[p.call_id] = [e.seq]
+        elif type(p) is ev.ToolResulted:
+            if p.call_id in commands:
                 found = _EXIT.match(_short(p.output, 40))
                 commands[p.call_id]["exit_code"] = int(found.group(1)) if found else None
                 command_src[p.call_id].append(e.seq)
-            case ev.TaskCreated() if isinstance(p.spec.get("command"), str):
+        elif type(p) is ev.TaskCreated:
+            if isinstance(p.spec.get("command"), str):
                 commands[p.task_id] = {"command": str(p.spec["command"])[:160], "exit_code": None}
                 command_src[p.task_id] = [e.seq]
-            case ev.TaskResulted() if p.task_id in commands:
+        elif type(p) is ev.TaskResulted:
+            if p.task_id in commands:
                 commands[p.task_id]["exit_code"] = p.exit_code
                 command_src[p.task_id].append(e.seq)
-            case ev.FileTouched() if p.path not in files:
+        elif type(p) is ev.FileTouched:
+            if p.path not in files:
                 files[p.path] = e.seq
-            case ev.DecisionRecorded():
-                decisions.append((_short(p.text, 200), e.seq))
-            case ev.FollowUpChanged() if p.op == "add" and p.text:
-                follow_ups.append((_short(p.text, 200), e.seq))
-            case _:
-                pass  # a summary, not a fold: any other event (or case) adds nothing to it
+        elif type(p) is ev.DecisionRecorded:
+            decisions.append((_short(p.text, 200), e.seq))
+        elif type(p) is ev.FollowUpChanged and p.op == "add" and p.text:
+            follow_ups.append((_short(p.text, 200), e.seq))
     return {
         "excerpts": excerpts,
         "commands": [(c, command_src[k]) for k, c in commands.items()][-_KEEP:],

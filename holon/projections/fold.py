@@ -263,6 +263,9 @@ def working_memory_view(wm: WorkingMemory | None, item: WorkItemState | None) ->
     return dict(sorted(base.items()))
 
 
+#: Event types after which a draft may be ready to seal (``_seal_ready``).
+_SEALING = EPISODE_TYPES - {"episode.sealed"}
+
 RangeReader = Callable[[str, int, int], list[Event]]
 """(agent id, first seq, last seq) -> that agent's events in the range, in order."""
 
@@ -323,11 +326,17 @@ def _seal_ready(
 ) -> list[NewEvent]:
     """An ``episode.sealed`` event for every draft that reached a boundary in ``events``."""
     out: list[NewEvent] = []
-    for agent in dict.fromkeys(e.agent_id for e in events if e.type in EPISODE_TYPES and e.type != "episode.sealed"):
-        turn_id = next((e.turn_id for e in reversed(events) if e.agent_id == agent and e.turn_id), None)
+    # This runs after every append, and most appends make nothing ready: a plain loop, and the
+    # agent's drafts looked at before anything else (generators cost more than the check).
+    agents: dict[str, None] = {}
+    for e in events:
+        if e.type in _SEALING:
+            agents[e.agent_id] = None
+    for agent in agents:
         drafts = states.get(("episode_drafts", agent))
-        if not isinstance(drafts, EpisodeDrafts):
+        if not isinstance(drafts, EpisodeDrafts) or not drafts.ready:
             continue
+        turn_id = next((e.turn_id for e in reversed(events) if e.agent_id == agent and e.turn_id), None)
         for d in drafts.ready:
             item = states.get(("work_item", d.work_item_id)) if d.work_item_id else None
             assert d.seq_end is not None
