@@ -11,11 +11,17 @@ re-keying mimicked; seals read their range from the decoded events). CPU time, c
 same states (``state_json``) and the same derived payloads.
 """
 
-import importlib.util, sys, time, statistics, collections
+import collections
+import importlib.util
+import os
+import statistics
+import sys
+import time
 from pathlib import Path
+
 import holon.projections as pkg
-from holon.config import HomePaths, Settings
 from holon.clock import SystemClock
+from holon.config import HomePaths, Settings
 from holon.projections import Store
 
 BASE = Path(sys.argv[1])
@@ -115,6 +121,4 @@ same_states = o_st.keys() == n_st.keys() and all(
 )
 same_out = [x.payload.model_dump_json() for x in o_out] == [x.payload.model_dump_json() for x in n_out]
 print("events", n, "derived", len(n_out), "same states", same_states, "same derived", same_out)
-import os
-
 print("load", os.getloadavg())

@@ -13,8 +13,15 @@ each event. Two trees that fold alike write the same file. ``PYTHONHASHSEED`` mu
 can go either way with the process's string hashes (see step 4).
 """
 
-import hashlib, itertools, random, sys, tempfile
+import glob
+import hashlib
+import itertools
+import random
+import sqlite3
+import sys
+import tempfile
 from pathlib import Path
+
 from holon.bench import workload
 from holon.clock import FakeClock
 from holon.config import HomePaths, LedgerSettings, Settings
@@ -28,10 +35,30 @@ N = int(sys.argv[2])
 settings = Settings(ledger=LedgerSettings.model_validate({"synchronous": "NORMAL"}))
 tmp = Path(tempfile.mkdtemp(prefix="golden-"))
 
-VOCAB = (
-    "ledger projection agent episode budget release monday friday palette blue invoice report "
-    "deploy staging cache query newsletter salary remote hiring offsite venue"
-).split()
+VOCAB = [
+    "ledger",
+    "projection",
+    "agent",
+    "episode",
+    "budget",
+    "release",
+    "monday",
+    "friday",
+    "palette",
+    "blue",
+    "invoice",
+    "report",
+    "deploy",
+    "staging",
+    "cache",
+    "query",
+    "newsletter",
+    "salary",
+    "remote",
+    "hiring",
+    "offsite",
+    "venue",
+]
 CUES = [
     "yes",
     "ok",
@@ -81,7 +108,7 @@ def sentence(rng):
     s = " ".join(parts)
     if rng.random() < 0.2:
         s = "".join(rng.choice("发布周一预算团队报告缓存部署的了") for _ in range(rng.randint(2, 12))) + s
-    return s + rng.choice(["", ".", "?", "!", "。", "？", "吗"])
+    return s + rng.choice(["", ".", "?", "!", "。", "？", "吗"])  # noqa: RUF001 (Chinese punctuation on purpose)
 
 
 def text(rng):
@@ -163,7 +190,6 @@ for item in conv:
     clock.advance(us=1000)
 flush()
 s.write_projections()
-import glob, sqlite3
 
 con = sqlite3.connect(glob.glob(str(tmp / "h" / "**" / "*.db"), recursive=True)[0])
 with open(OUT, "w") as f:

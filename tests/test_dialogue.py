@@ -3,6 +3,8 @@ belongs and what it settles, in English and Chinese, with and without marker wor
 
 from __future__ import annotations
 
+import math
+import random
 import re
 
 from hypothesis import given, settings
@@ -160,3 +162,19 @@ def test_every_cue_alternative_passes_its_needles() -> None:
         for text in (sample, f"So, {sample}.", f"x_{sample}", f"{sample}_x", f"({sample})"):
             for name, cue in _CUES.items():
                 assert bool(cue.search(text)) == bool(cue.pattern.search(text)), (name, text)
+
+
+@given(st.lists(st.integers(min_value=1, max_value=40), min_size=2, max_size=30, unique=True), st.randoms())
+def test_a_threads_score_does_not_depend_on_the_order_of_its_terms(counts: list[int], rnd: random.Random) -> None:
+    """A set's iteration order follows the process's string hashing: the score of the terms two
+    threads share must be the same float in any order, or a replay under another PYTHONHASHSEED
+    can split a near tie the other way (it did, with a plain ``sum``)."""
+    from holon.projections.dialogue import _score
+
+    weight = {f"w{n}": 1.0 / n for n in counts}
+    terms = list(weight)
+    first = _score(frozenset(terms), weight)
+    for _ in range(5):
+        rnd.shuffle(terms)
+        assert math.fsum(weight[t] for t in terms) == first
+        assert _score(frozenset(terms), weight) == first

@@ -24,6 +24,7 @@ English and Chinese are covered alike; scripts without spaces are compared by ch
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -460,6 +461,13 @@ def _weights(others: Sequence[frozenset[str]], current: frozenset[str]) -> dict[
     return {w: 1.0 / n for w, n in count.items()}
 
 
+def _score(shared: frozenset[str], weight: dict[str, float]) -> float:
+    """The weights of the shared terms, summed exactly (``math.fsum``): a set's order follows the
+    process's string hashing, and a plain float sum in that order made near ties between threads
+    come out differently under another ``PYTHONHASHSEED`` (a replay in a new process differed)."""
+    return math.fsum(weight[w] for w in shared)
+
+
 def _units(said: frozenset[str]) -> float:
     """How much content ``said`` carries: a word counts 1, a bigram of an unsegmented script half
     (a Chinese clause yields a bigram per character, about two per word)."""
@@ -504,10 +512,10 @@ def next_move(
     ):
         return Move("stay", why="a short reply answers the message before it")
     weight = _weights([p for _t, p in others], current)
-    here = sum(weight[w] for w in said & current)
+    here = _score(said & current, weight)
     best_thread, best, best_shared = None, 0.0, frozenset[str]()
     for thread, profile in others:
-        score = sum(weight[w] for w in said & profile)
+        score = _score(said & profile, weight)
         if score >= best:  # the newest thread wins a tie
             best_thread, best, best_shared = thread, score, said & profile
     # An answer to the assistant's question goes back to another thread only on clear evidence:

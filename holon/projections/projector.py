@@ -35,7 +35,7 @@ from holon.projections.state import State
 __all__ = ["CURSOR_NAME", "PROJECTOR_VERSION", "Projector", "load_state"]
 
 #: Bump when a reducer changes what it produces: every home rebuilds its projections on open.
-PROJECTOR_VERSION = 15
+PROJECTOR_VERSION = 16
 CURSOR_NAME = "projections"
 
 _UPSERT = (
