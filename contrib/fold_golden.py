@@ -8,9 +8,8 @@ question cues, English and Chinese, work items opened now and then, idle gaps) t
 with a fake clock, and writes to OUT every event's (seq, type, agent, turn, episode, work item,
 payload bytes) - derived ``working_memory.delta`` and ``episode.sealed`` events included - every
 projection row, the cursor, and the hash of every state a pure fold of the ledger changes, after
-each event. Two trees that fold alike write the same file. ``PYTHONHASHSEED`` must be fixed:
-``dialogue.next_move`` sums float weights over set intersections, so a near tie between threads
-can go either way with the process's string hashes (see step 4).
+each event. Two trees that fold alike write the same file. Any ``PYTHONHASHSEED`` gives the same file since ``dialogue._score``
+sums with ``math.fsum`` (before it, a near tie between threads followed the string hashes: step 4).
 """
 
 import glob
