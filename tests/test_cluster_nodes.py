@@ -216,11 +216,14 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
             return all(owners.get(ids[name]) == (node, True) for node, names in by_node.items() for name in names)
 
         wait_for("agents spread over both nodes", spread, timeout=30)
-        status = a.status()["cluster"]
-        assert {n["name"] for n in status["nodes"] if n["live"]} == {"a", "b"}
-        assert {o["agent"]: o["node"] for o in status["owners"]} == {
-            name: node for node, names in by_node.items() for name in names
-        }
+        expected = {name: node for node, names in by_node.items() for name in names}
+
+        def status_shows_spread() -> bool:  # the status is a's last scan's view, up to a scan behind the database
+            status = a.status()["cluster"]
+            live = {n["name"] for n in status["nodes"] if n["live"]}
+            return live == {"a", "b"} and {o["agent"]: o["node"] for o in status["owners"]} == expected
+
+        wait_for("a's status shows the spread", status_shows_spread, timeout=10)
 
         shown = _holon(home_a, "daemon", "status", env=env)
         assert shown.returncode == 0, shown
