@@ -271,3 +271,39 @@ def test_a_turn_fenced_out_by_the_nodes_own_deadline_gives_the_agent_up_for_a_ne
         assert time.monotonic() < deadline, "the lease of a fenced-out turn's agent was kept alive"
         time.sleep(0.02)
     assert a.acquire(x) == 2  # a new token: the taker's recovery settles the open turn
+
+
+def test_an_agent_being_taken_is_not_run_until_its_recovery_is_done(
+    node_store: Callable[[], Store], sessions: Callable[..., NodeSession]
+) -> None:
+    """Regression (found by the chaos test): the lease was held (``owns`` true) while ``acquire``
+    returned in its thread, so the watcher started a turn before ``_took``'s recovery, which then
+    settled that running turn ``interrupted`` and re-queued its inputs: answered twice."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from holon.daemon.cluster import Cluster
+
+    store = node_store()
+    x = _agent(store, "x")
+    a = sessions("a")
+    a.claim()
+    store.ledger.engine.fencer = a.fence_of  # type: ignore[attr-defined]  # PgEngine's
+    seen: dict[str, bool] = {}
+    woken: list[str] = []
+    stub = SimpleNamespace(
+        active_run=lambda agent_id: None, is_running=lambda agent_id: False, running=False, draining=False,
+        accepting=True, wake=woken.append, clock=FakeClock(),
+    )  # fmt: skip
+    node = Cluster(a, store, host=stub, wakes=stub, timers=stub, firing=stub, phase=stub)  # type: ignore[arg-type]
+    acquire = a.acquire
+
+    def acquire_and_look(agent_id: str) -> int | None:
+        token = acquire(agent_id)
+        seen["owns_before_recovery"] = node.owns(agent_id)  # what the watcher would see now
+        return token
+
+    a.acquire = acquire_and_look  # type: ignore[method-assign]
+    todo = asyncio.run(node.scan_once())
+    assert todo.acquire == (x,) and seen == {"owns_before_recovery": False}
+    assert node.owns(x) and woken == [x]  # recovered, then woken: now it runs

@@ -132,12 +132,17 @@ class Cluster:
         self.taken = 0
         self.lost = 0
         self.last_error: str | None = None
+        self._taking: set[str] = set()
+        """Agents being acquired and recovered: not this node's to run yet. Without it the watcher
+        started a turn as soon as the lease was held, and the recovery that followed settled that
+        very turn ``interrupted`` as the previous owner's, re-queueing inputs the running turn then
+        answered too (answered twice; found by the chaos test)."""
 
     def owns(self, agent_id: str) -> bool:
-        return self.session.holds(agent_id)
+        return agent_id not in self._taking and self.session.holds(agent_id)
 
     def owned(self) -> list[str]:
-        return [a for a in self.session.held() if self.session.holds(a)]
+        return [a for a in self.session.held() if self.owns(a)]
 
     # --- start and stop -------------------------------------------------------------------------
 
@@ -215,9 +220,13 @@ class Cluster:
         agents = [a.agent_id for a in self.store.agents()]
         todo = plan(self.name, agents, live=live, owners=owners, busy=busy)
         for agent_id in todo.acquire:
-            token = await asyncio.to_thread(self.session.acquire, agent_id)
-            if token is not None:
-                await self._took(agent_id, token)
+            self._taking.add(agent_id)
+            try:
+                token = await asyncio.to_thread(self.session.acquire, agent_id)
+                if token is not None:
+                    await self._took(agent_id, token)
+            finally:
+                self._taking.discard(agent_id)
         for agent_id in todo.release:
             if self.host.is_running(agent_id):
                 continue  # between turns only
