@@ -6,6 +6,7 @@ session (name claim, heartbeat, reconnect)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -242,3 +243,73 @@ def test_a_daemon_without_a_node_name_is_refused_once_nodes_leased_the_agents(
     assert a.acquire(x) == 1
     with pytest.raises(ConfigError, match="run this daemon as a node too: holon serve --node NAME"):
         build_daemon(store, resolver=lambda agent: None)  # type: ignore[arg-type,return-value]
+
+
+def test_a_turn_fenced_out_by_the_nodes_own_deadline_gives_the_agent_up_for_a_new_token(
+    node_store: Callable[[], Store], sessions: Callable[..., NodeSession]
+) -> None:
+    """Regression (found by the chaos test): a turn stopped on ``FencedOut`` by the node's own
+    deadline (its heartbeat late on a loaded machine) was left open for "the next owner", but the
+    late heartbeat then renewed the same lease, so no next owner ever came: the turn stayed
+    unsettled and its inputs unanswered. ``Cluster.fenced_out`` (``AgentHost.on_fenced``) forgets
+    the agent: its lease is not renewed, expires, and is taken with a new token (whose taker runs
+    the recovery that settles the turn)."""
+    from types import SimpleNamespace
+
+    from holon.daemon.cluster import Cluster
+
+    store = node_store()
+    x = _agent(store, "x")
+    a = sessions("a", lease_s=0.6)
+    a.claim()
+    store.ledger.engine.fencer = a.fence_of  # type: ignore[attr-defined]  # PgEngine's
+    assert a.acquire(x) == 1
+    a.leases.deadlines[x] = 0.0  # the heartbeat came late: past the node's own deadline
+    with pytest.raises(FencedOut, match="deadline"):
+        store.append(_turn(x, 1, "a"))
+    stub = SimpleNamespace(active_run=lambda agent_id: None, running=False)
+    node = Cluster(a, store, host=stub, wakes=stub, timers=stub, firing=stub, phase=stub)  # type: ignore[arg-type]
+    node.fenced_out(x)
+    assert x not in a.held()
+    deadline = time.monotonic() + 10
+    while x not in a.leases.expired():
+        assert a.beat() == frozenset()  # the late heartbeats do not renew it any more
+        assert time.monotonic() < deadline, "the lease of a fenced-out turn's agent was kept alive"
+        time.sleep(0.02)
+    assert a.acquire(x) == 2  # a new token: the taker's recovery settles the open turn
+
+
+def test_an_agent_being_taken_is_not_run_until_its_recovery_is_done(
+    node_store: Callable[[], Store], sessions: Callable[..., NodeSession]
+) -> None:
+    """Regression (found by the chaos test): the lease was held (``owns`` true) while ``acquire``
+    returned in its thread, so the watcher started a turn before ``_took``'s recovery, which then
+    settled that running turn ``interrupted`` and re-queued its inputs: answered twice."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from holon.daemon.cluster import Cluster
+
+    store = node_store()
+    x = _agent(store, "x")
+    a = sessions("a")
+    a.claim()
+    store.ledger.engine.fencer = a.fence_of  # type: ignore[attr-defined]  # PgEngine's
+    seen: dict[str, bool] = {}
+    woken: list[str] = []
+    stub = SimpleNamespace(
+        active_run=lambda agent_id: None, is_running=lambda agent_id: False, running=False, draining=False,
+        accepting=True, wake=woken.append, clock=FakeClock(),
+    )  # fmt: skip
+    node = Cluster(a, store, host=stub, wakes=stub, timers=stub, firing=stub, phase=stub)  # type: ignore[arg-type]
+    acquire = a.acquire
+
+    def acquire_and_look(agent_id: str) -> int | None:
+        token = acquire(agent_id)
+        seen["owns_before_recovery"] = node.owns(agent_id)  # what the watcher would see now
+        return token
+
+    a.acquire = acquire_and_look  # type: ignore[method-assign]
+    todo = asyncio.run(node.scan_once())
+    assert todo.acquire == (x,) and seen == {"owns_before_recovery": False}
+    assert node.owns(x) and woken == [x]  # recovered, then woken: now it runs

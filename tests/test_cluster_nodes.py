@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers.cluster import events, no_turn_on_two_nodes
 from helpers.pg import PgDatabase
 from helpers.turn_cli import REPO, cli_env, holon_argv
 from helpers.wait import wait_for
@@ -160,19 +161,6 @@ def _up(node: Node) -> bool:
     return info.get("state") == "running" and bool(api) and not api.endswith(":0")  # the bound port
 
 
-def _events(url: str, types: tuple[str, ...] = ()) -> list[tuple[int, str, str, str | None, str, dict[str, Any]]]:
-    """(seq, type, agent_id, turn_id, origin, payload) of the shared ledger, in order."""
-    from holon.ledger.pg.connect import connect
-
-    where = "WHERE type = ANY(%s)" if types else ""
-    with connect(url) as conn:
-        rows = conn.execute(
-            f"SELECT seq, type, agent_id, turn_id, origin, payload FROM events {where} ORDER BY seq",
-            (list(types),) if types else (),
-        ).fetchall()
-    return [(int(s), str(t), str(a), tu, str(o), json.loads(p)) for s, t, a, tu, o, p in rows]
-
-
 def _owners(url: str) -> dict[str, tuple[str, bool]]:
     from holon.ledger.pg.connect import connect
 
@@ -181,41 +169,16 @@ def _owners(url: str) -> dict[str, tuple[str, bool]]:
     return {str(a): (str(n), bool(live)) for a, n, live in rows}
 
 
-def _no_turn_on_two_nodes(url: str) -> int:
-    """The ledger's own proof (module docstring); returns how many turns were checked."""
-    owner: dict[str, str] = {}  # agent -> node of its latest lease.acquired
-    turn_node: dict[str, str] = {}  # turn -> node that started it
-    turn_owner_changed: set[str] = set()
-    open_turns: dict[str, set[str]] = {}  # agent -> turns started and not settled
-    for _seq, type_, agent, turn, origin, payload in _events(url):
-        if type_ == "lease.acquired":
-            if owner.get(agent) not in (None, payload["node"]):
-                turn_owner_changed |= open_turns.get(agent, set())
-            owner[agent] = payload["node"]
-        elif type_ == "turn.started":
-            assert payload["node"] == owner.get(agent), (turn, payload, owner.get(agent))
-            turn_node[turn] = payload["node"]
-            open_turns.setdefault(agent, set()).add(turn)
-        elif turn is not None and turn in turn_owner_changed:
-            # after the owner changed, only the new owner's recovery writes to the old turn (and what
-            # the projector derives from that settlement in the same transaction)
-            recovery = origin == "runtime:recovery" and type_ in ("turn.settled", "tool.resulted")
-            assert recovery or origin == "runtime:projector", (type_, origin, turn)
-        if type_ == "turn.settled" and turn is not None:
-            open_turns.get(agent, set()).discard(turn)
-    return len(turn_node)
-
-
 def _answered(url: str, input_seq: int, agent_id: str) -> bool:
     """Whether a turn that took input ``input_seq`` settled ``completed``."""
     turns = {
         tu
-        for s, t, a, tu, _o, p in _events(url, ("turn.started",))
+        for s, t, a, tu, _o, p in events(url, ("turn.started",))
         if a == agent_id and input_seq in p.get("inputs", [])
     }
     return any(
         t == "turn.settled" and tu in turns and p["outcome"] == "completed"
-        for _s, t, _a, tu, _o, p in _events(url, ("turn.settled",))
+        for _s, t, _a, tu, _o, p in events(url, ("turn.settled",))
     )
 
 
@@ -254,11 +217,14 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
             return all(owners.get(ids[name]) == (node, True) for node, names in by_node.items() for name in names)
 
         wait_for("agents spread over both nodes", spread, timeout=30)
-        status = a.status()["cluster"]
-        assert {n["name"] for n in status["nodes"] if n["live"]} == {"a", "b"}
-        assert {o["agent"]: o["node"] for o in status["owners"]} == {
-            name: node for node, names in by_node.items() for name in names
-        }
+        expected = {name: node for node, names in by_node.items() for name in names}
+
+        def status_shows_spread() -> bool:  # the status is a's last scan's view, up to a scan behind the database
+            status = a.status()["cluster"]
+            live = {n["name"] for n in status["nodes"] if n["live"]}
+            return live == {"a", "b"} and {o["agent"]: o["node"] for o in status["owners"]} == expected
+
+        wait_for("a's status shows the spread", status_shows_spread, timeout=10)
 
         shown = _holon(home_a, "daemon", "status", env=env)
         assert shown.returncode == 0, shown
@@ -268,7 +234,7 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
         b_agent = by_node["b"][0]
         acked = a.post_input(b_agent, "hello from a's API")
         wait_for("b answers an input a acknowledged", lambda: _answered(url, acked["seq"], ids[b_agent]), timeout=30)
-        started = [p for _s, _t, ag, _tu, _o, p in _events(url, ("turn.started",)) if ag == ids[b_agent]]
+        started = [p for _s, _t, ag, _tu, _o, p in events(url, ("turn.started",)) if ag == ids[b_agent]]
         assert started and all(p["node"] == "b" for p in started)
 
         # Reply tracking on the node that does not run the turn: a's synchronous route waits for b's turn.
@@ -285,11 +251,9 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
         def timer_turns() -> list[str]:
             """The node of each turn that took one of the timer's inputs, in order."""
             inputs = {
-                s for s, _t, _a, _tu, o, _p in _events(url, ("message.received",)) if o == f"timer:{timer['timer_id']}"
+                s for s, _t, _a, _tu, o, _p in events(url, ("message.received",)) if o == f"timer:{timer['timer_id']}"
             }
-            return [
-                p["node"] for _s, _t, _a, _tu, _o, p in _events(url, ("turn.started",)) if inputs & set(p["inputs"])
-            ]
+            return [p["node"] for _s, _t, _a, _tu, _o, p in events(url, ("turn.started",)) if inputs & set(p["inputs"])]
 
         wait_for("the timer fires on b, its agent's owner", lambda: "b" in timer_turns(), timeout=30)
         assert set(timer_turns()) == {"b"}
@@ -301,7 +265,7 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
             "b's slow turn started",
             lambda: any(
                 ag == ids[by_node["b"][1]] and busy["seq"] in p["inputs"]
-                for _s, _t, ag, _tu, _o, p in _events(url, ("turn.started",))
+                for _s, _t, ag, _tu, _o, p in events(url, ("turn.started",))
             ),
             timeout=30,
         )
@@ -326,7 +290,7 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
         )
         settled = [
             (ag, p["outcome"], o)
-            for _s, _t, ag, _tu, o, p in _events(url, ("turn.settled",))
+            for _s, _t, ag, _tu, o, p in events(url, ("turn.settled",))
             if p["outcome"] != "completed"
         ]
         assert (ids[by_node["b"][1]], "interrupted", "runtime:recovery") in settled, settled
@@ -335,7 +299,7 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
         wait_for("the timer fires on a after the failover", lambda: timer_turns()[-1:] == ["a"], timeout=30)
         due = [
             p["scheduled_for_us"]
-            for _s, _t, _a, _tu, _o, p in _events(url, ("timer.fired",))
+            for _s, _t, _a, _tu, _o, p in events(url, ("timer.fired",))
             if p["timer_id"] == timer["timer_id"]
         ]
         assert len(due) == len(set(due)), due
@@ -358,7 +322,7 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
         assert handover_s < LEASE_S, handover_s  # released leases are taken at the next scan, not at expiry
         released = {
             ag
-            for _s, _t, ag, _tu, _o, p in _events(url, ("lease.released",))
+            for _s, _t, ag, _tu, _o, p in events(url, ("lease.released",))
             if p["node"] == "a" and p["reason"] == "stopped"
         }
         assert {ids[name] for name in by_node["a"]} <= released
@@ -369,7 +333,7 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
     # Every acknowledged input answered; the ledger proves no turn ran on two nodes; chain intact.
     for seq, agent in ((acked["seq"], b_agent), (busy["seq"], by_node["b"][1]), (queued["seq"], b_agent)):
         assert _answered(url, seq, ids[agent]), (seq, agent)
-    assert _no_turn_on_two_nodes(url) >= 3
+    assert no_turn_on_two_nodes(url) >= 3
     r = _holon(home_a, "ledger", "verify", env=env)
     assert r.returncode == 0, r
 
@@ -405,7 +369,7 @@ def test_a_paused_node_stops_acting_for_agents_taken_over_while_it_slept(
         def b_started() -> bool:
             return any(
                 ag == ids[x] and sent["seq"] in p["inputs"] and p["node"] == "b"
-                for _s, _t, ag, _tu, _o, p in _events(url, ("turn.started",))
+                for _s, _t, ag, _tu, _o, p in events(url, ("turn.started",))
             )
 
         wait_for("b's turn waits on the model", b_started, timeout=30)
@@ -420,7 +384,7 @@ def test_a_paused_node_stops_acting_for_agents_taken_over_while_it_slept(
         # does, nothing of that turn is recorded after a took over, and b keeps running.
         paused_turn = next(
             tu
-            for _s, _t, ag, tu, _o, p in _events(url, ("turn.started",))
+            for _s, _t, ag, tu, _o, p in events(url, ("turn.started",))
             if ag == ids[x] and sent["seq"] in p["inputs"] and p["node"] == "b"
         )
 
@@ -430,13 +394,11 @@ def test_a_paused_node_stops_acting_for_agents_taken_over_while_it_slept(
 
         wait_for("b notices it lost the agent", b_gave_up, timeout=LEASE_S + 10)
         assert b.proc.poll() is None, "the paused node keeps running after it wakes"
-        taken = max(
-            s for s, t, ag, _tu, _o, p in _events(url, ("lease.acquired",)) if ag == ids[x] and p["node"] == "a"
-        )
-        late = [(s, t, o) for s, t, _ag, tu, o, _p in _events(url) if tu == paused_turn and s > taken]
+        taken = max(s for s, t, ag, _tu, _o, p in events(url, ("lease.acquired",)) if ag == ids[x] and p["node"] == "a")
+        late = [(s, t, o) for s, t, _ag, tu, o, _p in events(url) if tu == paused_turn and s > taken]
         assert all(o in ("runtime:recovery", "runtime:projector") for _s, _t, o in late), late
         assert not any(t == "model.responded" for _s, t, _o in late), late
-    assert _no_turn_on_two_nodes(url) >= 2
+    assert no_turn_on_two_nodes(url) >= 2
 
 
 def test_a_client_frozen_inside_an_append_is_ended_by_a_live_nodes_watchdog(
@@ -511,7 +473,7 @@ def test_a_running_node_stops_taking_turns_when_the_schema_moves_ahead(
             )
 
         def released() -> bool:
-            return any(p.get("reason") == "schema newer" for *_r, p in _events(url, ("lease.released",)))
+            return any(p.get("reason") == "schema newer" for *_r, p in events(url, ("lease.released",)))
 
         wait_for("a gives its agent up", released, timeout=LEASE_S + 10)
         cluster_status = a.status()["cluster"]
@@ -521,7 +483,7 @@ def test_a_running_node_stops_taking_turns_when_the_schema_moves_ahead(
         assert "node stopped: the database schema" in shown and "upgrade holon on node a" in shown, shown
         sent = a.post_input("solo", "still there?")  # inputs are still stored; no turn takes them here
         wait_for("a's next scans", lambda: a.status()["cluster"]["owned"] == 0 and a.proc.poll() is None)
-        assert not any(sent["seq"] in p.get("inputs", []) for *_r, p in _events(url, ("turn.started",)))
+        assert not any(sent["seq"] in p.get("inputs", []) for *_r, p in events(url, ("turn.started",)))
         assert a.proc.poll() is None
 
 
@@ -543,7 +505,7 @@ def test_a_deleted_agents_lease_is_released_not_renewed(
     def released() -> bool:
         return any(
             ag == agent.agent_id and p.get("reason") == "deleted"
-            for _s, _t, ag, _tu, _o, p in _events(url, ("lease.released",))
+            for _s, _t, ag, _tu, _o, p in events(url, ("lease.released",))
         )
 
     wait_for("a releases the deleted agent's lease", released, timeout=30)

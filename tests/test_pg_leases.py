@@ -206,6 +206,29 @@ def test_heartbeat_renews_every_lease_of_the_node_in_one_update(
     assert node.expired() == ["agt_007"]
 
 
+def test_a_node_restarted_under_its_name_does_not_renew_the_dead_processs_leases(
+    pg_conns: Callable[[], Conn],
+) -> None:
+    """Regression (found by the chaos test): the heartbeat renewed every live lease under the node's
+    name, so a node SIGKILLed and restarted within ``lease_s`` kept its dead process's leases alive
+    for ever without acting for those agents; their inputs were never answered. The restarted
+    process renews only what it holds; the old lease expires and is taken with a new token."""
+    dead = Leases(pg_conns(), "a", lease_s=0.6)
+    assert dead.acquire(X) == 1
+    again = Leases(pg_conns(), "a", lease_s=0.6)  # the same name in a new process: it holds nothing yet
+    observer = pg_conns()
+    deadline = time.monotonic() + 10
+    while observer.execute(
+        "SELECT expires_at > clock_timestamp() FROM leases WHERE agent_id = %s", (X,)
+    ).fetchone() != (False,):
+        assert again.heartbeat() == frozenset()  # beats as often as it likes: the dead lease is not renewed
+        assert time.monotonic() < deadline, "the dead process's lease was kept alive"
+        time.sleep(0.02)
+    assert again.expired() == [X]
+    assert again.acquire(X) == 2  # a new token: anything of the dead process's is fenced out
+    assert again.heartbeat() == frozenset({X}) and again.holds(X)
+
+
 def test_self_fencing_stops_the_node_before_the_database_would() -> None:
     assert self_fence_deadline(100.0, 15.0) == pytest.approx(112.0)  # the RFC's lease_s - 3 s
     assert self_fence_deadline(0.0, 3.0) == pytest.approx(2.4)

@@ -353,3 +353,32 @@ def _rank_params(pairs: list[str]) -> RankParams:
         except ValueError as e:
             raise UsageError(f"--set {key}: {value!r} is not a number") from e
     return RankParams(**changes)
+
+
+@app.command("cluster")
+def cluster(
+    ctx: typer.Context,
+    nodes: Annotated[str, typer.Option(help="Node counts of the throughput points, comma-separated.")] = "1,2,3",
+    per_node: Annotated[int, typer.Option(min=1, help="Busy agents per node (its concurrency cap).")] = 2,
+    latency_ms: Annotated[float, typer.Option(min=0, help="The fake model's latency per call.")] = 200.0,
+    seconds: Annotated[float, typer.Option(min=1, help="Seconds counted per throughput point.")] = 15.0,
+    samples: Annotated[int, typer.Option(min=0, help="Failover samples (SIGKILLs) on three nodes.")] = 3,
+    lease_s: Annotated[float, typer.Option(min=0.5, help="The nodes' lease in the failover samples.")] = 15.0,
+    rounds: Annotated[int, typer.Option(min=1, help="Alternating append rounds; medians are reported.")] = 3,
+    json_out: JsonOpt = False,
+) -> None:
+    """Several `holon serve --node` processes on one throwaway PostgreSQL database: append vs raw
+    psycopg, turns/s at 1-3 nodes with a latency-bound fake model, failover after SIGKILL, and
+    every acknowledged input accounted for. Exit code 1 if one was lost or answered twice."""
+    from holon.bench.cluster import format_report, run_cluster_bench
+
+    c = ctx_of(ctx, None, json_out)
+    counts = tuple(sorted({int(n) for n in nodes.split(",") if n.strip()}))
+    with _progress("cluster"):
+        result = run_cluster_bench(
+            nodes=counts, per_node=per_node, latency_ms=latency_ms, seconds=seconds, samples=samples,
+            lease_s=lease_s, rounds=rounds,
+        )  # fmt: skip
+    emit(c, result, format_report(result))
+    if result["lost_inputs"] or result["duplicate_turns"]:
+        raise typer.Exit(1)

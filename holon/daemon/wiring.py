@@ -222,6 +222,7 @@ def _cluster(
     )
     cluster = Cluster(session, store, host=host, wakes=wakes, timers=timers, firing=firing, phase=phase)
     wakes.owns = timers.owns = firing.owns = cluster.owns
+    host.on_fenced = cluster.fenced_out
     status.cluster = cluster
     if evolver is not None:
         evolver.owned = cluster.owned

@@ -92,6 +92,9 @@ class AgentHost:
         self.wake = wake
         """Called by ``tick`` for an agent whose retry time came (the daemon's scheduler); ``None``:
         ``schedule`` it here."""
+        self.on_fenced: Callable[[str], None] | None = None
+        """Called when a turn of the agent stops on ``FencedOut`` (a node of a cluster: it gives the
+        agent up, so that whoever takes the lease next, with a new token, settles that turn)."""
         self.clock = clock
         self.tasks = TaskManager.for_store(store, clock, on_done=self._task_done)
         self.services = TaskServices(self.tasks, spawn=self.spawn_child)
@@ -230,8 +233,10 @@ class AgentHost:
                         recover(self.store, agents={agent_id}, tasks=False)  # settled interrupted, inputs re-queued
                         self._interrupted.discard(agent_id)
                     result = await self.runner.run(agent_id)
-                except FencedOut as e:  # another node owns the agent now: it settles the turn
+                except FencedOut as e:  # another node owns the agent now (or will): it settles the turn
                     log.warning("turn fenced out", agent_id=agent_id, reason=e.message)
+                    if self.on_fenced is not None:
+                        self.on_fenced(agent_id)
                     break
                 except StorageUnavailable as e:
                     self._storage_lost(agent_id, e)
