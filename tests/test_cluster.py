@@ -267,7 +267,9 @@ def test_a_turn_fenced_out_by_the_nodes_own_deadline_gives_the_agent_up_for_a_ne
     a.leases.deadlines[x] = 0.0  # the heartbeat came late: past the node's own deadline
     with pytest.raises(FencedOut, match="deadline"):
         store.append(_turn(x, 1, "a"))
-    stub = SimpleNamespace(active_run=lambda agent_id: None, running=False)
+    stub = SimpleNamespace(
+        active_run=lambda agent_id: None, running=False, tasks=SimpleNamespace(drop_agent=lambda a: [])
+    )
     node = Cluster(a, store, host=stub, wakes=stub, timers=stub, firing=stub, phase=stub)  # type: ignore[arg-type]
     node.fenced_out(x)
     assert x not in a.held()

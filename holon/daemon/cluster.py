@@ -291,6 +291,7 @@ class Cluster:
             await asyncio.to_thread(self.session.release, agent_id, reason="recovery failed")
             return
         log.info("node.acquired", node=self.name, agent_id=agent_id, lease_token=token, recovered_turns=report.turns)
+        self._taking.discard(agent_id)  # recovered: this node's to run now (its timers check ``owns``)
         await self._take_timers(agent_id)
         self.wakes.wake(agent_id)
 
