@@ -5,43 +5,18 @@ projection rows and cursors are lost rebuilds them, again byte for byte."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.engines import Intruder
+from helpers.engines import Intruder, open_store, three_agents_script
 from helpers.pg import PgDatabase
 
-from holon.bench import workload
-from holon.clock import FakeClock
-from holon.config import load_settings, resolve_home
 from holon.projections import Store
 
 ROWS = "SELECT kind, key, agent_id, status, label, seq, state FROM projection_rows"
 CURSORS = "SELECT name, seq, version FROM projection_cursors"
-
-
-def _open(root: Path, monkeypatch: pytest.MonkeyPatch, url: str | None) -> Store:
-    """A store on a home of its own: the SQLite file (no URL) or the PostgreSQL database ``url``."""
-    if url is None:
-        monkeypatch.delenv("HOLON_STORAGE_URL", raising=False)
-    else:
-        monkeypatch.setenv("HOLON_STORAGE_URL", url)
-    home = resolve_home(root)
-    return Store.open(home, load_settings(home), clock=FakeClock())
-
-
-def _script(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Three agents' turns (with the episodes, seals and working-memory deltas the projector derives
-    from them), appended seven events at a time; ids from a counter, so both runs give the same."""
-    counter = itertools.count(1)
-    monkeypatch.setattr("holon.ledger.store.new_id", lambda prefix: f"{prefix}_{next(counter):032x}")
-    store.append(*workload.creation_events(3))
-    events = list(itertools.islice(workload.stream(3), 700))
-    for i in range(0, len(events), 7):
-        store.append(*events[i : i + 7])
 
 
 def _snapshot(store: Store) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
@@ -60,9 +35,9 @@ def _snapshot(store: Store) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]
 def test_the_same_events_give_byte_identical_projections_and_replay_rebuilds_them(
     tmp_path: Path, pg_new_db: Callable[..., PgDatabase], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with _open(tmp_path / "sqlite", monkeypatch, None) as lite:
+    with open_store(tmp_path / "sqlite", monkeypatch, None) as lite:
         assert lite.ledger.engine.dialect == "sqlite"
-        _script(lite, monkeypatch)
+        three_agents_script(lite, monkeypatch)
         assert lite.replay().ok
         expected = _snapshot(lite)
     events, rows, cursors = expected
@@ -71,9 +46,9 @@ def test_the_same_events_give_byte_identical_projections_and_replay_rebuilds_the
 
     # An empty database of its own, so that creating the ledger reads the clock as on SQLite.
     url = pg_new_db(migrated=False).url
-    with _open(tmp_path / "pg", monkeypatch, url) as pg:
+    with open_store(tmp_path / "pg", monkeypatch, url) as pg:
         assert pg.ledger.engine.dialect == "postgresql"
-        _script(pg, monkeypatch)
+        three_agents_script(pg, monkeypatch)
         assert _snapshot(pg) == expected
         result = pg.replay()
         assert result.ok and result.cursor_ok and result.mismatches == 0, result.examples
@@ -84,6 +59,6 @@ def test_the_same_events_give_byte_identical_projections_and_replay_rebuilds_the
         raw.execute("DELETE FROM projection_cursors")
         raw.close()
     # Reopened with nothing projected, the store rebuilds every row from the ledger on PostgreSQL.
-    with _open(tmp_path / "pg", monkeypatch, url) as again:
+    with open_store(tmp_path / "pg", monkeypatch, url) as again:
         assert _snapshot(again) == expected
         assert again.replay().ok

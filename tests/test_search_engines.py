@@ -7,17 +7,16 @@ node name."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.engines import open_store, three_agents_script
 from helpers.pg import PgDatabase
 
 from holon.bench import workload
-from holon.clock import FakeClock
-from holon.config import load_settings, resolve_home
+from holon.config import resolve_home
 from holon.errors import LedgerError
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
@@ -30,25 +29,6 @@ from holon.projections.local import LocalDb, node_db_path
 QUERIES = ("ledger", "projection budget", "memory search tool", "operator brief timer", "request 17", "plan todo",
            "context episode wait", "nothing-like-this", "result", "agent ledger projection memory")  # fmt: skip
 DOCS = "SELECT id, key, ref, owner, kind, seq, ts_us, sender, segment, work_item_id, words, question, title, text FROM search_docs ORDER BY id"
-
-
-def _open(root: Path, monkeypatch: pytest.MonkeyPatch, url: str | None) -> Store:
-    if url is None:
-        monkeypatch.delenv("HOLON_STORAGE_URL", raising=False)
-    else:
-        monkeypatch.setenv("HOLON_STORAGE_URL", url)
-    home = resolve_home(root)
-    return Store.open(home, load_settings(home), clock=FakeClock())
-
-
-def _script(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Three agents' turns appended seven events at a time; ids from a counter (same on both)."""
-    counter = itertools.count(1)
-    monkeypatch.setattr("holon.ledger.store.new_id", lambda prefix: f"{prefix}_{next(counter):032x}")
-    store.append(*workload.creation_events(3))
-    events = list(itertools.islice(workload.stream(3), 700))
-    for i in range(0, len(events), 7):
-        store.append(*events[i : i + 7])
 
 
 def _results(store: Store) -> list[Any]:
@@ -72,8 +52,8 @@ def test_the_same_ledger_ranks_identically_on_sqlite_and_on_postgresql(
     tmp_path: Path, pg_new_db: Callable[..., PgDatabase], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(search_index, "BATCH", 97)  # several catch-up transactions, on both engines
-    with _open(tmp_path / "sqlite", monkeypatch, None) as lite:
-        _script(lite, monkeypatch)
+    with open_store(tmp_path / "sqlite", monkeypatch, None) as lite:
+        three_agents_script(lite, monkeypatch)
         expected = _results(lite)
         docs = lite.local_db().query(DOCS)
     assert sum(len(hits) for *_, hits in expected) > 50
@@ -81,9 +61,9 @@ def test_the_same_ledger_ranks_identically_on_sqlite_and_on_postgresql(
 
     url = pg_new_db(migrated=False).url
     pg_home = tmp_path / "pg"
-    with _open(pg_home, monkeypatch, url) as pg:
+    with open_store(pg_home, monkeypatch, url) as pg:
         assert pg.ledger.engine.dialect == "postgresql"
-        _script(pg, monkeypatch)
+        three_agents_script(pg, monkeypatch)
         assert _results(pg) == expected
         assert pg.local_db().query(DOCS) == docs
         assert pg.cursors()["search"] == pg.ledger.head()
@@ -94,7 +74,7 @@ def test_the_same_ledger_ranks_identically_on_sqlite_and_on_postgresql(
     # The node's index lost: rebuilt from the shared ledger, the same results again.
     for path in sorted(local.rglob("*"), reverse=True):
         path.rmdir() if path.is_dir() else path.unlink()
-    with _open(pg_home, monkeypatch, url) as again:
+    with open_store(pg_home, monkeypatch, url) as again:
         assert SearchIndex(again).cursor() == 0
         assert _results(again) == expected
 
@@ -104,12 +84,12 @@ def test_a_node_file_folded_from_another_ledger_is_refolded(
 ) -> None:
     home = tmp_path / "home"
     first, second = pg_new_db(migrated=False).url, pg_new_db(migrated=False).url
-    with _open(home, monkeypatch, first) as a:
-        _script(a, monkeypatch)
+    with open_store(home, monkeypatch, first) as a:
+        three_agents_script(a, monkeypatch)
         SearchIndex(a).catch_up()
         assert SearchIndex(a).cursor() == a.ledger.head() > 100
     (home / "ledger.anchor").unlink()  # the anchor would refuse the other ledger first
-    with _open(home, monkeypatch, second) as b:  # the same home, another (shorter) ledger
+    with open_store(home, monkeypatch, second) as b:  # the same home, another (shorter) ledger
         b.append(*workload.creation_events(1))
         assert SearchIndex(b).cursor() == 0  # the node file's cursors were dropped
         SearchIndex(b).catch_up()
@@ -127,7 +107,7 @@ def test_the_node_file_is_a_function_of_the_node_name_and_cannot_append(
     for bad in ("", "a/b", "..", "."):
         with pytest.raises(LedgerError, match="plain name"):
             node_db_path(home, bad)
-    with _open(home.root, monkeypatch, pg_db.url) as store:
+    with open_store(home.root, monkeypatch, pg_db.url) as store:
         store.node = "n2"  # what a named node sets before its first search
         db = store.local_db()
         assert isinstance(db, LocalDb) and db.path == node_db_path(home, "n2")

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from holon.bench import workload
+from holon.clock import FakeClock
+from holon.config import load_settings, resolve_home
+from holon.projections import Store
 
 __all__ = ["Intruder", "sqlite_only"]
 
@@ -52,3 +59,24 @@ class Intruder:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def open_store(root: Path, monkeypatch: pytest.MonkeyPatch, url: str | None) -> Store:
+    """A store on a home of its own: the SQLite file (no URL) or the PostgreSQL database ``url``."""
+    if url is None:
+        monkeypatch.delenv("HOLON_STORAGE_URL", raising=False)
+    else:
+        monkeypatch.setenv("HOLON_STORAGE_URL", url)
+    home = resolve_home(root)
+    return Store.open(home, load_settings(home), clock=FakeClock())
+
+
+def three_agents_script(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three agents' turns (with the episodes, seals and working-memory deltas the projector derives
+    from them), appended seven events at a time; ids from a counter, so two runs give the same."""
+    counter = itertools.count(1)
+    monkeypatch.setattr("holon.ledger.store.new_id", lambda prefix: f"{prefix}_{next(counter):032x}")
+    store.append(*workload.creation_events(3))
+    events = list(itertools.islice(workload.stream(3), 700))
+    for i in range(0, len(events), 7):
+        store.append(*events[i : i + 7])
