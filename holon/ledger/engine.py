@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from holon.errors import HolonError
 from holon.ledger.codec import BlobBody
 from holon.ledger.query import EventQuery
+from holon.ledger.rows import EVENT_COLUMNS
 from holon.ledger.sql import Conn, Dialect, Row
 
 if TYPE_CHECKING:
     from sqlmodel import Session
 
-__all__ = ["QUICK_CHECK_SKIPPED", "Engine", "Head", "LedgerStats", "translate"]
+__all__ = ["QUICK_CHECK_SKIPPED", "CommonReads", "Engine", "Head", "LedgerStats", "translate"]
 
 QUICK_CHECK_SKIPPED = "quick_check skipped: over its time budget"
 """What ``Engine.verify_pages`` returns when its budget ran out first (the check counts as passed)."""
@@ -198,6 +199,23 @@ class Engine(Protocol):
     def stats(self) -> LedgerStats:
         """Counts and sizes over the whole ledger, in one snapshot on a connection of its own."""
         ...
+
+
+class CommonReads:
+    """The reads whose SQL is the same on every engine (``Conn``'s ``?`` placeholders, translated by
+    the PostgreSQL ``Conn``); an engine inherits them and keeps only what differs."""
+
+    def sql(self, q: EventQuery, columns: str) -> tuple[str, list[object]]:
+        return q.sql(columns)
+
+    def count_sql(self, q: EventQuery) -> tuple[str, list[object]]:
+        return q.count_sql()
+
+    def read_rows(self, conn: Conn, after: int, *, agent_id: str | None = None, limit: int) -> list[Row]:
+        if agent_id:
+            sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND agent_id = ? ORDER BY seq LIMIT ?"
+            return conn.fetchall(sql, (after, agent_id, limit))
+        return conn.fetchall(f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit))
 
 
 def translate(e: BaseException) -> HolonError | None:

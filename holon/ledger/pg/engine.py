@@ -32,7 +32,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from holon.errors import FencedOut, HolonError, LedgerError, NotFoundError
 from holon.ledger.codec import BlobBody
-from holon.ledger.engine import Head, LedgerStats
+from holon.ledger.engine import CommonReads, Head, LedgerStats
 from holon.ledger.envelope import EVENT_FIELDS, GENESIS_HASH
 from holon.ledger.pg import append as pg_append
 from holon.ledger.pg.conn import PgConn, Raw, lost, pg_sql, translate
@@ -40,7 +40,6 @@ from holon.ledger.pg.connect import connect, open_pool, parse_url
 from holon.ledger.pg.fence import FENCE_SETTING, Fence
 from holon.ledger.pg.migrations import UNFENCED_TYPES, migrate
 from holon.ledger.pg.notify import CHANNEL, notification
-from holon.ledger.query import EventQuery
 from holon.ledger.rows import EVENT_COLUMNS, EVENT_INSERT
 from holon.ledger.sql import Conn, Row
 
@@ -92,7 +91,7 @@ node believed it held past its self-fencing deadline; ``None``: no fence (a sing
 """Readers' transactions are snapshots (``BEGIN`` on a reader = one consistent view, as SQLite's)."""
 
 
-class PgEngine:
+class PgEngine(CommonReads):
     """The ledger in the PostgreSQL database at ``url``. Nothing is connected before ``open``."""
 
     dialect: Final = "postgresql"
@@ -309,18 +308,6 @@ class PgEngine:
         return len(batch)
 
     # --- reads ------------------------------------------------------------------------------------
-
-    def sql(self, q: EventQuery, columns: str) -> tuple[str, list[object]]:
-        return q.sql(columns)
-
-    def count_sql(self, q: EventQuery) -> tuple[str, list[object]]:
-        return q.count_sql()
-
-    def read_rows(self, conn: Conn, after: int, *, agent_id: str | None = None, limit: int) -> list[Row]:
-        if agent_id:
-            sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND agent_id = ? ORDER BY seq LIMIT ?"
-            return conn.fetchall(sql, (after, agent_id, limit))
-        return conn.fetchall(f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit))
 
     def text_bytes(self, column: str) -> str:
         # convert_to gives the stored UTF-8 bytes; ``::bytea`` would read backslashes as escapes.

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Final
 
 from holon.errors import LedgerError, NotFoundError
 from holon.ledger.codec import BlobBody
-from holon.ledger.engine import Head, LedgerStats
+from holon.ledger.engine import CommonReads, Head, LedgerStats
 from holon.ledger.envelope import GENESIS_HASH
-from holon.ledger.query import EventQuery
-from holon.ledger.rows import EVENT_COLUMNS, EVENT_INSERT
+from holon.ledger.rows import EVENT_INSERT
 from holon.ledger.sql import Conn, Row
 from holon.ledger.sqlite.damage import empty_file_error, file_state, inspect_existing, translate
 from holon.ledger.sqlite.db import Database, SqliteConn
@@ -64,7 +63,7 @@ _RECENT = (
 )
 
 
-class SqliteEngine:
+class SqliteEngine(CommonReads):
     """The ledger in ``db``'s file. Cheap to construct: nothing is opened before ``open``."""
 
     dialect: Final = "sqlite"
@@ -189,20 +188,6 @@ class SqliteEngine:
         return int(n)
 
     # --- reads ------------------------------------------------------------------------------------
-
-    def sql(self, q: EventQuery, columns: str) -> tuple[str, list[object]]:
-        return q.sql(columns)
-
-    def count_sql(self, q: EventQuery) -> tuple[str, list[object]]:
-        return q.count_sql()
-
-    def read_rows(self, conn: Conn, after: int, *, agent_id: str | None = None, limit: int) -> list[Row]:
-        if agent_id:
-            sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND agent_id = ? ORDER BY seq LIMIT ?"
-            return conn.execute(sql, (after, agent_id, limit)).fetchall()
-        return conn.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)
-        ).fetchall()
 
     def text_bytes(self, column: str) -> str:
         return f"CAST({column} AS BLOB)"
