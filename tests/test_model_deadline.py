@@ -21,6 +21,7 @@ from holon.errors import ModelError
 from holon.runtime.providers.base import ModelRequest, ModelSettings
 from holon.runtime.providers.litellm_provider import LiteLLMProvider
 from holon.runtime.providers.model_process import ProcessProvider
+from holon.testing.fake_llm import FakeLLM
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,11 +40,16 @@ def _assert_deadline(error: ModelError) -> None:
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
-def test_a_server_that_keeps_the_call_alive_is_cut_at_the_deadline(stream: bool) -> None:
+def test_a_server_that_keeps_the_call_alive_is_cut_at_the_deadline(stream: bool, fake: FakeLLM) -> None:
     texts: list[str] = []
+    provider = LiteLLMProvider(env={})
+    # One answered call first, so that litellm's lazy imports on a loaded machine do not eat the
+    # 1 s deadline before the request below is even sent.
+    warm = ModelRequest(messages=list(MESSAGES), settings=ModelSettings("openai/fake", api_base=fake.url))
+    asyncio.run(provider.complete(warm, on_text=(lambda _s: None) if stream else None))
     with PingLLM() as server:
         with pytest.raises(ModelError) as info:
-            asyncio.run(LiteLLMProvider(env={}).complete(_request(server), on_text=texts.append if stream else None))
+            asyncio.run(provider.complete(_request(server), on_text=texts.append if stream else None))
         assert len(server.requests) == 1 and bool(server.requests[0].get("stream")) is stream
     _assert_deadline(info.value)
     assert texts == []
