@@ -268,7 +268,10 @@ def test_a_turn_fenced_out_by_the_nodes_own_deadline_gives_the_agent_up_for_a_ne
     with pytest.raises(FencedOut, match="deadline"):
         store.append(_turn(x, 1, "a"))
     stub = SimpleNamespace(
-        active_run=lambda agent_id: None, running=False, tasks=SimpleNamespace(drop_agent=lambda a: [])
+        active_run=lambda agent_id: None,
+        running=False,
+        tasks=SimpleNamespace(drop_agent=lambda a: []),
+        drop_agent=lambda a: 0,
     )
     node = Cluster(a, store, host=stub, wakes=stub, timers=stub, firing=stub, phase=stub)  # type: ignore[arg-type]
     node.fenced_out(x)
