@@ -268,7 +268,10 @@ def test_a_turn_fenced_out_by_the_nodes_own_deadline_gives_the_agent_up_for_a_ne
     with pytest.raises(FencedOut, match="deadline"):
         store.append(_turn(x, 1, "a"))
     stub = SimpleNamespace(
-        active_run=lambda agent_id: None, running=False, tasks=SimpleNamespace(drop_agent=lambda a: [])
+        active_run=lambda agent_id: None,
+        running=False,
+        tasks=SimpleNamespace(drop_agent=lambda a: []),
+        drop_agent=lambda a: 0,
     )
     node = Cluster(a, store, host=stub, wakes=stub, timers=stub, firing=stub, phase=stub)  # type: ignore[arg-type]
     node.fenced_out(x)
@@ -315,3 +318,36 @@ def test_an_agent_being_taken_is_not_run_until_its_recovery_is_done(
     todo = asyncio.run(node.scan_once())
     assert todo.acquire == (x,) and seen == {"owns_before_recovery": False}
     assert node.owns(x) and woken == [x]  # recovered, then woken: now it runs
+
+
+def test_self_fencing_stops_an_agent_at_its_deadline_without_the_database(
+    node_store: Callable[[], Store], sessions: Callable[..., NodeSession]
+) -> None:
+    """``Cluster.fence_once`` (the self-fencing loop's step) drops an agent past this node's
+    deadline: its turn cancelled, its background tasks killed, its timer jobs dropped, all without
+    a database call (the connection is closed first: it may be what was lost)."""
+    from types import SimpleNamespace
+
+    from holon.daemon.cluster import Cluster
+
+    store = node_store()
+    x, y = _agent(store, "x"), _agent(store, "y")
+    a = sessions("a", lease_s=30)
+    a.claim()
+    assert a.acquire(x) == 1 and a.acquire(y) == 1
+    left = a.next_deadline_in()
+    assert left is not None and 0 < left <= 30
+    calls: list[tuple[str, str]] = []
+    run = SimpleNamespace(cancel=lambda: calls.append(("cancel", x)))
+    stub = SimpleNamespace(
+        active_run=lambda agent_id: run if agent_id == x else None,
+        tasks=SimpleNamespace(drop_agent=lambda agent_id: calls.append(("tasks", agent_id)) or ["task_1"]),
+        drop_agent=lambda agent_id: calls.append(("timers", agent_id)) or 1,
+    )
+    node = Cluster(a, store, host=stub, wakes=stub, timers=stub, firing=stub, phase=stub)  # type: ignore[arg-type]
+    a._conn.close()  # type: ignore[union-attr]  # the database is gone for this node
+    a.leases.deadlines[x] = 0.0  # x's deadline passed; y's has not
+    node.fence_once()
+    assert calls == [("cancel", x), ("tasks", x), ("timers", x)]
+    assert a.held() == [y] and not a.holds(x) and a.holds(y)
+    assert a.next_deadline_in() == pytest.approx(left, abs=1.0)

@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -122,16 +123,17 @@ def _agents_for_both(store: Store, fake: FakeLLM, per_node: int) -> dict[str, li
 @pytest.fixture
 def cluster(
     tmp_path: Path, pg_new_db: Callable[..., PgDatabase]
-) -> Iterator[tuple[str, Callable[[str, Path], Node], list[Node]]]:
+) -> Iterator[tuple[str, Callable[..., Node], list[Node]]]:
     db = pg_new_db(migrated=False)
     nodes: list[Node] = []
 
-    def start(name: str, home: Path) -> Node:
+    def start(name: str, home: Path, storage_url: str | None = None) -> Node:
+        """``holon serve --node name``; ``storage_url``: the database through another address (a proxy)."""
         log = home / f"serve-{name}.out"
         with log.open("a") as out:
             proc = subprocess.Popen(
                 holon_argv("--home", home, "serve", "--node", name, "--port", "0"),
-                stdout=out, stderr=subprocess.STDOUT, text=True, env=_env(db.url), cwd=REPO,
+                stdout=out, stderr=subprocess.STDOUT, text=True, env=_env(storage_url or db.url), cwd=REPO,
             )  # fmt: skip
         node = Node(name, home, proc, log)
         nodes.append(node)
@@ -183,7 +185,7 @@ def _answered(url: str, input_seq: int, agent_id: str) -> bool:
 
 
 def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fail_over(
-    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: tuple[str, Callable[..., Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, start, _nodes = cluster
     slow_for: set[str] = set()
@@ -339,7 +341,7 @@ def test_two_nodes_share_agents_refuse_a_second_name_answer_across_nodes_and_fai
 
 
 def test_a_paused_node_stops_acting_for_agents_taken_over_while_it_slept(
-    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: tuple[str, Callable[..., Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SIGSTOP (a long GC pause, a frozen VM) of the node running a turn: the other node takes the
     agent over once the lease expires; when the paused node wakes, the model's answer to the old
@@ -402,7 +404,7 @@ def test_a_paused_node_stops_acting_for_agents_taken_over_while_it_slept(
 
 
 def test_a_client_frozen_inside_an_append_is_ended_by_a_live_nodes_watchdog(
-    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: tuple[str, Callable[..., Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A process SIGSTOPped while it holds the ledger lock (inside an append: ``BEGIN`` and the lock
     pipelined, as holon appends) would stall every node's appends for as long as it sleeps; the live
@@ -447,7 +449,7 @@ def test_a_client_frozen_inside_an_append_is_ended_by_a_live_nodes_watchdog(
 
 
 def test_a_running_node_stops_taking_turns_when_the_schema_moves_ahead(
-    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: tuple[str, Callable[..., Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another (newer) holon migrated the shared database while node a runs: a's heartbeat sees the
     schema ahead of its code, it gives its agents up between turns and takes no more turns, and its
@@ -488,7 +490,7 @@ def test_a_running_node_stops_taking_turns_when_the_schema_moves_ahead(
 
 
 def test_a_deleted_agents_lease_is_released_not_renewed(
-    cluster: tuple[str, Callable[[str, Path], Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: tuple[str, Callable[..., Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, start, _nodes = cluster
     env = _env(url)
@@ -511,3 +513,263 @@ def test_a_deleted_agents_lease_is_released_not_renewed(
     wait_for("a releases the deleted agent's lease", released, timeout=30)
     assert _owners(url).get(agent.agent_id) == ("a", False)  # expired at once, and never renewed again
     assert a.status()["cluster"]["owned"] == 0
+
+
+def _times_answered(url: str, input_seq: int, agent_id: str) -> int:
+    """How many turns that took input ``input_seq`` settled ``completed`` (exactly once: 1)."""
+    turns = {
+        tu for _s, _t, a, tu, _o, p in events(url, ("turn.started",)) if a == agent_id and input_seq in p["inputs"]
+    }
+    return sum(
+        1 for _s, _t, _a, tu, _o, p in events(url, ("turn.settled",)) if tu in turns and p["outcome"] == "completed"
+    )
+
+
+def _sse_messages(lines: Iterator[str]) -> Iterator[dict[str, str]]:
+    """Server-sent events as dicts of their fields, one per blank-line-ended message."""
+    message: dict[str, str] = {}
+    for line in lines:
+        if not line:
+            if message:
+                yield message
+            message = {}
+        elif not line.startswith(":") and ":" in line:
+            field, _, value = line.partition(":")
+            message[field] = message.get(field, "") + value.removeprefix(" ")
+
+
+def test_a_node_that_does_not_run_the_turn_streams_its_reply_pauses_and_aborts_it(
+    cluster: tuple[str, Callable[..., Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node b owns the agent; a client talks to node a only (RFC 0008 section 4, "The API on any
+    node"). Its event stream follows b's turn from the shared ledger; its streamed chat completion
+    ends with b's whole reply, ``stop`` and ``[DONE]`` (the token deltas are b's memory only, so a
+    sends the reply once the turn settled); a pause through a keeps b from starting a turn; and an
+    abort through a reaches b's running turn (``turn.abort_requested``), which settles aborted, and
+    a answers ``aborted: true`` only then."""
+    url, start, _nodes = cluster
+    reply = ["streamed ", "from ", "b"]
+
+    def step(body: dict[str, Any]) -> dict[str, Any]:
+        if "abort me" in json.dumps([m for m in body.get("messages", []) if m.get("role") == "user"][-1:]):
+            return {"content": "never recorded", "delay": 60}  # still running when the abort comes
+        return {"content": reply}
+
+    with FakeLLM(step) as fake:
+        env = _env(url)
+        home_a, home_b = _home(tmp_path, "a", env), _home(tmp_path, "b", env)
+        with _store(home_a, url, monkeypatch) as store:
+            by_node = _agents_for_both(store, fake, per_node=1)
+            ids = {ag.name: ag.agent_id for ag in store.agents()}
+        a = start("a", home_a)
+        b = start("b", home_b)
+        wait_for("both nodes up", lambda: _up(a) and _up(b), timeout=60)
+        x = by_node["b"][0]
+        wait_for("b owns its agent", lambda: _owners(url).get(ids[x]) == ("b", True), timeout=30)
+        api_a, token = a.api()
+        auth = {"Authorization": f"Bearer {token}"}
+        head = max(s for s, *_rest in events(url))
+
+        # a's event stream of b's agent, followed in a thread while a streamed completion runs.
+        seen: list[dict[str, Any]] = []
+
+        def follow_events() -> None:
+            with httpx.stream(
+                "GET", f"{api_a}/v1/agents/{x}/events", params={"after": head}, headers=auth, timeout=30
+            ) as r:
+                assert r.status_code == 200, r.read()
+                for message in _sse_messages(r.iter_lines()):
+                    if message.get("event") == "event":
+                        seen.append(json.loads(message["data"]))
+                        if seen[-1]["type"] == "turn.settled":
+                            return
+
+        follower = threading.Thread(target=follow_events, name="sse-follower", daemon=True)
+        follower.start()
+        body = {"model": x, "stream": True, "messages": [{"role": "user", "content": "stream it"}]}
+        with httpx.stream("POST", f"{api_a}/v1/chat/completions", json=body, headers=auth, timeout=30) as r:
+            assert r.status_code == 200, r.read()
+            data = [m["data"] for m in _sse_messages(r.iter_lines()) if "data" in m]
+        assert data[-1] == "[DONE]", data
+        chunks = [json.loads(d) for d in data[:-1]]
+        assert "error" not in chunks[-1], chunks[-1]
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+        assert text == "".join(reply), chunks
+        assert [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")][-1] == "stop", chunks
+        follower.join(30)
+        assert not follower.is_alive(), f"a's event stream never showed the turn settle: {seen}"
+        types = [e["type"] for e in seen]
+        assert types[0] == "message.received" and "turn.started" in types and types[-1] == "turn.settled", types
+        assert [e["seq"] for e in seen] == sorted({e["seq"] for e in seen})  # in order, once each
+        started = next(e for e in seen if e["type"] == "turn.started")
+        assert started["payload"]["node"] == "b", started
+
+        # Pause through a: b starts no turn for a new input until it is resumed through a.
+        a.call("POST", f"/v1/agents/{x}/pause")
+        held = a.post_input(x, "while paused")
+        a.call("POST", f"/v1/agents/{x}/resume")
+        wait_for("b answers once resumed", lambda: _times_answered(url, held["seq"], ids[x]) == 1, timeout=30)
+        resumed = max(s for s, _t, ag, *_r in events(url, ("agent.configured",)) if ag == ids[x])
+        took = [s for s, *_r, p in events(url, ("turn.started",)) if held["seq"] in p["inputs"]]
+        assert took and min(took) > resumed, (took, resumed)  # no turn while paused
+
+        # Abort through a of b's running turn.
+        sent = a.post_input(x, "abort me")
+
+        def running_turn() -> str | None:
+            return next(
+                (tu for _s, _t, ag, tu, _o, p in events(url, ("turn.started",)) if sent["seq"] in p["inputs"]), None
+            )
+
+        wait_for("b's turn waits on the model", lambda: running_turn() is not None, timeout=30)
+        t0 = time.monotonic()
+        assert a.call("POST", f"/v1/agents/{x}/abort") == {"aborted": True}
+        print(f"\nabort through the other node answered in {time.monotonic() - t0:.2f} s")
+        turn = running_turn()
+        requested = [(ag, p["turn_id"], p["node"]) for _s, _t, ag, _tu, _o, p in events(url, ("turn.abort_requested",))]
+        assert requested == [(ids[x], turn, "a")], requested
+        [settled] = [p for _s, _t, _ag, tu, _o, p in events(url, ("turn.settled",)) if tu == turn]
+        assert (settled["outcome"], settled["reason"]) == ("failed", "aborted by the operator"), settled
+        assert a.call("POST", f"/v1/agents/{x}/abort") == {"aborted": False}  # nothing runs now
+        after = a.post_input(x, "after the abort")
+        wait_for("b answers the next input", lambda: _times_answered(url, after["seq"], ids[x]) == 1, timeout=30)
+    assert no_turn_on_two_nodes(url) >= 3
+    r = _holon(home_a, "ledger", "verify", env=env)
+    assert r.returncode == 0, r
+
+
+def _pids_running(marker: str) -> list[int]:
+    """Live (not zombie) processes whose command line contains ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(") ", 1)[1][0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _log_lines(home: Path, event: str) -> list[dict[str, Any]]:
+    out = []
+    for line in (home / "logs" / "holon.log").read_text().splitlines():
+        if f'"{event}"' in line:
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+    return out
+
+
+def test_a_node_cut_from_the_database_past_its_lease_stops_its_turn_and_tasks_and_answers_nothing_twice(
+    cluster: tuple[str, Callable[..., Node], list[Node]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node b reaches PostgreSQL through a TCP proxy that the test cuts for longer than ``lease_s``
+    (RFC 0008 step 12, "an outage longer than lease_s with another node taking over"), while b's
+    agent has a background task running and a turn waiting on the model. Cut off, b stops acting
+    for the agent at its own deadline, without the database: the turn cancelled and the background
+    task's process killed (step 9: background tasks stopped when ``holds()`` turns false); a takes
+    the agent over when the lease expires and answers the interrupted input and a new one; b's
+    API refuses input meanwhile (503). The proxy restored, b reconnects, gets its agent back
+    between turns, and answers. Every acknowledged input is answered exactly once, nothing of b's
+    old turn is recorded after a took over, and no turn ran on two nodes."""
+    from helpers.tcp_proxy import TcpProxy
+
+    url, start, _nodes = cluster
+    marker = f"sleep 600.{os.getpid()}"  # the background task's process, found in /proc by it
+    slow: set[str] = set()
+
+    def step(body: dict[str, Any]) -> dict[str, Any]:
+        messages = body.get("messages", [])
+        if messages and messages[-1].get("role") == "tool":
+            return {"content": "the task runs"}
+        last_user = json.dumps([m for m in messages if m.get("role") == "user"][-1:])
+        if "start a task" in last_user:
+            return {"tool_calls": [{"name": "run_command", "arguments": {"command": marker, "wait_s": 0.2}}]}
+        if any(m in last_user for m in slow):
+            return {"content": "late answer from b", "delay": 60}  # still waiting when b is cut off
+        return {"content": "pong"}
+
+    with TcpProxy("127.0.0.1", 5432) as proxy, FakeLLM(step) as fake:
+        assert "127.0.0.1:5432" in url, url
+        url_b = url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+        env = _env(url)
+        home_a, home_b = _home(tmp_path, "a", env), _home(tmp_path, "b", env)
+        with _store(home_a, url, monkeypatch) as store:
+            by_node = _agents_for_both(store, fake, per_node=1)
+            ids = {ag.name: ag.agent_id for ag in store.agents()}
+        a = start("a", home_a)
+        b = start("b", home_b, url_b)
+        wait_for("both nodes up", lambda: _up(a) and _up(b), timeout=60)
+        x = by_node["b"][0]
+        wait_for("b owns its agent", lambda: _owners(url).get(ids[x]) == ("b", True), timeout=30)
+
+        first = a.post_input(x, "start a task")
+        wait_for("b answers", lambda: _times_answered(url, first["seq"], ids[x]) == 1, timeout=30)
+        wait_for("b's background task runs", lambda: bool(_pids_running(marker)), timeout=30)
+        task_pids = set(_pids_running(marker))  # the command (and its sandbox's process, if any)
+        slow.add("slow one")
+        busy = a.post_input(x, "slow one")
+        wait_for(
+            "b's turn waits on the model",
+            lambda: any(busy["seq"] in p["inputs"] and p["node"] == "b" for *_r, p in events(url, ("turn.started",))),
+            timeout=30,
+        )
+        slow.clear()  # a's retry of the interrupted turn is answered at once
+
+        def b_gave_up() -> list[dict[str, Any]]:
+            return [ln for ln in _log_lines(home_b, "node.lost") if ln.get("agent_id") == ids[x]]
+
+        lost_before = len(b_gave_up())
+        cut_at = time.monotonic()
+        proxy.cut()
+        try:
+            wait_for("a takes b's agent over", lambda: _owners(url).get(ids[x]) == ("a", True), timeout=LEASE_S + 10)
+            takeover_s = time.monotonic() - cut_at
+            wait_for("a answers the interrupted input", lambda: _times_answered(url, busy["seq"], ids[x]) == 1)
+            during = a.post_input(x, "while b is cut off")
+            wait_for("a answers a new input", lambda: _times_answered(url, during["seq"], ids[x]) == 1, timeout=30)
+            url_b_api, token_b = b.api()
+            refused = httpx.post(
+                f"{url_b_api}/v1/agents/{x}/inputs", json={"text": "to b while cut off"},
+                headers={"Authorization": f"Bearer {token_b}"}, timeout=30,
+            )  # fmt: skip
+            assert refused.status_code == 503 and refused.headers.get("Retry-After"), refused.text
+            # At its deadline, with no database: the turn stopped (cancelled, or already ended on the
+            # lost connection: held back), the task killed. On a loaded machine a late heartbeat may
+            # have made b give the agent up (and kill the task) once before the cut: the same path.
+            wait_for("b noticed it lost the agent", lambda: len(b_gave_up()) > lost_before, timeout=30)
+            killed = [ln for ln in b_gave_up() if ln["tasks_killed"]]
+            assert killed and all("self-fencing" in ln["reason"] for ln in killed), b_gave_up()
+            wait_for("the background task's process is gone", lambda: not task_pids & set(_pids_running(marker)))
+            cut_s = time.monotonic() - cut_at
+        finally:
+            proxy.restore()
+        print(f"\nb cut off {cut_s:.1f} s (lease_s {LEASE_S}); a owned its agent {takeover_s:.2f} s after the cut")
+        assert cut_s > LEASE_S and takeover_s <= LEASE_S + 5, (cut_s, takeover_s)
+
+        # b reconnects by itself; its agent comes back to it between turns (it is the preferred node).
+        wait_for("b gets its agent back", lambda: _owners(url).get(ids[x]) == ("b", True), timeout=60)
+        after = b.post_input(x, "after the outage")
+        wait_for("b answers again", lambda: _times_answered(url, after["seq"], ids[x]) == 1, timeout=30)
+
+    for sent in (first, busy, during, after):
+        assert _times_answered(url, sent["seq"], ids[x]) == 1, sent
+    old_seq, old_turn = next(
+        (s, tu)
+        for s, _t, _ag, tu, _o, p in events(url, ("turn.started",))
+        if busy["seq"] in p["inputs"] and p["node"] == "b"
+    )
+    taken = min(
+        s
+        for s, _t, ag, _tu, _o, p in events(url, ("lease.acquired",))
+        if ag == ids[x] and p["node"] == "a" and s > old_seq
+    )
+    late = [(t, o) for s, t, _ag, tu, o, _p in events(url) if tu == old_turn and s > taken]
+    assert all(o in ("runtime:recovery", "runtime:projector") for _t, o in late), late
+    assert not any(t == "model.responded" for t, _o in late), late
+    assert no_turn_on_two_nodes(url) >= 4
+    r = _holon(home_a, "ledger", "verify", env=env)
+    assert r.returncode == 0, r

@@ -80,9 +80,22 @@ def test_migration_1_then_2(pg_new_db: Callable[..., PgDatabase]) -> None:
     with db.connect() as conn:
         assert migrate(conn, now_us=1, target=1) == [1]
         assert conn.execute("SELECT to_regclass('leases')").fetchone() == (None,)
-        assert migrate(conn, now_us=2) == [2]
+        assert migrate(conn, now_us=2, target=2) == [2]
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
         assert tables >= NODE_TABLES
+        unfenced = {r[0] for r in conn.execute("SELECT type FROM unfenced_types")}
+        assert "turn.abort_requested" not in unfenced and "message.received" in unfenced
+
+
+def test_migration_3_declares_the_abort_request_unfenced(pg_new_db: Callable[..., PgDatabase]) -> None:
+    """A database at migration 2 (as the first nodes built them) gains ``turn.abort_requested`` in
+    ``unfenced_types`` (RFC 0008 section 4, "Aborts across nodes"), the rest of the list kept."""
+    db = pg_new_db(migrated=False)
+    with db.connect() as conn:
+        assert migrate(conn, now_us=1, target=2) == [1, 2]
+        assert migrate(conn, now_us=2) == [3]
+        unfenced = [r[0] for r in conn.execute("SELECT type FROM unfenced_types ORDER BY type")]
+        assert unfenced == sorted(UNFENCED_TYPES) and "turn.abort_requested" in unfenced
 
 
 def test_fence_fires_after_the_gapless_trigger(pg_db: PgDatabase) -> None:

@@ -116,7 +116,9 @@ def agent_router(port: DaemonPort) -> APIRouter:
 
     @r.post("/{agent}/abort")
     async def abort(agent: str) -> dict[str, bool]:
-        return {"aborted": port.abort(find(agent).agent_id)}
+        """Abort the agent's running turn (it settles aborted): ``aborted`` is true when it did. A
+        turn running on another node (RFC 0008) is asked to stop through the ledger and awaited."""
+        return {"aborted": await port.abort_anywhere(find(agent).agent_id)}
 
     @r.delete("/{agent}", status_code=204, response_class=Response)
     async def delete(agent: str) -> Response:

@@ -111,6 +111,11 @@ class DaemonPort(Protocol):
         """Stop the agent's running turn, if any (it settles as aborted). True when one was running."""
         ...
 
+    async def abort_anywhere(self, agent: str) -> bool:
+        """``abort``, also when another node of several runs the agent's turn (asked through the
+        ledger; waits a bounded time for it to settle). True when the turn was, or settled, aborted."""
+        ...
+
     def status(self) -> dict[str, Any]:
         """Daemon status: pid, uptime, ledger head, projection and index lag, and per agent an ``AgentStatus``."""
         ...

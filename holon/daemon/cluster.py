@@ -24,8 +24,9 @@ at a clean stop, after the turns were drained.
   unsettled turn of the dead node is settled ``interrupted`` (its inputs re-queued), by the new
   owner, fenced with its new token; then its timers join this node's scheduler (missed firings
   coalesced, each recorded once cluster-wide by its idempotency key) and the agent is woken.
-* **Self-fencing**: past an agent's local deadline (its last renewal *sent* + 80% of ``lease_s``)
-  the node stops acting for it (the turn is cancelled) before any other node can take it over;
+* **Self-fencing** (a loop of its own, woken at the earliest deadline, no database call): past an
+  agent's local deadline (its last renewal *sent* + 80% of ``lease_s``) the node stops acting for
+  it (the turn cancelled, its background tasks killed) before any other node can take it over;
   ``NodeSession.fence_of`` refuses its appends locally and the database refuses them anyway.
 * **Wakes across nodes** (``start_listener``): a ``Listener`` on a connection of its own kicks the
   watcher at every other node's commit (``pg_notify``), with a catch-up read every 2 s.
@@ -64,6 +65,8 @@ SCAN_S = 1.0
 """How often a node looks for free, expired and misplaced leases."""
 GRACE_S = 2.0
 """How long past its expiry a lease waits for its preferred node before any node takes it."""
+FENCE_SLACK_S = 0.01
+"""The self-fencing loop wakes this long after a deadline, so that the deadline has passed."""
 
 
 def preferred(agent_id: str, nodes: Iterable[str]) -> str | None:
@@ -181,7 +184,9 @@ class Cluster:
         backoff when the connection is lost."""
         every = self.lease_s / 3
         delay = 0.5
+        loop = asyncio.get_running_loop()
         while True:
+            began = loop.time()
             try:
                 lost = await asyncio.to_thread(self.session.beat)
                 delay = 0.5
@@ -195,7 +200,9 @@ class Cluster:
             for agent_id in lost:
                 self._lose(agent_id, why="its lease was not renewed (expired or taken over)")
             await self._check_schema()
-            await asyncio.sleep(every)
+            # every ``every`` from the last beat's start, not after it: a slow beat (a loaded machine)
+            # must not push the next one towards the self-fencing deadline (80% of lease_s)
+            await asyncio.sleep(max(0.0, every - (loop.time() - began)))
 
     async def _check_schema(self) -> None:
         """Stop acting (no turn, every lease given up between turns) once the database's schema
@@ -237,11 +244,27 @@ class Cluster:
                 log.exception("node.scan_failed", node=self.name)
             await asyncio.sleep(SCAN_S)
 
-    async def scan_once(self) -> Plan:
+    async def self_fence(self) -> None:
+        """Until cancelled: stop acting for each agent at its local deadline (``fence_once``), woken
+        at the earliest deadline rather than at the next scan. A loop of its own, with no database
+        call in it: the scan waits on the database (a view read, a takeover), which is exactly what
+        may be lost, and at a short lease the 20% margin (0.6 s at ``lease_s`` 3) is less than one
+        scan. So the turn is cancelled, its commands and background tasks killed, before the lease
+        can expire for the other nodes."""
+        while True:
+            self.fence_once()
+            left = self.session.next_deadline_in()
+            await asyncio.sleep(SCAN_S if left is None else min(SCAN_S, max(left, 0.0) + FENCE_SLACK_S))
+
+    def fence_once(self) -> None:
+        """Drop every agent past this node's deadline for it (self-fencing): ``_lose``."""
         for agent_id in self.session.held():
             if not self.session.holds(agent_id):  # past this node's deadline: stop before anyone takes it
                 self.session.forget(agent_id)
                 self._lose(agent_id, why="its lease ran past this node's deadline (self-fencing)")
+
+    async def scan_once(self) -> Plan:
+        self.fence_once()
         view = await asyncio.to_thread(self.session.view)
         self.view = view
         if self.schema_error is not None:
@@ -322,12 +345,10 @@ class Cluster:
         if cancel and run is not None:
             run.cancel()
         killed = self.host.tasks.drop_agent(agent_id)  # its background tasks: the new owner reports them
-        if self.timers.running:
-            for timer in self.store.timers(agent_id=agent_id, status="scheduled"):
-                self.timers.sync(None, timer.timer_id)
+        jobs = self.timers.drop_agent(agent_id)  # no database read: it may be the thing lost
         log.warning(
             "node.lost", node=self.name, agent_id=agent_id, reason=why, turn_cancelled=run is not None,
-            tasks_killed=len(killed),
+            tasks_killed=len(killed), timer_jobs=jobs,
         )  # fmt: skip
 
     # --- status ---------------------------------------------------------------------------------

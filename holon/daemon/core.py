@@ -154,6 +154,9 @@ class Daemon:
     def abort(self, agent: str) -> bool:
         return self.rooms.ports.abort(agent)
 
+    async def abort_anywhere(self, agent: str) -> bool:
+        return await self.rooms.ports.abort_anywhere(agent)
+
     def spending(self, agent: AgentState) -> Spending:
         owner = self.budgets.owner(agent)
         if owner is None:

@@ -95,6 +95,7 @@ class Lifespan:
             tasks += [
                 asyncio.create_task(r.cluster.heartbeat(), name="daemon:heartbeat"),
                 asyncio.create_task(r.cluster.spread(), name="daemon:spread"),
+                asyncio.create_task(r.cluster.self_fence(), name="daemon:self-fence"),
             ]
         stack.push_async_callback(self._stop_tasks, tasks)
         stack.push_async_callback(self._drain_turns)

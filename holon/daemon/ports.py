@@ -18,7 +18,8 @@ from holon.daemon.group_commit import GroupCommit
 from holon.daemon.hooks import hook_tokens
 from holon.daemon.wakes import Phase, Wakes
 from holon.errors import ConflictError, NotFoundError
-from holon.ledger import Event
+from holon.ledger import Event, NewEvent
+from holon.ledger import events as ev
 from holon.logs import get_logger
 from holon.projections import Store
 from holon.projections.state import AgentState, TimerProjection
@@ -36,6 +37,9 @@ __all__ = ["Ports"]
 log = get_logger("holon.daemon")
 
 ORIGIN = "operator:daemon"
+ABORT_WAIT_S = 10.0
+"""How long ``abort_anywhere`` waits for another node to settle the turn it asked to abort."""
+ABORT_POLL_S = 0.05
 
 
 class Ports:
@@ -48,6 +52,8 @@ class Ports:
         self.wakes = wakes
         self.phase = phase
         self.group = group
+        self.node: str | None = None
+        """This daemon's node name when it is one of several (``holon serve --node``), else None."""
 
     def _check_open(self) -> None:
         if not self.phase.accepting:
@@ -134,6 +140,7 @@ class Ports:
     # --- turns ------------------------------------------------------------------------------
 
     def abort(self, agent: str) -> bool:
+        """Abort the agent's turn if it runs in this process (it settles ``failed``, aborted)."""
         agent_id = self.store.agent(agent).agent_id
         run = self.host.active_run(agent_id)
         if run is None:
@@ -142,6 +149,49 @@ class Ports:
         run.cancel()
         asyncio.get_running_loop().create_task(self._settle_abort(agent_id, run), name=f"abort:{agent_id}")
         return True
+
+    async def abort_anywhere(self, agent: str, *, wait_s: float = ABORT_WAIT_S) -> bool:
+        """``abort`` when the turn runs here. On a node of several (RFC 0008 section 4, "Aborts
+        across nodes"), a turn running on another node is asked to stop through the shared ledger:
+        ``turn.abort_requested`` (unfenced: any node may append it), which the owner's watcher acts
+        on (``abort_requested``); this waits, at most ``wait_s``, for that turn to settle and answers
+        True only when it settled aborted (False: no turn ran, it ended otherwise first, or it had
+        not settled in time; the request stays, and the owner still acts on it if the turn runs)."""
+        if self.abort(agent):
+            return True
+        state = self.store.agent(agent)
+        turn_id = state.current_turn_id
+        if self.node is None or turn_id is None or self.wakes.owns is None or self.wakes.owns(state.agent_id):
+            return False  # a single daemon, no turn, or this node's agent (whose turn does not run)
+        [request] = self.store.append(
+            NewEvent(
+                state.agent_id, ev.TurnAbortRequested(turn_id=turn_id, node=self.node), origin=ORIGIN,
+                authority="operator",
+            )
+        )  # fmt: skip
+        log.info("turn.abort_requested", agent_id=state.agent_id, turn_id=turn_id, seq=request.seq, node=self.node)
+        self.wakes.publish_new()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while (settled := self.store.ledger.turn_settled_seq(state.agent_id, turn_id, after=0)) is None:
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(ABORT_POLL_S)
+        [event] = self.store.ledger.get_many([settled])
+        return isinstance(event.payload, ev.TurnSettled) and event.payload.reason == ABORTED_REASON
+
+    def abort_requested(self, agent_id: str, turn_id: str) -> None:
+        """Another node's API asked to abort ``turn_id`` (``turn.abort_requested``, read by the
+        watcher): aborted when it is the agent's turn running here, else nothing (it settled
+        already, or another node runs the agent)."""
+        if self.host.active_run(agent_id) is None:
+            return
+        try:
+            running = self.store.agent(agent_id).current_turn_id
+        except NotFoundError:
+            return
+        if running == turn_id and self.abort(agent_id):
+            log.info("turn.aborted_on_request", agent_id=agent_id, turn_id=turn_id)
 
     async def _settle_abort(self, agent_id: str, run: asyncio.Task[list[TurnResult]]) -> None:
         with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -190,6 +190,17 @@ class Timers:
             next_run_time=schedule.from_us(timer.next_fire_us),
         )
 
+    def drop_agent(self, agent_id: str) -> int:
+        """Remove the jobs of ``agent_id``'s timers (a node losing the agent, RFC 0008) without
+        reading the database, which may be the very thing lost. Returns how many went."""
+        if not self.running:
+            return 0
+        suffix = f" of {agent_id}"
+        gone = [job for job in self.scheduler.get_jobs() if str(job.name).endswith(suffix)]
+        for job in gone:
+            job.remove()
+        return len(gone)
+
     def jobs(self) -> int:
         """How many timers the running scheduler holds (0 before it starts)."""
         return len(self.scheduler.get_jobs()) if self.running else 0

@@ -45,6 +45,8 @@ IDLE_POLL_S = 0.5
 #: Events published per watcher pass at most (the next pass takes the rest).
 PUBLISH_BATCH = 5000
 _TIMER_EVENTS = (ev.TimerScheduled, ev.TimerFired, ev.TimerCancelled)
+#: Other event types whose payload the watcher reads (it reads envelopes only otherwise).
+_READ_TYPES = frozenset({"evolve.model_used", "turn.abort_requested"})
 
 
 def watch_interval(current: float, *, busy: bool, poll_s: float, idle_s: float = IDLE_POLL_S) -> float:
@@ -90,6 +92,9 @@ class Wakes:
         self._timers: Timers | None = None
         self.owns: Callable[[str], bool] | None = None
         """A node of several (RFC 0008): may this node run the agent's turns (it holds the lease)?"""
+        self.on_abort_request: Callable[[str, str], None] | None = None
+        """Called with (agent, turn) for each ``turn.abort_requested`` read (another node's API asked
+        to abort a turn: ``Ports.abort_requested`` aborts it if it runs here)."""
         self.idle_poll_s = IDLE_POLL_S
         """The watcher's slowest poll; on PostgreSQL the listener's notifications kick it, and its
         own catch-up covers a lost one, so the watcher only looks every ``CATCH_UP_S`` itself."""
@@ -197,7 +202,7 @@ class Wakes:
         if ledger.head() <= self.seen:
             return
         keys = ledger.find_keys(EventQuery(after=self.seen, limit=PUBLISH_BATCH))
-        wanted = [k.seq for k in keys if k.type.startswith("timer.") or k.type == "evolve.model_used"]
+        wanted = [k.seq for k in keys if k.type.startswith("timer.") or k.type in _READ_TYPES]
         payloads = {e.seq: e.payload for e in ledger.get_many(wanted)} if wanted else {}
         for key in keys:
             self.seen = key.seq
@@ -211,6 +216,8 @@ class Wakes:
                 self.on_agents_changed()  # a new agent, or one given the local model: its model warms now
             if isinstance(payload, ev.EvolveModelUsed):
                 self.budgets.record_evolve(key.agent_id, key.seq, payload)
+            if isinstance(payload, ev.TurnAbortRequested) and self.on_abort_request is not None:
+                self.on_abort_request(key.agent_id, payload.turn_id)
             self.notices.event(key.agent_id, key.seq)
 
     async def until_idle(self, *, timeout_s: float = 30.0) -> None:

@@ -189,8 +189,9 @@ def build_daemon(
     )  # fmt: skip
     ports = Ports(store, clock=clock, host=host, wakes=wakes, phase=phase, group=group)
     cluster = _cluster(
-        store, host=host, wakes=wakes, timers=timers, firing=firing, phase=phase, evolver=evolver, status=status
-    )
+        store, host=host, wakes=wakes, timers=timers, firing=firing, phase=phase, evolver=evolver, status=status,
+        ports=ports,
+    )  # fmt: skip
     return Rooms(
         store=store, clock=clock, phase=phase, host=host, budgets=budgets, timers=timers, index=index,
         evolver=evolver, notices=notices, wakes=wakes, firing=firing, maintenance=maintenance,
@@ -201,7 +202,7 @@ def build_daemon(
 
 def _cluster(
     store: Store, *, host: AgentHost, wakes: Wakes, timers: Timers, firing: TimerFiring, phase: Phase,
-    evolver: Evolver | None, status: StatusView,
+    evolver: Evolver | None, status: StatusView, ports: Ports,
 ) -> Cluster | None:  # fmt: skip
     """This daemon as node ``[node] name`` (``holon serve --node``), or ``None`` for a single
     node: turns, timers and evolve jobs then only for the agents whose leases it holds."""
@@ -224,6 +225,8 @@ def _cluster(
     wakes.owns = timers.owns = firing.owns = cluster.owns
     host.on_fenced = cluster.fenced_out
     status.cluster = cluster
+    ports.node = node.name  # an abort of a turn another node runs is asked of it through the ledger
+    wakes.on_abort_request = ports.abort_requested
     if evolver is not None:
         evolver.owned = cluster.owned
     return cluster

@@ -652,6 +652,17 @@ class LeaseReleased(PayloadBase):
     reason: str = ""
 
 
+class TurnAbortRequested(PayloadBase):
+    """An operator asked ``node`` (``POST …/abort``), which does not run the agent's turns, to abort
+    turn ``turn_id``: the node that does (the lease holder) aborts it when its watcher reads this,
+    if that turn still runs there; otherwise it changes nothing (RFC 0008 section 4, "Aborts across
+    nodes"). No projection folds it: the turn's ``turn.settled`` says what became of it."""
+
+    type: Literal["turn.abort_requested"] = "turn.abort_requested"
+    turn_id: str
+    node: str
+
+
 Payload = Annotated[
     AgentCreated
     | AgentConfigured
@@ -695,7 +706,8 @@ Payload = Annotated[
     | ProposalDismissed
     | ContextAssembled
     | LeaseAcquired
-    | LeaseReleased,
+    | LeaseReleased
+    | TurnAbortRequested,
     Field(discriminator="type"),
 ]
 

@@ -60,7 +60,7 @@ def actions_router(port: DaemonPort) -> APIRouter:
 
     @r.post("/agents/{agent}/abort")
     async def abort(agent: str, session: WriteSession) -> dict[str, bool]:
-        return {"aborted": port.abort(agent_id(agent))}
+        return {"aborted": await port.abort_anywhere(agent_id(agent))}
 
     @r.delete("/agents/{agent}", status_code=204, response_class=Response)
     async def delete(agent: str, session: WriteSession) -> Response:

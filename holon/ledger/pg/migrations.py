@@ -168,7 +168,7 @@ _GUARDS: tuple[str, ...] = (
     """,
 )
 
-UNFENCED_TYPES: tuple[str, ...] = (
+_UNFENCED_V2: tuple[str, ...] = (
     "message.received",  # an input, through any node's API or CLI (RFC 0008, "API on any node")
     "wait.resolved",  # stored with the input that resolves the wait (holon.runtime.inputs)
     "agent.created",  # no lease can exist before the agent does; created on any node
@@ -185,6 +185,11 @@ UNFENCED_TYPES: tuple[str, ...] = (
     "episode.sealed",  # derived by the projector in the transaction reaching the episode's boundary,
     # which may be an input's (an operator message switching topic, or after an idle gap)
 )
+"""Migration 2's list, as it was applied (a later type is added by a migration of its own)."""
+_UNFENCED_V3: tuple[str, ...] = (
+    "turn.abort_requested",  # POST .../abort on a node that does not run the turn: the owner acts on it
+)
+UNFENCED_TYPES: tuple[str, ...] = _UNFENCED_V2 + _UNFENCED_V3
 """Event types any node may append for any agent without holding its lease (migration 2's
 ``unfenced_types`` rows): inputs and operator commands, which never run a turn. Every other type,
 ``lease.acquired`` included (its own transaction holds the new lease), needs the fence. The list
@@ -219,7 +224,7 @@ _NODES: tuple[str, ...] = (
         PRIMARY KEY (type)
     )
     """,
-    "INSERT INTO unfenced_types (type) VALUES " + ", ".join(f"('{t}')" for t in UNFENCED_TYPES),
+    "INSERT INTO unfenced_types (type) VALUES " + ", ".join(f"('{t}')" for t in _UNFENCED_V2),
     # The fence. Named so that it fires after events_gapless (same-event triggers fire in name
     # order), which holds the ledger lock by then: a client that skipped holon_begin_append() is
     # checked under the lock too, so no takeover can commit between its check and its insert.
@@ -256,6 +261,11 @@ _NODES: tuple[str, ...] = (
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "ledger", _TABLES + _GUARDS),
     Migration(2, "nodes", _NODES),
+    Migration(
+        3,
+        "abort requests",
+        ("INSERT INTO unfenced_types (type) VALUES " + ", ".join(f"('{t}')" for t in _UNFENCED_V3),),
+    ),
 )
 
 

@@ -161,6 +161,13 @@ class NodeSession:
     def holds(self, agent_id: str) -> bool:
         return self._leases is not None and self._leases.holds(agent_id)
 
+    def next_deadline_in(self) -> float | None:
+        """Seconds until the earliest local deadline among the held agents (``None``: none held)."""
+        leases = self._leases
+        if leases is None or not leases.deadlines:
+            return None
+        return min(leases.deadlines.values()) - leases.clock()
+
     def held(self) -> list[str]:
         """The agents this node believes it holds (deadline passed or not), sorted."""
         return [] if self._leases is None else sorted(self._leases.tokens)
