@@ -204,7 +204,8 @@ class Engine:
                     writer.delete_documents_by_term("id", doc_id)
                 document = tantivy.Document
                 for r in rows:
-                    writer.delete_documents_by_term("id", r.id)
+                    if not clear:  # a cleared index holds no document of any id
+                        writer.delete_documents_by_term("id", r.id)
                     writer.add_document(
                         document(id=r.id, owner=r.owner, kind=r.kind, work=r.work_item_id, ts=r.ts_us, body=r.body,
                                  meta=r.meta, sender=r.sender, features=r.features, seg=r.segment, p1=r.before[0],
@@ -248,6 +249,13 @@ class Engine:
 
     def num_docs(self) -> int:
         return int(self.searcher().num_docs)
+
+    def deleted(self, owners: Iterable[str]) -> int:
+        """Deleted documents still in the index's statistics: every document has one owner, and an
+        owner's document frequency counts its deleted documents until a merge drops them, so this
+        is that sum less the live documents (``owners``: every owner the index ever held)."""
+        searcher = self.searcher()
+        return sum(int(searcher.doc_freq("owner", o)) for o in owners) - int(searcher.num_docs)
 
     def doc_freq(self, term: str, *, field: str = "body", searcher: Any = None) -> int:  # Any: tantivy.Searcher
         """Documents whose ``field`` holds ``term`` (deleted ones may still count until a merge)."""
@@ -327,8 +335,28 @@ class Engine:
         if query is None or limit <= 0:
             return _NO_MATCHES, 0
         searcher = searcher or self.searcher()
-        found = searcher.search(query, limit, count=count)
-        return self._read(searcher, found.hits), int(found.count or 0)
+        hits, total = self._top(searcher, query, limit, count=count)
+        return self._read(searcher, hits, cut=limit), total
+
+    @staticmethod
+    def _top(searcher: Any, query: Any, limit: int, *, count: bool) -> tuple[list[Any], int]:  # Any: tantivy's hits
+        """The top ``limit`` hits and every hit tied with the ``limit``-th (best first), and how many match.
+
+        tantivy orders equal scores by their address (segment, then document), which differs between
+        two indexes of the same documents committed in other batches (RFC 0008, "Identical ranking on
+        every node"): a tie across the cut is read whole, so that ``_read`` can cut it by id. One more
+        hit than asked shows whether a tie crosses the cut; while the last hit read still ties with the
+        ``limit``-th, the engine is asked for four times more (bounded by the matches themselves)."""
+        n = limit + 1
+        found = searcher.search(query, n, count=count)
+        hits = found.hits
+        while len(hits) == n and hits[-1][0] == hits[limit - 1][0]:
+            n *= 4
+            hits = searcher.search(query, n, count=False).hits
+        if len(hits) > limit:
+            last = hits[limit - 1][0]
+            hits = [h for h in hits if h[0] >= last]
+        return hits, int(found.count or 0)
 
     def matches_cut(
         self,
@@ -392,13 +420,17 @@ class Engine:
         return self._read(searcher, found.hits)
 
     @staticmethod
-    def _read(searcher: Any, hits: list[tuple[float, Any]]) -> Matches:  # Any: tantivy's searcher, addresses
+    def _read(searcher: Any, hits: list[tuple[float, Any]], *, cut: int | None = None) -> Matches:  # Any: tantivy's
+        """The fast fields of ``hits``, ordered by score, ties by id (never by the engine's address
+        order, which depends on how the documents were committed), the first ``cut`` of them."""
         if not hits:
             return _NO_MATCHES
         addresses = [addr for _score, addr in hits]
         ids, features, ts, seg, p1, p2 = (searcher.fast_field_values(n, addresses) for n in _FAST)
-        return Matches(ids, [score + BASE if score > 0 else 0.0 for score, _addr in hits], [f or 0 for f in features], [t or 0 for t in ts],
-                       [g or 0 for g in seg], [b or 0 for b in p1], [b or 0 for b in p2])  # fmt: skip
+        order = sorted(range(len(hits)), key=lambda i: (-hits[i][0], ids[i]))[:cut]
+        return Matches([ids[i] for i in order], [hits[i][0] + BASE if hits[i][0] > 0 else 0.0 for i in order],
+                       [features[i] or 0 for i in order], [ts[i] or 0 for i in order], [seg[i] or 0 for i in order],
+                       [p1[i] or 0 for i in order], [p2[i] or 0 for i in order])  # fmt: skip
 
     def top(
         self,

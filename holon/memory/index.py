@@ -39,11 +39,15 @@ from holon.memory.index_schema import MIGRATIONS, kind_token, owner_token, recre
 from holon.memory.index_writer import (
     CONTEXT_CAP,
     DOC_CAP,
+    REBUILD_SHARE,
     SEGMENT_GAP_US,
     SEGMENT_MAX_TURNS,
     Doc,
     _Writer,
+    engine_deleted,
     engine_for,
+    rebuild_engine,
+    settle_engine,
 )
 from holon.projections import Store, framework
 from holon.projections.framework import Host, open_projection, read_cursor, stored_cursor
@@ -78,8 +82,11 @@ __all__ = [
 #: 8: engine rows carry the prior, packed features, segment and the two turns before (fast fields).
 #: 9: the segment is an indexed field too (a search reads a lifted segment's other turns), and
 #:    the sender's words a field of their own (whether a query can name a sender).
+#: 10: work items and tasks take their ids at their last event of a batch (not after the batch's
+#:    other documents), so ids follow the ledger whatever the batches; an engine that rewrote
+#:    documents is rebuilt (no deleted document in its statistics): identical ranking on every node.
 #: (A change of the tables themselves is a new migration in ``index_schema``, usually with a bump.)
-INDEX_VERSION = 9
+INDEX_VERSION = 10
 CURSOR_NAME = "search"
 #: Events per catch-up transaction.
 BATCH = 2_000
@@ -147,10 +154,43 @@ class SearchIndex:
 
     def _check_engine(self) -> None:
         """Rebuild when the engine holds fewer documents than SQLite counts: its directory was
-        lost or damaged (it then opens empty), or a clear reached it but its transaction did not."""
-        expected = sum(max(0, n) for n in self.owner_docs().values())
-        if expected and self.engine.num_docs() < expected:
+        lost or damaged (it then opens empty), or a clear reached it but its transaction did not.
+        When it holds more, a process died between the engine's commit and its transaction's: the
+        engine is rebuilt from the tables (cheap beside a refold) before the batch is folded again,
+        since folding it again over the engine's copy would delete and re-add those documents, and
+        tantivy counts deleted documents in its statistics (RFC 0008, "Identical ranking on every
+        node"); so it is when its deleted documents reach ``REBUILD_SHARE`` of its live ones (an
+        index of an older holon). Each is re-checked under the write lock: a fold in progress
+        elsewhere commits the engine first."""
+        counts = self.owner_docs()
+        expected = sum(max(0, n) for n in counts.values())
+        held = self.engine.num_docs()
+        if held == expected and self.engine.deleted(counts) < REBUILD_SHARE * held:
+            return
+        with self._tx() as conn:
+            expected = sum(max(0, int(r[0])) for r in conn.execute("SELECT docs FROM search_owners"))
+            held = self.engine.num_docs()
+            lost = bool(expected) and held < expected
+            if held > expected:
+                rebuild_engine(conn, self.engine)
+            elif not lost:
+                settle_engine(conn, self.engine)
+        if lost:
             framework.rebuild(self.db, self)
+
+    def compact(self) -> int:
+        """Rebuild the engine from the tables if it holds any deleted document (whatever their
+        share); returns how many it held. Two nodes' indexes of one ledger, both compacted, rank
+        every query identically (RFC 0008, "Identical ranking on every node")."""
+        self.ensure()
+        with self._tx() as conn:
+            return settle_engine(conn, self.engine, share=0.0)
+
+    def deleted_in_engine(self) -> int:
+        """Deleted documents the engine still counts in its BM25 statistics (0 after a rebuild)."""
+        self.ensure()
+        with self._tx() as conn:
+            return engine_deleted(conn, self.engine)
 
     def fold(self, tx: Transaction, after: int, upto: int) -> None:
         """Index the events ``after < seq <= upto`` (the framework moves the cursor with them)."""

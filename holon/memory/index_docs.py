@@ -129,30 +129,36 @@ def index_events(conn: sqlite3.Connection, maker: DocMaker, events: Sequence[Eve
     """Index ``events`` (in seq order) inside the open transaction of ``conn``.
 
     A work item or task is written once per batch, from its projection row, however many of its
-    events the batch holds. ``durable``: follow durable memory entries too (a whole-index pass;
-    rebuilding one owner leaves them as they are).
+    events the batch holds: at the place of its last event in the batch, so that documents get
+    their ids in the order of their last events whatever the batches were (ids break ties in a
+    ranking, and two nodes folding the same ledger in other batches must rank alike: RFC 0008,
+    "Identical ranking on every node"). ``durable``: follow durable memory entries too (a
+    whole-index pass; rebuilding one owner leaves them as they are).
     """
     writer = _Writer(conn)
-    changed_items: dict[str, Event] = {}
-    changed_tasks: dict[str, Event] = {}
-    for event in events:
+    last: dict[tuple[str, str], int] = {}
+    for i, event in enumerate(events):
         p = event.payload
         if isinstance(p, ev.WorkItemOpened | ev.WorkItemUpdated | ev.WorkItemCompleted | ev.TodoChanged):
-            changed_items[p.work_item_id] = event
+            last[("item", p.work_item_id)] = i
+        elif isinstance(p, ev.TaskCreated | ev.TaskResulted):
+            last[("task", p.task_id)] = i
+    for i, event in enumerate(events):
+        p = event.payload
+        if isinstance(p, ev.WorkItemOpened | ev.WorkItemUpdated | ev.WorkItemCompleted | ev.TodoChanged):
+            if last[("item", p.work_item_id)] == i:
+                for doc in maker.work_item_doc(event):
+                    writer.upsert(doc)
             continue
         if isinstance(p, ev.TaskCreated | ev.TaskResulted):
-            changed_tasks[p.task_id] = event
+            if last[("task", p.task_id)] == i:
+                for doc in maker.task_doc(event):
+                    writer.upsert(doc)
             continue
         if isinstance(p, ev.DurableRecorded | ev.DurableForgotten):
             if durable:
                 index_durable(conn, p)
             continue
         for doc in maker.docs_for(event):
-            writer.upsert(doc)
-    for event in changed_items.values():
-        for doc in maker.work_item_doc(event):
-            writer.upsert(doc)
-    for event in changed_tasks.values():
-        for doc in maker.task_doc(event):
             writer.upsert(doc)
     writer.finish()

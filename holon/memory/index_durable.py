@@ -71,7 +71,7 @@ def durable_matches(store: Store, owners: Iterable[str], query: str, *, limit: i
     rows = db.query(
         "SELECT d.entry_id, bm25(search_durable, 1.0, 0.5, 0.0) AS rank FROM search_durable "
         "JOIN search_durable_docs d ON d.id = search_durable.rowid WHERE search_durable MATCH ? "
-        "ORDER BY rank LIMIT ?",
+        "ORDER BY rank, d.entry_id LIMIT ?",  # ties by id: the same entries whatever FTS5's row order
         (expr, limit),
     )
     best = min((float(r[1]) for r in rows), default=0.0)

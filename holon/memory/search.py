@@ -346,7 +346,8 @@ class _Ranker:
 
         One query for ``k + TIE_SLACK`` hits settles most ties (only the fast fields of those kept
         are read); a longer tie deepens the top-k (x4, ``TIE_ROUNDS`` times), and one longer still
-        is cut at ``k`` hits, the search then not certified."""
+        is cut at ``k`` hits by id (the engine reads the tie whole to cut it: ``Engine.matches``),
+        the search then not certified."""
         p = self.params
         q = {"owners": self.owners, "filters": self.filters, "weights": (p.body, p.meta), "searcher": self.searcher,
              "others": self._others()}  # fmt: skip
@@ -516,7 +517,7 @@ class _Ranker:
         if not phrases:
             return
         texts = [c for c in need if c.phrase]
-        texts.sort(key=lambda c: -(c.final + c.base * p.phrase))
+        texts.sort(key=lambda c: (-(c.final + c.base * p.phrase), c.id))  # ties by id, never by engine order
         finals = heapq.nlargest(self.limit, (c.final for c in cands))
         for c in texts:
             if len(finals) == self.limit and c.final + c.base * p.phrase < finals[-1]:
