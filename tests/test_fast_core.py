@@ -165,3 +165,56 @@ def test_rows_replay_leaves_undecoded_would_change_nothing(tmp_path: Path) -> No
             assert fold_event(dict(states), event) == []  # folding it would change nothing
     assert skipped > 0
     assert {k: state_json(s) for k, s in states.items() if s} == {k: state_json(s) for k, s in full.items() if s}
+
+
+# --- issue 18, append step 5: the append path's shortcuts build what the plain code builds ------
+
+
+@settings(max_examples=200, deadline=None)
+@given(seq=st.integers(min_value=0, max_value=2**63 - 1), digest=st.binary(min_size=32, max_size=32))
+def test_anchor_slot_bytes_are_the_format(seq: int, digest: bytes) -> None:
+    from holon.ledger import anchor
+
+    hash_ = digest.hex()
+    line = anchor._FORMAT.format(seq=seq, hash=hash_, crc=anchor._crc(seq, hash_)).encode("ascii")
+    assert anchor._slot(seq, hash_) == line.ljust(anchor._SLOT, b" ")
+    assert anchor._parse(anchor._slot(seq, hash_)) == anchor.AnchorMark(seq, hash_)
+
+
+def test_new_event_equals_the_dataclass_init() -> None:
+    from holon.ledger.envelope import new_event
+
+    values = (7, "evt_x", "a", "message.received", 1, 11, "cli", "operator", "t", None, "w", None, "k")
+    payload = ev.MessageReceived(text="hi")
+    made, plain = new_event(*values, payload, "h"), Event(*values, payload, "h")
+    assert type(made) is Event and made == plain and hash(made) == hash(plain)
+    assert [getattr(made, f) for f in EVENT_FIELDS] == [getattr(plain, f) for f in EVENT_FIELDS]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    turn_id=st.none() | st.text(max_size=8),
+    changes=st.dictionaries(
+        st.text(max_size=6), st.none() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=6), max_size=4
+    ),
+)
+def test_a_delta_built_directly_equals_model_construct(turn_id: str | None, changes: dict[str, object]) -> None:
+    from holon.ledger.codec import encode_payload
+    from holon.projections.fold import _delta
+
+    mine = _delta(turn_id, changes)  # type: ignore[arg-type]  # JSON values
+    plain = ev.WorkingMemoryDelta.model_construct(turn_id=turn_id, changes=changes)
+    _same(mine, plain)
+    assert list(mine.__dict__) == list(plain.__dict__)
+    enc = {"blob_threshold": 16_384, "preview_chars": 400}
+    assert encode_payload(mine, **enc).data == encode_payload(plain, **enc).data
+
+
+def test_new_ids_keep_their_form() -> None:
+    import re
+
+    from holon.ids import new_id
+
+    assert re.fullmatch(r"evt_[0-9a-f]{32}", new_id("evt"))
+    assert new_id("x", ms=0x0193A5C2D4E1).startswith("x_0193a5c2d4e1")
+    assert new_id("x", ms=2**48 + 5).startswith("x_000000000005")  # 48 bits of milliseconds, as before

@@ -94,6 +94,9 @@ class EncodedPayload(NamedTuple):
     blobs: tuple[BlobBody, ...]
 
 
+_tuple_new = tuple.__new__
+
+
 def encode_payload(payload: Payload, *, blob_threshold: int, preview_chars: int) -> EncodedPayload:
     tag: str = payload.type
     # ``model_dump(mode="json")`` without its wrapper (a third of an append's encoding time).
@@ -101,7 +104,13 @@ def encode_payload(payload: Payload, *, blob_threshold: int, preview_chars: int)
     data.pop("type", None)  # the row's ``type`` column holds the tag
     large = _LARGE_FIELDS[tag]
     if not large:  # most payloads: no field can become a blob
-        return EncodedPayload(*_dumps(tag, data), payload, ())
+        # ``_dumps`` and the named tuple's ``__new__``, inline: this runs for every event appended
+        # (0.4 us of 2.2; issue 18, step 5).
+        try:
+            raw = orjson.dumps(data, option=_SORTED)
+        except orjson.JSONEncodeError as e:  # e.g. an integer beyond 64 bits
+            raise EventValidationError(f"{tag} payload has no JSON form: {e}") from e
+        return _tuple_new(EncodedPayload, (raw.decode("utf-8"), raw, payload, ()))
     blobs: list[BlobBody] = []
     refs: dict[str, BlobRef] = {}
     for name in large:

@@ -15,7 +15,17 @@ from typing import Any
 
 from holon.ledger.events import Authority, Payload
 
-__all__ = ["EVENT_FIELDS", "GENESIS_HASH", "HEADER_FIELDS", "Event", "Header", "NewEvent", "header_of", "header_values"]
+__all__ = [
+    "EVENT_FIELDS",
+    "GENESIS_HASH",
+    "HEADER_FIELDS",
+    "Event",
+    "Header",
+    "NewEvent",
+    "header_of",
+    "header_values",
+    "new_event",
+]
 
 #: The ``previous hash`` of the first event.
 GENESIS_HASH = "0" * 64
@@ -63,7 +73,40 @@ class Event:
     hash: str
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
+def new_event(
+    seq: int, id: str, agent_id: str, type: str, version: int, ts_us: int, origin: str, authority: Authority,
+    turn_id: str | None, work_item_id: str | None, task_id: str | None, episode_id: str | None,
+    idempotency_key: str | None, payload: Payload, hash: str,
+) -> Event:  # fmt: skip
+    """``Event(...)`` for the append path: the same object, its fields set without the frozen
+    dataclass ``__init__``'s global lookup per field (2.2 -> 1.7 us per event; issue 18, step 5).
+    The parameters are ``Event``'s fields in order (checked below, at import)."""
+    e = _new(Event)
+    _set(e, "seq", seq)
+    _set(e, "id", id)
+    _set(e, "agent_id", agent_id)
+    _set(e, "type", type)
+    _set(e, "version", version)
+    _set(e, "ts_us", ts_us)
+    _set(e, "origin", origin)
+    _set(e, "authority", authority)
+    _set(e, "turn_id", turn_id)
+    _set(e, "work_item_id", work_item_id)
+    _set(e, "task_id", task_id)
+    _set(e, "episode_id", episode_id)
+    _set(e, "idempotency_key", idempotency_key)
+    _set(e, "payload", payload)
+    _set(e, "hash", hash)
+    return e
+
+
 EVENT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Event))
+if new_event.__code__.co_varnames[: new_event.__code__.co_argcount] != EVENT_FIELDS:  # pragma: no cover
+    raise RuntimeError("new_event's parameters must be Event's fields, in order")
 """The envelope's fields in column order: ``seq, id, agent_id, ..., payload, hash``."""
 
 HEADER_FIELDS: tuple[str, ...] = tuple(f for f in EVENT_FIELDS if f not in ("payload", "hash"))

@@ -30,7 +30,7 @@ from holon.ledger.store import EVENT_COLUMNS, row_to_event
 from holon.projections.episodes import CONTENT_TYPES
 from holon.projections.fold import KINDS, MEMO_PENDING, Key, derive, fold_event, needs_decoding, row_columns, state_json
 from holon.projections.framework import read_cursor, write_cursor
-from holon.projections.state import State
+from holon.projections.state import AgentState, State
 
 __all__ = ["CURSOR_NAME", "PROJECTOR_VERSION", "Projector", "load_state"]
 
@@ -239,8 +239,10 @@ class Projector:
             state = dict.__getitem__(self._rows, key)
             if state is None:
                 return True
-            agent_id, _status, label = row_columns("agent", state)
-            if stored.get(key) != (agent_id, label):
+            # ``row_columns("agent", state)``'s agent id and label, read directly: this runs at
+            # most commits (an agent row changes with every input, turn start and settle).
+            assert type(state) is AgentState
+            if stored.get(key) != (state.agent_id, state.name):
                 return True
         return False
 
