@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 
 KEYS = ("method", "append_ratio_pg_vs_raw", "append_ratio_pg_vs_raw_sync_off", "turns_per_s", "scaling_2_over_1",
         "write_tx_per_turn", "wal_syncs_per_turn", "cpu_ms_per_turn", "failover_s", "failover_s_p95",
-        "acknowledged", "lost_inputs", "duplicate_turns", "targets")  # fmt: skip
+        "acknowledged", "lost_inputs", "duplicate_turns", "targets", "cluster_cores", "latency_bound", "of_bound",
+        "bound_turns_per_s", "model_calls_per_turn")  # fmt: skip
 
 
 def test_bench_cluster_reports_every_key_and_loses_nothing() -> None:
@@ -47,3 +48,8 @@ def test_bench_cluster_reports_every_key_and_loses_nothing() -> None:
     assert report["acknowledged"] > 0
     assert (report["lost_inputs"], report["duplicate_turns"]) == (0, 0), report
     assert len(report["failover_s"]) == 1 and report["failover_s_p95"] > 0, report
+    # the cluster's CPU is the nodes', their model children's and this database's backends'; the
+    # bench's own (clients, fake model) beside it, never in it
+    for point in report["cpu_ms_per_turn"].values():
+        assert abs(point["cluster"] - (point["nodes"] + point["models"] + point["postgres"])) < 0.5, point
+    assert report["bound_turns_per_s"] == {"1": 20.0, "2": 40.0}, report  # 1 agent per node at 50 ms

@@ -84,6 +84,9 @@ def _story(url: str, examples: dict[str, list[str]]) -> list[tuple[Any, ...]]:
     ]
 
 
+# The suite's 300 s timeout would cut the five-minute run: the chaos itself, then the start, the
+# drain and the checks.
+@pytest.mark.timeout(DURATION_S + 600)
 def test_three_nodes_random_sigkills_lose_nothing_and_never_share_an_agent(
     tmp_path: Path, pg_new_db: Callable[..., PgDatabase]
 ) -> None:

@@ -16,9 +16,23 @@ model of ``holon.testing.fake_llm`` answering every call after a fixed latency.
   policy gives every node that many) and each agent is kept busy by a client posting ``POST
   …/messages?wait=`` to its owner again as soon as the last one is answered. A daemon has no
   concurrent-turn setting: it runs one turn per agent at a time, so ``per_node`` busy agents is
-  the per-node concurrency cap, the same at every node count. Counted over ``seconds`` after a
-  warm-up; the commits (``pg_stat_database.xact_commit``, reads included) and WAL flushes
-  (``pg_stat_wal.wal_sync``) per turn beside.
+  the per-node concurrency cap, the same at every node count. The nodes first **settle** (their
+  processes below ``SETTLE_CORE_PER_NODE`` of a core: the model library's background import and
+  the model children's start are over; before this, start-up CPU was counted as turns' CPU), then
+  the window of ``seconds`` opens once every client had two answers. Beside the rate: the
+  commits (``pg_stat_database.xact_commit``, reads included), WAL flushes (``pg_stat_wal.wal_sync``)
+  and writing transactions per turn; **CPU per turn** split into the node processes, their model
+  children and *this database's* PostgreSQL backends (``pg_stat_activity``; their sum is
+  ``cluster``), with every ``postgres`` process (other users' too) and this bench process (the
+  clients and the fake model, never counted as the cluster's) beside; ``cluster_cores``, the
+  cores the cluster used; and the **regime**: ``bound_turns_per_s`` = nodes x ``per_node`` /
+  (latency x model calls per turn), the rate a latency-bound cluster approaches, ``of_bound`` the
+  share reached and ``latency_bound`` whether it is at least ``LATENCY_BOUND_SHARE``. A point
+  that is not latency-bound measured the machine (its cores, other load), not the cluster's
+  scaling. The default latency is ``LATENCY_MS`` (1 s, like a real provider's); 200 ms makes
+  three nodes need ~3 cores and is CPU-bound on a 2-core machine.
+  ``profile`` (``--profile DIR``): every node process and model child writes per-thread CPU
+  profiles of the window (``holon.testing.cpuprofile``; ``rfcs/0008/profile_cluster.py`` sums them).
 * **Failover** (``failover_s_p95``): on a cluster of three nodes with ``lease_s`` (default 15 s,
   the shipped one), a node owning agents is SIGKILLed right after an input for one of its agents
   was acknowledged; the sample is the time from the kill until every one of its agents is held
@@ -79,13 +93,21 @@ __all__ = [
 ]
 
 ADMIN_URL = os.environ.get("HOLON_BENCH_PG") or "postgresql://root@127.0.0.1:5432/postgres"
+#: The fake model's default latency per call: real providers answer in 0.5-30 s, and at 1 s three
+#: nodes of 2 busy agents need ~0.6 core of this project's 2-core machine, so the points stay
+#: latency-bound there; 200 ms (``--latency-ms 200``) needs ~3 cores at three nodes and measures the
+#: machine's CPU instead (RFC 0008 step 14).
+LATENCY_MS = 1000.0
 TARGETS = {"append_ratio_pg_vs_raw": 0.5, "scaling_3_over_1": 2.4, "lost_inputs": 0, "duplicate_turns": 0}
 METHOD = (
     "append: holon Ledger.append on PgEngine vs raw psycopg BEGIN/INSERT/COMMIT pipelines into the same events "
     "table, 1 event/tx, {rounds} alternating rounds of {append_s:g} s, medians, synchronous_commit on (off beside); "
     "throughput: a fresh database and N `holon serve --node` processes, {per_node} agents per node kept busy "
     "(one turn per agent at a time is the daemon's only concurrency cap) through POST /messages?wait to the owner, "
-    "fake model {latency_ms:g} ms per call, {seconds:g} s counted once every client had two answers; writing transactions = transaction ids assigned in the window; failover: SIGKILL of a node owning "
+    "fake model {latency_ms:g} ms per call, nodes settled (idle after start-up) first, {seconds:g} s counted once every "
+    "client had two answers; writing transactions = transaction ids assigned in the window; CPU per turn from /proc: "
+    "node processes + model children + this database's backends = cluster (the bench's clients and fake model "
+    "beside); latency_bound = turns/s >= 0.8 x nodes x per_node / (latency x calls per turn); failover: SIGKILL of a node owning "
     "agents on 3 nodes at lease_s {lease_s:g}, time until another node holds all its agents and answers an input "
     "acknowledged just before the kill, {samples} samples; lost/duplicate from the ledger over every acknowledged input"
 )
@@ -226,6 +248,7 @@ class Cluster:
     url: str
     root: Path
     lease_s: float
+    extra_env: dict[str, str] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -233,7 +256,7 @@ class Cluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HOLON_")}
         env["HOLON_STORAGE_URL"] = self.url
         env["HOLON_NODE_LEASE_S"] = str(self.lease_s)
-        return env
+        return {**env, **self.extra_env}
 
     def home(self, name: str) -> Path:
         home = self.root / name
@@ -387,9 +410,8 @@ def _db_counters(url: str) -> tuple[int, int, int]:
     return int(commits[0] if commits else 0), int(syncs[0] if syncs else 0), int(xid[0] if xid else 0)
 
 
-def _proc_cpu(roots: list[int]) -> tuple[float, float]:
-    """CPU seconds so far of the processes ``roots`` and everything below them (the nodes and their
-    model processes), and of every ``postgres`` process (the server's backends, other users' too)."""
+def _cpu_table() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, command name, CPU seconds so far, user + system) of every process."""
     tick = os.sysconf("SC_CLK_TCK")
     stats: dict[int, tuple[int, str, float]] = {}
     for d in Path("/proc").iterdir():
@@ -400,26 +422,174 @@ def _proc_cpu(roots: list[int]) -> tuple[float, float]:
             comm = raw[raw.index("(") + 1 : raw.rindex(")")]
             rest = raw[raw.rindex(")") + 2 :].split()
             stats[int(d.name)] = (int(rest[1]), comm, (int(rest[11]) + int(rest[12])) / tick)
+    return stats
+
+
+def _descendants(stats: dict[int, tuple[int, str, float]], roots: list[int]) -> set[int]:
     mine, frontier = set(roots), list(roots)
     while frontier:
         parent = frontier.pop()
         kids = [pid for pid, (ppid, _c, _t) in stats.items() if ppid == parent and pid not in mine]
         mine.update(kids)
         frontier.extend(kids)
-    nodes = sum(stats[p][2] for p in mine if p in stats)
-    server = sum(t for _pp, comm, t in stats.values() if comm == "postgres")
-    return nodes, server
+    return mine
 
 
-def measure_turns(nodes: int, *, per_node: int, latency_ms: float, seconds: float) -> dict[str, Any]:
+def _backends(url: str) -> set[int]:
+    """The server processes of the database at ``url`` (this bench's connection left out)."""
+    with connect(url) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return {int(r[0]) for r in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSample:
+    """CPU seconds so far, split by whose: the node processes themselves, their model children,
+    this database's PostgreSQL backends, every ``postgres`` process (other databases' too, and the
+    server's own writers), and this bench process (its clients and the fake model: never counted
+    as the cluster's)."""
+
+    nodes: float
+    models: float
+    backends: dict[int, float]
+    postgres: dict[int, float]
+    bench: float
+
+
+def _cpu(roots: list[int], url: str) -> CpuSample:
+    backends = _backends(url)
+    stats = _cpu_table()
+    below = _descendants(stats, roots) - set(roots) - {os.getpid()}
+    return CpuSample(
+        nodes=sum(stats[p][2] for p in roots if p in stats),
+        models=sum(stats[p][2] for p in below if p in stats),
+        backends={p: stats[p][2] for p in backends if p in stats},
+        postgres={pid: t for pid, (_pp, comm, t) in stats.items() if comm == "postgres"},
+        bench=time.process_time(),
+    )
+
+
+def _cpu_delta(a: CpuSample, b: CpuSample) -> dict[str, float]:
+    """Seconds in the window; a server process that started inside it counts whole, one that
+    ended in it is lost (the nodes keep pooled connections: rare; other users' come and go)."""
+    return {
+        "nodes": b.nodes - a.nodes,
+        "models": b.models - a.models,
+        "postgres_db": sum(t - a.backends.get(p, 0.0) for p, t in b.backends.items()),
+        "postgres_all": sum(t - a.postgres.get(p, 0.0) for p, t in b.postgres.items()),
+        "bench": b.bench - a.bench,
+    }
+
+
+#: A started node is settled once its processes (with their model children) use less than this
+#: share of a core, measured over ``SETTLE_WINDOW_S``: an idle node needs ~0.013 here, a node still
+#: importing the model library in the background (seconds of CPU, tens of seconds on a loaded
+#: machine) far more. Opening a throughput window before that counted the start-up as turns' CPU.
+SETTLE_CORE_PER_NODE = 0.05
+SETTLE_WINDOW_S = 2.0
+
+
+def settle(roots: list[int], url: str, *, what: str, timeout: float = 180.0) -> float:
+    """Wait until the node processes ``roots`` are idle (``SETTLE_CORE_PER_NODE``); seconds waited."""
+    step(what, 0, None)
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        a = _cpu(roots, url)
+        time.sleep(SETTLE_WINDOW_S)
+        b = _cpu(roots, url)
+        if (b.nodes + b.models - a.nodes - a.models) / SETTLE_WINDOW_S < SETTLE_CORE_PER_NODE * len(roots):
+            break
+    return round(time.monotonic() - began, 1)
+
+
+def _profile_signal(roots: list[int], where: Path | None, *, close: bool = False) -> None:
+    """SIGUSR2 to every armed process of the cluster (``holon.testing.cpuprofile``), which opens
+    its window, or closes it and writes its profiles (then waited for); nothing without ``where``."""
+    if where is None:
+        return
+    mine = _descendants(_cpu_table(), roots)
+    armed = [p for p in mine if (where / f"armed-{p}").exists()]
+    for p in armed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGUSR2)
+    if close:
+        wait_until("the profiles written", lambda: len(list(where.glob("*.json"))) >= len(armed), 60, every=0.2)
+
+
+#: A point is latency-bound when its turns/s reach this share of concurrency / latency: the rest
+#: of a turn (its CPU, commits, HTTP) is then a small part of its wall time, as in production.
+LATENCY_BOUND_SHARE = 0.8
+
+
+def latency_bound(turns_per_s: float, *, nodes: int, per_node: int, latency_ms: float, calls: float) -> dict[str, Any]:
+    """The ceiling a latency-bound cluster approaches (every busy agent waiting on the model all
+    the time: nodes x per_node / (latency x model calls per turn)) and how close the point came."""
+    bound = nodes * per_node / max(latency_ms / 1000 * max(calls, 1.0), 1e-9)
+    share = turns_per_s / bound
+    return {
+        "bound_turns_per_s": round(bound, 2),
+        "of_bound": round(share, 2),
+        "latency_bound": share >= LATENCY_BOUND_SHARE,
+    }
+
+
+def _model_calls(url: str, since_seq: int) -> tuple[int, int]:
+    """(model calls, completed turns) after ``since_seq``, from the ledger."""
+    with connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE type = 'model.responded'), "
+            "count(*) FILTER (WHERE type = 'turn.settled') FROM events WHERE seq > %s",
+            (since_seq,),
+        ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def _calls_per_turn(url: str, seq0: int, seq1: int) -> float:
+    """Model calls per settled turn among the events in ``(seq0, seq1]``."""
+    calls, settled = _model_calls(url, seq0)
+    calls_late, settled_late = _model_calls(url, seq1)
+    return (calls - calls_late) / max(settled - settled_late, 1)
+
+
+def _cpu_report(cpu: dict[str, float], *, turns: int, wall: float) -> dict[str, Any]:
+    """CPU ms per turn by whose, and the cores the cluster (nodes, model children, this
+    database's backends) used; the bench's own beside, never in the cluster's."""
+    cluster_s = cpu["nodes"] + cpu["models"] + cpu["postgres_db"]
+    return {
+        "cpu_ms_per_turn": {
+            "cluster": round(cluster_s * 1000 / turns, 1),
+            "nodes": round(cpu["nodes"] * 1000 / turns, 1),
+            "models": round(cpu["models"] * 1000 / turns, 1),
+            "postgres": round(cpu["postgres_db"] * 1000 / turns, 1),
+            "postgres_all": round(cpu["postgres_all"] * 1000 / turns, 1),
+            "bench": round(cpu["bench"] * 1000 / turns, 1),
+        },
+        "cluster_cores": round(cluster_s / wall, 2),
+        "cpu_cores_busy": round((cluster_s + cpu["bench"]) / wall, 2),
+    }
+
+
+def _head(url: str) -> int:
+    with connect(url) as conn:
+        row = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
+    return int(row[0]) if row else 0
+
+
+def measure_turns(
+    nodes: int, *, per_node: int, latency_ms: float, seconds: float, profile: Path | None = None
+) -> dict[str, Any]:
     """Turns per second at ``nodes`` nodes (module docstring); the window opens once every client
-    had two answers (the nodes' model processes warm)."""
+    had two answers (the nodes' model processes warm). ``profile``: a directory where every node
+    process and model child writes per-thread CPU profiles of the window (``holon.testing.cpuprofile``)."""
     names = [f"n{i}" for i in range(nodes)]
+    extra = {"HOLON_CPU_PROFILE": str(profile / f"nodes{nodes}")} if profile is not None else {}
     with (
         throwaway_db() as url,
         tempfile.TemporaryDirectory(prefix="holon-bench-cluster-") as tmp,
         FakeLLM(lambda body: {"content": "pong", "delay": latency_ms / 1000}) as fake,
-        Cluster(url, Path(tmp), lease_s=15.0) as cluster,
+        Cluster(url, Path(tmp), lease_s=15.0, extra_env=extra) as cluster,
     ):
         step(f"throughput at {nodes} node(s): starting", 0, None)
         by_node = cluster.spread_agents(names, per_node, fake.url)
@@ -436,7 +606,7 @@ def measure_turns(nodes: int, *, per_node: int, latency_ms: float, seconds: floa
         stop = threading.Event()
         errors: list[str] = []
 
-        def client(node: Node, agent: str) -> None:
+        def client(node: Node, agent: str) -> None:  # posts again at each answer until ``stop``
             while not stop.is_set():
                 try:
                     r = post(node, agent, "ping", wait_s=60, timeout=90)
@@ -453,6 +623,9 @@ def measure_turns(nodes: int, *, per_node: int, latency_ms: float, seconds: floa
             for n in names
             for a in by_node[n][:per_node]
         ]
+        roots = [n.proc.pid for n in cluster.nodes.values()]
+        where = Path(extra["HOLON_CPU_PROFILE"]) if extra else None
+        settled_s = settle(roots, url, what=f"throughput at {nodes} node(s): settling")
         try:
             for t in threads:
                 t.start()
@@ -460,11 +633,12 @@ def measure_turns(nodes: int, *, per_node: int, latency_ms: float, seconds: floa
             wait_until(
                 "every client answered twice", lambda: bool(errors) or all(len(d) >= 2 for d in done.values()), 180
             )
-            roots = [n.proc.pid for n in cluster.nodes.values()]
-            c0, t0, p0, b0 = _db_counters(url), time.monotonic(), _proc_cpu(roots), time.process_time()
+            _profile_signal(roots, where)
+            seq0, c0, t0, p0 = _head(url), _db_counters(url), time.monotonic(), _cpu(roots, url)
             step(f"throughput at {nodes} node(s): counting", 0, None)
             wait_until("the window", lambda: time.monotonic() >= t0 + seconds, seconds + 5)
-            c1, t1, p1, b1 = _db_counters(url), time.monotonic(), _proc_cpu(roots), time.process_time()
+            c1, t1, p1, seq1 = _db_counters(url), time.monotonic(), _cpu(roots, url), _head(url)
+            _profile_signal(roots, where, close=True)
         finally:
             stop.set()
             for t in threads:
@@ -472,22 +646,23 @@ def measure_turns(nodes: int, *, per_node: int, latency_ms: float, seconds: floa
         if errors:
             raise RuntimeError(f"a client failed: {errors[0]}")
         turns = sum(1 for d in done.values() for x in d if t0 <= x <= t1)
+        calls_per_turn = _calls_per_turn(url, seq0, seq1)
         wait_until("every acknowledged input answered", lambda: drained(url, acked), 60, every=0.2)
         counted = account(url, acked)
     per = max(turns, 1)
+    wall = t1 - t0
+    rate = turns / wall
     return {
-        "turns_per_s": round(turns / (t1 - t0), 2),
+        "turns_per_s": round(rate, 2),
+        "model_calls_per_turn": round(calls_per_turn, 2),
+        **latency_bound(rate, nodes=nodes, per_node=per_node, latency_ms=latency_ms, calls=calls_per_turn),
         "write_tx_per_turn": round((c1[2] - c0[2] - 1) / per, 2),
         "wal_syncs_per_turn": round((c1[1] - c0[1]) / per, 2),
         "commits_per_turn": round((c1[0] - c0[0]) / per, 1),
-        "write_tx_per_s": round((c1[2] - c0[2] - 1) / (t1 - t0), 1),
-        "cpu_ms_per_turn": {
-            "nodes": round((p1[0] - p0[0]) * 1000 / per, 1),
-            "postgres": round((p1[1] - p0[1]) * 1000 / per, 1),
-            "bench": round((b1 - b0) * 1000 / per, 1),
-        },
-        "cpu_cores_busy": round((p1[0] - p0[0] + p1[1] - p0[1] + b1 - b0) / (t1 - t0), 2),
+        "write_tx_per_s": round((c1[2] - c0[2] - 1) / wall, 1),
+        **_cpu_report(_cpu_delta(p0, p1), turns=per, wall=wall),
         "load_1m": round(os.getloadavg()[0], 2),
+        "settle_s": settled_s,
         **counted,
     }
 
@@ -546,8 +721,8 @@ def measure_failover(*, samples: int, lease_s: float, per_node: int) -> dict[str
 
 
 def run_cluster_bench(
-    *, nodes: tuple[int, ...] = (1, 2, 3), per_node: int = 2, latency_ms: float = 200.0, seconds: float = 15.0,
-    append_s: float = 2.0, rounds: int = 3, samples: int = 3, lease_s: float = 15.0,
+    *, nodes: tuple[int, ...] = (1, 2, 3), per_node: int = 2, latency_ms: float = LATENCY_MS, seconds: float = 15.0,
+    append_s: float = 2.0, rounds: int = 3, samples: int = 3, lease_s: float = 15.0, profile: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     result: dict[str, Any] = {
         "method": METHOD.format(
@@ -571,7 +746,7 @@ def run_cluster_bench(
     lost = dup = acked = 0
     points: dict[str, Any] = {}
     for n in nodes:
-        point = measure_turns(n, per_node=per_node, latency_ms=latency_ms, seconds=seconds)
+        point = measure_turns(n, per_node=per_node, latency_ms=latency_ms, seconds=seconds, profile=profile)
         lost, dup, acked = (
             lost + point.pop("lost_inputs"),
             dup + point.pop("duplicate_turns"),
@@ -585,6 +760,11 @@ def run_cluster_bench(
     result["write_tx_per_s"] = {k: v["write_tx_per_s"] for k, v in points.items()}
     result["cpu_ms_per_turn"] = {k: v["cpu_ms_per_turn"] for k, v in points.items()}
     result["cpu_cores_busy"] = {k: v["cpu_cores_busy"] for k, v in points.items()}
+    result["cluster_cores"] = {k: v["cluster_cores"] for k, v in points.items()}
+    result["model_calls_per_turn"] = {k: v["model_calls_per_turn"] for k, v in points.items()}
+    result["bound_turns_per_s"] = {k: v["bound_turns_per_s"] for k, v in points.items()}
+    result["of_bound"] = {k: v["of_bound"] for k, v in points.items()}
+    result["latency_bound"] = {k: v["latency_bound"] for k, v in points.items()}
     result["load_1m_by_nodes"] = {k: v["load_1m"] for k, v in points.items()}
     rates = result["turns_per_s"]
     if rates.get("1"):
@@ -618,12 +798,20 @@ def format_report(r: dict[str, Any]) -> str:
         + ", ".join(f"{k}: {v}" for k, v in r["wal_syncs_per_turn"].items())
     )
     lines.append(
-        "CPU ms per turn (nodes + postgres + bench): "
+        "latency-bound (turns/s of nodes x per_node / latency / calls per turn): "
         + ", ".join(
-            f"{k}: {v['nodes']:.0f} + {v['postgres']:.0f} + {v['bench']:.0f}" for k, v in r["cpu_ms_per_turn"].items()
+            f"{k}: {r['of_bound'][k]:.0%} of {r['bound_turns_per_s'][k]:g} ({'yes' if v else 'NO: CPU or commits'})"
+            for k, v in r["latency_bound"].items()
         )
-        + "; cores busy: "
-        + ", ".join(f"{k}: {v}" for k, v in r["cpu_cores_busy"].items())
+    )
+    lines.append(
+        "CPU ms per turn, cluster = nodes + model children + this database's postgres backends (bench beside): "
+        + ", ".join(
+            f"{k}: {v['cluster']:.0f} = {v['nodes']:.0f} + {v['models']:.0f} + {v['postgres']:.0f} ({v['bench']:.0f})"
+            for k, v in r["cpu_ms_per_turn"].items()
+        )
+        + f"; cores used by the cluster (of {r['cores']}): "
+        + ", ".join(f"{k}: {v}" for k, v in r["cluster_cores"].items())
     )
     if "failover_s_p95" in r:
         lines.append(f"failover p95: {r['failover_s_p95']} s (samples {r['failover_s']}; lease_s {r['lease_s']:g})")

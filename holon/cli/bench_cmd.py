@@ -360,11 +360,16 @@ def cluster(
     ctx: typer.Context,
     nodes: Annotated[str, typer.Option(help="Node counts of the throughput points, comma-separated.")] = "1,2,3",
     per_node: Annotated[int, typer.Option(min=1, help="Busy agents per node (its concurrency cap).")] = 2,
-    latency_ms: Annotated[float, typer.Option(min=0, help="The fake model's latency per call.")] = 200.0,
+    latency_ms: Annotated[
+        float, typer.Option(min=0, help="The fake model's latency per call (200 makes 3 nodes CPU-bound on 2 cores).")
+    ] = 1000.0,
     seconds: Annotated[float, typer.Option(min=1, help="Seconds counted per throughput point.")] = 15.0,
     samples: Annotated[int, typer.Option(min=0, help="Failover samples (SIGKILLs) on three nodes.")] = 3,
     lease_s: Annotated[float, typer.Option(min=0.5, help="The nodes' lease in the failover samples.")] = 15.0,
     rounds: Annotated[int, typer.Option(min=1, help="Alternating append rounds; medians are reported.")] = 3,
+    profile: Annotated[
+        Path | None, typer.Option(help="Write per-thread CPU profiles of each throughput window under this directory.")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Several `holon serve --node` processes on one throwaway PostgreSQL database: append vs raw
@@ -377,7 +382,7 @@ def cluster(
     with _progress("cluster"):
         result = run_cluster_bench(
             nodes=counts, per_node=per_node, latency_ms=latency_ms, seconds=seconds, samples=samples,
-            lease_s=lease_s, rounds=rounds,
+            lease_s=lease_s, rounds=rounds, profile=profile,
         )  # fmt: skip
     emit(c, result, format_report(result))
     if result["lost_inputs"] or result["duplicate_turns"]:

@@ -63,7 +63,9 @@ def serve(
     import os
 
     from holon.daemon.process import serve as serve_
+    from holon.testing.cpuprofile import install_from_env
 
+    install_from_env(f"node-{node}" if node else "serve")  # HOLON_CPU_PROFILE only
     if node is not None:
         os.environ["HOLON_NODE_NAME"] = node  # the setting, for this process (read with the rest)
     c = ctx_of(ctx, home, json_out)

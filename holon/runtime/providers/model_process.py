@@ -398,6 +398,9 @@ async def _serve() -> None:
 def main() -> None:
     """Serve until stdin closes, then end at once: every reply is already written (unbuffered), and
     the interpreter's teardown of litellm's modules took 1.5-2 s of the daemon's stop per child."""
+    from holon.testing.cpuprofile import install_from_env
+
+    install_from_env("model")  # HOLON_CPU_PROFILE only
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve())
     with contextlib.suppress(Exception):
