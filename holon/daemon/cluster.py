@@ -38,6 +38,7 @@ import asyncio
 import hashlib
 import random
 from collections.abc import Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -149,6 +150,9 @@ class Cluster:
         self.watch: LockWatch | None = None
         self.schema_error: str | None = None
         """Set when another node migrated the database past this code: this node stops acting."""
+        self._beats = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"heartbeat-{self.name}")
+        """The heartbeat's own thread: under load the default executor is busy with the turns'
+        blocking calls, and a beat queued behind them arrives late (agents given up for nothing)."""
         self._taking: set[str] = set()
         """Agents being acquired and recovered: not this node's to run yet. Without it the watcher
         started a turn as soon as the lease was held, and the recovery that followed settled that
@@ -175,6 +179,7 @@ class Cluster:
         if self.watch is not None:
             await asyncio.to_thread(self.watch.stop)
         released = await asyncio.to_thread(self.session.close)
+        self._beats.shutdown(wait=False)
         log.info("node.stopped", node=self.name, released=len(released))
 
     # --- the heartbeat --------------------------------------------------------------------------
@@ -188,7 +193,7 @@ class Cluster:
         while True:
             began = loop.time()
             try:
-                lost = await asyncio.to_thread(self.session.beat)
+                lost = await loop.run_in_executor(self._beats, self.session.beat)
                 delay = 0.5
             except HolonError as e:
                 self.last_error = e.message
