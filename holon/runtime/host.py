@@ -241,7 +241,7 @@ class AgentHost:
                 except StorageUnavailable as e:
                     self._storage_lost(agent_id, e)
                     break
-                except TurnAlreadySettled as e:  # recovery settled it and re-queued its inputs: the next run answers them
+                except TurnAlreadySettled as e:  # recovery settled it, its inputs re-queued: a later run answers
                     log.error("turn settled twice refused", agent_id=agent_id, turn_id=e.turn_id, reason=e.message)
                     break
                 if result is None:
