@@ -432,7 +432,7 @@ class TurnRunner:
         when the agent's last turn already failed for the same one (a retry).
 
         ``TurnAlreadySettled``, with nothing appended, when the turn is no longer the agent's
-        current one, read in the settle's own transaction (under the ledger's lock): something
+        current one, read under the ledger's lock held over the append: something
         else settled it (recovery, as a dead process's) and re-queued its inputs, which the
         next turn answers. Appending this settle too would answer them twice."""
         reason = result.reason
@@ -456,7 +456,7 @@ class TurnRunner:
             payloads.append(rejection_brief(result.rejected, reason or result.outcome))
         elif notify and not repeated:
             payloads.append(waiting_brief(reason or result.outcome))
-        with self.store.ledger.transaction() as tx:
+        with self.store.ledger.reading():  # the ledger's lock: no other settle of this process in between
             agent = self.store.agent_state(agent_id)
             if agent is not None and agent.current_turn_id != result.turn_id:
                 raise TurnAlreadySettled(
@@ -465,7 +465,7 @@ class TurnRunner:
                     agent_id=agent_id,
                     turn_id=result.turn_id,
                 )
-            tx.append(*self._events(agent_id, result.turn_id, payloads))
+            self.store.append(*self._events(agent_id, result.turn_id, payloads))  # ``Store.append``: the one door
         self.observer.on_settled(agent_id, result)
         return result
 
