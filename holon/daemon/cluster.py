@@ -19,7 +19,9 @@ at a clean stop, after the turns were drained.
   ones expired past the grace whoever is preferred), and releases, between turns, the agents that
   now prefer another live node (about 1/N of them move when a node joins; only the dead node's
   agents move when one leaves). A node never acquires an agent it still has a turn running for
-  under an older token: that turn is cancelled first.
+  under an older token: that turn is cancelled first. Each planned take is checked again when it
+  runs (the takes before it wait on the database): an agent already held here, or whose turn
+  started here meanwhile, is not taken, so a node never "takes over" its own running turn.
 * **Takeover** = single-node recovery for that agent (``holon.runtime.recovery.recover``): an
   unsettled turn of the dead node is settled ``interrupted`` (its inputs re-queued), by the new
   owner, fenced with its new token; then its timers join this node's scheduler (missed firings
