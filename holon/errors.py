@@ -17,6 +17,7 @@ into one line on stderr and the exit code below, never a traceback.
     ├── LedgerError                 exit 5   the ledger refused or is damaged
     │   ├── EventValidationError             payload does not match its event type
     │   ├── FencedOut                        this node no longer holds the agent's lease
+    │   ├── TurnAlreadySettled               a turn's second settle (recovery settled it first)
     │   ├── IntegrityError                   hash chain or sequence broken
     │   └── MigrationError                   schema cannot be brought forward
     │       └── SchemaMismatch      exit 2   the database's schema is newer than this holon, or
@@ -49,6 +50,7 @@ __all__ = [
     "NotFoundError",
     "SchemaMismatch",
     "StorageUnavailable",
+    "TurnAlreadySettled",
     "UsageError",
 ]
 
@@ -140,6 +142,18 @@ class FencedOut(LedgerError):
     def __init__(self, message: str, *, agent_id: str) -> None:
         super().__init__(message)
         self.agent_id = agent_id
+
+
+class TurnAlreadySettled(LedgerError):
+    """A turn tried to settle after something else settled it (recovery took it for a dead
+    process's): nothing of that settle is appended, so its inputs, re-queued by the first settle,
+    are answered once, by the next turn. A bug elsewhere when it happens; the ledger keeps one
+    ``turn.settled`` per turn whatever the cause."""
+
+    def __init__(self, message: str, *, agent_id: str, turn_id: str) -> None:
+        super().__init__(message)
+        self.agent_id = agent_id
+        self.turn_id = turn_id
 
 
 ModelErrorKind = Literal[

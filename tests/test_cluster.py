@@ -320,6 +320,68 @@ def test_an_agent_being_taken_is_not_run_until_its_recovery_is_done(
     assert node.owns(x) and woken == [x]  # recovered, then woken: now it runs
 
 
+def test_a_take_planned_before_the_agents_turn_started_does_not_re_take_it(
+    node_store: Callable[[], Store], sessions: Callable[..., NodeSession]
+) -> None:
+    """Regression (the five-minute chaos run, RFC 0008): a take is planned for an agent this node
+    does not act for at that moment (its deadline passed while the scan read the view) and is not
+    busy; while an earlier take of the same scan waits on the database, the heartbeat renews the
+    agent's lease and its turn starts. Executed as planned, the take re-acquired the node's own
+    live lease (same token) and its "takeover" recovery settled the running turn ``interrupted``,
+    re-queueing inputs that turn then answered too: answered twice. The take is re-checked when it
+    runs: no second ``lease.acquired``, no recovery, the turn still running and settled once."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from holon.daemon.cluster import Cluster
+
+    store = node_store()
+    w, x = _agent(store, "w"), _agent(store, "x")  # taken in this order (by name)
+    now = [0.0]
+    a = sessions("a", clock=lambda: now[0])
+    a.claim()
+    store.ledger.engine.fencer = a.fence_of  # type: ignore[attr-defined]  # PgEngine's
+    assert a.acquire(x) == 1  # deadline at 24 s (80% of lease_s 30)
+    running: set[str] = set()
+    stub = SimpleNamespace(
+        active_run=lambda agent_id: None, is_running=running.__contains__, running=False, draining=False,
+        accepting=True, wake=lambda agent_id: None, clock=FakeClock(), drop_agent=lambda agent_id: [],
+    )  # fmt: skip
+    stub.tasks = stub
+    node = Cluster(a, store, host=stub, wakes=stub, timers=stub, firing=stub, phase=stub)  # type: ignore[arg-type]
+    view, acquire = a.view, a.acquire
+
+    def late_view() -> Any:
+        seen = view()
+        now[0] = 25.0  # x's deadline passes while the scan waits for the view: not in ``held``
+        return seen
+
+    turn = "turn_x_running"
+
+    def acquire_while_x_starts(agent_id: str) -> int | None:
+        if agent_id == w:  # meanwhile: the heartbeat renews x's lease, and x's turn starts here
+            assert a.beat() == frozenset() and a.holds(x)  # renewed: nothing lost
+            [got] = store.append(_input(x, "hello"))
+            store.append(NewEvent(x, ev.TurnStarted(turn_id=turn, inputs=[got.seq], node="a"), origin="runtime:turn", turn_id=turn))  # fmt: skip
+            running.add(x)
+        return acquire(agent_id)
+
+    a.view = late_view  # type: ignore[method-assign]
+    a.acquire = acquire_while_x_starts  # type: ignore[method-assign]
+    todo = asyncio.run(node.scan_once())
+    assert todo.acquire == (w, x)  # planned: x was neither held nor busy then
+    acquired = [e for e in store.ledger.read(0, agent_id=x) if isinstance(e.payload, ev.LeaseAcquired)]
+    assert len(acquired) == 1  # x was not taken again
+    assert not [e for e in store.ledger.read(0, agent_id=x) if isinstance(e.payload, ev.TurnSettled)]
+    assert store.agent(x).current_turn_id == turn and node.owns(x)  # its turn still runs here
+    assert node.owns(w) and a.token(x) == 1
+    # The last line, ``_took`` itself: a lease acquired while a turn of the agent runs here is
+    # given back (taken again once the run ended) and nothing of the turn is settled.
+    asyncio.run(node._took(x, 1))
+    assert not [e for e in store.ledger.read(0, agent_id=x) if isinstance(e.payload, ev.TurnSettled)]
+    assert a.token(x) is None and store.agent(x).current_turn_id == turn
+
+
 def test_self_fencing_stops_an_agent_at_its_deadline_without_the_database(
     node_store: Callable[[], Store], sessions: Callable[..., NodeSession]
 ) -> None:

@@ -70,6 +70,38 @@ def test_a_tool_round_then_an_answer_walks_the_steps_in_order(store: Store, cloc
     assert isinstance(final, Settle) and final.answer is not None and final.answer.content == "done"
 
 
+def test_a_turn_settled_by_someone_else_is_not_settled_again(store: Store, clock: FakeClock) -> None:
+    """A second ``turn.settled`` for one turn is refused at its source (RFC 0008, the five-minute
+    chaos run): recovery settled the running turn ``interrupted`` and re-queued its input; the
+    turn's own final answer and settle are then not recorded (``TurnAlreadySettled``), so the input
+    is answered once, by the next turn."""
+    from holon.errors import TurnAlreadySettled
+    from holon.runtime.recovery import settle_unfinished_turn
+
+    agent = create_agent(store, "alice")
+    _ask(store, agent.agent_id, "hello")
+    runner, _seen = _runner(store, clock, ScriptedProvider([reply("first"), reply("second")]))
+    advance = runner._advance
+
+    async def recovered_meanwhile(step: Request | Record | RunTools) -> Step:
+        if isinstance(step, Record):  # the model answered; recovery settles the turn first
+            settle_unfinished_turn(store, store.agent(agent.agent_id))
+        return await advance(step)
+
+    runner._advance = recovered_meanwhile  # type: ignore[method-assign]
+    with pytest.raises(TurnAlreadySettled):
+        asyncio.run(runner.run(agent.agent_id))
+    events = list(store.ledger.read(0, agent_id=agent.agent_id))
+    settles = [e.payload for e in events if isinstance(e.payload, ev.TurnSettled)]
+    assert [s.outcome for s in settles] == ["interrupted"]
+    assert not [e for e in events if isinstance(e.payload, ev.ModelResponded)]  # "first" not recorded
+    state = store.agent(agent.agent_id)
+    assert state.current_turn_id is None and len(state.pending_inputs) == 1  # re-queued
+    runner._advance = advance  # type: ignore[method-assign]
+    result = asyncio.run(runner.run(agent.agent_id))
+    assert result is not None and result.reply == "second" and not store.agent(agent.agent_id).pending_inputs
+
+
 def test_the_round_limit_is_checked_before_the_next_request(store: Store, clock: FakeClock) -> None:
     agent = create_agent(store, "alice")
     _ask(store, agent.agent_id, "loop")

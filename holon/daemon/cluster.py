@@ -19,7 +19,9 @@ at a clean stop, after the turns were drained.
   ones expired past the grace whoever is preferred), and releases, between turns, the agents that
   now prefer another live node (about 1/N of them move when a node joins; only the dead node's
   agents move when one leaves). A node never acquires an agent it still has a turn running for
-  under an older token: that turn is cancelled first.
+  under an older token: that turn is cancelled first. Each planned take is checked again when it
+  runs (the takes before it wait on the database): an agent already held here, or whose turn
+  started here meanwhile, is not taken, so a node never "takes over" its own running turn.
 * **Takeover** = single-node recovery for that agent (``holon.runtime.recovery.recover``): an
   unsettled turn of the dead node is settled ``interrupted`` (its inputs re-queued), by the new
   owner, fenced with its new token; then its timers join this node's scheduler (missed firings
@@ -290,6 +292,13 @@ class Cluster:
         held = [a for a in self.session.held() if self.session.holds(a)]
         todo = plan(self.name, agents, live=live, owners=owners, busy=busy, held=held)
         for agent_id in todo.acquire:
+            if self.session.token(agent_id) is not None or self.host.is_running(agent_id):
+                # Re-checked at the take, not only when planning: the takes before this one wait on
+                # the database, and meanwhile the agent may have been taken (and its turn started)
+                # or its lease renewed. Acquiring a live lease of its own keeps the token, so its
+                # "takeover" would settle this node's own running turn ``interrupted`` and re-queue
+                # inputs that turn answers anyway (answered twice; the five-minute chaos run).
+                continue
             self._taking.add(agent_id)
             try:
                 token = await asyncio.to_thread(self.session.acquire, agent_id)
@@ -308,6 +317,13 @@ class Cluster:
         """A lease just acquired: install the agent's home if this machine lacks it (created on
         another machine: ``ensure_home``), settle what the previous owner left (single-node
         recovery for this agent), take its timers over, and wake it."""
+        if self.host.is_running(agent_id):
+            # Never settle as ``interrupted`` a turn this process runs (``scan_once`` does not take
+            # such an agent; this is the last line). Given back: taken again once the run ended,
+            # and recovered then if it left its turn open.
+            log.error("node.take_while_running", node=self.name, agent_id=agent_id, lease_token=token)
+            await asyncio.to_thread(self.session.release, agent_id, reason="a turn runs here")
+            return
         self.taken += 1
         try:
             agent = self.store.agent_state(agent_id)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from holon.clock import Clock
-from holon.errors import ConflictError, FencedOut, NotFoundError, StorageUnavailable
+from holon.errors import ConflictError, FencedOut, NotFoundError, StorageUnavailable, TurnAlreadySettled
 from holon.ids import new_id
 from holon.ledger import Event, NewEvent, Transaction
 from holon.ledger import events as ev
@@ -240,6 +240,9 @@ class AgentHost:
                     break
                 except StorageUnavailable as e:
                     self._storage_lost(agent_id, e)
+                    break
+                except TurnAlreadySettled as e:  # recovery settled it, its inputs re-queued: a later run answers
+                    log.error("turn settled twice refused", agent_id=agent_id, turn_id=e.turn_id, reason=e.message)
                     break
                 if result is None:
                     break

@@ -45,7 +45,7 @@ from holon.context.render import with_cache_markers
 from holon.context.sections import build_sections, update_sections
 from holon.context.tokens import TokenCounter
 from holon.context.view import RoundView, ToolEvidence, gather, refresh
-from holon.errors import ConfigError, ModelError, ModelKeyMissing, ModelNotConfigured, UsageError
+from holon.errors import ConfigError, ModelError, ModelKeyMissing, ModelNotConfigured, TurnAlreadySettled, UsageError
 from holon.ids import new_id
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
@@ -429,7 +429,12 @@ class TurnRunner:
         """Append ``turn.settled`` (after ``answer``, the final reply, in the same transaction);
         rejected inputs are settled unanswered, with a brief telling the operator why. With
         ``notify`` (re-queued inputs) a brief says why they wait, once per distinct reason: not
-        when the agent's last turn already failed for the same one (a retry)."""
+        when the agent's last turn already failed for the same one (a retry).
+
+        ``TurnAlreadySettled``, with nothing appended, when the turn is no longer the agent's
+        current one, read under the ledger's lock held over the append: something
+        else settled it (recovery, as a dead process's) and re-queued its inputs, which the
+        next turn answers. Appending this settle too would answer them twice."""
         reason = result.reason
         repeated = notify and self.store.agent(agent_id).last_error == reason
         payloads: list[ev.Payload] = [answer] if answer is not None else []
@@ -451,7 +456,16 @@ class TurnRunner:
             payloads.append(rejection_brief(result.rejected, reason or result.outcome))
         elif notify and not repeated:
             payloads.append(waiting_brief(reason or result.outcome))
-        self.store.append(*self._events(agent_id, result.turn_id, payloads))
+        with self.store.ledger.reading():  # the ledger's lock: no other settle of this process in between
+            agent = self.store.agent_state(agent_id)
+            if agent is not None and agent.current_turn_id != result.turn_id:
+                raise TurnAlreadySettled(
+                    f"turn {result.turn_id} of agent {agent_id} was already settled: its {result.outcome} settle "
+                    "is not recorded",
+                    agent_id=agent_id,
+                    turn_id=result.turn_id,
+                )
+            self.store.append(*self._events(agent_id, result.turn_id, payloads))  # ``Store.append``: the one door
         self.observer.on_settled(agent_id, result)
         return result
 
