@@ -105,7 +105,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         with contextlib.suppress(OSError):
             import marshal
 
-            (out / f"{pid}-{role}-{_safe(name)}-{tid}.prof").write_bytes(marshal.dumps(prof.stats))
+            _write(out / f"{pid}-{role}-{_safe(name)}-{tid}.prof", marshal.dumps(prof.stats))
     summary = {
         "pid": pid,
         "role": role,
@@ -113,7 +113,14 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         "cpu_s": round(sum(cpu1.values()) - sum(v for k, v in cpu0.items() if k in cpu1), 3),
         "threads_cpu_s": dict(sorted(threads.items(), key=lambda kv: -kv[1])),
     }
-    (out / f"{pid}-{role}.json").write_text(json.dumps(summary, indent=1))
+    _write(out / f"{pid}-{role}.json", json.dumps(summary, indent=1).encode())  # last: the window's files are complete
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Whole or not at all: a reader polling for the file never sees it half written."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def install_from_env(role: str) -> bool:
