@@ -346,13 +346,22 @@ class Cluster:
 
 
 def post(node: Node, agent_id: str, text: str, *, wait_s: float = 0, timeout: float = 60) -> dict[str, Any]:
-    """An input through ``node``'s API (``/messages?wait=`` when ``wait_s``); the 2xx answer's body."""
+    """An input through ``node``'s API (``/messages?wait=`` when ``wait_s``); the 2xx answer's body.
+
+    A 503 (storage unavailable for a moment: nothing was acknowledged) is retried after its
+    ``Retry-After``, as a client should, until ``timeout``."""
     api, headers = node.api()
-    if wait_s:
-        r = httpx.post(f"{api}/v1/agents/{agent_id}/messages", params={"wait": wait_s}, json={"text": text},
-                       headers=headers, timeout=timeout)  # fmt: skip
-    else:
-        r = httpx.post(f"{api}/v1/agents/{agent_id}/inputs", json={"text": text}, headers=headers, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        if wait_s:
+            r = httpx.post(f"{api}/v1/agents/{agent_id}/messages", params={"wait": wait_s}, json={"text": text},
+                           headers=headers, timeout=timeout)  # fmt: skip
+        else:
+            r = httpx.post(f"{api}/v1/agents/{agent_id}/inputs", json={"text": text}, headers=headers, timeout=timeout)
+        if r.status_code != 503 or time.monotonic() >= deadline:
+            break
+        after = r.headers.get("retry-after", "1")
+        time.sleep(min(float(after), 2.0) if after.replace(".", "", 1).isdigit() else 1.0)
     r.raise_for_status()
     return dict(r.json())
 
