@@ -231,3 +231,36 @@ def test_no_child_outlives_a_sigkilled_parent(tmp_path: Path) -> None:
         finally:
             if parent.poll() is None:
                 parent.kill()
+
+
+def test_a_window_is_asked_of_the_child_once_and_the_start_it_waited_for_is_the_next_calls() -> None:
+    """The daemon never imports litellm: the model's window comes from a child, is kept, and a cold
+    start the question waited for is reported by the next call's ``start_ms`` (the turn asked
+    before it started), not lost."""
+    from holon.runtime.providers.litellm_provider import known_context_window
+
+    with FakeLLM(lambda body: {"content": "ok"}) as fake:
+        request = ModelRequest(messages=MESSAGES, settings=_settings(fake))
+
+        async def go() -> tuple[list[int | None], float | None, float | None]:
+            provider = ProcessProvider(processes=2)
+            try:
+                windows = [
+                    await provider.context_window("openai/gpt-4o-mini"),
+                    await provider.context_window("openai/fake"),
+                ]
+                [pid] = provider.pids
+                kept = await provider.context_window("openai/gpt-4o-mini")  # no question: kept
+                assert kept == windows[0] and provider._workers[0].questions == 0
+                first = await provider.complete(request)
+                second = await provider.complete(request)
+                assert provider.pids == [pid]  # a question never starts a second process
+            finally:
+                await provider.aclose()
+            return windows, first.start_ms, second.start_ms
+
+        windows, first_start, second_start = asyncio.run(go())
+    assert windows == [known_context_window("openai/gpt-4o-mini"), None]
+    assert windows[0] is not None and windows[0] > 100_000
+    assert first_start is not None and first_start >= 1  # the start the first question waited for
+    assert second_start is None

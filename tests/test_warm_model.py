@@ -250,6 +250,52 @@ def test_the_daemon_starts_the_model_process_without_a_message_and_honours_its_i
             assert holon(home, "daemon", "stop", env=env).code == 0
 
 
+def _maps_litellm(pid: int) -> bool:
+    """Whether process ``pid`` imported litellm (its native module is mapped once it is imported)."""
+    return "/litellm/" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.slow
+def test_the_daemon_never_imports_litellm_and_asks_its_model_process_for_the_window(tmp_path: Path) -> None:
+    """litellm costs ~5 s of CPU and ~170 MiB to import: only the model children import it. The
+    daemon's turns still get the model's real window (gpt-4o-mini: 128k in litellm's map, far above
+    ``[context] default_context_window``), asked of the child before the turn starts."""
+    from helpers.daemon import submit
+    from helpers.turn_cli import quick_home
+
+    from holon.runtime.providers.litellm_provider import known_context_window
+
+    window = known_context_window("openai/gpt-4o-mini")
+    assert window is not None and window > 100_000
+    with FakeLLM(lambda body: {"content": "ok"}) as fake:
+        home = quick_home(tmp_path, "alice", model="openai/gpt-4o-mini", api_base=fake.url)
+        env = cli_env()
+        try:
+            assert holon(home, "daemon", "start", env=env).code == 0
+            pid = int(state(home)["pid"])
+            [seq] = submit(home, "alice", "hello")
+            wait_for("the turn to settle", lambda: bool(_settled(home)), timeout=60)
+            [child] = _model_children(pid)
+            assert _maps_litellm(child) and not _maps_litellm(pid)
+        finally:
+            assert holon(home, "daemon", "stop", env=env).code == 0
+    from holon.runtime.turn.prompt import request_budget
+
+    with open_store(home) as store:
+        events = list(store.ledger.read(0))
+        _, budget = request_budget(ModelSettings(model="openai/gpt-4o-mini"), store.settings.context, window)
+    started = next(e for e in events if e.type == "turn.started")
+    assert seq in started.payload.inputs  # type: ignore[attr-defined]
+    [assembled] = [e for e in events if e.type == "context.assembled"]
+    assert assembled.payload.budget_tokens == budget.limit > 100_000, assembled.payload  # type: ignore[attr-defined]
+    assert [e.payload.outcome for e in events if e.type == "turn.settled"] == ["completed"]  # type: ignore[attr-defined]
+
+
+def _settled(home: Path) -> list[str]:
+    with open_store(home) as store:
+        return [e.type for e in store.ledger.read(0) if e.type == "turn.settled"]
+
+
 # --- traces -------------------------------------------------------------------------------------
 
 

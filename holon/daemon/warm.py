@@ -1,8 +1,10 @@
 """The warm model path (RFC 0005): the model library and the model children, readied in the
 background while the API is already up.
 
-* The model library (litellm), and before it the turn machinery (the turn runner, context
-  assembly, the tools), are imported off the loop: imported by the first turn they would stall
+* The turn machinery (the turn runner, context assembly, the tools, the tokenizers), and the
+  model library (litellm) when the daemon calls models in its own process (``[daemon]
+  model_process = false``; by default only the model children import it, and they answer the
+  models' windows too), are imported off the loop: imported by the first turn they would stall
   every agent and timer for seconds, and awaited at start they would keep the API (health,
   status, inputs) closed for as long. Turns wait for them (``ready``). ``holon serve`` starts the
   import once its API listens (``start(after=...)``): an import thread started earlier shares the
@@ -63,7 +65,7 @@ class Warmth:
     async def _start(self, after: asyncio.Event | None) -> None:
         if after is not None:
             await after.wait()
-        library = _in_daemon_thread(_load_turn_machinery, self._models_in_use())
+        library = _in_daemon_thread(_load_turn_machinery, self._models_in_use(), not self.settings.model_process)
         library.add_done_callback(self._loaded)
         self.warm()
 
@@ -116,21 +118,24 @@ class Warmth:
                 await self._models
 
 
-def _load_turn_machinery(models: tuple[str, ...]) -> int | None:
+def _load_turn_machinery(models: tuple[str, ...], library: bool) -> None:
     """What the first turn would otherwise do on the loop: import the turn runner (context
-    assembly, tools) and the model library, build the tools' registry, and load the tokenizers of
-    ``models`` (an agent's first input reached its live stream 0.5-0.7 s after its acknowledgement
-    while its first turn read o200k_base's file on the loop: ``holon bench dashboard``'s
-    ``live_delay_first_ms``)."""
+    assembly, tools), build the tools' registry, load the tokenizers of ``models`` (an agent's
+    first input reached its live stream 0.5-0.7 s after its acknowledgement while its first turn
+    read o200k_base's file on the loop: ``holon bench dashboard``'s ``live_delay_first_ms``), and
+    with ``library`` the model library. Only with ``[daemon] model_process = false`` does the
+    daemon call models in its own process: otherwise litellm (~5 s of CPU, ~170 MiB) is imported
+    by the model children alone, which also answer the models' windows."""
     import holon.runtime.turn.runner  # noqa: F401
     from holon.context.tokens import warm_encodings
-    from holon.runtime.providers.litellm_provider import known_context_window
     from holon.runtime.tools import builtin_registry
 
-    window = known_context_window("gpt-4o-mini")
+    if library:
+        from holon.runtime.providers.litellm_provider import known_context_window
+
+        known_context_window("gpt-4o-mini")
     builtin_registry()
     warm_encodings(models)
-    return window
 
 
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:

@@ -152,15 +152,10 @@ def build_daemon(
                 budgets.brief(agent, reason)
         wakes.kick.set()
 
-    window_of = None
-    if own is not None:
-        from holon.runtime.providers.litellm_provider import known_context_window
-
-        window_of = known_context_window
     default_limits, retry = limits_from(store)
     host = AgentHost(
         store, resolver, clock=clock, registry=registry, limits=limits or default_limits,
-        retry=retry, observer=_Observer(notices, settled), sleep=sleep, window_of=window_of, gate=wakes.may_run,
+        retry=retry, observer=_Observer(notices, settled), sleep=sleep, gate=wakes.may_run,
         wake=wakes.wake,
     )  # fmt: skip
     firing = TimerFiring(store, clock=clock, wakes=wakes, phase=phase)

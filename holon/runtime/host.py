@@ -79,7 +79,6 @@ class AgentHost:
         retry: RetryPolicy | None = None,
         observer: TurnObserver | None = None,
         sleep: Callable[[float], Any] | None = None,
-        window_of: Callable[[str], int | None] | None = None,
         gate: Callable[[str], bool] | None = None,
         wake: Callable[[str], None] | None = None,
         jitter: Callable[[], float] = random.random,
@@ -99,7 +98,7 @@ class AgentHost:
         self.tasks = TaskManager.for_store(store, clock, on_done=self._task_done)
         self.services = TaskServices(self.tasks, spawn=self.spawn_child)
         """What this host's tools may ask of it (``ToolServices``)."""
-        self._runner_args = (registry, resolve_provider, limits, retry, observer, sleep, window_of)
+        self._runner_args = (registry, resolve_provider, limits, retry, observer, sleep)
         self._runner: TurnRunner | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._runs: dict[str, asyncio.Task[list[TurnResult]]] = {}
@@ -123,11 +122,10 @@ class AgentHost:
             from holon.runtime.tools import builtin_registry
             from holon.runtime.turn import TurnRunner
 
-            registry, resolve_provider, limits, retry, observer, sleep, window_of = self._runner_args
+            registry, resolve_provider, limits, retry, observer, sleep = self._runner_args
             self._runner = TurnRunner(
                 self.store, registry or builtin_registry(), resolve_provider, clock=self.clock,
                 services=self.services, limits=limits, retry=retry, observer=observer, sleep=sleep,
-                window_of=window_of,
             )  # fmt: skip
         return self._runner
 

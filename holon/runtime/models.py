@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from holon.config import ModelDefaults
 from holon.errors import ModelError, ModelNotConfigured
 from holon.logs import get_logger
 from holon.projections.state import AgentState
-from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, Provider, TextSink
+from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, Provider, TextSink, context_window_of
 from holon.runtime.providers.litellm_provider import LiteLLMProvider
 from holon.runtime.providers.local import (
     MODEL_NOT_CONFIGURED_MESSAGE,
@@ -182,15 +182,24 @@ class ModelResolver:
         agents = list(agents)
         if not agents:
             return
-        jobs = []
+        jobs: list[Awaitable[object]] = []
         warm_provider = getattr(self.provider, "warm", None)
         if warm_provider is not None:
-            jobs.append(warm_provider())
+            jobs.append(self._warm_provider(warm_provider, agents))
         if any(self.uses_local(a) for a in agents) and local_model_available():
             jobs.append(self.local_ready())
         for outcome in await asyncio.gather(*jobs, return_exceptions=True):
             if isinstance(outcome, Exception):
                 log.warning("model.warm_failed", error=str(outcome)[:300])
+
+    async def _warm_provider(self, warm: Callable[[], Awaitable[None]], agents: list[AgentState]) -> None:
+        """The provider's start, then the windows of the agents' models asked of it (kept by it),
+        so that their first turns do not ask."""
+        await warm()
+        for model in sorted(
+            {s.model for a in agents if (s := model_settings(a, self.defaults)) and not s.context_window}
+        ):
+            await context_window_of(self.provider, model)
 
     def maintain(self) -> None:
         """Stop the local server once it has had no call for ``local_idle_s`` (never when 0)."""

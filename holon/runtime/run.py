@@ -7,7 +7,6 @@ from holon.errors import ConflictError
 from holon.projections import Store
 from holon.runtime.host import AgentHost
 from holon.runtime.models import ModelResolver
-from holon.runtime.providers.litellm_provider import known_context_window
 from holon.runtime.providers.retry import RetryPolicy
 from holon.runtime.settings import read_settings
 from holon.runtime.turn import TurnLimits, TurnObserver, TurnResult
@@ -52,7 +51,6 @@ async def run_input(
         limits=limits,
         retry=retry,
         observer=observer,
-        window_of=known_context_window,
         gate=lambda agent_id: not _paused(store, agent_id),
     )
     try:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from holon.ledger.events import ToolCallSpec, Usage
 
-__all__ = ["ModelReply", "ModelRequest", "ModelSettings", "Provider", "TextSink"]
+__all__ = ["ModelReply", "ModelRequest", "ModelSettings", "Provider", "TextSink", "context_window_of"]
 
 #: Receives streamed text fragments of a reply as they arrive.
 TextSink = Callable[[str], None]
@@ -64,3 +64,14 @@ class Provider(Protocol):
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelReply:
         """One model call. Streams text to ``on_text`` when given. Raises ``ModelError``."""
         ...
+
+
+async def context_window_of(provider: Provider, model: str) -> int | None:
+    """The input window ``provider`` knows for ``model`` (its optional ``context_window(model)``
+    coroutine), or ``None``: unknown, or a provider that cannot tell (test doubles). A turn asks
+    before it starts, so the budget never depends on timing. Raises ``ModelError``."""
+    ask = getattr(provider, "context_window", None)
+    if ask is None:
+        return None
+    window = await ask(model)
+    return window if isinstance(window, int) and window > 0 else None

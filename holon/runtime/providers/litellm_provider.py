@@ -77,6 +77,10 @@ class LiteLLMProvider:
     def __init__(self, *, env: Mapping[str, str] | None = None) -> None:
         self._env = env
 
+    async def context_window(self, model: str) -> int | None:
+        """``known_context_window`` in a thread (its first call imports litellm: seconds)."""
+        return await asyncio.to_thread(known_context_window, model)
+
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelReply:
         return await self.complete_with_key(request, api_key_for(request.settings, self._env), on_text=on_text)
 

@@ -10,11 +10,12 @@ assembles prompts, appends to the ledger and serves the API.
 Protocol: JSON lines over the child's stdin and stdout.
 
 * parent -> child: ``{"op": "complete", "id", "request": {messages, tools, settings}, "api_key",
-  "stream"}``, ``{"op": "cancel", "id"}``. The API key is looked up by the parent (the same
+  "stream"}``, ``{"op": "window", "id", "model"}`` (the model's input window: the parent never
+  imports litellm), ``{"op": "cancel", "id"}``. The API key is looked up by the parent (the same
   ``api_key_for`` as in-process) and travels over the pipe only; it never reaches a log or the ledger.
 * child -> parent: ``{"ready": true}`` once, when litellm is imported and the child takes calls;
   ``{"id", "delta": text}`` while a streamed reply arrives, then ``{"id", "reply": {...}}`` or
-  ``{"id", "error": {"message", "kind", "status", "retry_after_s"}}``.
+  ``{"id", "error": {"message", "kind", "status", "retry_after_s"}}``; ``{"id", "window": n | null}``.
 
 Cold start: importing litellm costs seconds (more on a busy machine), so the daemon ``warm()``s a
 child when it starts rather than on the first call, and a call that still has to wait for a child
@@ -110,8 +111,15 @@ class _Worker:
         self.reader: asyncio.Task[None] | None = None
         self.ready: asyncio.Future[None] | None = None
         self.lock = asyncio.Lock()
-        self.pending: dict[int, tuple[asyncio.Future[ModelReply], TextSink | None]] = {}
+        self.pending: dict[int, tuple[asyncio.Future[Any], TextSink | None]] = {}
         self.idle: asyncio.TimerHandle | None = None
+        self.unreported_start_ms = 0.0
+        self.questions = 0
+
+    @property
+    def calls(self) -> int:
+        """Model calls in flight (a question is answered at once: it does not count)."""
+        return len(self.pending) - self.questions
 
     @property
     def alive(self) -> bool:
@@ -127,11 +135,32 @@ class _Worker:
             with contextlib.suppress(Exception):  # a listener's bug must not fail a model call
                 self.on_state(state)
 
-    async def call(self, call_id: int, message: dict[str, Any], on_text: TextSink | None) -> ModelReply:
+    async def _started(self) -> tuple[asyncio.subprocess.Process, float]:
+        """The ready child, and the milliseconds waited for its start (0 when it was ready)."""
         asked = time.monotonic()
         cold = not (self.alive and self.ready is not None and self.ready.done())
         proc = await self._ensure()
-        waited_ms = (time.monotonic() - asked) * 1000 if cold else 0.0
+        return proc, (time.monotonic() - asked) * 1000 if cold else 0.0
+
+    async def ask(self, call_id: int, message: dict[str, Any]) -> Any:
+        """A question that is not a model call (``window``): its answer. A start it waited for is
+        reported by the next call's ``start_ms`` (the turn asked before it started)."""
+        proc, waited_ms = await self._started()
+        self.unreported_start_ms += waited_ms
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending[call_id] = (future, None)
+        self.questions += 1
+        try:
+            self._send(proc, message)
+            return await future
+        finally:
+            self.questions -= 1
+            self.pending.pop(call_id, None)
+            self._arm_idle(proc)
+
+    async def call(self, call_id: int, message: dict[str, Any], on_text: TextSink | None) -> ModelReply:
+        proc, waited_ms = await self._started()
+        waited_ms, self.unreported_start_ms = waited_ms + self.unreported_start_ms, 0.0
         future: asyncio.Future[ModelReply] = asyncio.get_running_loop().create_future()
         self.pending[call_id] = (future, on_text)
         if self.idle is not None:
@@ -222,6 +251,8 @@ class _Worker:
                             self._send(proc, {"op": "cancel", "id": msg["id"]})
                 elif "reply" in msg:
                     future.set_result(_reply_of(msg["reply"]))
+                elif "window" in msg:
+                    future.set_result(msg["window"])
                 else:
                     future.set_exception(_error_of(msg.get("error") or {}))
         except Exception as e:  # a broken line or pipe: fail what is in flight, below
@@ -285,6 +316,7 @@ class ProcessProvider:
         self.on_state = on_state
         self._workers = [_Worker(idle_s, self._state) for _ in range(processes)]
         self._ids = itertools.count(1)
+        self._windows: dict[str, int | None] = {}
 
     def _state(self, state: str) -> None:
         if self.on_state is not None:
@@ -306,6 +338,16 @@ class ProcessProvider:
         """The children running now."""
         return [w.proc.pid for w in self._workers if w.proc is not None and w.alive]
 
+    async def context_window(self, model: str) -> int | None:
+        """The input window litellm's model map gives ``model``, asked of a child (this process
+        never imports litellm: seconds of CPU and ~170 MiB) and kept for the provider's life."""
+        if model not in self._windows:
+            worker = min(self._workers, key=lambda w: (not w.alive, w.calls))
+            call_id = next(self._ids)
+            window = await worker.ask(call_id, {"op": "window", "id": call_id, "model": model})
+            self._windows[model] = window if isinstance(window, int) and window > 0 else None
+        return self._windows[model]
+
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelReply:
         api_key = api_key_for(request.settings, self._env)
         call_id = next(self._ids)
@@ -317,7 +359,7 @@ class ProcessProvider:
             "stream": on_text is not None,
         }
         # The least busy process; below a busy one, a running one is preferred to starting another.
-        worker = min(self._workers, key=lambda w: (len(w.pending), not w.alive))
+        worker = min(self._workers, key=lambda w: (w.calls, not w.alive))
         # The child cuts the call at its deadline; this is the backstop for a child that cannot
         # (stuck outside its event loop): the call is cancelled there and fails here all the same.
         deadline = asyncio.timeout(request.settings.deadline_s + DEADLINE_GRACE_S)
@@ -337,34 +379,38 @@ class ProcessProvider:
 # --- the child ------------------------------------------------------------------------------------
 
 
-async def _serve() -> None:
-    from holon.runtime.providers.litellm_provider import LiteLLMProvider
+class _Child:
+    """The child's side: each request a task of its own, its answer a line on stdout."""
 
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_LINE)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    out = os.fdopen(sys.stdout.fileno(), "wb", buffering=0, closefd=False)
-    provider = LiteLLMProvider()
-    tasks: dict[int, asyncio.Task[None]] = {}
+    def __init__(self) -> None:
+        from holon.runtime.providers.litellm_provider import LiteLLMProvider
 
-    def send(message: dict[str, Any]) -> None:
-        out.write(json.dumps(message, ensure_ascii=False).encode() + b"\n")
+        self.out = os.fdopen(sys.stdout.fileno(), "wb", buffering=0, closefd=False)
+        self.provider = LiteLLMProvider()
+        self.tasks: dict[int, asyncio.Task[None]] = {}
 
-    await asyncio.to_thread(_litellm)  # the cost of a cold start, paid before the parent calls it ready
-    if delay := float(os.environ.get(START_DELAY_ENV) or 0):
-        await asyncio.sleep(delay)
-    try:
-        send({"ready": True})
-    except BrokenPipeError:  # the parent died while we were starting: nobody to serve
-        return
+    def send(self, message: dict[str, Any]) -> None:
+        self.out.write(json.dumps(message, ensure_ascii=False).encode() + b"\n")
 
-    async def run(call_id: int, body: dict[str, Any], api_key: str | None, stream: bool) -> None:
+    def take(self, msg: dict[str, Any]) -> None:
+        """One line from the parent: start its task, or cancel one."""
+        op, call_id = msg.get("op"), int(msg.get("id") or 0)
+        if op == "complete":
+            job = self.run(call_id, msg["request"], msg.get("api_key"), bool(msg["stream"]))
+            self.tasks[call_id] = asyncio.create_task(job)
+        elif op == "window":
+            self.tasks[call_id] = asyncio.create_task(self.window(call_id, str(msg["model"])))
+        elif op == "cancel" and (task := self.tasks.get(call_id)) is not None:
+            task.cancel()
+
+    async def run(self, call_id: int, body: dict[str, Any], api_key: str | None, stream: bool) -> None:
+        send = self.send
         try:
             request = ModelRequest(
                 messages=body["messages"], tools=body["tools"], settings=ModelSettings(**body["settings"])
             )
             sink = (lambda text: send({"id": call_id, "delta": text})) if stream else None
-            reply = await provider.complete_with_key(request, api_key, on_text=sink)
+            reply = await self.provider.complete_with_key(request, api_key, on_text=sink)
             send({"id": call_id, "reply": _reply_json(reply)})
         except asyncio.CancelledError:
             pass
@@ -372,27 +418,41 @@ async def _serve() -> None:
             error = {"message": str(e), "kind": e.kind, "status": e.status, "retry_after_s": e.retry_after_s}
             send({"id": call_id, "error": error})
         except Exception as e:  # never lose a call: the parent gets an error for it
-            send(
-                {
-                    "id": call_id,
-                    "error": {"message": f"model process: {type(e).__name__}: {e}"[:500], "kind": "unknown"},
-                }
-            )
+            message = f"model process: {type(e).__name__}: {e}"[:500]
+            send({"id": call_id, "error": {"message": message, "kind": "unknown"}})
         finally:
-            tasks.pop(call_id, None)
+            self.tasks.pop(call_id, None)
 
+    async def window(self, call_id: int, model: str) -> None:
+        from holon.runtime.providers.litellm_provider import known_context_window
+
+        try:
+            self.send({"id": call_id, "window": await asyncio.to_thread(known_context_window, model)})
+        finally:
+            self.tasks.pop(call_id, None)
+
+    async def stop(self) -> None:
+        """Stdin closed: the parent is gone or done with us."""
+        for task in list(self.tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+
+
+async def _serve() -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    child = _Child()
+    await asyncio.to_thread(_litellm)  # the cost of a cold start, paid before the parent calls it ready
+    if delay := float(os.environ.get(START_DELAY_ENV) or 0):
+        await asyncio.sleep(delay)
+    try:
+        child.send({"ready": True})
+    except BrokenPipeError:  # the parent died while we were starting: nobody to serve
+        return
     while line := await reader.readline():
-        msg = json.loads(line)
-        if msg.get("op") == "complete":
-            call_id = int(msg["id"])
-            tasks[call_id] = asyncio.create_task(run(call_id, msg["request"], msg.get("api_key"), bool(msg["stream"])))
-        elif msg.get("op") == "cancel":
-            task = tasks.get(int(msg["id"]))
-            if task is not None:
-                task.cancel()
-    for task in list(tasks.values()):  # stdin closed: the parent is gone or done with us
-        task.cancel()
-    await asyncio.gather(*tasks.values(), return_exceptions=True)
+        child.take(json.loads(line))
+    await child.stop()
 
 
 def main() -> None:

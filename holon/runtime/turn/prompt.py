@@ -10,7 +10,6 @@ any prompt is shown by reference (a preview and the ``memory_get`` call that rea
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 from holon.config import ContextSettings
@@ -33,11 +32,11 @@ it takes more than one; the rest is room for the turn's own rounds (tool calls a
 
 
 def request_budget(
-    settings: ModelSettings, context: ContextSettings, window_of: Callable[[str], int | None] | None
+    settings: ModelSettings, context: ContextSettings, known_window: int | None
 ) -> tuple[ModelSettings, Budget]:
-    """The request budget: the model's window minus the tokens reserved for its reply."""
-    window = settings.context_window or (window_of(settings.model) if window_of else None)
-    window = window or context.default_context_window
+    """The request budget: the model's window (``settings.context_window``, else the provider's
+    ``known_window``, else ``[context] default_context_window``) minus the tokens reserved for its reply."""
+    window = settings.context_window or known_window or context.default_context_window
     reserve = context.output_reserve_tokens or settings.max_output_tokens or min(MAX_OUTPUT_RESERVE, window // 4)
     reserve = min(reserve, window // 2)
     if settings.max_output_tokens is None:

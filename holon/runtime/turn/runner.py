@@ -51,7 +51,7 @@ from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
 from holon.projections.state import AgentState
-from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, Provider
+from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, Provider, context_window_of
 from holon.runtime.providers.retry import RetryPolicy, Sleep, complete_with_retry
 from holon.runtime.tools.base import ToolContext, ToolRegistry, ToolResult, ToolServices
 from holon.runtime.turn.briefs import rejection_brief, waiting_brief
@@ -92,7 +92,6 @@ class TurnRunner:
         observer: TurnObserver | None = None,
         sleep: Sleep | None = None,
         context: ContextSettings | None = None,
-        window_of: Callable[[str], int | None] | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -105,7 +104,6 @@ class TurnRunner:
         self._sleep = sleep
         # ``[context]`` settings: tests may pass their own; the store's config otherwise.
         self.context = context if context is not None else store.settings.context
-        self._window_of = window_of
         self._counters: dict[str, TokenCounter] = {}
 
     # --- the turn ---------------------------------------------------------------------------
@@ -117,9 +115,12 @@ class TurnRunner:
             return None
         try:
             provider, settings = self.resolve_provider(agent)  # fails before anything is spent
+            # The model's window, asked of the provider before the turn starts (a model process may
+            # have to start first): the budget is known, never a guess that depends on timing.
+            window = settings.context_window or await context_window_of(provider, settings.model)
         except (ModelError, ConfigError, UsageError) as e:
             return self._unavailable(agent, e)
-        step: Step = self._open(agent, provider, settings)
+        step: Step = self._open(agent, provider, settings, window)
         while not isinstance(step, Settle):
             step = await self._advance(step)
         return self._settle(step)
@@ -135,17 +136,21 @@ class TurnRunner:
             case _:
                 assert_never(step)
 
-    def _open(self, agent: AgentState, provider: Provider, settings: ModelSettings) -> Request | Settle:
+    def _open(
+        self, agent: AgentState, provider: Provider, settings: ModelSettings, window: int | None
+    ) -> Request | Settle:
         """Admit the inputs, append ``turn.started`` and assemble the first round's prompt: one
         transaction with the round's ``context.assembled`` + ``model.requested``."""
         with self._one_commit() as append:
-            state = self._begin(agent, provider, settings, append)
+            state = self._begin(agent, provider, settings, window, append)
             return self._assemble(state, append)
 
-    def _begin(self, agent: AgentState, provider: Provider, settings: ModelSettings, append: _Append) -> TurnState:
+    def _begin(
+        self, agent: AgentState, provider: Provider, settings: ModelSettings, window: int | None, append: _Append
+    ) -> TurnState:
         """Admit the inputs and append ``turn.started``: the turn's plan and its first state."""
         turn_id = new_id("turn")
-        settings, budget = request_budget(settings, self.context, self._window_of)
+        settings, budget = request_budget(settings, self.context, window)
         counter = self._counter(settings.model)
         registry = self.registry.for_agent(agent)
         # Oldest first, while they fit (at least one, at most max_inputs_per_turn): the rest stay
