@@ -45,6 +45,23 @@ def pytest_configure(config: pytest.Config) -> None:
     # the names of every PostgreSQL database this run makes carry it.
     workerinput = getattr(config, "workerinput", None)
     config.stash[_PG_RUN] = workerinput["holon_pg_run"] if workerinput else _new_run_id()
+    # xdist's --dist loadfile hands files out in the order of pytest_collection_modifyitems below,
+    # not re-sorted by test count (that put the one-test files that run for minutes, the chaos and
+    # bench tests, last: one worker ran them for minutes while the other had finished).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with more ``slow`` tests first, the rest after (a stable sort: each file's tests keep
+    their order): with two xdist workers taking whole files, the long ones start early and the
+    many short files even out the ends, instead of one long file running alone at the end."""
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[item.nodeid.split("::")[0]] = slow.get(item.nodeid.split("::")[0], 0) + bool(
+            item.get_closest_marker("slow")
+        )
+    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
 
 
 _PG_RUN = pytest.StashKey[str]()

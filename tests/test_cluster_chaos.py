@@ -10,7 +10,7 @@ lease events (``helpers.cluster.no_turn_on_two_nodes``: lease tokens only grow, 
 change of owner but the new owner's recovery settlement).
 
 A short lease (3 s) keeps failovers short; kills come at most one per ``lease_s`` + 2 s, one node
-down at a time. Default duration 75 s; ``HOLON_CLUSTER_CHAOS_S=300`` for the five-minute run,
+down at a time. Default duration 45 s; ``HOLON_CLUSTER_CHAOS_S=300`` for the five-minute run,
 ``HOLON_CLUSTER_CHAOS_SEED`` to vary the kills and the load.
 """
 
@@ -42,7 +42,7 @@ LEASE_S = 3.0
 NAMES = ("n0", "n1", "n2")
 AGENTS = 50
 POSTERS = 2
-DURATION_S = float(os.environ.get("HOLON_CLUSTER_CHAOS_S") or 75)
+DURATION_S = float(os.environ.get("HOLON_CLUSTER_CHAOS_S") or 45)
 SEED = int(os.environ.get("HOLON_CLUSTER_CHAOS_SEED") or 1)
 RETRY = frozenset({401, 409, 425, 429})
 """4xx answers worth sending again with the same key (5xx always are)."""
