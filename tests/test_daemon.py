@@ -257,6 +257,49 @@ def test_pause_resume_abort_delete_and_notices(engine: EngineTarget, store: Any)
     assert replayed.ok, replayed
 
 
+def test_an_abort_while_the_turn_waits_for_its_models_window_rejects_what_it_would_have_taken(
+    engine: EngineTarget, store: Any
+) -> None:
+    """The turn asks its provider for the model's window before it starts (a model process may
+    still be starting): an abort then settles the inputs the turn would have taken, as an abort a
+    moment later would have, instead of leaving them to run once the model is up."""
+    from holon.daemon import Daemon
+    from holon.runtime.providers.base import ModelSettings, ModelWindow
+    from holon.runtime.providers.scripted import ScriptedProvider, reply
+
+    asked = asyncio.Event()
+
+    class Starting(ScriptedProvider):
+        async def context_window(self, model: str) -> ModelWindow:
+            asked.set()
+            await asyncio.Event().wait()  # the model process never becomes ready
+            raise AssertionError("unreachable")
+
+    provider = Starting([reply("never seen")])
+
+    async def scenario() -> None:
+        daemon = Daemon(store, resolver=lambda agent: (provider, ModelSettings(model="scripted")), poll_s=0.01)
+        async with daemon.running(grace_s=1):
+            daemon.create_agent("alice")
+            _say(daemon, "alice", "first")
+            await asyncio.wait_for(asked.wait(), 30)
+            assert daemon.agent_status(store.agent("alice")).state == "running"
+            assert daemon.abort("alice") is True
+            for _ in range(500):
+                if store.agent("alice").last_error == "aborted by the operator":
+                    break
+                await asyncio.sleep(0.01)
+            alice = store.agent("alice")
+            assert alice.last_outcome == "failed" and alice.last_error == "aborted by the operator", alice
+            assert not alice.pending_inputs and alice.current_turn_id is None
+            assert daemon.agent_status(alice).state == "aborted"
+
+    asyncio.run(scenario())
+    settled = [e.payload for e in store.ledger.read() if e.type == "turn.settled"]
+    assert len(settled) == 1 and settled[0].rejected and not settled[0].requeue, settled
+    assert store.replay().ok
+
+
 # --- status precision (subprocess) --------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ import pytest
 from helpers.wait import await_for
 
 from holon.errors import ModelError
-from holon.runtime.providers.base import ModelRequest, ModelSettings
+from holon.runtime.providers.base import ModelRequest, ModelSettings, ModelWindow
 from holon.runtime.providers.litellm_provider import LiteLLMProvider
 from holon.runtime.providers.model_process import ProcessProvider
 from holon.testing import FakeLLM
@@ -197,7 +197,7 @@ def test_no_child_outlives_a_sigkilled_parent(tmp_path: Path) -> None:
             textwrap.dedent(
                 f"""
                 import asyncio, sys
-                from holon.runtime.providers.base import ModelRequest, ModelSettings
+                from holon.runtime.providers.base import ModelRequest, ModelSettings, ModelWindow
                 from holon.runtime.providers.model_process import ProcessProvider
 
                 async def main():
@@ -233,34 +233,33 @@ def test_no_child_outlives_a_sigkilled_parent(tmp_path: Path) -> None:
                 parent.kill()
 
 
-def test_a_window_is_asked_of_the_child_once_and_the_start_it_waited_for_is_the_next_calls() -> None:
-    """The daemon never imports litellm: the model's window comes from a child, is kept, and a cold
-    start the question waited for is reported by the next call's ``start_ms`` (the turn asked
-    before it started), not lost."""
+def test_a_window_is_asked_of_the_child_once_with_the_start_it_waited_for() -> None:
+    """The daemon never imports litellm: the model's window comes from a child and is kept; the
+    answer says how long the question waited for the child to start (the turn records that cold
+    start before its first request), and the call after it waited for nothing."""
     from holon.runtime.providers.litellm_provider import known_context_window
 
     with FakeLLM(lambda body: {"content": "ok"}) as fake:
         request = ModelRequest(messages=MESSAGES, settings=_settings(fake))
 
-        async def go() -> tuple[list[int | None], float | None, float | None]:
+        async def go() -> tuple[list[ModelWindow], float | None]:
             provider = ProcessProvider(processes=2)
             try:
-                windows = [
+                answers = [
                     await provider.context_window("openai/gpt-4o-mini"),
                     await provider.context_window("openai/fake"),
                 ]
                 [pid] = provider.pids
                 kept = await provider.context_window("openai/gpt-4o-mini")  # no question: kept
-                assert kept == windows[0] and provider._workers[0].questions == 0
-                first = await provider.complete(request)
-                second = await provider.complete(request)
+                assert kept == ModelWindow(answers[0].window) and provider._workers[0].questions == 0
+                reply = await provider.complete(request)
                 assert provider.pids == [pid]  # a question never starts a second process
             finally:
                 await provider.aclose()
-            return windows, first.start_ms, second.start_ms
+            return answers, reply.start_ms
 
-        windows, first_start, second_start = asyncio.run(go())
-    assert windows == [known_context_window("openai/gpt-4o-mini"), None]
-    assert windows[0] is not None and windows[0] > 100_000
-    assert first_start is not None and first_start >= 1  # the start the first question waited for
-    assert second_start is None
+        (cold, unknown), call_start = asyncio.run(go())
+    assert cold.window == known_context_window("openai/gpt-4o-mini") and cold.window and cold.window > 100_000
+    assert cold.start_ms is not None and cold.start_ms >= 1 and cold.start_what == "model process"
+    assert unknown == ModelWindow(None)  # asked of a ready child: no start to report
+    assert call_start is None

@@ -299,6 +299,38 @@ def _settled(home: Path) -> list[str]:
 # --- traces -------------------------------------------------------------------------------------
 
 
+def test_a_cold_start_waited_for_before_the_turn_is_drawn_before_its_request(tmp_path: Path) -> None:
+    """The turn's question for the model's window waited 15 s for the model process: the turn
+    recorded ``model.started`` with ``turn.started``, before its request. The span ends there and
+    the call's 50 ms are all model latency."""
+    from helpers.ctx_ledger import Script
+
+    clock = FakeClock()
+    paths = resolve_home(str(tmp_path / "home"))
+    paths.root.mkdir(parents=True)
+    with Store.open(paths, load_settings(paths), clock=clock) as store:
+        s = Script(store, agent_id="agt_quick", name="quick")
+        usage = ev.Usage(prompt_tokens=9, completion_tokens=1, total_tokens=10)
+        s.say("hello")
+        clock.advance(seconds=15)
+        s.start()
+        s.append(ev.ModelStarted(turn_id=str(s.turn_id), round=0, what="model process", duration_ms=15_000))
+        s.append(ev.ModelRequested(turn_id=str(s.turn_id), round=0, model="openai/fake", messages=2))
+        clock.advance(seconds=0.05)
+        s.append(
+            ev.ModelResponded(turn_id=str(s.turn_id), round=0, model="openai/fake", content="hi", usage=usage),
+            ev.TurnSettled(turn_id=str(s.turn_id), outcome="completed", usage=usage),
+        )
+        [spans] = [turn_spans(t, project="p", store=store) for t in TraceReader(store).turns()]
+        stats = trace_stats(store)
+    assert [sp.name for sp in spans] == ["agent quick turn", "model.start", "llm openai/fake"]
+    _root, start, llm = spans
+    assert start.end_ns - start.start_ns == 15_000_000_000 and start.end_ns <= llm.start_ns
+    assert (llm.end_ns - llm.start_ns) / 1e6 == pytest.approx(50, abs=0.01)
+    assert stats["agents"]["quick"]["model_latency_ms"]["p50"] == pytest.approx(50, abs=0.01)
+    assert stats["model_start"] == {"n": 1, "p50_ms": 15_000.0, "p95_ms": 15_000.0}
+
+
 @pytest.mark.slow
 def test_a_cold_start_is_its_own_span_and_stats_line_not_model_latency(tmp_path: Path) -> None:
     from helpers.ctx_ledger import Script

@@ -25,7 +25,7 @@ from holon.projections import Store
 from holon.projections.state import AgentState, TimerProjection
 from holon.runtime.agents import add_timer, cancel_timer, configure_or_create_default, create_agent
 from holon.runtime.ingress import InputSpec
-from holon.runtime.recovery import settle_unfinished_turn
+from holon.runtime.recovery import reject_unstarted, settle_unfinished_turn
 from holon.runtime.status import ABORTED_REASON
 
 if TYPE_CHECKING:
@@ -202,6 +202,8 @@ class Ports:
                 settle_unfinished_turn(
                     self.store, agent, outcome="failed", reason=ABORTED_REASON, requeue=False, origin=ORIGIN
                 )
+            elif run.cancelled():  # cancelled before its turn started: its inputs are what it was doing
+                reject_unstarted(self.store, agent, reason=ABORTED_REASON, origin=ORIGIN)
         except NotFoundError:
             pass
         finally:

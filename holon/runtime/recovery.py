@@ -25,6 +25,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
+from holon.ids import new_id
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
@@ -35,7 +36,7 @@ from holon.runtime.turn import rejection_brief
 
 _PROCESS = re.compile(r"process (\d+:\d+:[\w-]+)")
 
-__all__ = ["RecoveryReport", "interrupted_task_input", "recover", "settle_unfinished_turn"]
+__all__ = ["RecoveryReport", "interrupted_task_input", "recover", "reject_unstarted", "settle_unfinished_turn"]
 
 INTERRUPTED_TOOL = (
     "interrupted: holon stopped while this tool call was running. It may have had effects (files "
@@ -114,6 +115,21 @@ def settle_unfinished_turn(
     out += [NewEvent(agent.agent_id, p, origin=origin, authority="runtime", turn_id=turn_id) for p in settled]
     store.append(*out)
     return [c.call_id for c in in_flight]
+
+
+def reject_unstarted(store: Store, agent: AgentState, *, reason: str, origin: str) -> None:
+    """A run cancelled by the operator before its turn started (the turn waited for its model
+    process to start, to learn the model's window): the inputs it would have taken (the oldest,
+    at most ``max_inputs_per_turn``) get the turn it never started, settled ``failed`` with them
+    rejected, as an abort a moment later would have settled it. Nothing pending: nothing to do."""
+    inputs = list(agent.pending_inputs)[: store.settings.runtime.max_inputs_per_turn]
+    if not inputs:
+        return
+    turn_id = new_id("turn")
+    started = ev.TurnStarted(turn_id=turn_id, inputs=inputs, node=store.settings.node.name or None)
+    store.append(NewEvent(agent.agent_id, started, origin=origin, authority="runtime", turn_id=turn_id))
+    fresh = store.agent(agent.agent_id)
+    settle_unfinished_turn(store, fresh, outcome="failed", reason=reason, requeue=False, origin=origin)
 
 
 def _answered(events: list[Event], turn_id: str) -> ev.TurnSettled | None:

@@ -274,14 +274,19 @@ class _Builder:
             **(extra or {}),
         }, start_us=start_us))  # fmt: skip
 
-    def model_start(self, requested: Event, e: Event, p: ev.ModelStarted) -> int:
-        """The cold-start span of a call (from the request, ``duration_ms`` long); where the call proper begins."""
-        ready_us = min(requested.ts_us + round(p.duration_ms * 1000), e.ts_us)
+    def model_start(self, requested: Event, e: Event, p: ev.ModelStarted) -> int | None:
+        """The cold-start span of a call; where the call proper begins. Recorded after the request,
+        the call waited for the start: from the request, ``duration_ms`` long. Recorded before it
+        (with ``turn.started``: the turn's question for the model's window waited for it, before
+        the turn began), the span ends where the event was recorded and the call is all its own."""
+        before = e.seq < requested.seq
+        start_us = e.ts_us - round(p.duration_ms * 1000) if before else requested.ts_us
+        ready_us = e.ts_us if before else min(requested.ts_us + round(p.duration_ms * 1000), e.ts_us)
         self.add(e, self.span(e, "model.start", "CHAIN", ready_us, "OK", "", {
             "input.value": p.what, "output.value": f"ready after {p.duration_ms:.0f} ms",
             "holon.model_start.what": p.what, "holon.model_start.duration_ms": p.duration_ms, "holon.round": p.round,
-        }, start_us=requested.ts_us))  # fmt: skip
-        return ready_us
+        }, start_us=start_us))  # fmt: skip
+        return None if before else ready_us
 
     def responded(self, e: Event, p: ev.ModelResponded) -> None:
         start = self.requested.pop(p.round, e)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from holon.ledger.events import ToolCallSpec, Usage
 
-__all__ = ["ModelReply", "ModelRequest", "ModelSettings", "Provider", "TextSink", "context_window_of"]
+__all__ = ["ModelReply", "ModelRequest", "ModelSettings", "ModelWindow", "Provider", "TextSink", "context_window_of"]
 
 #: Receives streamed text fragments of a reply as they arrive.
 TextSink = Callable[[str], None]
@@ -66,12 +66,24 @@ class Provider(Protocol):
         ...
 
 
-async def context_window_of(provider: Provider, model: str) -> int | None:
-    """The input window ``provider`` knows for ``model`` (its optional ``context_window(model)``
-    coroutine), or ``None``: unknown, or a provider that cannot tell (test doubles). A turn asks
-    before it starts, so the budget never depends on timing. Raises ``ModelError``."""
+@dataclass(frozen=True, slots=True)
+class ModelWindow:
+    """A provider's answer to "what is ``model``'s input window?"."""
+
+    window: int | None
+    """In tokens; ``None``: unknown."""
+    start_ms: float | None = None
+    """How long the question waited for a model process to start (a cold start, before the turn
+    began: the turn records it as a ``model.started`` event before its first request)."""
+    start_what: str = ""
+
+
+async def context_window_of(provider: Provider, model: str) -> ModelWindow:
+    """What ``provider`` knows of ``model``'s input window (its optional ``context_window(model)``
+    coroutine); unknown for a provider that cannot tell (test doubles). A turn asks before it
+    starts, so its budget never depends on timing. Raises ``ModelError``."""
     ask = getattr(provider, "context_window", None)
     if ask is None:
-        return None
-    window = await ask(model)
-    return window if isinstance(window, int) and window > 0 else None
+        return ModelWindow(None)
+    answer: ModelWindow = await ask(model)
+    return answer

@@ -29,7 +29,7 @@ from typing import Any
 
 from holon.errors import HolonError, ModelError, ModelErrorKind, ModelKeyMissing
 from holon.ledger.events import ToolCallSpec, Usage
-from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, TextSink
+from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, ModelWindow, TextSink
 
 __all__ = ["known_context_window", "LiteLLMProvider", "api_key_for", "classify", "deadline_error"]
 
@@ -77,9 +77,9 @@ class LiteLLMProvider:
     def __init__(self, *, env: Mapping[str, str] | None = None) -> None:
         self._env = env
 
-    async def context_window(self, model: str) -> int | None:
+    async def context_window(self, model: str) -> ModelWindow:
         """``known_context_window`` in a thread (its first call imports litellm: seconds)."""
-        return await asyncio.to_thread(known_context_window, model)
+        return ModelWindow(await asyncio.to_thread(known_context_window, model))
 
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelReply:
         return await self.complete_with_key(request, api_key_for(request.settings, self._env), on_text=on_text)

@@ -48,7 +48,7 @@ from typing import Any
 from holon.errors import ModelError
 from holon.ledger.events import ToolCallSpec, Usage
 from holon.logs import get_logger
-from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, TextSink
+from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, ModelWindow, TextSink
 from holon.runtime.providers.litellm_provider import _litellm, api_key_for, deadline_error
 
 __all__ = ["START_DELAY_ENV", "ProcessProvider", "StateSink", "main"]
@@ -113,7 +113,6 @@ class _Worker:
         self.lock = asyncio.Lock()
         self.pending: dict[int, tuple[asyncio.Future[Any], TextSink | None]] = {}
         self.idle: asyncio.TimerHandle | None = None
-        self.unreported_start_ms = 0.0
         self.questions = 0
 
     @property
@@ -142,17 +141,16 @@ class _Worker:
         proc = await self._ensure()
         return proc, (time.monotonic() - asked) * 1000 if cold else 0.0
 
-    async def ask(self, call_id: int, message: dict[str, Any]) -> Any:
-        """A question that is not a model call (``window``): its answer. A start it waited for is
-        reported by the next call's ``start_ms`` (the turn asked before it started)."""
+    async def ask(self, call_id: int, message: dict[str, Any]) -> tuple[Any, float]:
+        """A question that is not a model call (``window``): its answer, and the milliseconds it
+        waited for the child to start."""
         proc, waited_ms = await self._started()
-        self.unreported_start_ms += waited_ms
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.pending[call_id] = (future, None)
         self.questions += 1
         try:
             self._send(proc, message)
-            return await future
+            return await future, waited_ms
         finally:
             self.questions -= 1
             self.pending.pop(call_id, None)
@@ -160,7 +158,6 @@ class _Worker:
 
     async def call(self, call_id: int, message: dict[str, Any], on_text: TextSink | None) -> ModelReply:
         proc, waited_ms = await self._started()
-        waited_ms, self.unreported_start_ms = waited_ms + self.unreported_start_ms, 0.0
         future: asyncio.Future[ModelReply] = asyncio.get_running_loop().create_future()
         self.pending[call_id] = (future, on_text)
         if self.idle is not None:
@@ -338,15 +335,19 @@ class ProcessProvider:
         """The children running now."""
         return [w.proc.pid for w in self._workers if w.proc is not None and w.alive]
 
-    async def context_window(self, model: str) -> int | None:
+    async def context_window(self, model: str) -> ModelWindow:
         """The input window litellm's model map gives ``model``, asked of a child (this process
-        never imports litellm: seconds of CPU and ~170 MiB) and kept for the provider's life."""
-        if model not in self._windows:
-            worker = min(self._workers, key=lambda w: (not w.alive, w.calls))
-            call_id = next(self._ids)
-            window = await worker.ask(call_id, {"op": "window", "id": call_id, "model": model})
-            self._windows[model] = window if isinstance(window, int) and window > 0 else None
-        return self._windows[model]
+        never imports litellm: seconds of CPU and ~170 MiB) and kept for the provider's life;
+        with the start of a child the question waited for."""
+        if model in self._windows:
+            return ModelWindow(self._windows[model])
+        worker = min(self._workers, key=lambda w: (not w.alive, w.calls))
+        call_id = next(self._ids)
+        window, waited_ms = await worker.ask(call_id, {"op": "window", "id": call_id, "model": model})
+        self._windows[model] = window if isinstance(window, int) and window > 0 else None
+        if waited_ms < 1:  # only a wait for a start counts
+            return ModelWindow(self._windows[model])
+        return ModelWindow(self._windows[model], start_ms=round(waited_ms, 3), start_what=WHAT)
 
     async def complete(self, request: ModelRequest, *, on_text: TextSink | None = None) -> ModelReply:
         api_key = api_key_for(request.settings, self._env)

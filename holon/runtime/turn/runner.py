@@ -51,7 +51,14 @@ from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.projections import Store
 from holon.projections.state import AgentState
-from holon.runtime.providers.base import ModelReply, ModelRequest, ModelSettings, Provider, context_window_of
+from holon.runtime.providers.base import (
+    ModelReply,
+    ModelRequest,
+    ModelSettings,
+    ModelWindow,
+    Provider,
+    context_window_of,
+)
 from holon.runtime.providers.retry import RetryPolicy, Sleep, complete_with_retry
 from holon.runtime.tools.base import ToolContext, ToolRegistry, ToolResult, ToolServices
 from holon.runtime.turn.briefs import rejection_brief, waiting_brief
@@ -117,10 +124,14 @@ class TurnRunner:
             provider, settings = self.resolve_provider(agent)  # fails before anything is spent
             # The model's window, asked of the provider before the turn starts (a model process may
             # have to start first): the budget is known, never a guess that depends on timing.
-            window = settings.context_window or await context_window_of(provider, settings.model)
+            known = (
+                ModelWindow(settings.context_window)
+                if settings.context_window
+                else await context_window_of(provider, settings.model)
+            )
         except (ModelError, ConfigError, UsageError) as e:
             return self._unavailable(agent, e)
-        step: Step = self._open(agent, provider, settings, window)
+        step: Step = self._open(agent, provider, settings, known)
         while not isinstance(step, Settle):
             step = await self._advance(step)
         return self._settle(step)
@@ -137,26 +148,31 @@ class TurnRunner:
                 assert_never(step)
 
     def _open(
-        self, agent: AgentState, provider: Provider, settings: ModelSettings, window: int | None
+        self, agent: AgentState, provider: Provider, settings: ModelSettings, known: ModelWindow
     ) -> Request | Settle:
-        """Admit the inputs, append ``turn.started`` and assemble the first round's prompt: one
-        transaction with the round's ``context.assembled`` + ``model.requested``."""
+        """Admit the inputs, append ``turn.started`` (and the model start the window's question
+        waited for) and assemble the first round's prompt: one transaction with the round's
+        ``context.assembled`` + ``model.requested``."""
         with self._one_commit() as append:
-            state = self._begin(agent, provider, settings, window, append)
+            state = self._begin(agent, provider, settings, known, append)
             return self._assemble(state, append)
 
     def _begin(
-        self, agent: AgentState, provider: Provider, settings: ModelSettings, window: int | None, append: _Append
+        self, agent: AgentState, provider: Provider, settings: ModelSettings, known: ModelWindow, append: _Append
     ) -> TurnState:
         """Admit the inputs and append ``turn.started``: the turn's plan and its first state."""
         turn_id = new_id("turn")
-        settings, budget = request_budget(settings, self.context, window)
+        settings, budget = request_budget(settings, self.context, known.window)
         counter = self._counter(settings.model)
         registry = self.registry.for_agent(agent)
         # Oldest first, while they fit (at least one, at most max_inputs_per_turn): the rest stay
         # pending for the next turn.
         inputs = admit(self.store, agent, budget, counter, registry.schemas())
         started = append(self._started(agent.agent_id, turn_id, inputs))[0]
+        if known.start_ms is not None:  # before the first request: the trace draws it before the turn
+            what = known.start_what or "model"
+            cold = ev.ModelStarted(turn_id=turn_id, round=0, what=what, duration_ms=known.start_ms)
+            append(*self._events(agent.agent_id, turn_id, [cold]))
         view = gather(
             self.store, agent.agent_id, inputs=inputs, started_seq=started.seq, tools=registry.schemas(),
             started_us=started.ts_us,
