@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import re
@@ -21,6 +22,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.daemon import fake_home, state
@@ -299,18 +301,27 @@ def _settled(home: Path) -> list[str]:
 # --- traces -------------------------------------------------------------------------------------
 
 
-def test_a_cold_start_waited_for_before_the_turn_is_drawn_before_its_request(tmp_path: Path) -> None:
-    """The turn's question for the model's window waited 15 s for the model process: the turn
-    recorded ``model.started`` with ``turn.started``, before its request. The span ends there and
-    the call's 50 ms are all model latency."""
+@contextlib.contextmanager
+def _scripted(tmp_path: Path) -> Iterator[tuple[Any, FakeClock, Store]]:
+    """A store on a fake clock with a ``Script`` of agent ``quick`` (the trace tests' ledger)."""
     from helpers.ctx_ledger import Script
 
     clock = FakeClock()
     paths = resolve_home(str(tmp_path / "home"))
     paths.root.mkdir(parents=True)
     with Store.open(paths, load_settings(paths), clock=clock) as store:
-        s = Script(store, agent_id="agt_quick", name="quick")
-        usage = ev.Usage(prompt_tokens=9, completion_tokens=1, total_tokens=10)
+        yield Script(store, agent_id="agt_quick", name="quick"), clock, store
+
+
+USAGE = ev.Usage(prompt_tokens=9, completion_tokens=1, total_tokens=10)
+
+
+def test_a_cold_start_waited_for_before_the_turn_is_drawn_before_its_request(tmp_path: Path) -> None:
+    """The turn's question for the model's window waited 15 s for the model process: the turn
+    recorded ``model.started`` with ``turn.started``, before its request. The span ends there and
+    the call's 50 ms are all model latency."""
+    with _scripted(tmp_path) as (s, clock, store):
+        usage = USAGE
         s.say("hello")
         clock.advance(seconds=15)
         s.start()
@@ -333,14 +344,9 @@ def test_a_cold_start_waited_for_before_the_turn_is_drawn_before_its_request(tmp
 
 @pytest.mark.slow
 def test_a_cold_start_is_its_own_span_and_stats_line_not_model_latency(tmp_path: Path) -> None:
-    from helpers.ctx_ledger import Script
-
-    clock = FakeClock()
-    paths = resolve_home(str(tmp_path / "home"))
-    paths.root.mkdir(parents=True)
-    with Store.open(paths, load_settings(paths), clock=clock) as store:
-        s = Script(store, agent_id="agt_quick", name="quick")
-        usage = ev.Usage(prompt_tokens=9, completion_tokens=1, total_tokens=10)
+    with _scripted(tmp_path) as (s, clock, store):
+        usage = USAGE
+        paths = store.paths
         for cold in (True, False):
             s.say("hello")
             s.start()
