@@ -145,9 +145,12 @@ class Ports:
         run = self.host.active_run(agent_id)
         if run is None:
             return False
+        # No turn started yet: the run waits to start one (for its model's window, RFC 0005).
+        unstarted = self.store.agent(agent_id).current_turn_id is None
         self.wakes.aborting.add(agent_id)
         run.cancel()
-        asyncio.get_running_loop().create_task(self._settle_abort(agent_id, run), name=f"abort:{agent_id}")
+        settle = self._settle_abort(agent_id, run, unstarted=unstarted)
+        asyncio.get_running_loop().create_task(settle, name=f"abort:{agent_id}")
         return True
 
     async def abort_anywhere(self, agent: str, *, wait_s: float = ABORT_WAIT_S) -> bool:
@@ -193,7 +196,7 @@ class Ports:
         if running == turn_id and self.abort(agent_id):
             log.info("turn.aborted_on_request", agent_id=agent_id, turn_id=turn_id)
 
-    async def _settle_abort(self, agent_id: str, run: asyncio.Task[list[TurnResult]]) -> None:
+    async def _settle_abort(self, agent_id: str, run: asyncio.Task[list[TurnResult]], *, unstarted: bool) -> None:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await run
         try:
@@ -202,7 +205,7 @@ class Ports:
                 settle_unfinished_turn(
                     self.store, agent, outcome="failed", reason=ABORTED_REASON, requeue=False, origin=ORIGIN
                 )
-            elif run.cancelled():  # cancelled before its turn started: its inputs are what it was doing
+            elif unstarted and run.cancelled():  # before its turn started: its inputs are what it was doing
                 reject_unstarted(self.store, agent, reason=ABORTED_REASON, origin=ORIGIN)
         except NotFoundError:
             pass
