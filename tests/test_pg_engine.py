@@ -103,8 +103,9 @@ def test_a_lost_connection_is_retryable_and_the_next_statement_reconnects(
         pid = pg_engine.connection().raw.info.backend_pid  # a new connection since the last loss
         with pg_db.connect() as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        tx.append(NewEvent(agent_id="a", payload=ev.MessageReceived(text="lost too")))  # held for the commit
         with pytest.raises(StorageUnavailable):  # a caller that swallows the loss and goes on:
-            tx.append(NewEvent(agent_id="a", payload=ev.MessageReceived(text="lost too")))
+            ledger.head()  # the held rows go first, and meet the loss
         with pytest.raises(StorageUnavailable, match="open transaction went with it"):
             ledger.head()  # no fresh connection inside the transaction: its rows would commit alone
         tx.append(NewEvent(agent_id="a", payload=ev.MessageReceived(text="never alone")))  # not on a new connection

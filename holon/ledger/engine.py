@@ -123,7 +123,10 @@ class Engine(Protocol):
 
     def insert(self, conn: Conn, rows: Sequence[Row], blobs: Sequence[BlobBody], *, now_us: int) -> None:
         """Store one transaction's event rows (``EVENT_INSERT``'s values) and blob bodies;
-        ``LedgerError`` when the database refuses them (a gap, a reused key)."""
+        ``LedgerError`` when the database refuses them (a gap, a reused key). An engine may hold
+        the rows back to send them with ``commit`` (PostgreSQL: one round trip), provided every
+        later statement of the transaction sees them; its refusal then comes from that statement
+        or from ``commit``, and the caller rolls back either way."""
         ...
 
     def commit(self, conn: Conn) -> None: ...

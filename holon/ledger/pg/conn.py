@@ -77,10 +77,15 @@ class PgConn:
         """Set by the engine from ``BEGIN`` to ``COMMIT``/``ROLLBACK`` of its own transactions: a
         connection lost inside one is not replaced until the engine ends it, so no statement of
         that transaction can run, committed on its own, on a fresh connection."""
+        self.held: Callable[[], None] | None = None
+        """Set by the engine while it holds back an append's rows to send them with the COMMIT (one
+        round trip for rows and commit): called before any other statement on this connection, so
+        that every read and write after an append, in the same transaction, sees its rows."""
 
     # --- Conn -----------------------------------------------------------------------------------
 
     def execute(self, sql: str, parameters: Params = (), /) -> psycopg.Cursor[tuple[Any, ...]]:
+        self._send_held()
         raw = self._live()
         try:
             return raw.execute(pg_sql(sql), parameters)
@@ -91,6 +96,7 @@ class PgConn:
             raise err from e
 
     def executemany(self, sql: str, parameters: Iterable[Params], /) -> psycopg.Cursor[tuple[Any, ...]]:
+        self._send_held()
         raw = self._live()
         cur = raw.cursor()
         try:
@@ -110,6 +116,11 @@ class PgConn:
         return self.execute(sql, parameters).fetchall()
 
     # --- the engine's own -------------------------------------------------------------------------
+
+    def _send_held(self) -> None:
+        send, self.held = self.held, None
+        if send is not None:
+            send()
 
     @property
     def in_transaction(self) -> bool:

@@ -12,11 +12,14 @@ when the cluster enables it).
 "Creating" the ledger means applying migration 1 to an empty database: a database holding
 tables but no ``schema_migrations`` is refused, never migrated into, as a foreign SQLite file is.
 
-Each append costs three round trips with plain statements: ``BEGIN`` + the lock and head
-(pipelined), the rows (blobs and events in one pipeline), ``COMMIT``; the projection rows the
-hooks write sit between. The prototype's two (``append.insert_and_commit``) need the whole
-transaction in one pipeline, which changes when refusals surface (RFC 0008, "Steps 1-2 as
-built"): left for after the projections move (step 5).
+An append costs two round trips: ``BEGIN`` + the lock and head (pipelined), then the rows (the
+fence, blobs and events) + ``pg_notify`` + ``COMMIT`` in one pipeline. ``insert`` holds its rows
+back (``PgConn.held``) until the commit, or until the next statement of the transaction, which
+sends them first so that it sees them (a projection hook's rows, an idempotency lookup): then the
+rows take a round trip of their own, as they always did before. A refusal of held rows (the
+fence, the gapless trigger) surfaces where they are sent: at the commit, or at that statement;
+either way the transaction is rolled back and the caller gets the same ``FencedOut`` /
+``LedgerError`` (RFC 0008, "Two round trips per append").
 """
 
 from __future__ import annotations
@@ -112,6 +115,8 @@ class PgEngine(CommonReads):
         pipeline: no round trip), which wakes the other nodes' listeners (RFC 0008 section 4)."""
         self._pending: list[Row] = []
         """The open transaction's rows, for its notification."""
+        self._held: list[tuple[Fence | None, Sequence[BlobBody], Sequence[Row], int]] = []
+        """Inserts not sent yet (``insert``): each one's fence, blobs, rows and time, in order."""
 
     @property
     def location(self) -> str:
@@ -226,19 +231,30 @@ class PgEngine(CommonReads):
         return conn, Head(h.seq, h.hash, h.ts_us)
 
     def insert(self, conn: Conn, rows: Sequence[Row], blobs: Sequence[BlobBody], *, now_us: int) -> None:
-        raw = _pg(conn).raw
-        fence = self._fence(rows)
+        pg = _pg(conn)
+        fence = self._fence(rows)  # FencedOut here, before anything is sent, for a lease past its deadline
+        self._held.append((fence, blobs, rows, now_us))
+        self._pending.extend(rows)
+        pg.held = self._send_held  # before the transaction's next statement; else with the COMMIT
+
+    def _send_held(self) -> None:
+        """Send the held inserts in one round trip (a statement of the transaction needs them)."""
+        raw = self.connection().raw
         try:
-            with raw.pipeline():  # the fence, blobs and events: one round trip
-                cur = raw.cursor()
-                if fence is not None:  # transaction-local; set again by each insert of the transaction
-                    cur.execute("SELECT set_config(%s, %s, true)", (FENCE_SETTING, fence.setting()))
-                if blobs:
-                    cur.executemany(_INSERT_BLOB, [(b.hash, len(b.data), b.data, now_us, now_us) for b in blobs])
-                cur.executemany(_INSERT_EVENT, rows)
+            with raw.pipeline():
+                self._queue_held(raw.cursor())
         except psycopg.Error as e:
             raise self._refused(raw, e, "append") from e
-        self._pending.extend(rows)
+
+    def _queue_held(self, cur: psycopg.Cursor[Any]) -> None:
+        """Queue the held inserts on ``cur`` (inside the caller's pipeline): fence, blobs, events."""
+        held, self._held = self._held, []
+        for fence, blobs, rows, now_us in held:
+            if fence is not None:  # transaction-local; set again by each insert of the transaction
+                cur.execute("SELECT set_config(%s, %s, true)", (FENCE_SETTING, fence.setting()))
+            if blobs:
+                cur.executemany(_INSERT_BLOB, [(b.hash, len(b.data), b.data, now_us, now_us) for b in blobs])
+            cur.executemany(_INSERT_EVENT, rows)
 
     def _fence(self, rows: Sequence[Row]) -> Fence | None:
         """The fence for ``rows`` from the node's ``fencer``: the agents they append fenced
@@ -260,12 +276,16 @@ class PgEngine(CommonReads):
     def commit(self, conn: Conn) -> None:
         pg = _pg(conn)
         raw = pg.raw
+        pg.held = None
         rows, self._pending = self._pending, []
         try:
-            if self.notify and rows:
-                with raw.pipeline():  # delivered at COMMIT, in commit order; never if it fails
-                    raw.execute("SELECT pg_notify(%s, %s)", (CHANNEL, notification(rows)))
-                    raw.execute("COMMIT")
+            if self._held or (self.notify and rows):
+                with raw.pipeline():  # held rows, notification and COMMIT: one round trip
+                    cur = raw.cursor()
+                    self._queue_held(cur)
+                    if self.notify and rows:  # delivered at COMMIT, in commit order; never if it fails
+                        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, notification(rows)))
+                    cur.execute("COMMIT")
             else:
                 raw.execute("COMMIT")
         except psycopg.Error as e:
@@ -275,7 +295,8 @@ class PgEngine(CommonReads):
     def rollback(self, conn: Conn) -> None:
         pg = _pg(conn)
         pg.in_write = False
-        self._pending = []
+        pg.held = None
+        self._pending, self._held = [], []
         raw = pg.raw
         if raw.closed:
             return  # the server dropped it: the transaction went with it
