@@ -131,7 +131,7 @@ def orphans(store: Store) -> int:
 
 
 def doc_count(store: Store) -> int:
-    return int(store.local_db().query("SELECT count(*) FROM search_docs")[0][0])
+    return int(store.local_db().query("SELECT count(*) FROM search_docs WHERE superseded = 0")[0][0])
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:

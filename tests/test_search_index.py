@@ -180,6 +180,14 @@ def test_a_work_item_is_one_document_rewritten_as_it_changes(store: Store, alice
     assert doc[0] == f"work_item:{item}" and doc[5] == "Annual receipts (completed)"
     assert refs(store, alice, "zebrafish", kinds=["work_item"]) == [f"work_item:{item}"]
     assert store.local_db().query("SELECT count(*) FROM search_docs WHERE key = ?", [f"work_item:{item}"]) == [(1,)]
+    # Each of its four events made a version; the three before the last stay in the engine's
+    # statistics, superseded (whatever the batches: RFC 0008, "Identical ranking on every node").
+    versions = "SELECT seq, superseded, title FROM search_docs WHERE ref = ? ORDER BY id"
+    assert [r[1:] for r in store.local_db().query(versions, [f"work_item:{item}"])] == [
+        (1, "Quarterly invoices (open)"), (1, "Quarterly invoices (open)"), (1, "Annual receipts (open)"),
+        (0, "Annual receipts (completed)"),
+    ]  # fmt: skip
+    assert len(SearchIndex(store).superseded()) == 3
 
 
 def test_a_task_is_one_document_with_its_latest_state(store: Store, alice: AgentState) -> None:

@@ -1,10 +1,13 @@
 """Identical ranking on every node (RFC 0008 step 13): the search index of one ledger, built by two
 nodes (two node-local indexes of one PostgreSQL ledger) in other batches, one of them SIGKILLed in
 the middle of its catch-up, and by a SQLite home of the same events, answers every query alike:
-refs, scores, order, snippets, totals. What could make them differ, each checked here: tantivy's
-order of equal scores (its segments' order: ties are cut by id), the ids themselves (work items and
-tasks take theirs at their last event of a batch, so ids follow the ledger), and deleted documents
-in tantivy's BM25 statistics (a rewrite rebuilds the engine, a crash's leftovers too)."""
+refs, scores, order, snippets, totals, with no compaction asked for. What could make them differ,
+each checked here: tantivy's order of equal scores (its segments' order: ties are cut by id), the
+ids themselves (every document, each version of a work item or task included, takes its id at its
+event), and the documents in tantivy's BM25 statistics: a rewritten work item or task keeps its
+earlier versions there, superseded (never deleted, which tantivy would count until a background
+merge), the fold compacts at events the ledger decides, and a crash's leftovers are rebuilt from
+the tables."""
 
 from __future__ import annotations
 
@@ -34,7 +37,9 @@ INDEXER = Path(__file__).parent / "helpers" / "indexer.py"
 #: absent words.
 QUERIES = ("ledger", "result", "tool", "memory", "deploy", "plan todo", "review cache token", "memory search tool",
            "request 17", "operator brief timer", "agent ledger projection memory", "nothing-like-this")  # fmt: skip
-DOCS = "SELECT key, ref, owner, kind, seq, ts_us, sender, work_item_id, words, question, title, text FROM search_docs ORDER BY id"
+DOCS = ("SELECT id, key, ref, owner, kind, seq, ts_us, sender, work_item_id, words, question, title, text, segment, "
+        "superseded FROM search_docs ORDER BY id")  # fmt: skip
+COUNTS = "SELECT name, n FROM search_counts ORDER BY name"
 
 
 def _results(store: Store) -> list[Any]:
@@ -73,27 +78,43 @@ def _kill_mid_catch_up(root: Path, url: str, node: str, store: Store) -> None:
             proc.communicate()
 
 
+def _compactions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Compact a few times in the workload's ledger (``COMPACT_MIN`` and ``COMPACT_SHARE`` lowered); returns the list
+    every compaction appends the live-document count it saw to (one list per test)."""
+    seen: list[int] = []
+    compact = index_writer._Writer.compact
+
+    def counted(self: index_writer._Writer) -> None:
+        seen.append(self._counts()["live"])
+        compact(self)
+
+    monkeypatch.setattr(index_writer._Writer, "compact", counted)
+    monkeypatch.setattr(index_writer, "COMPACT_MIN", 4)
+    monkeypatch.setattr(index_writer, "COMPACT_SHARE", 0.01)
+    return seen
+
+
 @pytest.mark.slow  # three indexes of 700 events, one with a killed subprocess (~15 s)
 def test_two_nodes_and_sqlite_rank_one_ledger_identically(
     tmp_path: Path, pg_new_db: Callable[..., PgDatabase], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rebuilds = 0
-    rebuild = index_writer.rebuild_engine
-
-    def counted(*args: Any) -> None:
-        nonlocal rebuilds
-        rebuilds += 1
-        rebuild(*args)
-
-    monkeypatch.setattr(index_writer, "rebuild_engine", counted)
-    # A SQLite home folds the ledger in one batch: no rewrite across batches, no deleted document.
+    seen = _compactions(monkeypatch)
+    # A SQLite home folds the ledger in one batch.
     with open_store(tmp_path / "sqlite", monkeypatch, None) as lite:
         three_agents_script(lite, monkeypatch)
+        index = SearchIndex(lite)
         expected = _results(lite)
         docs = lite.local_db().query(DOCS)
-        assert SearchIndex(lite).deleted_in_engine() == 0
+        counts = lite.local_db().query(COUNTS)
+        superseded = index.superseded()
+        assert index.deleted_in_engine() == 0 and index.engine.num_docs() == len(docs)
     assert sum(len(hits) for *_, hits in expected) > 100
     assert sum(1 for *_, hits in expected if len(hits) == 30) > 10  # common words: ties cut at the limit
+    # Work items and tasks were rewritten: their earlier versions are in the engine, superseded
+    # (and compacted twice on the way, at events the ledger decides).
+    assert len(seen) >= 2 and len(superseded) >= 2
+    assert sum(1 for *_, hits in expected for h in hits if h[1] in ("work_item", "task")) > 0
+    at = list(seen)
 
     url = pg_new_db(migrated=False).url
     root = tmp_path / "pg"
@@ -101,15 +122,15 @@ def test_two_nodes_and_sqlite_rank_one_ledger_identically(
         n1.node = "n1"
         three_agents_script(n1, monkeypatch)
         # Node n1 folds in batches of 13, caught up 50 events at a time: work items and tasks are
-        # rewritten across batches, and its engine is rebuilt whenever the deleted documents reach
-        # REBUILD_SHARE of the live ones.
+        # rewritten within and across batches. No compaction beyond the fold's own.
         monkeypatch.setattr(search_index, "BATCH", 13)
         index = SearchIndex(n1)
+        seen.clear()
         while index.catch_up(max_events=50).lag:
             pass
-        assert rebuilds > 3
-        assert n1.local_db().query(DOCS) == docs  # the same documents, in the same id order
-        index.compact()  # any deleted document left below the share
+        assert seen == at  # compacted at the same points (the live counts it saw)
+        assert n1.local_db().query(DOCS) == docs  # the same documents, ids and versions
+        assert n1.local_db().query(COUNTS) == counts and index.superseded() == superseded
         assert index.deleted_in_engine() == 0
         assert _results(n1) == expected
 
@@ -122,14 +143,13 @@ def test_two_nodes_and_sqlite_rank_one_ledger_identically(
         monkeypatch.setattr(search_index, "BATCH", 500)
         index = SearchIndex(n2)
         index.catch_up()
-        index.compact()
+        assert index.deleted_in_engine() == 0
         assert _results(n2) == expected
         assert n2.local_db().query(DOCS) == docs
-        # Refolded from seq 0 in two batches: a work item rewritten across them leaves deleted
-        # documents below the share, which the rank does see until compacted.
+        # Refolded from seq 0 in two batches: a work item rewritten across them is a version like
+        # any other.
         index.rebuild()
-        assert 0 < index.deleted_in_engine() < index_writer.REBUILD_SHARE * index.engine.num_docs()
-        index.compact()
+        assert index.deleted_in_engine() == 0 and index.superseded() == superseded
         assert _results(n2) == expected
 
 
@@ -182,12 +202,44 @@ def test_a_rewrite_and_a_crash_leave_no_deleted_document_in_the_engine(
         assert index.engine.num_docs() > sum(index.owner_docs().values())  # the engine ran ahead
         index.catch_up()  # rebuilds the engine from the tables, then folds the batch again
         assert index.engine.num_docs() == sum(index.owner_docs().values())
-        assert index.deleted_in_engine() >= 0
-        index.compact()
+        assert index.deleted_in_engine() == 0 and index.superseded()
+        pieces = _results(store)
+        index.rebuild()  # from seq 0, in batches of 29 with no crash
+        assert _results(store) == pieces
+        assert index.deleted_in_engine() == 0
+
+
+def test_a_crash_after_a_compaction_is_repaired_to_the_same_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that died after a compaction rebuilt the engine (in the middle of a batch) and
+    before SQLite committed: the next catch-up finds the engine's documents other than the tables'
+    and rebuilds, and the index then answers exactly as one folded without a crash."""
+    seen = _compactions(monkeypatch)
+    with open_store(tmp_path / "home", monkeypatch, None) as store:
+        three_agents_script(store, monkeypatch)
+        monkeypatch.setattr(search_index, "BATCH", 41)
+        index = SearchIndex(store)
+        compact = index_writer._Writer.compact
+
+        def crash(self: index_writer._Writer) -> None:
+            compact(self)  # the engine rebuilt and committed ...
+            raise _Crash  # ... the transaction did not
+
+        monkeypatch.setattr(index_writer._Writer, "compact", crash)
+        with pytest.raises(_Crash):
+            index.catch_up()
+        monkeypatch.setattr(index_writer._Writer, "compact", compact)
+        assert seen and index.cursor() < store.ledger.head()
+        assert index.engine.holds_beyond(index._last_id())  # documents of ids the tables never gave out
+        index.catch_up(max_events=1)  # repaired first (not only when the batch reaches the compaction)
+        assert not index.engine.holds_beyond(index._last_id())
+        assert index.engine.num_docs() == sum(index.owner_docs().values())
+        assert index.deleted_in_engine() == 0
+        index.catch_up()
         pieces = _results(store)
         index.rebuild()
         assert _results(store) == pieces
-        assert index.deleted_in_engine() == 0
 
 
 def test_deleted_documents_count_until_the_engine_is_rebuilt(tmp_path: Path) -> None:

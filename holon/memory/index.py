@@ -85,8 +85,11 @@ __all__ = [
 #: 10: work items and tasks take their ids at their last event of a batch (not after the batch's
 #:    other documents), so ids follow the ledger whatever the batches; an engine that rewrote
 #:    documents is rebuilt (no deleted document in its statistics): identical ranking on every node.
+#: 11: rewritten work items and tasks keep their superseded versions in the engine (one version
+#:    per event that changes them, folded by the index itself), compacted at points the ledger
+#:    decides: the engine's statistics are a function of the ledger alone (migration 4).
 #: (A change of the tables themselves is a new migration in ``index_schema``, usually with a bump.)
-INDEX_VERSION = 10
+INDEX_VERSION = 11
 CURSOR_NAME = "search"
 #: Events per catch-up transaction.
 BATCH = 2_000
@@ -155,28 +158,42 @@ class SearchIndex:
     def _check_engine(self) -> None:
         """Rebuild when the engine holds fewer documents than SQLite counts: its directory was
         lost or damaged (it then opens empty), or a clear reached it but its transaction did not.
-        When it holds more, a process died between the engine's commit and its transaction's: the
-        engine is rebuilt from the tables (cheap beside a refold) before the batch is folded again,
-        since folding it again over the engine's copy would delete and re-add those documents, and
+        When it holds more, or any document of an id the tables never gave out (a compaction
+        commits the engine in the middle of a batch: the counts may then agree while the documents
+        differ), a process died between the engine's commit and its transaction's: the engine is
+        rebuilt from the tables (cheap beside a refold) before the batch is folded again, since
+        folding it again over the engine's copy would delete and re-add those documents, and
         tantivy counts deleted documents in its statistics (RFC 0008, "Identical ranking on every
-        node"); so it is when its deleted documents reach ``REBUILD_SHARE`` of its live ones (an
-        index of an older holon). Each is re-checked under the write lock: a fold in progress
-        elsewhere commits the engine first."""
+        node"); so it is when its deleted documents reach ``REBUILD_SHARE`` of its live ones (a
+        curated file's edits, an index of an older holon). Each is re-checked under the write
+        lock: a fold in progress elsewhere commits the engine first."""
         counts = self.owner_docs()
         expected = sum(max(0, n) for n in counts.values())
         held = self.engine.num_docs()
-        if held == expected and self.engine.deleted(counts) < REBUILD_SHARE * held:
+        if (
+            held == expected
+            and not self.engine.holds_beyond(self._last_id())
+            and self.engine.deleted(counts) < REBUILD_SHARE * held
+        ):
             return
         with self._tx() as conn:
             expected = sum(max(0, int(r[0])) for r in conn.execute("SELECT docs FROM search_owners"))
             held = self.engine.num_docs()
-            lost = bool(expected) and held < expected
-            if held > expected:
+            ahead = held > expected or self.engine.holds_beyond(self._last_id(conn))
+            lost = not ahead and bool(expected) and held < expected
+            if ahead:
                 rebuild_engine(conn, self.engine)
             elif not lost:
                 settle_engine(conn, self.engine)
         if lost:
             framework.rebuild(self.db, self)
+
+    def _last_id(self, conn: sqlite3.Connection | None = None) -> int:
+        """The last id the tables gave out (``AUTOINCREMENT``'s counter: rolled back with its
+        transaction, never lowered by a deletion)."""
+        sql = "SELECT seq FROM sqlite_sequence WHERE name = 'search_docs'"
+        rows = conn.execute(sql).fetchall() if conn is not None else self.db.query(sql)
+        return int(rows[0][0]) if rows else 0
 
     def compact(self) -> int:
         """Rebuild the engine from the tables if it holds any deleted document (whatever their
@@ -185,6 +202,13 @@ class SearchIndex:
         self.ensure()
         with self._tx() as conn:
             return settle_engine(conn, self.engine, share=0.0)
+
+    def superseded(self) -> frozenset[int]:
+        """The ids of the superseded versions the engine holds (``_Writer.supersede``): every
+        search skips them. Read per search (a partial index: as many rows as there are versions,
+        which compaction bounds)."""
+        self.ensure()
+        return frozenset(int(r[0]) for r in self.db.query("SELECT id FROM search_docs WHERE superseded = 1"))
 
     def deleted_in_engine(self) -> int:
         """Deleted documents the engine still counts in its BM25 statistics (0 after a rebuild)."""

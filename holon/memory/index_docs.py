@@ -3,7 +3,8 @@
 * conversation turns: messages received (operator, external, other agents) and the agent's
   replies, as turns (neighbour context, segments: see ``holon.memory.index_writer``);
 * briefs, tool results (capped), sealed episodes, decisions;
-* work items and tasks, one document each, rewritten as they change (from their projection rows);
+* work items and tasks, one document each, a new version at each event that changes it (folded by
+  the index itself from the ledger's events; the earlier versions superseded);
 * durable memory entries go to their own tables (``holon.memory.index_durable``).
 
 ``index_events`` folds a batch of decoded events, in seq order, inside the caller's transaction.
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 from holon.ledger import Event
 from holon.ledger import events as ev
 from holon.memory.index_durable import index_durable
 from holon.memory.index_writer import Doc, _Writer, cap
 from holon.projections import Store
+from holon.projections.reducers import TaskEvent, WorkItemEvent, apply_task, apply_work_item
 from holon.projections.state import TaskProjection, WorkItemState
 
 __all__ = ["INDEXED_TYPES", "TOOL_RESULT_CAP", "UNINDEXED_TOOLS", "DocMaker", "index_events"]
@@ -27,6 +30,7 @@ __all__ = ["INDEXED_TYPES", "TOOL_RESULT_CAP", "UNINDEXED_TOOLS", "DocMaker", "i
 TOOL_RESULT_CAP = 4_000
 #: Tools whose results are not indexed: they are views of memory itself.
 UNINDEXED_TOOLS = frozenset({"memory_search", "memory_get", "read_output"})
+_S = TypeVar("_S", WorkItemState, TaskProjection)
 #: The event types the index reads; no other event is even decoded.
 INDEXED_TYPES = frozenset(
     {
@@ -41,6 +45,7 @@ INDEXED_TYPES = frozenset(
         "work_item.completed",
         "todo.changed",
         "task.created",
+        "task.state_changed",
         "task.resulted",
         "durable.recorded",
         "durable.forgotten",
@@ -99,66 +104,99 @@ class DocMaker:
         elif isinstance(p, ev.DecisionRecorded):
             yield doc("decision", "decision", p.text)
 
-    def work_item_doc(self, event: Event) -> Iterable[Doc]:
-        item_id = getattr(event.payload, "work_item_id", "")
-        state = self.store.work_item(item_id)
-        if not isinstance(state, WorkItemState):
-            return
+    def work_item_doc(self, state: WorkItemState, seq: int) -> Doc:
+        """A work item's document as of ``state`` (the item folded up to ``seq``)."""
         lines = [state.objective, *state.plan, *state.constraints, *(t.text for t in state.todos)]
         if state.report is not None:
             lines.append(self._text(state.report))
-        ref = f"work_item:{item_id}"
-        yield Doc(ref, ref, owner=f"agent:{state.agent_id}", kind="work_item", ts_us=state.updated_us,
-                  title=f"{state.title} ({state.status})", text="\n".join(x for x in lines if x),
-                  seq=event.seq, work_item_id=item_id)  # fmt: skip
+        ref = f"work_item:{state.work_item_id}"
+        return Doc(ref, ref, owner=f"agent:{state.agent_id}", kind="work_item", ts_us=state.updated_us,
+                   title=f"{state.title} ({state.status})", text="\n".join(x for x in lines if x),
+                   seq=seq, work_item_id=state.work_item_id)  # fmt: skip
 
-    def task_doc(self, event: Event) -> Iterable[Doc]:
-        task_id = getattr(event.payload, "task_id", "")
-        state = self.store.task(task_id)
-        if not isinstance(state, TaskProjection):
-            return
+    def task_doc(self, state: TaskProjection, event: Event) -> Doc:
+        """A task's document as of ``state`` (the task folded up to ``event``)."""
         command = state.spec.get("command") or state.spec.get("task") or ""
         output = cap(self._text(state.output), TOOL_RESULT_CAP) if state.output is not None else ""
-        ref = f"task:{task_id}"
-        yield Doc(ref, ref, owner=f"agent:{state.agent_id}", kind="task", ts_us=state.updated_us,
-                  title=f"{state.title} ({state.state})", text=f"{command}\n{output}".strip(),
-                  seq=event.seq, work_item_id=event.work_item_id)  # fmt: skip
+        ref = f"task:{state.task_id}"
+        return Doc(ref, ref, owner=f"agent:{state.agent_id}", kind="task", ts_us=state.updated_us,
+                   title=f"{state.title} ({state.state})", text=f"{command}\n{output}".strip(),
+                   seq=event.seq, work_item_id=event.work_item_id)  # fmt: skip
+
+
+class _States:
+    """The index's own fold of work items and tasks (``search_states``, one JSON row each), so that
+    each version of their document is a function of the ledger up to its event: the projection's
+    rows hold the state at the head, which depends on when a node's batch ran."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def get(self, key: str, model: type[_S]) -> _S | None:
+        row = self.conn.execute("SELECT state FROM search_states WHERE key = ?", (key,)).fetchone()
+        return model.model_validate_json(row[0]) if row is not None else None
+
+    def put(self, key: str, owner: str, state: WorkItemState | TaskProjection) -> None:
+        self.conn.execute(
+            "INSERT INTO search_states(key, owner, state) VALUES (?, ?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET state = excluded.state",
+            (key, owner, state.model_dump_json()),
+        )
+
+
+def _changes(conn: sqlite3.Connection, doc: Doc) -> bool:
+    """Whether ``doc`` differs from its live version in what a search finds and shows (a new time
+    alone, such as a task's heartbeat, writes no version)."""
+    row = conn.execute("SELECT title, text, work_item_id FROM search_docs WHERE key = ?", (doc.key,)).fetchone()
+    return row is None or tuple(row) != (doc.title, cap(doc.text), doc.work_item_id)
+
+
+def _fold_versioned(conn: sqlite3.Connection, maker: DocMaker, states: _States, writer: _Writer, event: Event) -> bool:
+    """Fold a work item's or a task's event into its state and write the version it makes (if its
+    document changed); False for any other event."""
+    p = event.payload
+    if isinstance(p, WorkItemEvent):
+        key = f"work_item:{p.work_item_id}"
+        item = apply_work_item(states.get(key, WorkItemState), event)
+        if item is not None:
+            states.put(key, f"agent:{item.agent_id}", item)
+            doc = maker.work_item_doc(item, event.seq)
+            if _changes(conn, doc):
+                writer.upsert(doc, version=True)
+        return True
+    if isinstance(p, TaskEvent):
+        key = f"task:{p.task_id}"
+        task = apply_task(states.get(key, TaskProjection), event)
+        if task is not None:
+            states.put(key, f"agent:{task.agent_id}", task)
+            doc = maker.task_doc(task, event)
+            if _changes(conn, doc):
+                writer.upsert(doc, version=True)
+        return True
+    return False
 
 
 def index_events(conn: sqlite3.Connection, maker: DocMaker, events: Sequence[Event], *, durable: bool) -> None:
     """Index ``events`` (in seq order) inside the open transaction of ``conn``.
 
-    A work item or task is written once per batch, from its projection row, however many of its
-    events the batch holds: at the place of its last event in the batch, so that documents get
-    their ids in the order of their last events whatever the batches were (ids break ties in a
-    ranking, and two nodes folding the same ledger in other batches must rank alike: RFC 0008,
-    "Identical ranking on every node"). ``durable``: follow durable memory entries too (a
-    whole-index pass; rebuilding one owner leaves them as they are).
+    A work item or task gets a new version of its document at each of its events that changes it
+    (the earlier one superseded: ``_Writer.supersede``), built from the index's own fold of its
+    events, and the fold compacts at the events the ledger decides (``_Writer._maybe_compact``):
+    what the engine holds after any event is a function of the ledger alone, whatever the batches
+    (BM25's statistics count every document the engine holds, so two nodes folding the same ledger
+    in other batches score alike: RFC 0008, "Identical ranking on every node"). ``durable``: follow
+    durable memory entries too (a whole-index pass; rebuilding one owner leaves them as they are).
     """
     writer = _Writer(conn)
-    last: dict[tuple[str, str], int] = {}
-    for i, event in enumerate(events):
+    states = _States(conn)
+    for event in events:
         p = event.payload
-        if isinstance(p, ev.WorkItemOpened | ev.WorkItemUpdated | ev.WorkItemCompleted | ev.TodoChanged):
-            last[("item", p.work_item_id)] = i
-        elif isinstance(p, ev.TaskCreated | ev.TaskResulted):
-            last[("task", p.task_id)] = i
-    for i, event in enumerate(events):
-        p = event.payload
-        if isinstance(p, ev.WorkItemOpened | ev.WorkItemUpdated | ev.WorkItemCompleted | ev.TodoChanged):
-            if last[("item", p.work_item_id)] == i:
-                for doc in maker.work_item_doc(event):
-                    writer.upsert(doc)
-            continue
-        if isinstance(p, ev.TaskCreated | ev.TaskResulted):
-            if last[("task", p.task_id)] == i:
-                for doc in maker.task_doc(event):
-                    writer.upsert(doc)
+        if _fold_versioned(conn, maker, states, writer, event):
             continue
         if isinstance(p, ev.DurableRecorded | ev.DurableForgotten):
             if durable:
                 index_durable(conn, p)
             continue
         for doc in maker.docs_for(event):
-            writer.upsert(doc)
+            writer.upsert(doc, version=True)
     writer.finish()

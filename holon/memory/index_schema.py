@@ -13,7 +13,9 @@ the text itself is indexed by the search engine (``holon.memory.engine``, tantiv
 dropped the FTS5 tables ``search_fts`` and ``search_segments``); ``search_segment_info`` says
 which conversation segment each turn belongs to; ``search_files``
 and ``search_owners`` are bookkeeping of curated files and per-owner document counts;
-``search_durable*`` hold durable memory entries; ``search_vectors`` optional embeddings.
+``search_durable*`` hold durable memory entries; ``search_vectors`` optional embeddings;
+``search_states`` and ``search_counts`` the fold's own state of work items and tasks and the
+counts of versions (migration 4).
 """
 
 from __future__ import annotations
@@ -98,6 +100,23 @@ _LAYOUT_1 = (
 _LAYOUT_2 = ("DROP TABLE IF EXISTS search_fts", "DROP TABLE IF EXISTS search_segments")
 #: 3: owner filtering happens in the engine; the (owner, kind, id) index cost ~50 bytes a document.
 _LAYOUT_3 = ("DROP INDEX IF EXISTS search_docs_owner_kind",)
+#: 4: rewritten work items and tasks keep their earlier versions, superseded (RFC 0008, "Identical
+#: ranking on every node"): a superseded row's key becomes ``~<id>`` (the live version keeps the
+#: document's key), searches skip it; ``search_states`` holds the index's own fold of each work
+#: item and task (a version's text is a function of the ledger up to its event, never of the
+#: projection's state when the batch ran); ``search_counts`` the counts compaction is decided on.
+_LAYOUT_4 = (
+    "ALTER TABLE search_docs ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX IF NOT EXISTS search_docs_superseded ON search_docs(owner, id) WHERE superseded = 1",
+    """
+    CREATE TABLE IF NOT EXISTS search_states (
+        key TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        state TEXT NOT NULL
+    )
+    """,
+    "CREATE TABLE IF NOT EXISTS search_counts (name TEXT PRIMARY KEY, n INTEGER NOT NULL)",
+)
 TABLES = (
     "search_docs",
     "search_fts",
@@ -108,6 +127,8 @@ TABLES = (
     "search_vectors",
     "search_durable_docs",
     "search_durable",
+    "search_states",
+    "search_counts",
 )
 
 
@@ -116,6 +137,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "search_tables", _LAYOUT_1),
     Migration(2, "search_text_in_engine", _LAYOUT_2),
     Migration(3, "search_docs_without_owner_index", _LAYOUT_3),
+    Migration(4, "search_docs_versions", _LAYOUT_4),
 )
 
 

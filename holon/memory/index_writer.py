@@ -28,6 +28,8 @@ from holon.memory.prior import pack
 from holon.memory.text import index_terms, word_count
 
 __all__ = [
+    "COMPACT_MIN",
+    "COMPACT_SHARE",
     "CONTEXT_CAP",
     "DOC_CAP",
     "SEGMENT_GAP_US",
@@ -56,6 +58,11 @@ CONTEXT_CAP = 600
 #: on every node"): a rebuild costs about 0.3 ms of CPU per document, so amortised over the
 #: rewrites that cause it about 30 ms per rewritten document.
 REBUILD_SHARE = 0.01
+#: The ledger's fold compacts (drops the superseded versions of rewritten work items and tasks and
+#: rebuilds the engine) when they reach this share of the ledger's live documents ...
+COMPACT_SHARE = 0.25
+#: ... and at least this many (a small index is not rebuilt for every few rewrites).
+COMPACT_MIN = 200
 
 
 @dataclass(slots=True)
@@ -130,14 +137,25 @@ class _Writer:
         """Held-back engine rows by doc id."""
         self.deletes: list[int] = []
         self.owner_deletes: list[str] = []
+        self.counts: dict[str, int] | None = None
+        """``live`` (documents of the ledger, not superseded) and ``superseded``: read when first
+        needed, written back by ``finish``."""
+        self.counted = False
+        self.compactions = 0
         self.rewrites = False
         """A document the engine already holds was deleted (or rewritten): tantivy keeps it in its
         BM25 statistics, and ``finish`` checks whether enough have gathered to rebuild the engine."""
 
-    def upsert(self, doc: Doc) -> int:
+    def upsert(self, doc: Doc, *, version: bool = False) -> int:
+        """Write ``doc``, replacing the document of its key. With ``version`` (the fold of the
+        ledger) the one it replaces stays in the engine, superseded (``supersede``); without (a
+        curated file, a bulk load) it is deleted."""
         row = self.conn.execute("SELECT id FROM search_docs WHERE key = ?", (doc.key,)).fetchone()
         if row is not None:
-            self.delete(row[0])
+            if version:
+                self.supersede(int(row[0]))
+            else:
+                self.delete(row[0])
         stripped = doc.text.strip()
         words = word_count(stripped[:DOC_CAP])
         question = stripped.endswith("?") and "\n" not in stripped
@@ -174,12 +192,79 @@ class _Writer:
             pack(doc.kind, words, question), segment, before_ids, index_terms(doc.sender or ""),
         )  # fmt: skip
         self.owner_counts[doc.owner] = self.owner_counts.get(doc.owner, 0) + 1
+        if doc.kind != "file":
+            self._count("live", 1)
+        if version and row is not None:
+            self._maybe_compact()
         return doc_id
 
+    def supersede(self, doc_id: int) -> None:
+        """Keep ``doc_id`` in the engine and the tables but out of every search: its key becomes
+        ``~<id>`` (the next version takes the document's), its vectors go. The engine's BM25
+        statistics then count it exactly as on every node that folded the same ledger, where a
+        deleted document would count only until a background merge (RFC 0008, "Identical ranking
+        on every node")."""
+        self.conn.execute(
+            "UPDATE search_docs SET key = '~' || id, superseded = 1 WHERE id = ? AND superseded = 0", (doc_id,)
+        )
+        self.conn.execute("DELETE FROM search_vectors WHERE id = ?", (doc_id,))
+        self._count("live", -1)
+        self._count("superseded", 1)
+
+    def _counts(self) -> dict[str, int]:
+        if self.counts is None:
+            rows = self.conn.execute("SELECT name, n FROM search_counts").fetchall()
+            self.counts = {"live": 0, "superseded": 0} | {str(r[0]): int(r[1]) for r in rows}
+        return self.counts
+
+    def _count(self, name: str, delta: int) -> None:
+        counts = self._counts()
+        counts[name] += delta
+        self.counted = True
+
+    def _maybe_compact(self) -> None:
+        """Compact when the superseded versions reach ``COMPACT_SHARE`` of the live documents of
+        the ledger (curated files not counted: they are each node's own) and ``COMPACT_MIN``.
+        Evaluated after each superseding write, in seq order: every node compacts at the same
+        event, so every node's engine holds the same documents at the same ledger position."""
+        counts = self._counts()
+        if counts["superseded"] >= max(COMPACT_MIN, COMPACT_SHARE * counts["live"]):
+            self.compact()
+
+    def compact(self) -> None:
+        """Drop every superseded version from the tables and rebuild the engine from them (one
+        commit: the documents of this batch so far go with it, and no deleted document is left in
+        its statistics)."""
+        conn = self.conn
+        for owner, n in conn.execute(
+            "SELECT owner, count(*) FROM search_docs WHERE superseded = 1 GROUP BY owner"
+        ).fetchall():
+            self.owner_counts[owner] = self.owner_counts.get(owner, 0) - int(n)
+        conn.execute("DELETE FROM search_vectors WHERE id IN (SELECT id FROM search_docs WHERE superseded = 1)")
+        conn.execute("DELETE FROM search_docs WHERE superseded = 1")
+        rebuild_engine(conn, self.engine)
+        self.rows.clear()
+        self.deletes.clear()
+        self.owner_deletes.clear()
+        self.rewrites = False
+        self._count("superseded", -self._counts()["superseded"])
+        self.compactions += 1
+
+    def recount(self) -> None:
+        """Count the live documents and superseded versions again from the tables (after a
+        removal the counts cannot follow row by row: an owner's documents)."""
+        live, superseded = self.conn.execute(
+            "SELECT coalesce(sum(superseded = 0 AND kind != 'file'), 0), coalesce(sum(superseded), 0) FROM search_docs"
+        ).fetchone()
+        self.counts = {"live": int(live), "superseded": int(superseded)}
+        self.counted = True
+
     def delete(self, doc_id: int) -> None:
-        row = self.conn.execute("SELECT owner FROM search_docs WHERE id = ?", (doc_id,)).fetchone()
+        row = self.conn.execute("SELECT owner, kind, superseded FROM search_docs WHERE id = ?", (doc_id,)).fetchone()
         if row is None:
             return
+        if row[1] != "file":
+            self._count("superseded" if row[2] else "live", -1)
         if self.rows.pop(doc_id, None) is None:  # committed to the engine by an earlier batch
             self.deletes.append(doc_id)
             self.rewrites = True
@@ -197,9 +282,11 @@ class _Writer:
         conn.execute("DELETE FROM search_docs WHERE owner = ?", (owner,))
         conn.execute("DELETE FROM search_segment_info WHERE owner = ?", (owner,))
         self.rows = {i: r for i, r in self.rows.items() if r.owner != owner}
+        conn.execute("DELETE FROM search_states WHERE owner = ?", (owner,))
         self.segments.pop(owner, None)
         self.owner_deletes.append(owner)
         self.owner_counts[owner] = self.owner_counts.get(owner, 0) - int(n)
+        self.recount()
 
     def _segment(self, owner: str) -> _Segment | None:
         if owner not in self.segments:
@@ -261,6 +348,12 @@ class _Writer:
                     (owner, delta),
                 )
         self.owner_counts.clear()
+        if self.counted:
+            self.conn.executemany(
+                "INSERT INTO search_counts(name, n) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET n = excluded.n",
+                sorted(self._counts().items()),
+            )
+            self.counted = False
 
 
 def engine_rows(conn: sqlite3.Connection) -> Iterator[Row]:

@@ -236,6 +236,9 @@ class _Ranker:
         self.params = params
         self.plan = plan
         self.limit = limit
+        # Superseded versions (RFC 0008, "Identical ranking on every node"), read before the searcher
+        # opens: SQLite commits after the engine, so the searcher holds every version they name.
+        self.hidden = index.superseded()
         self.searcher = self.engine.searcher()  # one per search: every engine query sees one commit
         self.terms = self.engine.analyze(engine_term(t) for t in plan.terms)
         self.pairs = self._pairs() if params.phrase > 0 else {}
@@ -285,6 +288,7 @@ class _Ranker:
             count=count,
             searcher=self.searcher,
             others=self._others(),
+            hidden=self.hidden,
         )
 
     def _others(self) -> list[str] | None:
@@ -350,7 +354,7 @@ class _Ranker:
         the search then not certified."""
         p = self.params
         q = {"owners": self.owners, "filters": self.filters, "weights": (p.body, p.meta), "searcher": self.searcher,
-             "others": self._others()}  # fmt: skip
+             "others": self._others(), "hidden": self.hidden}  # fmt: skip
         limit = k + (0 if dense else TIE_SLACK)
         m, total, left, cut = self.engine.matches_cut(self.terms, limit=limit, keep=k - 1, count=True, **q)
         if len(m) < limit or left is not None:
@@ -416,7 +420,7 @@ class _Ranker:
         while True:
             m, _ = self.engine.matches(
                 self.terms, owners=self.owners, filters=filters, weights=(self.params.body, self.params.meta),
-                limit=n, count=False, searcher=self.searcher, others=self._others(),
+                limit=n, count=False, searcher=self.searcher, others=self._others(), hidden=self.hidden,
             )  # fmt: skip
             new = [i for i, doc_id in enumerate(m.ids) if doc_id not in present]
             present.update(m.ids[i] for i in new)
@@ -450,7 +454,7 @@ class _Ranker:
         joined = 0
         if missing:  # neighbours and dense candidates the top-k did not hold: filtered and scored alike
             more = self.engine.score(missing, self.terms, owners=self.owners, filters=self.filters,
-                                     weights=(p.body, p.meta), searcher=self.searcher)  # fmt: skip
+                                     weights=(p.body, p.meta), searcher=self.searcher, hidden=self.hidden)  # fmt: skip
             ids += more.ids
             match += more.scores
             features += more.features

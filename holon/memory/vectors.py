@@ -58,7 +58,8 @@ def embed_pending(index: SearchIndex, embedder: Embedder, *, batch: int = 64, li
         size = batch if limit is None else min(batch, limit - done)
         rows = ledger.query(
             "SELECT d.id, d.kind, d.title, d.text, d.sender, d.segment FROM search_docs d "
-            "LEFT JOIN search_vectors v ON v.id = d.id AND v.model = ? WHERE v.id IS NULL ORDER BY d.id LIMIT ?",
+            "LEFT JOIN search_vectors v ON v.id = d.id AND v.model = ? WHERE v.id IS NULL AND d.superseded = 0 "
+            "ORDER BY d.id LIMIT ?",
             (embedder.name, size),
         )
         if not rows:
@@ -72,7 +73,7 @@ def embed_pending(index: SearchIndex, embedder: Embedder, *, batch: int = 64, li
         with index._tx() as conn:
             conn.executemany(
                 "INSERT OR REPLACE INTO search_vectors(id, model, vec) "
-                "SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM search_docs WHERE id = ?)",
+                "SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM search_docs WHERE id = ? AND superseded = 0)",
                 [(r[0], embedder.name, _pack(v), r[0]) for r, v in zip(rows, vectors, strict=True)],
             )
         done += len(rows)
@@ -141,7 +142,7 @@ def dense_scores(
     index.ensure()
     ledger = index.db
     marks = ",".join("?" * len(owners))
-    sql_from = f"FROM search_vectors v JOIN search_docs d ON d.id = v.id WHERE v.model = ? AND d.owner IN ({marks}) "
+    sql_from = f"FROM search_vectors v JOIN search_docs d ON d.id = v.id WHERE v.model = ? AND d.owner IN ({marks}) AND d.superseded = 0 "
     stamp = ledger.query(f"SELECT count(*), coalesce(max(v.id), 0) {sql_from}", (embedder.name, *owners))[0]
     key = (str(index.store.paths.db), tuple(owners), embedder.name)
     cached = _CACHE.get(key)

@@ -24,9 +24,9 @@ def main() -> int:
     search_index.BATCH = batch
     upsert = search_index._Writer.upsert
 
-    def slow_upsert(self: search_index._Writer, doc: search_index.Doc) -> int:
+    def slow_upsert(self: search_index._Writer, doc: search_index.Doc, *, version: bool = False) -> int:
         time.sleep(slow_ms / 1000)
-        return upsert(self, doc)
+        return upsert(self, doc, version=version)
 
     search_index._Writer.upsert = slow_upsert  # type: ignore[method-assign]
     with Store.open(paths, load_settings(paths)) as store:

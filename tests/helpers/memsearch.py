@@ -54,11 +54,9 @@ def answer(store: Store, agent: AgentState, text: str) -> Event:
 
 
 def index_rows(store: Store) -> list[tuple[object, ...]]:
-    """What each document shows, by key."""
-    return [
-        tuple(r)
-        for r in store.local_db().query("SELECT key, ref, owner, kind, seq, title, text FROM search_docs ORDER BY key")
-    ]
+    """What each document shows, by key (superseded versions left out: no search sees them)."""
+    sql = "SELECT key, ref, owner, kind, seq, title, text FROM search_docs WHERE superseded = 0 ORDER BY key"
+    return [tuple(r) for r in store.local_db().query(sql)]
 
 
 def _doc(row: tuple[object, ...]) -> Doc:
