@@ -9,9 +9,11 @@ Real SQLite and a real engine directory; hypothesis draws the queries and the cu
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from holon.memory import search as memory_search
+from holon.memory.engine import Engine, Row
 from holon.memory.index import SearchIndex
-from holon.memory.index_writer import Doc
+from holon.memory.index_writer import Doc, _Writer
 from holon.memory.prior import max_prior, pack, prior, prior_of
 from holon.memory.search import RankParams, SearchFilters, search
 from holon.projections import Store
@@ -178,3 +181,66 @@ def test_the_engine_keeps_what_a_prior_is_computed_from(kind: str, words: int, q
     p = RankParams(short_words=40, short_turn=0.5)
     assert prior_of(pack(kind, words, question), p) == prior(kind, words, question, p)
     assert prior(kind, words, question, p) <= max_prior(p)
+
+
+# --- superseded versions (RFC 0008, "Identical ranking on every node") ----------------------------
+
+
+@pytest.fixture
+def versioned(store: Store) -> SearchIndex:
+    """The random index with a third of its documents rewritten once or twice, the ledger's way:
+    the earlier versions stay in the engine, superseded (often scoring above the live ones: a rare
+    word repeated), so that the cuts see hidden hits above, at and below them."""
+    idx = SearchIndex(store)
+    idx.ensure()
+    rng = random.Random(9)
+    docs = _docs(random.Random(5), 400)
+    with idx._tx() as conn:
+        writer = _Writer(conn)
+        for doc in docs:
+            if rng.random() < 0.33:
+                for _ in range(rng.choice([1, 2])):
+                    loud = " ".join([rng.choice(RARE)] * 3 + [rng.choice(WORDS)] * rng.choice([1, 4]))
+                    writer.upsert(dataclasses.replace(doc, text=loud, turn=False), version=True)
+                writer.upsert(dataclasses.replace(doc, turn=False), version=True)
+            else:
+                writer.upsert(doc, version=True)
+        writer.finish()
+    assert len(idx.superseded()) > 100
+    return idx
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=queries, limit=st.sampled_from([1, 3, 10]), candidates=st.integers(1, 60), sets=st.integers(1, 12))
+def test_superseded_versions_are_never_hits_and_certificates_hold(
+    versioned: SearchIndex, query: str, limit: int, candidates: int, sets: int
+) -> None:
+    with cut(0, sets):
+        exact, always = _ranked(versioned, query, limit)
+    with cut(candidates, sets):
+        bounded, sure = _ranked(versioned, query, limit)
+    assert always
+    live = dict(versioned.db.query("SELECT ref, title FROM search_docs WHERE superseded = 0"))
+    for ranked in (exact, bounded):
+        refs = [r for r, _ in ranked]
+        assert len(refs) == len(set(refs)) and all(r in live for r in refs)
+    if sure:
+        assert [r for r, _ in bounded] == [r for r, _ in exact]
+        assert [s for _, s in bounded] == pytest.approx([s for _, s in exact], rel=1e-9)
+
+
+def test_the_engine_cuts_and_counts_around_hidden_documents(tmp_path: Path) -> None:
+    """Hidden ids (superseded versions) leave a tie cut by id among the others, and the count."""
+    rows = [Row(i, "agent:a", "message", i, "", "alpha beta", "") for i in range(1, 301)]  # one long tie
+    engine = Engine(tmp_path / "e")
+    for at in range(0, 300, 40):
+        engine.write(rows[at : at + 40])
+    hidden = frozenset(range(1, 200, 2)) | frozenset(range(200, 260))
+    visible = [i for i in range(1, 301) if i not in hidden]
+    for limit in (1, 7, 50, 99, 100, 140, 300):
+        found, n = engine.top(["alpha"], owners=["agent:a"], limit=limit, hidden=hidden)
+        assert [i for i, _s in found] == visible[:limit] and n == len(visible)
+        assert engine.top(["alpha"], owners=["agent:a"], limit=limit)[1] == 300
+    m, n, _below, _cut = engine.matches_cut(["alpha"], owners=["agent:a"], limit=30, keep=10, count=True,
+                                            hidden=hidden)  # fmt: skip
+    assert n == len(visible) and not set(m.ids) & hidden and len(m.ids) == 30
