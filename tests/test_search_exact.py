@@ -21,11 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from holon.memory import search as memory_search
-from holon.memory.engine import Engine, Row
+from holon.memory.engine import Engine, Filters, Hidden, Row
 from holon.memory.index import SearchIndex
 from holon.memory.index_writer import Doc, _Writer
 from holon.memory.prior import max_prior, pack, prior, prior_of
 from holon.memory.search import RankParams, SearchFilters, search
+from holon.memory.text import engine_term, plan_query
 from holon.projections import Store
 
 WORDS = ["heron", "mill", "river", "paint", "garden", "coffee", "train", "ticket", "maria", "jon", "march", "blue",
@@ -227,6 +228,13 @@ def test_superseded_versions_are_never_hits_and_certificates_hold(
     if sure:
         assert [r for r, _ in bounded] == [r for r, _ in exact]
         assert [s for _, s in bounded] == pytest.approx([s for _, s in exact], rel=1e-9)
+    # The hidden versions a total leaves out are those the engine's own query finds among them.
+    engine, owners = versioned.engine, ["agent:a"]
+    hidden = versioned.hidden(owners)
+    terms = engine.analyze(engine_term(t) for t in plan_query(query).terms)
+    for f in (Filters(), Filters(kinds=("message", "decision")), Filters(since_us=T0 + 30 * DAY_US)):
+        found = engine.score(sorted(hidden.ids), terms, owners=owners, filters=f)
+        assert hidden.matching(terms, f, (1.0, 0.2)) == sum(1 for x in found.scores if x > 0)
 
 
 def test_the_engine_cuts_and_counts_around_hidden_documents(tmp_path: Path) -> None:
@@ -235,12 +243,15 @@ def test_the_engine_cuts_and_counts_around_hidden_documents(tmp_path: Path) -> N
     engine = Engine(tmp_path / "e")
     for at in range(0, 300, 40):
         engine.write(rows[at : at + 40])
-    hidden = frozenset(range(1, 200, 2)) | frozenset(range(200, 260))
-    visible = [i for i in range(1, 301) if i not in hidden]
+    hidden_ids = frozenset(range(1, 200, 2)) | frozenset(range(200, 260))
+    hidden = Hidden.of(engine.hidden_docs(r for r in rows if r.id in hidden_ids))
+    visible = [i for i in range(1, 301) if i not in hidden_ids]
     for limit in (1, 7, 50, 99, 100, 140, 300):
         found, n = engine.top(["alpha"], owners=["agent:a"], limit=limit, hidden=hidden)
         assert [i for i, _s in found] == visible[:limit] and n == len(visible)
         assert engine.top(["alpha"], owners=["agent:a"], limit=limit)[1] == 300
     m, n, _below, _cut = engine.matches_cut(["alpha"], owners=["agent:a"], limit=30, keep=10, count=True,
                                             hidden=hidden)  # fmt: skip
-    assert n == len(visible) and not set(m.ids) & hidden and len(m.ids) == 30
+    assert n == len(visible) and not set(m.ids) & hidden_ids and len(m.ids) == 30
+    assert engine.top(["beta"], owners=["agent:a"], kinds=["reply"], limit=5, hidden=hidden) == ([], 0)
+    assert engine.top(["beta"], owners=["agent:a"], since_us=250, limit=5, hidden=hidden)[1] == 41

@@ -39,7 +39,7 @@ QUERIES = ("ledger", "result", "tool", "memory", "deploy", "plan todo", "review 
            "request 17", "operator brief timer", "agent ledger projection memory", "nothing-like-this")  # fmt: skip
 DOCS = ("SELECT id, key, ref, owner, kind, seq, ts_us, sender, work_item_id, words, question, title, text, segment, "
         "superseded FROM search_docs ORDER BY id")  # fmt: skip
-COUNTS = "SELECT name, n FROM search_counts ORDER BY name"
+COUNTS = "SELECT name, n FROM search_counts WHERE name != 'epoch' ORDER BY name"
 
 
 def _results(store: Store) -> list[Any]:

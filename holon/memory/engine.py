@@ -46,7 +46,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,20 @@ import tantivy
 
 from holon.errors import HolonError
 
-__all__ = ["BASE", "DIR_NAME", "Engine", "EngineError", "Filters", "Matches", "Row", "engine_at"]
+__all__ = [
+    "BASE",
+    "DIR_NAME",
+    "NO_HIDDEN",
+    "Engine",
+    "EngineError",
+    "Filters",
+    "Hidden",
+    "HiddenDoc",
+    "HiddenTerms",
+    "Matches",
+    "Row",
+    "engine_at",
+]
 
 #: The engine's directory, beside the database file.
 DIR_NAME = "search.tantivy"
@@ -127,6 +140,88 @@ class Matches:
 
 
 _NO_MATCHES = Matches([], [], [], [], [], [], [])
+
+
+@dataclass(frozen=True, slots=True)
+class HiddenDoc:
+    """What decides whether a hidden document matches a query: its owner, filter fields and the
+    terms of its ``body`` and ``meta`` as the engine indexed them."""
+
+    owner: str
+    kind: str
+    ts_us: int
+    work: str
+    body: frozenset[str]
+    meta: frozenset[str]
+
+
+class HiddenTerms:
+    """Hidden documents by id and by term (``body`` and ``meta`` apart), filled as they come: a
+    process keeps one per engine and shares it between the ``Hidden`` views of its searches."""
+
+    def __init__(self) -> None:
+        self.docs: dict[int, HiddenDoc] = {}
+        self.body: dict[str, list[int]] = {}
+        self.meta: dict[str, list[int]] = {}
+
+    def add(self, docs: Mapping[int, HiddenDoc]) -> None:
+        for doc_id, d in docs.items():
+            if doc_id in self.docs:
+                continue
+            self.docs[doc_id] = d
+            for term in d.body:
+                self.body.setdefault(term, []).append(doc_id)
+            for term in d.meta:
+                self.meta.setdefault(term, []).append(doc_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Hidden:
+    """Documents the engine holds that no search returns: superseded versions (RFC 0008,
+    "Identical ranking on every node"), which count in BM25's statistics like every document. Hits
+    are dropped by id (``ids``); how many of them match a query is counted here, in Python, from
+    their terms (a term set over their ids in the engine costs about 1 ms plus 1 ms per 1,000 ids,
+    a Python loop over them about as much: the postings of the query's terms are read instead)."""
+
+    ids: frozenset[int]
+    """The hidden documents of the owners a search is narrowed to (no other owner's)."""
+    terms: HiddenTerms
+    """Their terms (it may hold other documents too: only ``ids`` count)."""
+
+    @staticmethod
+    def of(docs: Mapping[int, HiddenDoc]) -> Hidden:
+        terms = HiddenTerms()
+        terms.add(docs)
+        return Hidden(frozenset(docs), terms)
+
+    def __bool__(self) -> bool:
+        return bool(self.ids)
+
+    def matching(self, terms: Sequence[str], f: Filters, weights: tuple[float, float]) -> int:
+        """How many of these documents the scoring query (``Engine._scoring``) would find (``ids``
+        are the searched owners' only: ownership is not checked again)."""
+        if not self.ids or f.segments:  # hidden documents are never turns: no segment holds one
+            return 0
+        found: set[int] = set()
+        for w, postings in zip(weights, (self.terms.body, self.terms.meta), strict=True):
+            if w > 0:
+                for term in terms:
+                    found.update(postings.get(term, ()))
+        found &= self.ids
+        if not (f.kinds or f.work_item_id is not None or f.since_us is not None or f.until_us is not None):
+            return len(found)
+        docs, lo, hi = self.terms.docs, f.since_us, f.until_us
+        return sum(
+            1
+            for d in map(docs.__getitem__, found)
+            if (not f.kinds or d.kind in f.kinds)
+            and (f.work_item_id is None or d.work == f.work_item_id)
+            and (lo is None or d.ts_us >= lo)
+            and (hi is None or d.ts_us <= hi)
+        )
+
+
+NO_HIDDEN = Hidden(frozenset(), HiddenTerms())
 
 
 def _analyzer() -> Any:  # Any: tantivy.TextAnalyzer
@@ -247,6 +342,14 @@ class Engine:
         """``text`` (holon's terms, space-separated) as the engine indexes it, in order."""
         return list(self.analyzer.analyze(text))
 
+    def hidden_docs(self, rows: Iterable[Row]) -> dict[int, HiddenDoc]:
+        """``rows`` (documents this engine holds) as ``Hidden`` needs them: their terms analysed."""
+        return {
+            r.id: HiddenDoc(r.owner, r.kind, r.ts_us, r.work_item_id, frozenset(self.analyzer.analyze(r.body)),
+                            frozenset(self.analyzer.analyze(r.meta)))
+            for r in rows
+        }  # fmt: skip
+
     def num_docs(self) -> int:
         return int(self.searcher().num_docs)
 
@@ -333,7 +436,7 @@ class Engine:
         count: bool = True,
         searcher: Any = None,  # Any: tantivy.Searcher
         others: Sequence[str] | None = None,
-        hidden: frozenset[int] = frozenset(),
+        hidden: Hidden = NO_HIDDEN,
     ) -> tuple[Matches, int]:
         """The exact top ``limit`` by score (``Matches.scores``: BM25 over ``body`` and ``meta``
         weighted by ``weights``, plus ``BASE``) among ``owners``' documents matching any term and
@@ -343,9 +446,9 @@ class Engine:
         if query is None or limit <= 0:
             return _NO_MATCHES, 0
         searcher = searcher or self.searcher()
-        hits, total = self._top(searcher, query, limit, count=count, hidden=hidden)
+        hits, total = self._top(searcher, query, limit, count=count, hidden=hidden.ids)
         if count and hidden:
-            total -= self._hidden_count(searcher, query, hidden)
+            total -= hidden.matching(terms, filters or Filters(), weights)
         return self._read(searcher, hits, cut=limit), total
 
     @staticmethod
@@ -366,21 +469,13 @@ class Engine:
         raw = found.hits
         hits = _visible(searcher, raw, hidden)
         while len(raw) == n and (len(hits) <= limit or raw[-1][0] == hits[limit - 1][0]):
-            n *= 4
+            n = n * 4 if len(hits) > limit else _deeper(n, limit + 1 - len(hits))
             raw = searcher.search(query, n, count=False).hits
             hits = _visible(searcher, raw, hidden)
         if len(hits) > limit:
             last = hits[limit - 1][0]
             hits = [h for h in hits if h[0] >= last]
         return hits, int(found.count or 0)
-
-    def _hidden_count(self, searcher: Any, query: Any, hidden: frozenset[int]) -> int:  # Any: tantivy's
-        """How many of ``hidden`` match ``query`` (a term set over the ids: one bitset, about 0.3 ms
-        at 100,000 documents, paid only while superseded versions exist)."""
-        t = tantivy.Query
-        ids = t.const_score_query(t.term_set_query(self.schema, "id", sorted(hidden)), 0.0)
-        both = t.boolean_query([(tantivy.Occur.Must, query), (tantivy.Occur.Must, ids)])
-        return int(searcher.search(both, 1, count=True).count or 0)
 
     def matches_cut(
         self,
@@ -395,7 +490,7 @@ class Engine:
         count: bool = False,
         searcher: Any = None,  # Any: tantivy.Searcher
         others: Sequence[str] | None = None,
-        hidden: frozenset[int] = frozenset(),
+        hidden: Hidden = NO_HIDDEN,
     ) -> tuple[Matches, int, float | None, float | None]:
         """``matches``' top ``limit`` (``hidden`` ids left out) cut to those scoring at least the
         ``keep``-th score (or ``at_least``): only their fast fields are read. Returns them, the
@@ -405,14 +500,14 @@ class Engine:
         if query is None or limit <= 0:
             return _NO_MATCHES, 0, None, None
         searcher = searcher or self.searcher()
-        found = searcher.search(query, limit, count=count)
+        n = limit + (min(len(hidden.ids), limit // 8) + 16 if hidden else 0)  # a margin for hidden ones
+        found = searcher.search(query, n, count=count)
         raw = found.hits
-        hits = _visible(searcher, raw, hidden)
-        n = limit
+        hits = _visible(searcher, raw, hidden.ids)
         while len(raw) == n and len(hits) < limit:  # hidden ones dropped: read deeper
-            n *= 4
+            n = _deeper(n, limit - len(hits))
             raw = searcher.search(query, n, count=False).hits
-            hits = _visible(searcher, raw, hidden)
+            hits = _visible(searcher, raw, hidden.ids)
         hits = hits[:limit]
         if at_least is None:
             at_least = hits[keep - 1][0] + BASE if 0 < keep <= len(hits) else 0.0
@@ -424,7 +519,7 @@ class Engine:
                 below = score + BASE
         total = int(found.count or 0)
         if count and hidden:
-            total -= self._hidden_count(searcher, query, hidden)
+            total -= hidden.matching(terms, filters or Filters(), weights)
         return self._read(searcher, kept), total, below, at_least
 
     def score(
@@ -436,12 +531,12 @@ class Engine:
         filters: Filters | None = None,
         weights: tuple[float, float] = (1.0, 0.2),
         searcher: Any = None,  # Any: tantivy.Searcher
-        hidden: frozenset[int] = frozenset(),
+        hidden: Hidden = NO_HIDDEN,
     ) -> Matches:
         """The documents of ``ids`` (not ``hidden``) that belong to ``owners`` and pass ``filters``,
         each with the score ``matches`` gives it (bit for bit: the same scoring query), 0 if it
         matches no term."""
-        ids = [i for i in ids if i not in hidden] if hidden else ids
+        ids = [i for i in ids if i not in hidden.ids] if hidden else ids
         if not ids or not owners:
             return _NO_MATCHES
         t, f = tantivy.Query, filters or Filters()
@@ -482,7 +577,7 @@ class Engine:
         weights: tuple[float, float] = (1.0, 0.2),
         limit: int,
         count: bool = True,
-        hidden: frozenset[int] = frozenset(),
+        hidden: Hidden = NO_HIDDEN,
     ) -> tuple[list[tuple[int, float]], int]:
         """``matches`` as ``(id, score)`` pairs (tests and tools that need no fast fields)."""
         f = Filters(tuple(kinds), since_us, until_us, work_item_id)
@@ -492,6 +587,13 @@ class Engine:
 
     def bytes(self) -> int:
         return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
+
+
+def _deeper(n: int, missing: int) -> int:
+    """How many hits to ask for when ``missing`` were hidden among the first ``n``: twice as many
+    more and a margin (a top-k costs about its size; four times the candidates would cost more
+    than the few superseded versions among them)."""
+    return n + 2 * missing + 16
 
 
 def _visible(searcher: Any, hits: list[Any], hidden: frozenset[int]) -> list[Any]:  # Any: tantivy's

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from holon.ledger import EventQuery, Transaction
-from holon.memory.engine import Engine
+from holon.memory.engine import Engine, Hidden, HiddenTerms
 from holon.memory.index_docs import INDEXED_TYPES, TOOL_RESULT_CAP, UNINDEXED_TOOLS, DocMaker, index_events
 from holon.memory.index_durable import DURABLE_TERMS, durable_expression, durable_matches
 from holon.memory.index_files import FileSource, sync_files
@@ -40,6 +41,7 @@ from holon.memory.index_writer import (
     CONTEXT_CAP,
     DOC_CAP,
     REBUILD_SHARE,
+    ROW_COLUMNS,
     SEGMENT_GAP_US,
     SEGMENT_MAX_TURNS,
     Doc,
@@ -48,6 +50,7 @@ from holon.memory.index_writer import (
     engine_for,
     rebuild_engine,
     settle_engine,
+    version_row,
 )
 from holon.projections import Store, framework
 from holon.projections.framework import Host, open_projection, read_cursor, stored_cursor
@@ -93,6 +96,11 @@ INDEX_VERSION = 11
 CURSOR_NAME = "search"
 #: Events per catch-up transaction.
 BATCH = 2_000
+
+#: What each process keeps of the superseded versions, by engine directory: the ``search_counts``
+#: it was read at (Any: SQLite values), their terms, their ids by owner, and the ``Hidden`` of
+#: each set of owners searched.
+_HIDDEN: dict[str, tuple[dict[Any, Any], HiddenTerms, dict[str, set[int]], dict[tuple[str, ...], Hidden]]] = {}
 
 Progress = Callable[[int, int], None]
 """``(done, total)`` after each batch of a long indexing run (``holon memory reindex``)."""
@@ -204,11 +212,38 @@ class SearchIndex:
             return settle_engine(conn, self.engine, share=0.0)
 
     def superseded(self) -> frozenset[int]:
-        """The ids of the superseded versions the engine holds (``_Writer.supersede``): every
-        search skips them. Read per search (a partial index: as many rows as there are versions,
-        which compaction bounds)."""
+        """The ids of the superseded versions the engine holds (``_Writer.supersede``)."""
         self.ensure()
         return frozenset(int(r[0]) for r in self.db.query("SELECT id FROM search_docs WHERE superseded = 1"))
+
+    def hidden(self, owners: Sequence[str]) -> Hidden:
+        """The superseded versions of ``owners``, as a search skips and counts them (``Hidden``).
+
+        Kept per process and read again only when the tables' ``search_counts`` changed (a version
+        superseded, a compaction, an owner dropped, the tables recreated): a version never
+        changes, so only the new ones are read and analysed (all of them again after a new
+        ``epoch``: those dropped are let go)."""
+        self.ensure()
+        key: dict[Any, Any] = dict(self.db.query("SELECT name, n FROM search_counts"))  # Any: SQLite values
+        path = str(self.engine.path)
+        cached = _HIDDEN.get(path)
+        if cached is None or cached[0] != key:
+            terms = cached[1] if cached is not None and cached[0].get("epoch") == key.get("epoch") else HiddenTerms()
+            rows = self.db.query("SELECT id, owner FROM search_docs WHERE superseded = 1")
+            missing = [int(r[0]) for r in rows if int(r[0]) not in terms.docs]
+            for at in range(0, len(missing), 500):
+                chunk = missing[at : at + 500]
+                sql = f"SELECT {ROW_COLUMNS} FROM search_docs WHERE id IN ({','.join('?' * len(chunk))})"
+                terms.add(self.engine.hidden_docs(version_row(r) for r in self.db.query(sql, chunk)))
+            owned: dict[str, set[int]] = {}
+            for doc_id, owner in rows:
+                owned.setdefault(str(owner), set()).add(int(doc_id))
+            cached = _HIDDEN[path] = (key, terms, owned, {})
+        views = cached[3]
+        mine = tuple(sorted(set(owners)))
+        if mine not in views:
+            views[mine] = Hidden(frozenset().union(*(cached[2].get(o, ()) for o in mine)), cached[1])
+        return views[mine]
 
     def deleted_in_engine(self) -> int:
         """Deleted documents the engine still counts in its BM25 statistics (0 after a rebuild)."""

@@ -21,6 +21,7 @@ counts of versions (migration 4).
 from __future__ import annotations
 
 import hashlib
+import secrets
 import sqlite3
 
 from holon.errors import LedgerError
@@ -161,6 +162,9 @@ def recreate(conn: sqlite3.Connection) -> None:
     for m in MIGRATIONS:
         for stmt in m.statements:
             conn.execute(stmt)
+    # A new epoch of superseded versions (``_Writer.counts``): what a process cached of the
+    # dropped tables' versions must not be taken for the new ones'.
+    conn.execute("INSERT INTO search_counts(name, n) VALUES ('epoch', ?)", (secrets.randbits(62),))
 
 
 def owner_token(owner: str) -> str:

@@ -40,11 +40,15 @@ __all__ = [
     "engine_rows",
     "meta_text",
     "REBUILD_SHARE",
+    "ROW_COLUMNS",
+    "version_row",
     "engine_deleted",
     "rebuild_engine",
     "settle_engine",
 ]
 
+#: The columns of ``search_docs`` an engine row is made from (``engine_rows``, ``version_row``).
+ROW_COLUMNS = "id, owner, kind, ts_us, sender, work_item_id, words, question, title, text, segment"
 #: A conversation pause longer than this starts a new segment (the same gap that ends an episode).
 SEGMENT_GAP_US = 30 * 60 * 1_000_000
 #: A segment longer than this many turns is split, so no single segment row grows without bound.
@@ -138,8 +142,9 @@ class _Writer:
         self.deletes: list[int] = []
         self.owner_deletes: list[str] = []
         self.counts: dict[str, int] | None = None
-        """``live`` (documents of the ledger, not superseded) and ``superseded``: read when first
-        needed, written back by ``finish``."""
+        """``live`` (documents of the ledger, not superseded) and ``superseded``, and ``epoch``
+        (counts the times the superseded versions were dropped: with the count, what a process may
+        key what it keeps of them by): read when first needed, written back by ``finish``."""
         self.counted = False
         self.compactions = 0
         self.rewrites = False
@@ -214,7 +219,7 @@ class _Writer:
     def _counts(self) -> dict[str, int]:
         if self.counts is None:
             rows = self.conn.execute("SELECT name, n FROM search_counts").fetchall()
-            self.counts = {"live": 0, "superseded": 0} | {str(r[0]): int(r[1]) for r in rows}
+            self.counts = {"live": 0, "superseded": 0, "epoch": 0} | {str(r[0]): int(r[1]) for r in rows}
         return self.counts
 
     def _count(self, name: str, delta: int) -> None:
@@ -248,6 +253,7 @@ class _Writer:
         self.owner_deletes.clear()
         self.rewrites = False
         self._count("superseded", -self._counts()["superseded"])
+        self._count("epoch", 1)
         self.compactions += 1
 
     def recount(self) -> None:
@@ -256,8 +262,8 @@ class _Writer:
         live, superseded = self.conn.execute(
             "SELECT coalesce(sum(superseded = 0 AND kind != 'file'), 0), coalesce(sum(superseded), 0) FROM search_docs"
         ).fetchone()
-        self.counts = {"live": int(live), "superseded": int(superseded)}
-        self.counted = True
+        self.counts = self._counts() | {"live": int(live), "superseded": int(superseded)}
+        self._count("epoch", 1)
 
     def delete(self, doc_id: int) -> None:
         row = self.conn.execute("SELECT owner, kind, superseded FROM search_docs WHERE id = ?", (doc_id,)).fetchone()
@@ -363,10 +369,7 @@ def engine_rows(conn: sqlite3.Connection) -> Iterator[Row]:
     it in its segment: the turns of a segment are never deleted one by one (only with their owner,
     whose segments go too), so the two before it now are the two it was written with."""
     recent: dict[int, list[tuple[int, str]]] = {}
-    cur = conn.execute(
-        "SELECT id, owner, kind, ts_us, sender, work_item_id, words, question, title, text, segment "
-        "FROM search_docs ORDER BY id"
-    )
+    cur = conn.execute(f"SELECT {ROW_COLUMNS} FROM search_docs ORDER BY id")
     for doc_id, owner, kind, ts_us, sender, work_item_id, words, question, title, text, segment in cur:
         turn = segment is not None
         doc = Doc("", "", owner, kind, ts_us, title, text, sender=sender, work_item_id=work_item_id, turn=turn)
@@ -383,6 +386,17 @@ def engine_rows(conn: sqlite3.Connection) -> Iterator[Row]:
             doc_id, owner, kind, ts_us, work_item_id or "", body, index_terms(meta_text(doc)),
             pack(kind, words, bool(question)), segment or 0, before_ids, index_terms(sender or ""),
         )  # fmt: skip
+
+
+def version_row(values: Sequence[Any]) -> Row:  # Any: SQLite row values
+    """The engine row of a superseded version from its ``ROW_COLUMNS`` (never a turn: only work
+    items and tasks have versions), as ``engine_rows`` makes it."""
+    doc_id, owner, kind, ts_us, sender, work_item_id, words, question, title, text, _segment = values
+    doc = Doc("", "", owner, kind, ts_us, title, text, sender=sender, work_item_id=work_item_id)
+    return Row(
+        doc_id, owner, kind, ts_us, work_item_id or "", index_terms(body_of(doc)), index_terms(meta_text(doc)),
+        pack(kind, words, bool(question)), 0, (0, 0), index_terms(sender or ""),
+    )  # fmt: skip
 
 
 def rebuild_engine(conn: sqlite3.Connection, engine: Engine) -> None:

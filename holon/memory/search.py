@@ -238,7 +238,7 @@ class _Ranker:
         self.limit = limit
         # Superseded versions (RFC 0008, "Identical ranking on every node"), read before the searcher
         # opens: SQLite commits after the engine, so the searcher holds every version they name.
-        self.hidden = index.superseded()
+        self.hidden = index.hidden(owners)
         self.searcher = self.engine.searcher()  # one per search: every engine query sees one commit
         self.terms = self.engine.analyze(engine_term(t) for t in plan.terms)
         self.pairs = self._pairs() if params.phrase > 0 else {}
