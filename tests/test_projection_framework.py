@@ -245,7 +245,7 @@ def test_an_old_layout_home_is_adopted_without_a_rebuild(store: Store, alice: Ag
     assert index.cursor() == 0
     assert not store.ledger.query("SELECT 1 FROM sqlite_master WHERE name IN ('search_fts', 'search_segments')")
     assert queue.lag() == 0 and queue.counts()["done"] == 1
-    assert framework.applied_migrations(store.ledger, "search") == [1, 2, 3]
+    assert framework.applied_migrations(store.ledger, "search") == [1, 2, 3, 4]
     assert framework.applied_migrations(store.ledger, "evolve") == [1]
     chat(store, alice, 1)
     assert search_memory(store, alice, "aardvark").freshness.lag == 0

@@ -30,11 +30,16 @@ Ownership is a MustNot over the other owners when the searcher's own hold most o
 
 Consistency with SQLite (the index's other half and its cursor): ``write`` commits tantivy
 *before* the caller's SQLite transaction commits, so the cursor never runs ahead of what tantivy
-holds. A crash between the two leaves tantivy ahead: the batch is folded again and, since ids
-are reused by the rolled-back transaction's successor, each document is written as
-delete-by-id-then-add, which makes the repeat idempotent. A missing or unreadable directory
-opens as an empty index, and the caller (``SearchIndex``) rebuilds the projection when tantivy
-holds fewer documents than SQLite counts.
+holds. A crash between the two leaves tantivy ahead (more documents, or one of an id SQLite never
+gave out: ``holds_beyond``), and the caller (``SearchIndex``) rebuilds it from the tables before
+the batch is folded again (each row is still written as delete-by-id-then-add, which deletes
+nothing then). A missing or unreadable directory opens as an empty index, and the caller rebuilds
+the projection when tantivy holds fewer documents than SQLite counts.
+
+Hidden documents (``Hidden``): superseded versions of rewritten work items and tasks stay in the
+index, so that its BM25 statistics are a function of the ledger (a deleted document would count
+until a background merge, whose schedule is tantivy's: RFC 0008, "Identical ranking on every
+node"); the queries drop them by id and leave them out of their counts.
 
 Processes: tantivy allows one writer per directory. A writer is taken only inside a SQLite
 write transaction (which already serialises writers across processes) and released before it

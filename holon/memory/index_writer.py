@@ -12,6 +12,14 @@ its context; the turns after a match are lifted at query time (``holon.memory.se
 The text goes to the search engine (``holon.memory.engine``), the rest to SQLite; ``finish``
 commits the engine inside the caller's SQLite transaction, before it commits (see the engine's
 docstring for why that order keeps the cursor honest).
+
+Versions (RFC 0008, "Identical ranking on every node"): the fold of the ledger never deletes a
+document the engine holds. A rewrite (``upsert(version=True)``) supersedes the earlier version
+(kept, with its text, in ``search_docs`` and in the engine; searches skip it) and the fold
+compacts, dropping them all and rebuilding the engine from the tables, when they reach
+``COMPACT_SHARE`` of the ledger's live documents: a rule over counts the ledger alone decides,
+checked after each rewrite in seq order, so every node's engine holds the same documents after
+the same event. Curated files (each node's own disk) are still deleted and rewritten.
 """
 
 from __future__ import annotations
