@@ -348,6 +348,14 @@ class SearchIndex:
 
     # --- reading ----------------------------------------------------------------------------
 
+    def live_docs(self) -> dict[str, int]:
+        """Documents per owner that a search can return (``owner_docs`` less the superseded
+        versions; a scan of the tables, for reports)."""
+        self.ensure()
+        sql = "SELECT owner, count(*) FROM search_docs WHERE superseded = 0 GROUP BY owner"
+        return {str(r[0]): int(r[1]) for r in self.db.query(sql)}
+
     def owner_docs(self) -> dict[str, int]:
+        """Documents per owner the engine holds (superseded versions included: ``search_owners``)."""
         self.ensure()
         return {r[0]: int(r[1]) for r in self.db.query("SELECT owner, docs FROM search_owners")}

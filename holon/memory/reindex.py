@@ -33,7 +33,7 @@ def reindex(store: Store, *, agent: AgentState | None = None, progress: Progress
         events = index.rebuild_owner(agent.agent_id, progress=progress)
         agents = [agent]
     files = sum(sync_agent_files(store, index, a) for a in agents)
-    docs = index.owner_docs()
+    docs = index.live_docs()
     owners = [f"agent:{a.agent_id}" for a in agents] if agent is not None else list(docs)
     return {
         "agent": agent.name if agent is not None else None,
