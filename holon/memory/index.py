@@ -221,28 +221,28 @@ class SearchIndex:
 
         Kept per process and read again only when the tables' ``search_counts`` changed (a version
         superseded, a compaction, an owner dropped, the tables recreated): a version never
-        changes, so only the new ones are read and analysed (all of them again after a new
-        ``epoch``: those dropped are let go)."""
+        changes, so only the new ones of the searched owners are read and analysed (all of them
+        again after a new ``epoch``: those dropped are let go)."""
         self.ensure()
         key: dict[Any, Any] = dict(self.db.query("SELECT name, n FROM search_counts"))  # Any: SQLite values
         path = str(self.engine.path)
         cached = _HIDDEN.get(path)
         if cached is None or cached[0] != key:
             terms = cached[1] if cached is not None and cached[0].get("epoch") == key.get("epoch") else HiddenTerms()
-            rows = self.db.query("SELECT id, owner FROM search_docs WHERE superseded = 1")
-            missing = [int(r[0]) for r in rows if int(r[0]) not in terms.docs]
-            for at in range(0, len(missing), 500):
+            owned: dict[str, set[int]] = {}
+            for doc_id, owner in self.db.query("SELECT id, owner FROM search_docs WHERE superseded = 1"):
+                owned.setdefault(str(owner), set()).add(int(doc_id))
+            cached = _HIDDEN[path] = (key, terms, owned, {})
+        key, terms, owned, views = cached
+        mine = tuple(sorted(set(owners)))
+        if mine not in views:
+            ids = frozenset().union(*(owned.get(o, ()) for o in mine))
+            missing = [i for i in ids if i not in terms.docs]
+            for at in range(0, len(missing), 500):  # only the searched owners' versions are analysed
                 chunk = missing[at : at + 500]
                 sql = f"SELECT {ROW_COLUMNS} FROM search_docs WHERE id IN ({','.join('?' * len(chunk))})"
                 terms.add(self.engine.hidden_docs(version_row(r) for r in self.db.query(sql, chunk)))
-            owned: dict[str, set[int]] = {}
-            for doc_id, owner in rows:
-                owned.setdefault(str(owner), set()).add(int(doc_id))
-            cached = _HIDDEN[path] = (key, terms, owned, {})
-        views = cached[3]
-        mine = tuple(sorted(set(owners)))
-        if mine not in views:
-            views[mine] = Hidden(frozenset().union(*(cached[2].get(o, ()) for o in mine)), cached[1])
+            views[mine] = Hidden(ids, terms)
         return views[mine]
 
     def deleted_in_engine(self) -> int:
