@@ -261,3 +261,49 @@ def test_with_two_writers_each_commit_writes_its_rows(
     finally:
         other.close()
     assert store.replay().ok
+
+
+@sqlite_only("counts list queries through sqlite3's trace callback")
+def test_list_reads_query_again_only_after_rows_are_written(
+    store: Store, alice: AgentState, home: HomePaths, settings: Settings
+) -> None:
+    """A list read keeps the stored rows it read until this process writes rows or drops its fold
+    (issue 18, step 6); whatever changed meanwhile comes from the projector, so every answer is the
+    one a query would give."""
+    store.append(_open_item(alice.agent_id, "wi_1", "one"))  # type: ignore[arg-type]
+    store.write_projections()
+    lists: list[str] = []
+    store.ledger.db.connection().set_trace_callback(
+        lambda sql: lists.append(sql) if "SELECT key, label, state FROM projection_rows" in sql else None
+    )
+
+    def ids() -> list[str]:
+        return [w.work_item_id for w in store.work_items(agent_id=alice.agent_id)]
+
+    try:
+        assert ids() == ["wi_1"] and len(lists) == 1
+        store.append(_open_item(alice.agent_id, "wi_2", "two"))  # type: ignore[arg-type]
+        store.append(
+            make_event(alice.agent_id, ev.WorkItemUpdated(work_item_id="wi_1", title="uno"), work_item_id="wi_1")
+        )
+        # Not written yet: the stored rows are as they were, the changes come from the projector.
+        assert ids() == ["wi_2", "wi_1"] and len(lists) == 1
+        assert [w.title for w in store.work_items(agent_id=alice.agent_id)] == ["two", "uno"]
+        store.write_projections()  # rows written: the next read queries them
+        assert ids() == ["wi_2", "wi_1"] and len(lists) == 2
+        assert ids() == ["wi_2", "wi_1"] and len(lists) == 2
+        # Another process writes this one's rows (a read catching up) and then appends: the head
+        # moves, this process drops its fold and reads the rows again.
+        store.append(_open_item(alice.agent_id, "wi_3", "three"))  # type: ignore[arg-type]
+        other = Store.open(home, settings, clock=FakeClock())
+        try:
+            assert [w.work_item_id for w in other.work_items(agent_id=alice.agent_id)] == ["wi_2", "wi_1", "wi_3"]
+            assert ids() == ["wi_2", "wi_1", "wi_3"]  # the same answer from what was kept
+            other.append(_open_item(alice.agent_id, "wi_4", "four"))  # type: ignore[arg-type]
+        finally:
+            other.close()
+        queried = len(lists)
+        assert ids() == ["wi_2", "wi_1", "wi_3", "wi_4"] and len(lists) == queried + 1
+    finally:
+        store.ledger.db.connection().set_trace_callback(None)
+    assert store.replay().ok

@@ -181,6 +181,7 @@ class Projector:
         # agent -> (baseline state, working-memory view it stands for); see ``fold.derive``.
         self._memo: dict[str, tuple[State | None, dict[str, Any]]] = {}
         self._recent = _RecentContent()
+        self._written = 0  # see ``written``
 
     # --- TransactionHook --------------------------------------------------------------------
 
@@ -247,6 +248,17 @@ class Projector:
         return False
 
     @property
+    def written(self) -> int:
+        """Changes whenever ``projection_rows`` may have changed under this process's reads: at
+        each write of the rows (``flush``, ``clear``) and whenever the rows held here are dropped
+        (``reset``, ``adopt``). While it stays the same and the fold held is at the head
+        (``folded``), the stored rows are as this process last read them, except for rows it
+        holds changed (``changed``), which its reads take from here anyway: ``Store`` keeps the
+        rows of its list reads for as long (another process writes rows only after appending,
+        which moves the head, so this process resets before its next read of them)."""
+        return self._written
+
+    @property
     def pending(self) -> bool:
         """Whether rows folded here are not written yet (the stored cursor is behind them)."""
         return self._folded_to is not None and self._folded_to != self._flushed_to
@@ -284,6 +296,7 @@ class Projector:
         for r in rows:
             stored[(r[0], r[1])] = (r[2], r[4])
         write_cursor(conn, CURSOR_NAME, self._folded_to, PROJECTOR_VERSION)
+        self._written += 1
         self._dirty.clear()
         self._flushed_to = self._folded_to
         self._deferred = 0
@@ -338,6 +351,7 @@ class Projector:
         self._forget()
 
     def _forget(self) -> None:
+        self._written += 1  # the stored rows are no longer known to be this process's last write
         self._recent.clear()
         self._memo.clear()
         self._rows.clear()
@@ -352,6 +366,7 @@ class Projector:
 
     def clear(self, tx: Transaction) -> None:
         tx.conn.execute("DELETE FROM projection_rows")
+        self._written += 1
         self._cleared = True  # written in this transaction (``settle``): the table is empty until then
         self._recent.clear()
         self._rows.clear()

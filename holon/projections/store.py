@@ -44,6 +44,9 @@ __all__ = ["Store"]
 
 S = TypeVar("S", bound=State)
 
+_LISTS_KEPT = 256
+"""Queries whose stored rows ``Store._stored`` keeps (cleared past that)."""
+
 
 class Store:
     def __init__(self, paths: HomePaths, settings: Settings, ledger: Ledger, projector: Projector) -> None:
@@ -59,6 +62,8 @@ class Store:
         projections live when the ledger is remote (``holon.projections.local``); fixed at the
         first ``local_db()``."""
         self._local: LocalDb | None = None
+        # ``_select``'s stored rows per query, decoded, with the ``Projector.written`` they hold for.
+        self._lists: dict[tuple[object, ...], tuple[int, list[tuple[str, str | None, str]], dict[str, State]]] = {}
 
     @classmethod
     def open(
@@ -222,16 +227,18 @@ class Store:
         with self.ledger.reading() as head:
             fresh = self._fresh(head)
             merged = fresh is not None
-            rows = self.ledger.query(
-                f"SELECT key, label, state FROM projection_rows WHERE kind = ?{where} ORDER BY seq", [kind, *params]
-            )
+            stored, decoded = self._stored(kind, where, params, merged)
             changed = self.projector.changed(kind) if merged else {}
             out: list[tuple[str, S]] = []
-            for key, label, raw in rows:
+            for key, label, raw in stored:
                 if key in changed:
                     continue
                 hit, state = held((kind, key), fresh) if fresh is not None else (False, None)
-                out.append((label, cast(S, state) if hit and state is not None else model.model_validate_json(raw)))
+                if not hit or state is None:
+                    state = decoded.get(key)
+                    if state is None:
+                        state = decoded[key] = model.model_validate_json(raw)
+                out.append((cast(str, label), cast(S, state)))  # a stored label as it is (``None`` too, as before)
             # Rows not written yet changed after every written one: they come last, by seq.
             for _key, (_seq, state) in sorted(changed.items(), key=lambda kv: (kv[1][0], kv[0])):
                 if state is None:
@@ -240,6 +247,33 @@ class Store:
                 if keep(agent_id, status, label):
                     out.append((label or "", cast(S, state)))
         return out
+
+    def _stored(
+        self, kind: str, where: str, params: list[object], merged: bool
+    ) -> tuple[list[tuple[str, str | None, str]], dict[str, State]]:
+        """``projection_rows`` of ``kind`` matching ``where`` in the order they last changed, as
+        ``(key, label, state JSON)``, and a place to keep their states once decoded.
+
+        While this process serves reads from its fold (``merged``) the stored rows change only
+        when it writes them or drops its fold (``Projector.written``): until then both are kept
+        and the rows are not read again (a turn lists its agent's work items, tasks and waits 8
+        times, 12-17 us a query; issue 18, step 6)."""
+        written = self.projector.written
+        memo_key = (kind, where, *params)
+        if merged:
+            kept = self._lists.get(memo_key)
+            if kept is not None and kept[0] == written:
+                return kept[1], kept[2]
+        rows = self.ledger.query(
+            f"SELECT key, label, state FROM projection_rows WHERE kind = ?{where} ORDER BY seq", [kind, *params]
+        )
+        stored = [(str(key), label, raw) for key, label, raw in rows]
+        decoded: dict[str, State] = {}
+        if merged:
+            if len(self._lists) >= _LISTS_KEPT:
+                self._lists.clear()
+            self._lists[memo_key] = (written, stored, decoded)
+        return stored, decoded
 
     def _all(self, kind: str, model: type[S], agent_id: str | None, status: str | tuple[str, ...] | None) -> list[S]:
         assert KINDS[kind].model is model, kind
