@@ -310,6 +310,27 @@ def test_execute_rejects_pathological_json_without_raising(store: Store) -> None
         assert result.status == "invalid" and result.output.startswith("arguments are not valid JSON")
 
 
+def test_a_call_that_never_waits_takes_no_pass_of_the_event_loop(store: Store) -> None:
+    """A handler runs in the caller's task under its deadline (issue 18, step 6): a call that never
+    awaits returns before anything else the loop has ready runs (``wait_for`` made a task per
+    call, one more pass of the loop each), and a handler that overstays is still stopped."""
+    registry = registry_with_slow_tool()
+    agent = create_agent(store, "alice")
+    home = store.paths.agent_home("alice")
+    ctx = ToolContext(
+        agent.agent_id, "alice", "turn_x", store.ledger.clock, home, home, StoreViews(store, agent.agent_id), None
+    )
+
+    async def call(tool: str) -> tuple[str, bool]:
+        ran: list[bool] = []
+        asyncio.get_running_loop().call_soon(ran.append, True)
+        result = await registry.execute(ev.ToolCallSpec(call_id="c", tool=tool, arguments="{}"), ctx)
+        return result.status, bool(ran)
+
+    assert asyncio.run(call("list_work_items")) == ("ok", False)
+    assert asyncio.run(call("slow_tool")) == ("timeout", True)
+
+
 def test_a_custom_tool_returning_a_status_is_recorded_as_such(store: Store, clock: FakeClock) -> None:
     class NoParams(ToolParams):
         pass
