@@ -316,6 +316,30 @@ def test_a_leaner_stable_tier_does_not_give_the_rest_more_room() -> None:
         assert all(at[limit - 1][k] >= at[limit][k] for k in at[limit]), limit
 
 
+def test_a_tier_that_fits_whole_builds_no_degradation_sequence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most prompts fit whole: their degradation sequences are not built (issue 18, step 6); a
+    tier that does not fit still walks its own, with the same choices as before."""
+    from holon.context import assembler
+
+    built: list[list[str]] = []
+    steps = assembler._steps
+    monkeypatch.setattr(assembler, "_steps", lambda ss: built.append([s.key for s in ss]) or steps(ss))
+    sections = [
+        Section("memory", "stable", "system", 0, 500, (rendering("full", 100, "system", "m"),
+                                                       rendering("compact", 10, "system", "m"))),
+        Section("turn:a", "turn", "history", 0, 400, (rendering("full", 100, "history", "a"),
+                                                      rendering("compact", 60, "history", "a"))),
+        Section("input", "turn", "input", 0, 1000, (rendering("full", 5, "input", "i"),), pinned=True),
+    ]  # fmt: skip
+    assert indexes(assemble(sections, budget_for(400)), sections) == {"memory": 0, "turn:a": 0, "input": 0}
+    assert built == []
+    assert indexes(assemble(sections, budget_for(170)), sections) == {"memory": 0, "turn:a": 1, "input": 0}
+    assert built == [["turn:a", "input"]]  # the stable tier fits: only the rest's sequence
+    built.clear()
+    assert indexes(assemble(sections, budget_for(160)), sections) == {"memory": 1, "turn:a": 1, "input": 0}
+    assert built == [["memory"], ["turn:a", "input"]]
+
+
 def test_duplicate_keys_are_refused() -> None:
     s = Section("x", "turn", "context", 0, 1, (Rendering("full", 1, text="x"),))
     with pytest.raises(ValueError, match="unique"):

@@ -326,19 +326,30 @@ def assemble(sections: list[Section], budget: Budget) -> Assembly:
     reasons: dict[str, str] = {}
     stable = [s for s in sections if s.tier == "stable"]
     rest = [s for s in sections if s.tier != "stable"]
-    stable_steps = _steps(stable)
+    # A degradation sequence is built only when its tier does not fit as it is (most prompts fit
+    # whole, and a sequence whose first step is never taken changes nothing; issue 18, step 6).
+    stable_steps: list[tuple[Section, int]] | None = None
     # 1. The stable tier, chosen from the budget alone.
-    totals = _stable_prefix_totals(plan, stable, stable_steps)
-    k = next((i for i, t in enumerate(totals) if t <= STABLE_SHARE * budget.limit), len(totals) - 1)
-    applied, stable_total = _run(plan, stable_steps[:k], totals[0], -1, reasons)
+    whole = sum(plan.tokens(s) for s in stable)
+    if whole <= STABLE_SHARE * budget.limit:  # the first prefix fits: ``k`` is 0
+        k, applied, stable_total, totals = 0, 0, whole, [whole]
+    else:
+        stable_steps = _steps(stable)
+        totals = _stable_prefix_totals(plan, stable, stable_steps)
+        k = next((i for i, t in enumerate(totals) if t <= STABLE_SHARE * budget.limit), len(totals) - 1)
+        applied, stable_total = _run(plan, stable_steps[:k], totals[0], -1, reasons)
     allowance = budget.limit - stable_total
     if k > 0:
         allowance = min(allowance, int(totals[k - 1] * (1 / STABLE_SHARE - 1)))
     # 2. Everything else, within its allowance.
-    _done, rest_total = _run(plan, _steps(rest), sum(plan.tokens(s) for s in rest), allowance, reasons)
+    rest_total = sum(plan.tokens(s) for s in rest)
+    if rest_total > allowance:
+        _done, rest_total = _run(plan, _steps(rest), rest_total, allowance, reasons)
     total = stable_total + rest_total
     # 3. Last resort: a leaner stable tier for an oversized pinned minimum.
     if total > budget.limit:
+        if stable_steps is None:
+            stable_steps = _steps(stable)
         _more, total = _run(plan, stable_steps[applied:], total, budget.limit, reasons)
     if total > budget.limit:
         raise ContextOverflow(
