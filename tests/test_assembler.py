@@ -299,16 +299,21 @@ def test_the_kept_encodings_are_the_plain_ones(sections, limit) -> None:
         assert a.digest == hashlib.sha256(plain).hexdigest()
 
 
-def test_a_leaner_stable_tier_does_not_give_the_rest_more_room() -> None:
-    """Just below the budget where the stable tier must compact, the room it frees does not let
-    the rest grow back: every section stays at least as degraded as at any larger budget."""
-    sections = [
+def _stable_history_input() -> list[Section]:
+    """A stable memory section that compacts to 10, a history turn that compacts to 60, a pinned input."""
+    return [
         Section("memory", "stable", "system", 0, 500, (rendering("full", 100, "system", "m"),
                                                        rendering("compact", 10, "system", "m"))),
         Section("turn:a", "turn", "history", 0, 400, (rendering("full", 100, "history", "a"),
                                                       rendering("compact", 60, "history", "a"))),
         Section("input", "turn", "input", 0, 1000, (rendering("full", 5, "input", "i"),), pinned=True),
     ]  # fmt: skip
+
+
+def test_a_leaner_stable_tier_does_not_give_the_rest_more_room() -> None:
+    """Just below the budget where the stable tier must compact, the room it frees does not let
+    the rest grow back: every section stays at least as degraded as at any larger budget."""
+    sections = _stable_history_input()
     at = {limit: indexes(assemble(sections, budget_for(limit)), sections) for limit in range(70, 400)}
     assert at[170] == {"memory": 0, "turn:a": 1, "input": 0}
     assert at[160] == {"memory": 1, "turn:a": 1, "input": 0}
@@ -324,13 +329,7 @@ def test_a_tier_that_fits_whole_builds_no_degradation_sequence(monkeypatch: pyte
     built: list[list[str]] = []
     steps = assembler._steps
     monkeypatch.setattr(assembler, "_steps", lambda ss: built.append([s.key for s in ss]) or steps(ss))
-    sections = [
-        Section("memory", "stable", "system", 0, 500, (rendering("full", 100, "system", "m"),
-                                                       rendering("compact", 10, "system", "m"))),
-        Section("turn:a", "turn", "history", 0, 400, (rendering("full", 100, "history", "a"),
-                                                      rendering("compact", 60, "history", "a"))),
-        Section("input", "turn", "input", 0, 1000, (rendering("full", 5, "input", "i"),), pinned=True),
-    ]  # fmt: skip
+    sections = _stable_history_input()
     assert indexes(assemble(sections, budget_for(400)), sections) == {"memory": 0, "turn:a": 0, "input": 0}
     assert built == []
     assert indexes(assemble(sections, budget_for(170)), sections) == {"memory": 0, "turn:a": 1, "input": 0}
