@@ -13,7 +13,20 @@ from holon.context.sections import _terms
 from holon.errors import UsageError
 from holon.memory.get import DEFAULT_MAX_CHARS, MemoryGetRequest
 from holon.memory.recall import content_terms as recall_terms
-from holon.memory.text import CHATTER, STOP_WORDS, content_terms, content_words, plan_query
+from holon.memory.text import (
+    CHATTER,
+    IRREGULAR,
+    MAX_TERM_CHARS,
+    STOP_WORDS,
+    content_terms,
+    content_words,
+    fold,
+    folded_words,
+    index_terms,
+    is_unsegmented,
+    plan_query,
+    words,
+)
 
 
 def test_relevance_terms_are_content_words_without_chatter() -> None:
@@ -35,6 +48,43 @@ def test_recall_uses_the_same_terms() -> None:
     assert recall_terms is content_terms
     assert content_terms("The children drew pictures") == frozenset({"child", "draw", "pictur"})
     assert content_words("wrote, written, writes", drop=frozenset({"writes"})) == ["write", "write"]
+
+
+def _index_terms_reference(text: str) -> str:
+    """``index_terms`` as it was before its ASCII path: the words of ``fold``, one by one."""
+    out: list[str] = []
+    for w in words(fold(text)):
+        out.extend([w, w[0]] if is_unsegmented(w) and len(w) == 2 else [w if is_unsegmented(w) else w[:MAX_TERM_CHARS]])
+    return " ".join(out)
+
+
+# Pieces that meet every branch of the ASCII path: irregular forms in any case, apostrophes
+# inside, around and doubled, possessives, digits glued to letters, underscores, control
+# characters, over-long words, and a few non-ASCII characters (the general path).
+_PIECES = st.one_of(
+    st.sampled_from([*sorted(IRREGULAR), "WENT", "Children", "said", "it", "rock"]),
+    st.sampled_from(["'", "''", "'s", "s'", "2", "_", " ", "\n", "\x01", "\x7f", "-", ".", "x" * 50]),
+    st.sampled_from(["\u2019", "é", "猫", "ǅ", "\u212a"]),
+    st.text(alphabet=st.characters(max_codepoint=127), max_size=8),
+)
+
+
+@given(st.lists(_PIECES, max_size=24).map("".join))
+def test_the_ascii_path_folds_words_as_fold_does(text: str) -> None:
+    assert folded_words(text) == words(fold(text))
+    assert index_terms(text) == _index_terms_reference(text)
+
+
+def test_the_ascii_path_keeps_folds_edge_cases() -> None:
+    # A form glued to a digit is folded; one joined by an apostrophe is not, unless the chain
+    # of apostrophes makes it a match of its own (``fold`` reads "a'b" then "went"); a
+    # possessive is cut after folding ("went's" is no form).
+    for text, expected in [
+        ("went2 2went went_x", ["go2", "2go", "go", "x"]),
+        ("a'went a'b'went 'went' went's children's", ["a'went", "a'b'go", "go", "went", "children"]),
+        ("I Drew it'S", ["i", "draw", "it"]),
+    ]:
+        assert folded_words(text) == words(fold(text)) == expected
 
 
 @given(st.text(max_size=200))

@@ -41,6 +41,7 @@ __all__ = [
     "content_words",
     "engine_term",
     "fold",
+    "folded_words",
     "index_terms",
     "is_unsegmented",
     "plan_query",
@@ -95,6 +96,7 @@ feet|tooth teeth|goose geese"""
 IRREGULAR: dict[str, str] = {
     form: group.split()[0] for group in _IRREGULAR.replace("\n", " ").split("|") for form in group.split()[1:]
 }
+_FORMS = frozenset(IRREGULAR)
 
 # Scripts written without spaces between words: CJK ideographs, kana, Hangul syllables, Thai, Lao,
 # Khmer, Myanmar, Tibetan.
@@ -107,6 +109,15 @@ _WORD = re.compile(rf"[{_UNSEGMENTED}]+|[^\W_]+(?:['\u2019][^\W_]+)*", re.UNICOD
 _LATIN_WORD = re.compile(r"[A-Za-z]+(?:['\u2019][A-Za-z]+)?")
 #: What counts as a word when holon counts words (priors, snippets).
 WORDS = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
+# ``folded_words``' ASCII path: runs of letters of lowered text, and ``_LATIN_WORD`` on it, split.
+_LETTER_RUN = re.compile(r"[a-z]+")
+_ASCII_WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
+#: Bytes 0-255 -> the byte itself for ``[a-z0-9']``, its lower case for ``[A-Z]``, else a space.
+_ASCII_WORD_BYTES = bytes(
+    b + 32 if 65 <= b <= 90 else b if 97 <= b <= 122 or 48 <= b <= 57 or b == 39 else 32 for b in range(256)
+)
+_ODD_CHARS = "0123456789'"
+_LOWER_LATIN_SPLIT = re.compile(r"([a-z]+(?:'[a-z]+)?)")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
@@ -141,6 +152,11 @@ def index_terms(text: str) -> str:
     it. The engine only splits on spaces and stems English suffixes (``holon.memory.engine``);
     queries go through the same mapping (``engine_term``, then the engine's ``analyze``).
     """
+    if text.isascii():  # no unsegmented run: ``folded_words`` as they are (most documents)
+        found = folded_words(text)
+        if found and max(map(len, found)) > MAX_TERM_CHARS:
+            found = [w[:MAX_TERM_CHARS] for w in found]
+        return " ".join(found)
     out: list[str] = []
     for w in words(fold(text)):
         if is_unsegmented(w):
@@ -150,6 +166,46 @@ def index_terms(text: str) -> str:
         else:
             out.append(w[:MAX_TERM_CHARS])
     return " ".join(out)
+
+
+def folded_words(text: str) -> list[str]:
+    """``words(fold(text))``, computed for ASCII text without ``fold``'s callback per word.
+
+    Every document indexed (the search fold, a compaction's rebuild of the engine) and every text
+    compared (the episode reducer's vocabulary, relevance, recall) goes through it, so ASCII text
+    has its own path giving the same list, about 4x faster (a property test holds the two equal;
+    RFC 0004, "The text path"):
+
+    * one byte translation lowers the text and turns every character that is in no word into a
+      space (``fold``'s control characters included: they separate words either way), so the
+      words are its ``split()``, except where an apostrophe is not between two word characters;
+    * a match of ``_LATIN_WORD`` (what ``fold`` looks up) never crosses a word: it would need an
+      apostrophe between letters, which joins them into one word. So the words are folded one by
+      one: a word of letters only is one match, folded by a lookup; a word with an apostrophe or
+      a digit is cut as ``_WORD`` cuts it, folded by ``split`` (the matches ``sub`` would make in
+      it), and loses a possessive ``'s`` as in ``words``.
+    """
+    if not text.isascii():
+        return words(fold(text))
+    low = text.encode("ascii").translate(_ASCII_WORD_BYTES).decode("ascii")
+    found = low.split()
+    if not _FORMS.isdisjoint(found):
+        found = [IRREGULAR.get(w, w) for w in found]
+    if not any(c in low for c in _ODD_CHARS):
+        return found
+    out: list[str] = []
+    for w in found:
+        if w.isalpha():
+            out.append(w)
+            continue
+        for part in _ASCII_WORD.findall(w) if "'" in w else (w,):
+            folded = part
+            if not _FORMS.isdisjoint(_LETTER_RUN.findall(part)):
+                pieces = _LOWER_LATIN_SPLIT.split(part)
+                pieces[1::2] = [IRREGULAR.get(p, p) for p in pieces[1::2]]
+                folded = "".join(pieces)
+            out.append(folded[:-2] if folded.endswith("'s") else folded)
+    return out
 
 
 def engine_term(term: str) -> str:
@@ -196,7 +252,7 @@ def stem(word: str) -> str:
 def content_words(text: str, *, drop: frozenset[str] = frozenset()) -> list[str]:
     """The words of ``text`` that carry its meaning, in order: folded as the index folds them
     (irregular forms, unsegmented runs as bigrams), stop words and ``drop`` left out, stemmed."""
-    return [stem(w) for w in words(fold(text)) if w not in STOP_WORDS and w not in drop]
+    return [stem(w) for w in folded_words(text) if w not in STOP_WORDS and w not in drop]
 
 
 def content_terms(text: str) -> frozenset[str]:
