@@ -295,6 +295,7 @@ def test_the_kept_encodings_are_the_plain_ones(sections, limit) -> None:
             return
         assert a.manifest.json_bytes() == canonical_json(a.manifest.to_json())
         assert a.messages_json == canonical_json(a.messages)
+        assert a.tools_json == canonical_json(a.tools)
         plain = orjson.dumps([a.messages, a.tools], option=orjson.OPT_SORT_KEYS)
         assert a.digest == hashlib.sha256(plain).hexdigest()
 
@@ -683,7 +684,7 @@ def assert_same_assembly(again: Assembly | None, whole: Assembly | None) -> None
         return
     assert again is not None
     assert again == whole
-    assert again.messages_json == whole.messages_json
+    assert again.messages_json == whole.messages_json and again.tools_json == whole.tools_json
     assert again.manifest.json_bytes() == whole.manifest.json_bytes()
     assert again.manifest.sections_json == whole.manifest.sections_json
     assert again.digest == whole.digest

@@ -259,6 +259,11 @@ class Assembly:
     def digest(self) -> str:
         return self.manifest.digest
 
+    @property
+    def tools_json(self) -> bytes:
+        """``tools`` as canonical JSON (sorted keys): the layout's, encoded once for the digest."""
+        return self.kept.tools_json if self.kept is not None else orjson.dumps(self.tools, option=_SORTED)
+
 
 @dataclass
 class _Plan:
