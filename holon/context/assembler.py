@@ -346,21 +346,19 @@ def assemble(sections: list[Section], budget: Budget, *, previous: Assembly | No
     reasons: dict[str, str] = {}
     stable = [s for s in sections if s.tier == "stable"]
     rest = [s for s in sections if s.tier != "stable"]
-    # A degradation sequence is built only when its tier does not fit as it is (most prompts fit
-    # whole, and a sequence whose first step is never taken changes nothing; issue 18, step 6).
-    stable_steps: list[tuple[Section, int]] | None = None
-    # 1. The stable tier, chosen from the budget alone.
-    whole = sum(s.renderings[0].tokens for s in stable if not s.excluded)  # every level is 0 here
-    if whole <= STABLE_SHARE * budget.limit:  # the first prefix fits: ``k`` is 0
-        k, applied, stable_total, totals = 0, 0, whole, [whole]
+    # 1. The stable tier, chosen from the budget alone (so the last round's choice holds when its
+    # sections are the same objects and the budget the same).
+    last = previous.kept.stable if previous is not None and previous.kept is not None else None
+    if last is not None and last.limit == budget.limit and _same_objects(last.sections, stable):
+        choice = last
     else:
-        stable_steps = _steps(stable)
-        totals = _stable_prefix_totals(plan, stable, stable_steps)
-        k = next((i for i, t in enumerate(totals) if t <= STABLE_SHARE * budget.limit), len(totals) - 1)
-        applied, stable_total = _run(plan, stable_steps[:k], totals[0], -1, reasons)
+        choice = _choose_stable(plan, stable, budget)
+    plan.level.update(choice.level)
+    reasons.update(choice.reasons)
+    k, applied, stable_total, stable_steps = choice.k, choice.applied, choice.total, choice.steps
     allowance = budget.limit - stable_total
     if k > 0:
-        allowance = min(allowance, int(totals[k - 1] * (1 / STABLE_SHARE - 1)))
+        allowance = min(allowance, int(choice.before * (1 / STABLE_SHARE - 1)))
     # 2. Everything else, within its allowance (its levels are all still 0).
     rest_total = sum(s.renderings[0].tokens for s in rest if not s.excluded)
     if rest_total > allowance:
@@ -376,11 +374,54 @@ def assemble(sections: list[Section], budget: Budget, *, previous: Assembly | No
             f"the pinned minimum of this prompt is {total} tokens but the budget allows {budget.limit} "
             f"(context window {budget.context_window} minus {budget.output_reserve} reserved for the reply)"
         )
+    made = None
     if previous is not None and previous.kept is not None:
-        again = _relayout(plan, budget, total, reasons, previous.kept, by_key)
-        if again is not None:
-            return again
-    return _layout(plan, budget, total, reasons, by_key)
+        made = _relayout(plan, budget, total, reasons, previous.kept, by_key)
+    if made is None:
+        made = _layout(plan, budget, total, reasons, by_key)
+    assert made.kept is not None
+    made.kept.stable = choice
+    return made
+
+
+@dataclass(slots=True)
+class _StableChoice:
+    """The stable tier's degradation for one budget: a function of its sections and the budget."""
+
+    sections: list[Section]
+    limit: int
+    k: int
+    """Steps of its sequence taken to fit ``STABLE_SHARE`` of the budget."""
+    applied: int
+    total: int
+    before: int
+    """Its total with one step fewer (what caps the rest's allowance when ``k > 0``)."""
+    level: dict[str, int]
+    reasons: dict[str, str]
+    steps: list[tuple[Section, int]] | None
+    """Its degradation sequence, when it was built (``None``: it fits whole)."""
+
+
+def _same_objects(a: list[Section], b: list[Section]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _choose_stable(plan: _Plan, stable: list[Section], budget: Budget) -> _StableChoice:
+    """The stable tier's choice: the first prefix of its sequence that fits ``STABLE_SHARE`` of the
+    budget. A degradation sequence is built only when the tier does not fit as it is (most prompts
+    fit whole, and a sequence whose first step is never taken changes nothing; issue 18, step 6)."""
+    whole = sum(s.renderings[0].tokens for s in stable if not s.excluded)  # every level is 0 here
+    if whole <= STABLE_SHARE * budget.limit:  # the first prefix fits: ``k`` is 0
+        return _StableChoice(stable, budget.limit, 0, 0, whole, whole, {}, {}, None)
+    steps = _steps(stable)
+    totals = _stable_prefix_totals(plan, stable, steps)
+    k = next((i for i, t in enumerate(totals) if t <= STABLE_SHARE * budget.limit), len(totals) - 1)
+    moved = _Plan(stable)
+    reasons: dict[str, str] = {}
+    applied, total = _run(moved, steps[:k], totals[0], -1, reasons)
+    return _StableChoice(
+        stable, budget.limit, k, applied, total, totals[k - 1] if k else whole, moved.level, reasons, steps
+    )
 
 
 def _chosen(plan: _Plan) -> dict[str, Rendering]:
@@ -511,6 +552,8 @@ class _Kept:
     tools: list[dict[str, Any]]
     tools_json: bytes
     index: _Index | None = None
+    stable: _StableChoice | None = None
+    """The stable tier's choice (``assemble`` sets it)."""
 
     def indexed(self) -> _Index:
         """``index``, derived from the layout when a later one first needs it (a turn of one
