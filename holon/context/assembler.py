@@ -540,9 +540,10 @@ class _Kept:
     chosen: dict[str, Rendering]
     """The renderings laid out (after deduplication)."""
     placed: list[tuple[_OrderKey, Section]]
-    """The sections in prompt order, with their manifest entries (and the entries' canonical
-    JSON) in ``rows``."""
-    rows: list[tuple[ManifestSection, bytes]]
+    """The sections in prompt order, with their manifest entries in ``entries`` and the entries'
+    canonical JSON in ``entries_json``."""
+    entries: list[ManifestSection]
+    entries_json: list[bytes]
     texts: list[str]
     """Per group: the system and the context message's text ("" when there is none)."""
     lists: list[list[dict[str, Any]]]
@@ -588,7 +589,8 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str], by
     history: list[dict[str, Any]] = []
     tail: list[dict[str, Any]] = []
     tools: list[dict[str, Any]] = []
-    rows: list[tuple[ManifestSection, bytes]] = []
+    entries: list[ManifestSection] = []
+    entries_json: list[bytes] = []
     used: dict[str, Rendering] = {}
     by_id = _MANIFEST_BY_ID
     for _o, s in placed:  # ~100 sections: lookups kept local
@@ -598,9 +600,11 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str], by
         full = s.renderings[0]
         found = by_id.get((key, s.tier, s.excluded, reason, id(full), id(r)))  # ``_manifest_section``'s
         if found is not None and found[0] is full and found[1] is r:
-            rows.append(found[2])
+            entry, entry_json = found[2]
         else:
-            rows.append(_manifest_section(s, r, reason))
+            entry, entry_json = _manifest_section(s, r, reason)
+        entries.append(entry)
+        entries_json.append(entry_json)
         if r is None:
             continue
         used[key] = r
@@ -620,7 +624,7 @@ def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str], by
     texts = ["\n\n".join(system_parts), "\n\n".join(context_parts)]
     kept = _Kept(
         sections=by_key, level=plan.level, reasons=plan_reasons, picked=picked, chosen=chosen, placed=placed,
-        rows=rows, texts=texts, lists=[[], [], history, tail],
+        entries=entries, entries_json=entries_json, texts=texts, lists=[[], [], history, tail],
         pieces=[_text_json(texts[0]), _text_json(texts[1]), _messages_json(history), _messages_json(tail)],
         tools=tools, tools_json=orjson.dumps(tools, option=_SORTED),
     )  # fmt: skip
@@ -689,7 +693,8 @@ def _relayout(
                 chosen[k] = r
     kept = _Kept(
         sections=by_key, level=plan.level, reasons=dict(reasons), picked=picked, chosen=chosen,
-        placed=list(prev.placed), rows=list(prev.rows), texts=list(prev.texts), lists=list(prev.lists),
+        placed=list(prev.placed), entries=list(prev.entries), entries_json=list(prev.entries_json),
+        texts=list(prev.texts), lists=list(prev.lists),
         pieces=list(prev.pieces), tools=prev.tools, tools_json=prev.tools_json,
         index=_Index(parts, relevant, dict(index.group), [list(m) for m in index.members]),
     )  # fmt: skip
@@ -701,14 +706,15 @@ def _splice(kept: _Kept, prev: _Kept, dirty: set[str], reasons: dict[str, str]) 
     """Take the ``dirty`` sections out of ``kept`` (a copy of ``prev``'s lists) where ``prev`` had
     them, put them in where they go now, and lay out again the groups they were or are in."""
     assert kept.index is not None
-    placed, rows, group, members = kept.placed, kept.rows, kept.index.group, kept.index.members
+    placed, entries, entries_json = kept.placed, kept.entries, kept.entries_json
+    group, members = kept.index.group, kept.index.members
     changed: set[int] = set()
     for k in dirty:  # out
         old = prev.sections.get(k)
         if old is None:
             continue
         i = bisect.bisect_left(placed, (_order_key(old),))
-        del placed[i], rows[i]
+        del placed[i], entries[i], entries_json[i]
         g = group.pop(k, None)
         if g is not None:
             changed.add(g)
@@ -727,7 +733,9 @@ def _splice(kept: _Kept, prev: _Kept, dirty: set[str], reasons: dict[str, str]) 
         r = kept.chosen.get(k)
         i = bisect.bisect_left(placed, (o,))
         placed.insert(i, (o, s))
-        rows.insert(i, _manifest_section(s, r, reasons.get(k) or ("pinned" if s.pinned else (s.reason or "fits"))))
+        entry, entry_json = _manifest_section(s, r, reasons.get(k) or ("pinned" if s.pinned else (s.reason or "fits")))
+        entries.insert(i, entry)
+        entries_json.insert(i, entry_json)
         if r is None:
             continue
         g = group[k] = _group(s.slot, r)
@@ -771,8 +779,8 @@ def _assembled(budget: Budget, total: int, kept: _Kept, used: dict[str, Renderin
         limit=budget.limit,
         used_tokens=total,
         digest=digest.hexdigest(),
-        sections=tuple([row[0] for row in kept.rows]),
-        sections_json=tuple([row[1] for row in kept.rows]),
+        sections=tuple(kept.entries),
+        sections_json=tuple(kept.entries_json),
     )
     return Assembly(messages, list(kept.tools), manifest, total, system, used, messages_json, kept)
 
