@@ -295,6 +295,7 @@ def test_the_kept_encodings_are_the_plain_ones(sections, limit) -> None:
             return
         assert a.manifest.json_bytes() == canonical_json(a.manifest.to_json())
         assert a.messages_json == canonical_json(a.messages)
+        assert a.tools_json == canonical_json(a.tools)
         plain = orjson.dumps([a.messages, a.tools], option=orjson.OPT_SORT_KEYS)
         assert a.digest == hashlib.sha256(plain).hexdigest()
 
@@ -643,3 +644,118 @@ def test_parts_other_sections_show_are_left_out_at_layout() -> None:
     # Without the turn, every part is shown.
     c = assemble([summary], Budget(context_window=1_000, output_reserve=100))
     assert "Operator: A" in str(c.messages)
+
+
+# --- a later round's layout from the last round's (issue 18, step 7) -----------------------------
+
+PARTS_REFS = ("event:0", "event:1", "event:2", "event:99", "file:s00", "episode:e")
+
+
+@st.composite
+def parts_sections(draw: st.DrawFn, prefix: str) -> list[Section]:
+    """Text sections made of parts quoting events that other sections may show (deduplication)."""
+    from holon.context.assembler import Part
+
+    out = []
+    for i in range(draw(st.integers(0, 3))):
+        key = f"{prefix}p{i}"
+        parts = tuple(
+            Part(f"{key} line {j}", tuple(draw(st.lists(st.sampled_from(PARTS_REFS), unique=True, max_size=2))),
+                 essential=draw(st.booleans()))
+            for j in range(draw(st.integers(1, 4)))
+        )  # fmt: skip
+        refs = tuple(sorted({r for p in parts for r in p.refs}))
+        forms = [
+            Rendering("full", draw(st.integers(1, 200)), text="\n".join(p.text for p in parts), refs=refs, parts=parts)
+        ]
+        if draw(st.booleans()):
+            lean = parts[:1]
+            lean_refs = tuple(sorted({r for p in lean for r in p.refs}))
+            forms.append(Rendering("compact", forms[0].tokens // 2, text=lean[0].text, refs=lean_refs, parts=lean))
+        slot = draw(st.sampled_from(["context", "history"]))  # a history summary goes to the context message
+        out.append(Section(key, "turn", slot, draw(st.integers(0, 5)), draw(st.integers(0, 12)), tuple(forms)))  # type: ignore[arg-type]
+    return out
+
+
+def assert_same_assembly(again: Assembly | None, whole: Assembly | None) -> None:
+    """Two assemblies of the same sections are the same request, record and manifest, byte for byte."""
+    if whole is None:
+        assert again is None
+        return
+    assert again is not None
+    assert again == whole
+    assert again.messages_json == whole.messages_json and again.tools_json == whole.tools_json
+    assert again.manifest.json_bytes() == whole.manifest.json_bytes()
+    assert again.manifest.sections_json == whole.manifest.sections_json
+    assert again.digest == whole.digest
+    assert again.stable_prefix == whole.stable_prefix and again.tools == whole.tools
+    assert dict(again.chosen) == dict(whole.chosen)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_a_later_round_laid_out_from_the_last_is_the_whole_layout(data: st.DataObject) -> None:
+    """``assemble(sections, budget, previous=...)`` is ``assemble(sections, budget)``, byte for byte,
+    whatever changed since ``previous``: sections kept (the same objects), replaced (same key,
+    another object), added or gone, with parts that deduplication leaves out or not, at the same
+    budget or another (other levels, other reasons), round after round."""
+    current = data.draw(section_sets(max_size=12)) + data.draw(parts_sections("s"))
+    limit = data.draw(limits)
+    previous = try_assemble(current, limit)
+    for _round in range(data.draw(st.integers(1, 4))):
+        prefix = data.draw(st.sampled_from(["s", "r"]))  # "s": the same keys (replacements); "r": new ones
+        fresh = data.draw(section_sets(max_size=3, prefix=prefix)) + data.draw(parts_sections(prefix))
+        fresh_keys = {s.key for s in fresh}
+        kept = [s for s in current if s.key not in fresh_keys and data.draw(st.integers(0, 9)) > 0]
+        current = kept + fresh
+        if data.draw(st.integers(0, 3)) == 0:
+            limit = data.draw(limits)
+        whole = try_assemble(current, limit)
+        if previous is None:
+            previous = whole
+            continue
+        try:
+            again: Assembly | None = assemble(current, budget_for(limit), previous=previous)
+        except ContextOverflow:
+            again = None
+        assert_same_assembly(again, whole)
+        previous = again if again is not None else previous
+
+
+def test_a_later_round_lays_out_only_what_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round that changed a context section and added a round: the last round's layout is
+    reused (not laid out whole), and the result is the whole layout's; a previous layout of other
+    sections is laid out whole, the same."""
+    from holon.context import assembler
+
+    whole_layouts: list[int] = []
+    layout = assembler._layout
+    monkeypatch.setattr(assembler, "_layout", lambda *a: whole_layouts.append(1) or layout(*a))
+    memory = Section("file:m", "stable", "system", 10, 450, (Rendering("full", 20, text="memory", refs=("file:m",)),))
+    history = [
+        Section(f"turn:{i}", "turn", "history", i, 400 + i,
+                (Rendering("full", 30, messages=(msg("user", f"q{i}"), msg("assistant", f"a{i}")), refs=(f"event:{i}",)),))
+        for i in range(6)
+    ]  # fmt: skip
+    item = Section("work_item", "turn", "context", 0, 850, (Rendering("full", 15, text="todo: pending"),))
+    summary = Section(
+        "episode:e", "turn", "context", 5, 300, (Rendering("full", 15, text="episode", refs=("event:1",)),)
+    )
+    user = Section(
+        "input", "turn", "input", 0, 1000, (Rendering("full", 5, messages=(msg("user", "go"),)),), pinned=True
+    )
+    first = [memory, item, summary, *history, user]
+    a = assemble(first, budget_for(2_000))
+    assert len(whole_layouts) == 1
+    item2 = dataclasses.replace(item, renderings=(Rendering("full", 15, text="todo: in progress"),))
+    rounds = Section("round:0", "turn", "rounds", 0, 900, (Rendering("full", 12, messages=(msg("assistant", "call"),)),), pinned=True)  # fmt: skip
+    second = [memory, item2, summary, *history, user, rounds]
+    for limit in (2_000, 190, 150):  # whole, then history compacted and omitted
+        b = assemble(second, budget_for(limit), previous=a)
+        assert_same_assembly(b, assemble(second, budget_for(limit)))
+    whole_layouts.clear()
+    b = assemble(second, budget_for(2_000), previous=a)
+    assert whole_layouts == [] and "todo: in progress" in b.messages[1]["content"]
+    c = assemble(second, budget_for(2_000), previous=assemble([user], budget_for(2_000)))
+    assert whole_layouts == [1, 1]  # most of it changed: laid out whole
+    assert_same_assembly(c, b)

@@ -26,8 +26,8 @@ def test_a_later_round_records_only_what_changed_and_reads_back_whole(
     made: list[Assembly] = []
     assemble = runner_module.assemble
 
-    def keeping(*args: Any) -> Assembly:
-        made.append(assemble(*args))
+    def keeping(*args: Any, **kwargs: Any) -> Assembly:
+        made.append(assemble(*args, **kwargs))
         return made[-1]
 
     monkeypatch.setattr(runner_module, "assemble", keeping)

@@ -14,7 +14,7 @@ from holon.ledger import events as ev
 from holon.projections import Store
 from holon.runtime.agents import create_agent
 from holon.runtime.providers.base import ModelSettings
-from holon.runtime.providers.scripted import ScriptedProvider, reply, tool_call
+from holon.runtime.providers.scripted import ScriptedProvider, reply, tool_call, tool_calls
 from holon.runtime.tasks import TaskManager
 from holon.runtime.tools import TaskServices, builtin_registry
 from holon.runtime.turn import TurnLimits, TurnRunner, TurnState
@@ -125,3 +125,64 @@ def test_spawn_agent_without_a_host_is_a_retry_for_the_model(store: Store, clock
     assert [(p.status, p.output) for p in resulted if isinstance(p, ev.ToolResulted)] == [
         ("error", "child agents are not available here")
     ]
+
+
+@pytest.mark.parametrize("window", [128_000, 8_192])
+def test_a_later_rounds_prompt_is_the_one_a_whole_layout_gives(
+    store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, window: int
+) -> None:
+    """A later round's prompt is laid out from the last round's (``assemble(previous=...)``,
+    issue 18, step 7): each one is compared, in the turn, with a whole layout of the same
+    sections (messages, manifest, digest, and the ``context.assembled`` record it makes), over
+    rounds whose tools open a work item, change its todos, complete it, or change nothing, with
+    the whole budget and with one small enough to compact and omit."""
+    from holon.runtime.turn import runner as runner_module
+    from holon.runtime.turn.prompt import context_event
+
+    settings = ModelSettings(model="scripted", context_window=window)
+    real = runner_module.assemble
+    compared: list[int] = []
+
+    def both_ways(sections, budget, *, previous=None):  # type: ignore[no-untyped-def]
+        again = real(sections, budget, previous=previous)
+        if previous is not None:
+            whole = real(sections, budget)
+            assert again == whole and again.messages_json == whole.messages_json
+            assert again.manifest.json_bytes() == whole.manifest.json_bytes()
+            for base in (None, (1, previous.manifest)):
+                ours = context_event("turn_x", 1, budget, again, record_prompts=True, base=base)
+                theirs = context_event("turn_x", 1, budget, whole, record_prompts=True, base=base)
+                assert ours.model_dump_json() == theirs.model_dump_json()
+            compared.append(len(sections))
+        return again
+
+    monkeypatch.setattr(runner_module, "assemble", both_ways)
+    agent = create_agent(store, "alice")
+    todos = {"title": "migrate the ledger", "objective": "every row copied", "todos": ["copy rows", "verify"]}
+    turns = [
+        [reply("hello")],
+        [reply("noted")],
+        [tool_call("create_work_item", todos), tool_call("list_work_items", {}), reply("opened")],
+        [
+            tool_call("update_work_item", {"todos": [{"text": "check the checksums"}]}),
+            tool_call("brief", {"kind": "progress", "text": "copying"}),
+            tool_call("list_work_items", {}),
+            reply("updated"),
+        ],
+        [
+            tool_calls(("brief", {"kind": "progress", "text": "one"}), ("list_work_items", {}),
+                       ("update_work_item", {"plan": ["copy", "verify", "switch"]})),
+            tool_call("complete_work_item", {"report": "copied and verified"}),
+            reply("done"),
+        ],
+    ]  # fmt: skip
+    for i, script in enumerate(turns):
+        _ask(store, agent.agent_id, f"step {i}: carry on with the migration")
+        model = ScriptedProvider(script)
+        runner = TurnRunner(
+            store, builtin_registry(), lambda _a, m=model: (m, settings), clock=clock,
+            services=TaskServices(TaskManager.for_store(store, clock)),
+        )  # fmt: skip
+        result = asyncio.run(runner.run(agent.agent_id))
+        assert result is not None and result.outcome == "completed", result
+    assert len(compared) == 7  # every later round

@@ -26,6 +26,7 @@ pinned section's ``last_resort`` renderings, such as a long input shown only by 
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -251,20 +252,36 @@ class Assembly:
     text to its section (the scenario verdict observes what the prompt shows, not what was declared)."""
     messages_json: bytes = b""
     """``messages`` as canonical JSON (sorted keys), encoded once for the digest and the record."""
+    kept: _Kept | None = field(default=None, compare=False, repr=False)
+    """What this layout was made of and made, for the next round's (``assemble(previous=)``)."""
 
     @property
     def digest(self) -> str:
         return self.manifest.digest
+
+    @property
+    def tools_json(self) -> bytes:
+        """``tools`` as canonical JSON (sorted keys): the layout's, encoded once for the digest."""
+        return self.kept.tools_json if self.kept is not None else orjson.dumps(self.tools, option=_SORTED)
 
 
 @dataclass
 class _Plan:
     sections: list[Section]
     level: dict[str, int] = field(default_factory=dict)
-    """Section key -> index into its renderings; ``len(renderings)`` means omitted."""
+    """Section key -> index into its renderings, ``len(renderings)`` meaning omitted, for the
+    sections degradation moved: every other one is at its first (an excluded one: omitted)."""
+
+    def at(self, s: Section) -> int:
+        i = self.level.get(s.key)
+        if i is None:
+            return len(s.renderings) if s.excluded else 0
+        return i
 
     def tokens(self, s: Section) -> int:
-        i = self.level[s.key]
+        i = self.level.get(s.key)  # ``at``, inline
+        if i is None:
+            i = len(s.renderings) if s.excluded else 0
         return s.renderings[i].tokens if i < len(s.renderings) else 0
 
 
@@ -318,31 +335,32 @@ def _stable_prefix_totals(plan: _Plan, stable: list[Section], steps: list[tuple[
     return totals
 
 
-def assemble(sections: list[Section], budget: Budget) -> Assembly:
-    keys = [s.key for s in sections]
-    if len(set(keys)) != len(keys):
+def assemble(sections: list[Section], budget: Budget, *, previous: Assembly | None = None) -> Assembly:
+    """The prompt of ``sections`` within ``budget``. ``previous`` (the same turn's last round's
+    assembly) changes nothing in the result: the layout reuses what it finds unchanged there (the
+    same section objects at the same levels and reasons), and lays out only the rest again."""
+    by_key = {s.key: s for s in sections}
+    if len(by_key) != len(sections):
         raise ValueError("section keys must be unique")
-    plan = _Plan(sections, {s.key: len(s.renderings) if s.excluded else 0 for s in sections})
+    plan = _Plan(sections)
     reasons: dict[str, str] = {}
     stable = [s for s in sections if s.tier == "stable"]
     rest = [s for s in sections if s.tier != "stable"]
-    # A degradation sequence is built only when its tier does not fit as it is (most prompts fit
-    # whole, and a sequence whose first step is never taken changes nothing; issue 18, step 6).
-    stable_steps: list[tuple[Section, int]] | None = None
-    # 1. The stable tier, chosen from the budget alone.
-    whole = sum(plan.tokens(s) for s in stable)
-    if whole <= STABLE_SHARE * budget.limit:  # the first prefix fits: ``k`` is 0
-        k, applied, stable_total, totals = 0, 0, whole, [whole]
+    # 1. The stable tier, chosen from the budget alone (so the last round's choice holds when its
+    # sections are the same objects and the budget the same).
+    last = previous.kept.stable if previous is not None and previous.kept is not None else None
+    if last is not None and last.limit == budget.limit and _same_objects(last.sections, stable):
+        choice = last
     else:
-        stable_steps = _steps(stable)
-        totals = _stable_prefix_totals(plan, stable, stable_steps)
-        k = next((i for i, t in enumerate(totals) if t <= STABLE_SHARE * budget.limit), len(totals) - 1)
-        applied, stable_total = _run(plan, stable_steps[:k], totals[0], -1, reasons)
+        choice = _choose_stable(plan, stable, budget)
+    plan.level.update(choice.level)
+    reasons.update(choice.reasons)
+    k, applied, stable_total, stable_steps = choice.k, choice.applied, choice.total, choice.steps
     allowance = budget.limit - stable_total
     if k > 0:
-        allowance = min(allowance, int(totals[k - 1] * (1 / STABLE_SHARE - 1)))
-    # 2. Everything else, within its allowance.
-    rest_total = sum(plan.tokens(s) for s in rest)
+        allowance = min(allowance, int(choice.before * (1 / STABLE_SHARE - 1)))
+    # 2. Everything else, within its allowance (its levels are all still 0).
+    rest_total = sum(s.renderings[0].tokens for s in rest if not s.excluded)
     if rest_total > allowance:
         _done, rest_total = _run(plan, _steps(rest), rest_total, allowance, reasons)
     total = stable_total + rest_total
@@ -356,14 +374,65 @@ def assemble(sections: list[Section], budget: Budget) -> Assembly:
             f"the pinned minimum of this prompt is {total} tokens but the budget allows {budget.limit} "
             f"(context window {budget.context_window} minus {budget.output_reserve} reserved for the reply)"
         )
-    return _layout(plan, budget, total, reasons)
+    made = None
+    if previous is not None and previous.kept is not None:
+        made = _relayout(plan, budget, total, reasons, previous.kept, by_key)
+    if made is None:
+        made = _layout(plan, budget, total, reasons, by_key)
+    assert made.kept is not None
+    made.kept.stable = choice
+    return made
+
+
+@dataclass(slots=True)
+class _StableChoice:
+    """The stable tier's degradation for one budget: a function of its sections and the budget."""
+
+    sections: list[Section]
+    limit: int
+    k: int
+    """Steps of its sequence taken to fit ``STABLE_SHARE`` of the budget."""
+    applied: int
+    total: int
+    before: int
+    """Its total with one step fewer (what caps the rest's allowance when ``k > 0``)."""
+    level: dict[str, int]
+    reasons: dict[str, str]
+    steps: list[tuple[Section, int]] | None
+    """Its degradation sequence, when it was built (``None``: it fits whole)."""
+
+
+def _same_objects(a: list[Section], b: list[Section]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _choose_stable(plan: _Plan, stable: list[Section], budget: Budget) -> _StableChoice:
+    """The stable tier's choice: the first prefix of its sequence that fits ``STABLE_SHARE`` of the
+    budget. A degradation sequence is built only when the tier does not fit as it is (most prompts
+    fit whole, and a sequence whose first step is never taken changes nothing; issue 18, step 6)."""
+    whole = sum(s.renderings[0].tokens for s in stable if not s.excluded)  # every level is 0 here
+    if whole <= STABLE_SHARE * budget.limit:  # the first prefix fits: ``k`` is 0
+        return _StableChoice(stable, budget.limit, 0, 0, whole, whole, {}, {}, None)
+    steps = _steps(stable)
+    totals = _stable_prefix_totals(plan, stable, steps)
+    k = next((i for i, t in enumerate(totals) if t <= STABLE_SHARE * budget.limit), len(totals) - 1)
+    moved = _Plan(stable)
+    reasons: dict[str, str] = {}
+    applied, total = _run(moved, steps[:k], totals[0], -1, reasons)
+    return _StableChoice(
+        stable, budget.limit, k, applied, total, totals[k - 1] if k else whole, moved.level, reasons, steps
+    )
 
 
 def _chosen(plan: _Plan) -> dict[str, Rendering]:
     out = {}
+    moved = plan.level
     for s in plan.sections:
-        level = plan.level[s.key]
-        if level < len(s.renderings):
+        level = moved.get(s.key)
+        if level is None:
+            if not s.excluded:
+                out[s.key] = s.renderings[0]
+        elif level < len(s.renderings):
             out[s.key] = s.renderings[level]
     return out
 
@@ -402,67 +471,318 @@ def _deduplicate(plan: _Plan, chosen: dict[str, Rendering], reasons: dict[str, s
         shown.update(refs)
 
 
-def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str]) -> Assembly:
-    ordered = sorted(plan.sections, key=lambda s: (_TIER_RANK[s.tier], _SLOT_RANK[s.slot], s.order, s.key))
+#: Where a chosen rendering goes in the request (``_group``): the system message, the context
+#: message, the history messages, the messages after them (the input and this turn's rounds).
+_SYSTEM, _CONTEXT, _HISTORY, _TAIL = 0, 1, 2, 3
+_TOOLS = 4
+"""The tools' "group": the sections whose chosen rendering has tool schemas."""
+
+_OrderKey = tuple[int, int, int, str]
+
+
+def _group(slot: str, r: Rendering) -> int:
+    """``_layout``'s choice of where a chosen rendering goes, as a number."""
+    if slot == "system" and r.text:
+        return _SYSTEM
+    if slot == "context" and r.text:
+        return _CONTEXT
+    if slot == "history" and r.messages:
+        return _HISTORY
+    if slot == "history" and r.text:
+        return _CONTEXT  # a summary standing in for past turns
+    return _TAIL
+
+
+def _order_key(s: Section) -> _OrderKey:
+    """A section's place in the prompt (keys are unique: a total order)."""
+    return (_TIER_RANK[s.tier], _SLOT_RANK[s.slot], s.order, s.key)
+
+
+def _text_json(text: str) -> bytes:
+    """A system message of ``text`` as canonical JSON (none when ``text`` is empty)."""
+    return orjson.dumps({"role": "system", "content": text}, option=_SORTED) if text else b""
+
+
+def _messages_json(messages: list[dict[str, Any]]) -> bytes:
+    """``messages`` as canonical JSON without the list's brackets: the pieces of a request's
+    messages joined with commas are the JSON of the whole list (orjson writes no whitespace)."""
+    return orjson.dumps(messages, option=_SORTED)[1:-1] if messages else b""
+
+
+@dataclass(slots=True)
+class _Index:
+    """Where each chosen rendering of a layout went, and what its deduplication compared."""
+
+    parts: frozenset[str]
+    """Keys of the picked renderings with parts (the ones deduplication may change)."""
+    relevant: frozenset[str]
+    """Every reference those hold: what the other sections show matters to deduplication only
+    through these."""
+    group: dict[str, int]
+    """Key -> ``_group`` of its chosen rendering."""
+    members: list[list[str]]
+    """Per group (and ``_TOOLS``), the keys of its sections in prompt order."""
+
+
+@dataclass(slots=True, eq=False)
+class _Kept:
+    """A layout's inputs and what it made of them, for the next model round's layout
+    (``_relayout``). Never changed once made (but for ``index``, derived on first use): a later
+    layout copies what it changes."""
+
+    sections: dict[str, Section]
+    level: dict[str, int]
+    """The plan's levels (``_Plan.level``: the sections degradation moved)."""
+    reasons: dict[str, str]
+    """The plan's reasons (before deduplication)."""
+    picked: dict[str, Rendering]
+    """The plan's renderings (before deduplication; omitted and excluded sections absent)."""
+    chosen: dict[str, Rendering]
+    """The renderings laid out (after deduplication)."""
+    placed: list[tuple[_OrderKey, Section]]
+    """The sections in prompt order, with their manifest entries in ``entries`` and the entries'
+    canonical JSON in ``entries_json``."""
+    entries: list[ManifestSection]
+    entries_json: list[bytes]
+    texts: list[str]
+    """Per group: the system and the context message's text ("" when there is none)."""
+    lists: list[list[dict[str, Any]]]
+    """Per group: the history's and the tail's messages."""
+    pieces: list[bytes]
+    """Per group: its messages' canonical JSON without brackets (b"" when none)."""
+    tools: list[dict[str, Any]]
+    tools_json: bytes
+    index: _Index | None = None
+    stable: _StableChoice | None = None
+    """The stable tier's choice (``assemble`` sets it)."""
+
+    def indexed(self) -> _Index:
+        """``index``, derived from the layout when a later one first needs it (a turn of one
+        model round never does)."""
+        if self.index is None:
+            group: dict[str, int] = {}
+            members: list[list[str]] = [[], [], [], [], []]
+            for _o, s in self.placed:
+                r = self.chosen.get(s.key)
+                if r is not None:
+                    g = group[s.key] = _group(s.slot, r)
+                    members[g].append(s.key)
+                    if r.tools:
+                        members[_TOOLS].append(s.key)
+            parts = frozenset(k for k, r in self.picked.items() if r.parts)
+            self.index = _Index(parts, _relevant(self.picked, parts), group, members)
+        return self.index
+
+
+def _relevant(picked: dict[str, Rendering], parts: frozenset[str]) -> frozenset[str]:
+    return frozenset(ref for k in parts for ref in (*picked[k].refs, *(x for p in picked[k].parts for x in p.refs)))
+
+
+def _layout(plan: _Plan, budget: Budget, total: int, reasons: dict[str, str], by_key: dict[str, Section]) -> Assembly:
+    placed = sorted([(_order_key(s), s) for s in plan.sections])  # keys are unique: never compares sections
     picked = _chosen(plan)
-    _deduplicate(plan, picked, reasons)
+    plan_reasons = dict(reasons)
+    chosen = dict(picked)
+    _deduplicate(plan, chosen, reasons)
     system_parts: list[str] = []
     context_parts: list[str] = []
     history: list[dict[str, Any]] = []
     tail: list[dict[str, Any]] = []
     tools: list[dict[str, Any]] = []
-    manifest_sections: list[ManifestSection] = []
+    entries: list[ManifestSection] = []
+    entries_json: list[bytes] = []
     used: dict[str, Rendering] = {}
-    sections_json: list[bytes] = []
     by_id = _MANIFEST_BY_ID
-    for s in ordered:  # ~100 sections twice per turn: lookups kept local
+    for _o, s in placed:  # ~100 sections: lookups kept local
         key = s.key
-        chosen = picked.get(key)
+        r = chosen.get(key)
         reason = reasons.get(key) or ("pinned" if s.pinned else (s.reason or "fits"))
         full = s.renderings[0]
-        found = by_id.get((key, s.tier, s.excluded, reason, id(full), id(chosen)))  # ``_manifest_section``'s
-        if found is not None and found[0] is full and found[1] is chosen:
+        found = by_id.get((key, s.tier, s.excluded, reason, id(full), id(r)))  # ``_manifest_section``'s
+        if found is not None and found[0] is full and found[1] is r:
             entry, entry_json = found[2]
         else:
-            entry, entry_json = _manifest_section(s, chosen, reason)
-        manifest_sections.append(entry)
-        sections_json.append(entry_json)
-        if chosen is None:
+            entry, entry_json = _manifest_section(s, r, reason)
+        entries.append(entry)
+        entries_json.append(entry_json)
+        if r is None:
             continue
-        used[key] = chosen
-        if chosen.tools:
-            tools.extend(chosen.tools)
-        slot = s.slot
-        if slot == "system" and chosen.text:
-            system_parts.append(chosen.text)
-        elif slot == "context" and chosen.text:
-            context_parts.append(chosen.text)
-        elif slot == "history" and chosen.messages:
-            history.extend(chosen.messages)
-        elif slot == "history" and chosen.text:
-            context_parts.append(chosen.text)  # a summary standing in for past turns
+        used[key] = r
+        if r.tools:
+            tools.extend(r.tools)
+        slot = s.slot  # where it goes: ``_group``, inline
+        if slot == "system" and r.text:
+            system_parts.append(r.text)
+        elif slot == "context" and r.text:
+            context_parts.append(r.text)
+        elif slot == "history" and r.messages:
+            history.extend(r.messages)
+        elif slot == "history" and r.text:
+            context_parts.append(r.text)  # a summary standing in for past turns
         else:
-            tail.extend(chosen.messages)
-    stable_prefix = "\n\n".join(system_parts)
+            tail.extend(r.messages)
+    texts = ["\n\n".join(system_parts), "\n\n".join(context_parts)]
+    kept = _Kept(
+        sections=by_key, level=plan.level, reasons=plan_reasons, picked=picked, chosen=chosen, placed=placed,
+        entries=entries, entries_json=entries_json, texts=texts, lists=[[], [], history, tail],
+        pieces=[_text_json(texts[0]), _text_json(texts[1]), _messages_json(history), _messages_json(tail)],
+        tools=tools, tools_json=orjson.dumps(tools, option=_SORTED),
+    )  # fmt: skip
+    return _assembled(budget, total, kept, used)
+
+
+def _changed(plan: _Plan, reasons: dict[str, str], prev: _Kept, by_key: dict[str, Section]) -> set[str]:
+    """The keys of the sections a layout of ``plan`` lays out differently from ``prev``'s: another
+    section object (or none), another level or another reason. Any other section is the same
+    object at the same level with the same reason in both: the same in the prompt, but for what
+    deduplication leaves out of it (``_relayout``)."""
+    before = prev.sections
+    dirty = {k for k, s in by_key.items() if before.get(k) is not s}
+    if len(by_key) - len(dirty) != len(before):  # some of the previous sections are gone
+        dirty.update(k for k in before if k not in by_key)
+    level, last = plan.level, prev.level
+    if level != last:
+        dirty.update(k for k in level.keys() | last.keys() if level.get(k) != last.get(k))
+    if reasons != prev.reasons:
+        dirty.update(k for k in reasons.keys() | prev.reasons.keys() if reasons.get(k) != prev.reasons.get(k))
+    return dirty
+
+
+def _relayout(
+    plan: _Plan, budget: Budget, total: int, reasons: dict[str, str], prev: _Kept, by_key: dict[str, Section]
+) -> Assembly | None:
+    """``_layout``'s result, made from the previous layout ``prev`` by laying out again only the
+    sections that differ from it (``_changed``) and the parts of the request they are in; ``None``
+    when most of it changed.
+
+    Deduplication is kept when no changed section has parts (before or now) and none shows a
+    reference that a section with parts holds (``_Index.relevant``): its outcome depends on what
+    the others show only through those. Otherwise it runs again over every section."""
+    dirty = _changed(plan, reasons, prev, by_key)
+    if 2 * len(dirty) > len(by_key):
+        return None
+    index = prev.indexed()
+    picked = dict(prev.picked)
+    for k in dirty:
+        s = by_key.get(k)
+        i = -1 if s is None else plan.at(s)
+        if s is not None and i < len(s.renderings):
+            picked[k] = s.renderings[i]
+        else:
+            picked.pop(k, None)
+    parts, relevant = index.parts, index.relevant
+    if any(
+        r is not None and (r.parts or not relevant.isdisjoint(r.refs))
+        for k in dirty
+        for r in (prev.picked.get(k), picked.get(k))
+    ):  # deduplication again, over every section
+        chosen = dict(picked)
+        final = dict(reasons)
+        _deduplicate(plan, chosen, final)
+        new_parts = frozenset(k for k, r in picked.items() if r.parts)
+        dirty |= parts | new_parts
+        parts, relevant = new_parts, _relevant(picked, new_parts)
+    else:  # the sections with parts and what they compare with are as before: so is their outcome
+        chosen = dict(prev.chosen)
+        final = reasons
+        for k in dirty:
+            r = picked.get(k)
+            if r is None:
+                chosen.pop(k, None)
+            else:
+                chosen[k] = r
+    kept = _Kept(
+        sections=by_key, level=plan.level, reasons=dict(reasons), picked=picked, chosen=chosen,
+        placed=list(prev.placed), entries=list(prev.entries), entries_json=list(prev.entries_json),
+        texts=list(prev.texts), lists=list(prev.lists),
+        pieces=list(prev.pieces), tools=prev.tools, tools_json=prev.tools_json,
+        index=_Index(parts, relevant, dict(index.group), [list(m) for m in index.members]),
+    )  # fmt: skip
+    _splice(kept, prev, dirty, final)
+    return _assembled(budget, total, kept, dict(chosen))
+
+
+def _splice(kept: _Kept, prev: _Kept, dirty: set[str], reasons: dict[str, str]) -> None:
+    """Take the ``dirty`` sections out of ``kept`` (a copy of ``prev``'s lists) where ``prev`` had
+    them, put them in where they go now, and lay out again the groups they were or are in."""
+    assert kept.index is not None
+    placed, entries, entries_json = kept.placed, kept.entries, kept.entries_json
+    group, members = kept.index.group, kept.index.members
+    changed: set[int] = set()
+    for k in dirty:  # out
+        old = prev.sections.get(k)
+        if old is None:
+            continue
+        i = bisect.bisect_left(placed, (_order_key(old),))
+        del placed[i], entries[i], entries_json[i]
+        g = group.pop(k, None)
+        if g is not None:
+            changed.add(g)
+            members[g].remove(k)
+        r = prev.chosen.get(k)
+        if r is not None and r.tools:
+            changed.add(_TOOLS)
+            members[_TOOLS].remove(k)
+    by_key = kept.sections
+    place = {}
+    for k in sorted(dirty):  # in
+        s = by_key.get(k)
+        if s is None:
+            continue
+        o = place[k] = _order_key(s)
+        r = kept.chosen.get(k)
+        i = bisect.bisect_left(placed, (o,))
+        placed.insert(i, (o, s))
+        entry, entry_json = _manifest_section(s, r, reasons.get(k) or ("pinned" if s.pinned else (s.reason or "fits")))
+        entries.insert(i, entry)
+        entries_json.insert(i, entry_json)
+        if r is None:
+            continue
+        g = group[k] = _group(s.slot, r)
+        changed.add(g)
+        members[g].append(k)
+        if r.tools:
+            changed.add(_TOOLS)
+            members[_TOOLS].append(k)
+    chosen = kept.chosen
+    for g in changed:
+        members[g].sort(key=lambda k: place[k] if k in place else _order_key(by_key[k]))
+        laid = [chosen[k] for k in members[g]]
+        if g == _TOOLS:
+            kept.tools = [t for r in laid for t in r.tools]
+            kept.tools_json = orjson.dumps(kept.tools, option=_SORTED)
+        elif g in (_SYSTEM, _CONTEXT):
+            kept.texts[g] = "\n\n".join(r.text for r in laid)
+            kept.pieces[g] = _text_json(kept.texts[g])
+        else:
+            kept.lists[g] = [m for r in laid for m in r.messages]
+            kept.pieces[g] = _messages_json(kept.lists[g])
+
+
+def _assembled(budget: Budget, total: int, kept: _Kept, used: dict[str, Rendering]) -> Assembly:
+    """The request a layout made: its messages, tools, digest and manifest."""
+    system, context = kept.texts
     messages: list[dict[str, Any]] = []
-    if system_parts:
-        messages.append({"role": "system", "content": stable_prefix})
-    if context_parts:
-        messages.append({"role": "system", "content": "\n\n".join(context_parts)})
-    messages += history + tail
-    # The digest covers ``[messages, tools]``; the messages' own JSON is kept for the record.
-    messages_json = orjson.dumps(messages, option=_SORTED)
-    digest = hashlib.sha256(b"".join((b"[", messages_json, b",", orjson.dumps(tools, option=_SORTED), b"]")))
+    if system:
+        messages.append({"role": "system", "content": system})
+    if context:
+        messages.append({"role": "system", "content": context})
+    messages += kept.lists[_HISTORY]
+    messages += kept.lists[_TAIL]
+    # The messages' JSON from its groups' (the same bytes as encoding the list whole); the digest
+    # covers ``[messages, tools]``, and the messages' own JSON is kept for the record.
+    messages_json = b"".join((b"[", b",".join([p for p in kept.pieces if p]), b"]"))
+    digest = hashlib.sha256(b"".join((b"[", messages_json, b",", kept.tools_json, b"]")))
     manifest = Manifest(
         context_window=budget.context_window,
         output_reserve=budget.output_reserve,
         limit=budget.limit,
         used_tokens=total,
         digest=digest.hexdigest(),
-        sections=tuple(manifest_sections),
-        sections_json=tuple(sections_json),
+        sections=tuple(kept.entries),
+        sections_json=tuple(kept.entries_json),
     )
-    return Assembly(messages, tools, manifest, total, stable_prefix, used, messages_json)
+    return Assembly(messages, list(kept.tools), manifest, total, system, used, messages_json, kept)
 
 
 _MANIFEST_ENTRIES: dict[tuple[Any, ...], tuple[ManifestSection, bytes]] = {}

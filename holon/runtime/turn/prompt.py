@@ -88,7 +88,7 @@ def context_event(
     else:
         manifest, manifest_base = a.manifest.json_bytes().decode(), None
     prompt = (a.messages_json or canonical_json(a.messages)).decode() if record_prompts else None
-    tools = canonical_json(a.tools).decode() if record_prompts and round_no == 0 else None
+    tools = a.tools_json.decode() if record_prompts and round_no == 0 else None
     return ev.ContextAssembled(
         turn_id=turn_id,
         round=round_no,

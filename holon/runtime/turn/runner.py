@@ -193,12 +193,13 @@ class TurnRunner:
             why = f"no final answer after {plan.limits.max_rounds} model rounds"
             return Settle(state, "failed", reason=why, rejected=plan.inputs)
         try:
-            if state.sections:  # a later round: only what the round changed is built again
+            if state.sections:  # a later round: only what the round changed is built and laid out again
                 view = refresh(self.store, plan.view, state.history)
                 sections = update_sections(list(state.sections), plan.view, view, plan.counter)
+                assembly = assemble(sections, plan.budget, previous=state.assembly)
             else:
                 sections = build_sections(plan.view, plan.counter)
-            assembly = assemble(sections, plan.budget)
+                assembly = assemble(sections, plan.budget)
         except ContextOverflow as e:
             # The same inputs overflow the same way again: rejected, never re-queued.
             why = f"context: {'' if state.history else 'even with long inputs by reference, '}{e}"
@@ -222,7 +223,9 @@ class TurnRunner:
         )
         recorded = append(*self._events(state.agent_id, state.turn_id, (record, requested)))[0]
         first = state.first_record or (recorded.seq, assembly.manifest)
-        return Request(dataclasses.replace(state, sections=tuple(sections), first_record=first), assembly)
+        return Request(
+            dataclasses.replace(state, sections=tuple(sections), first_record=first, assembly=assembly), assembly
+        )
 
     async def _request(self, step: Request) -> Record | Settle:
         state, plan, assembly = step.state, step.state.plan, step.assembly

@@ -127,6 +127,8 @@ class TurnState:
     sections: tuple[Section, ...] = ()
     """The prompt's candidate sections as the last round built them: built once, for the turn's
     first round; each later round updates only what it changed (``update_sections``)."""
+    assembly: Assembly | None = None
+    """The last round's prompt: the next round's layout reuses what did not change since."""
     first_record: tuple[int, Manifest] | None = None
     """The seq of the turn's first ``context.assembled`` and its manifest: a later round's
     manifest is recorded against it (``manifest_base``)."""
