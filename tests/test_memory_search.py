@@ -337,6 +337,12 @@ def test_hits_are_well_formed_and_resolve_through_memory_get(
             assert read.content is not None and h.snippet.rstrip("…")[:20] in read.content
 
 
+def test_a_possessive_of_an_irregular_plural_is_found_by_the_plural(store: Store, alice: AgentState) -> None:
+    seq = note(store, alice, "Book the children's museum for the people's committee")
+    for query in ("children", "child", "children's", "people", "committee of people"):
+        assert refs(store, alice, query) == [f"event:{seq}"], query
+
+
 def test_a_long_text_gets_a_snippet_centred_on_the_match(store: Store, alice: AgentState) -> None:
     filler = " ".join(f"word{i}" for i in range(400))
     text = f"{filler} the porcupine escaped through the fence {filler}"

@@ -149,11 +149,17 @@ def index_terms(text: str) -> str:
 
     The words of ``fold(text)`` (irregular forms folded), cut to ``MAX_TERM_CHARS``; an
     unsegmented run gives its bigrams and every single character, so a one-character query finds
-    it. The engine only splits on spaces and stems English suffixes (``holon.memory.engine``);
+    it. Each word is looked up in ``IRREGULAR`` once more, as a query's words are (``_tokens``):
+    ``fold`` leaves "children's" whole (no form has an apostrophe) and ``words`` then cuts the
+    possessive, so without it "children's" was indexed as "children", which no query names (a
+    query's "children" asks for "child"). No base form is itself a form, so the lookup changes
+    no other word. The engine only splits on spaces and stems English suffixes (``holon.memory.engine``);
     queries go through the same mapping (``engine_term``, then the engine's ``analyze``).
     """
-    if text.isascii():  # no unsegmented run: ``folded_words`` as they are (most documents)
+    if text.isascii():  # no unsegmented run: ``folded_words``, each looked up (most documents)
         found = folded_words(text)
+        if not _FORMS.isdisjoint(found):
+            found = [IRREGULAR.get(w, w) for w in found]
         if found and max(map(len, found)) > MAX_TERM_CHARS:
             found = [w[:MAX_TERM_CHARS] for w in found]
         return " ".join(found)
@@ -164,7 +170,7 @@ def index_terms(text: str) -> str:
             if len(w) == 2:
                 out.append(w[0])  # fold() already gives the run's last character alone
         else:
-            out.append(w[:MAX_TERM_CHARS])
+            out.append(IRREGULAR.get(w, w)[:MAX_TERM_CHARS])
     return " ".join(out)
 
 
