@@ -179,8 +179,8 @@ def folded_words(text: str) -> list[str]:
 
     Every document indexed (the search fold, a compaction's rebuild of the engine) and every text
     compared (the episode reducer's vocabulary, relevance, recall) goes through it, so ASCII text
-    has its own path giving the same list, ~3.8x faster (``rfcs/0004/text_path.py``; a property test holds the two equal;
-    RFC 0004, "The text path"):
+    has its own path giving the same list, ~3.8x faster (``rfcs/0004/text_path.py``; a property
+    test holds the two equal; RFC 0004, "The text path"):
 
     * one byte translation lowers the text and turns every character that is in no word into a
       space (``fold``'s control characters included: they separate words either way), so the
