@@ -313,6 +313,8 @@ def test_delete_kills_the_agents_tasks_and_deletes_its_children(store: Store) ->
                 "runner's turn",
                 lambda: any(a.name == "runner" and daemon.host.is_running(a.agent_id) for a in store.agents()),
             )
+            # Running is not yet asking: the turn hangs only once it has taken its model's one step.
+            await await_for("runner's turn to ask its model", lambda: scripts["runner"].remaining == 0)
             await await_for("two background tasks", lambda: len(daemon.host.tasks.running) == 2)
             commands = [t for t in store.rows("task", status="running") if t.kind == "command"]
             pids.extend(_pid(store, t.task_id) for t in commands)
