@@ -52,7 +52,11 @@ if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         pytest.fail(missing, pytrace=False)
     pytest.skip(missing, allow_module_level=True)
 
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    StaleElementReferenceException,
+    TimeoutException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -91,14 +95,29 @@ def shot(driver: Any, test: str, name: str) -> None:
     (folder / f"{name}.png").write_bytes(base64.b64decode(data["data"]))
 
 
+#: How chromedriver sometimes reports an element re-rendered between finding it and reading it,
+#: instead of a ``StaleElementReferenceException`` (seen once in a full run, in the proposals badge).
+_GONE_NODE = "does not belong to the document"
+
+
 def wait(driver: Any, what: str, cond: Any) -> Any:
     """``cond(driver)``'s first truthy value. Parts of the page are re-rendered live, so an element
-    found a moment ago may be gone (stale): that attempt just counts as not yet."""
+    found a moment ago may be gone (stale, or in chromedriver's other words ``_GONE_NODE``): that
+    attempt just counts as not yet. Any other driver error fails the wait at once."""
+
+    def attempt(d: Any) -> Any:
+        try:
+            return cond(d)
+        except WebDriverException as e:
+            if _GONE_NODE in str(e.msg):
+                return False
+            raise
+
     try:
         waiting = WebDriverWait(
             driver, WAIT_S, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)
         )
-        return waiting.until(cond)
+        return waiting.until(attempt)
     except TimeoutException as e:
         raise AssertionError(f"timed out waiting for {what}; page: {driver.page_source[:3000]}") from e
 
