@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
-from helpers import lean_session, reaper
+from helpers import lean_session, props, reaper
 from hypothesis import settings as hypothesis_settings
 
 from holon.clock import FakeClock
@@ -42,6 +42,7 @@ hypothesis_settings.load_profile("holon")
 def pytest_configure(config: pytest.Config) -> None:
     reaper.pytest_configure(config)
     lean_session.pytest_configure(config)  # fewer collections; workers exit without finalising
+    props.configure(config)  # the inner loop tries a quarter of each property's examples
     # One run id for the controller and its xdist workers (handed over in pytest_configure_node):
     # the names of every PostgreSQL database this run makes carry it.
     workerinput = getattr(config, "workerinput", None)

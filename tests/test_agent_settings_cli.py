@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.props import examples
 from helpers.turn_cli import cli_env, db_rows, holon, quick_home
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
@@ -130,7 +131,7 @@ def cli_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-@hsettings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hsettings(max_examples=examples(60), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(options=st.lists(_option, min_size=1, max_size=3))
 def test_arbitrary_option_values_never_give_a_traceback(
     cli_home: Path, options: list[tuple[str, str]], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

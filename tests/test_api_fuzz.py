@@ -12,6 +12,7 @@ import httpx
 import pytest
 import schemathesis
 from helpers.api_server import ApiServer, api_server
+from helpers.props import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -76,7 +77,7 @@ def test_no_server_errors(live: ApiServer) -> None:
             strategies.append(operation.as_strategy(path_parameters={"token": hook_token}))  # a real capability
 
         @given(case=st.one_of(strategies))
-        @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(max_examples=examples(20), deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def fuzz(case: schemathesis.Case) -> None:
             response = case.call_and_validate(base_url=live.url, headers=AUTH, checks=[not_a_server_error])
             statuses.setdefault(case.operation.label, set()).add(response.status_code)

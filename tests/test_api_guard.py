@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers.api_server import ApiServer, api_server
+from helpers.props import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -274,7 +275,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     path=st.sampled_from(["/v1/agents/ada/inputs", "/v1/agents/ada/pause", "/v1/health", "/v1/hooks/nope"]),
     token=st.booleans(),
 )
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 def test_hostile_headers_never_give_a_server_error(
     live: ApiServer,
     host: str | None,

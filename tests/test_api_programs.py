@@ -22,6 +22,7 @@ import httpx
 import openai
 import pytest
 from helpers.daemon import payloads
+from helpers.props import examples
 from helpers.served import Served, echo_script, serve_home
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -282,7 +283,7 @@ def _is_object(raw: bytes) -> bool:
 
 def test_bad_chat_bodies_are_400s_in_openais_shape(served: Served, http: httpx.Client) -> None:
     @given(body=_bodies)
-    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck), database=None)
     def check(body: str) -> None:
         r = http.post(
             "/v1/chat/completions", content=body.encode("utf-8", "surrogatepass"),

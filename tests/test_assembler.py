@@ -13,6 +13,7 @@ import random
 from typing import Any
 
 import pytest
+from helpers.props import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,7 +118,7 @@ limits = st.integers(-20, 2_800)
 
 
 @pytest.mark.slow  # a long property run (fuzzing)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(section_sets(), limits)
 def test_fits_the_budget_or_refuses_only_when_the_pinned_minimum_cannot_fit(sections, limit) -> None:
     minimum = pinned_minimum(sections)
@@ -180,7 +181,7 @@ def tokens_at(sections: list[Section], level: dict[str, int]) -> int:
 
 
 @pytest.mark.slow  # a long property run (fuzzing)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(section_sets(), limits)
 def test_each_tier_group_degrades_along_its_fixed_sequence(sections, limit) -> None:
     a = try_assemble(sections, limit)
@@ -207,7 +208,7 @@ def test_each_tier_group_degrades_along_its_fixed_sequence(sections, limit) -> N
 
 
 @pytest.mark.slow  # a long property run (fuzzing)
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(section_sets(max_size=6), section_sets(max_size=6, prefix="r"), limits)
 def test_the_stable_tier_is_chosen_from_the_budget_alone(sections, others, limit) -> None:
     """Same stable sections with a different rest (nothing pinned in it): the same stable levels,
@@ -242,7 +243,7 @@ def interesting_limits(sections: list[Section]) -> st.SearchStrategy[int]:
 
 
 @pytest.mark.slow  # a long property run (fuzzing)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(section_sets(), st.data())
 def test_a_smaller_budget_never_includes_what_a_larger_one_dropped(sections, data) -> None:
     budgets = data.draw(st.lists(interesting_limits(sections), min_size=2, max_size=8, unique=True))
@@ -260,7 +261,7 @@ def test_a_smaller_budget_never_includes_what_a_larger_one_dropped(sections, dat
         assert small.used_tokens <= big.used_tokens
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(section_sets(), limits, st.randoms(use_true_random=False))
 def test_the_same_inputs_give_the_same_bytes(sections, limit, rnd: random.Random) -> None:
     a = try_assemble(sections, limit)
@@ -278,7 +279,7 @@ def test_the_same_inputs_give_the_same_bytes(sections, limit, rnd: random.Random
         assert again.stable_prefix == a.stable_prefix
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(section_sets(), limits)
 def test_the_kept_encodings_are_the_plain_ones(sections, limit) -> None:
     """The manifest's JSON joined from kept section entries, the messages' JSON and the digest are
@@ -692,7 +693,7 @@ def assert_same_assembly(again: Assembly | None, whole: Assembly | None) -> None
     assert dict(again.chosen) == dict(whole.chosen)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data())
 def test_a_later_round_laid_out_from_the_last_is_the_whole_layout(data: st.DataObject) -> None:
     """``assemble(sections, budget, previous=...)`` is ``assemble(sections, budget)``, byte for byte,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.props import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -615,7 +616,7 @@ def test_random_arguments_never_crash(
     assert main(["--home", home, "agent", "create", "alice"]) == 0
     capsys.readouterr()
 
-    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(argv=_argv(home))
     def check(argv: list[str]) -> None:
         code = main(argv)

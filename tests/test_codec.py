@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from helpers.props import examples
 from helpers.strategies import payloads
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -59,7 +60,7 @@ def _check_round_trip(payload: ev.PayloadBase, enc: codec.EncodedPayload) -> Non
 
 
 @pytest.mark.parametrize("tag", TAGS)
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(data=st.data())
 def test_encode_decode_round_trip(tag: str, data: st.DataObject) -> None:
     payload = data.draw(payloads(PAYLOAD_TYPES[tag]), label="payload")
@@ -73,7 +74,7 @@ def test_encode_decode_round_trip(tag: str, data: st.DataObject) -> None:
 
 
 @pytest.mark.parametrize("tag", [t for t in TAGS if LARGE_FIELDS[t]])
-@settings(max_examples=5)
+@settings(max_examples=examples(5))
 @given(data=st.data())
 def test_large_fields_go_to_blobs(tag: str, data: st.DataObject) -> None:
     """Every LargeText field above the threshold is externalised; at the threshold it is not."""
@@ -175,7 +176,7 @@ def test_every_type_round_trips_through_the_ledger(tag: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ledger = _bare_ledger(Path(tmp))
 
-        @settings(max_examples=20)
+        @settings(max_examples=examples(20))
         @given(payload=payloads(PAYLOAD_TYPES[tag]))
         def check(payload: ev.PayloadBase) -> None:
             [stored] = ledger.append(NewEvent(agent_id="agt_x", payload=payload, turn_id="turn_1"))
@@ -230,7 +231,7 @@ def test_catalog_is_derived_from_the_union() -> None:
 
 
 @given(data=st.data(), tag=st.sampled_from(TAGS), turn=st.none() | st.text(max_size=8), key=st.none() | st.text())
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 def test_the_append_path_hashes_the_same_bytes_as_verify(
     data: st.DataObject, tag: str, turn: str | None, key: str | None
 ) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers.props import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -143,7 +144,7 @@ def test_cwd_outside_home_and_workspace_is_refused(store: Store, tmp_path: Path)
         asyncio.run(run_command(ctx, RunParams(command="pwd", cwd="escape")))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cwd=st.one_of(st.text(max_size=40), st.sampled_from(["..", "../..", "/", "a/../../..", "./.", "~"])))
 def test_any_cwd_is_refused_or_confined(store: Store, cwd: str) -> None:
     home = Path(store.paths.agent_home("fuzz"))

@@ -11,6 +11,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from helpers.props import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -284,7 +285,7 @@ def _load_only_config_errors(paths: HomePaths) -> Settings | None:
 
 
 @pytest.mark.slow  # a long property run (fuzzing)
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow])
 @given(doc=st.dictionaries(keys, toml_values, max_size=4))
 def test_junk_config_only_raises_config_error(doc: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ, {}, clear=False):
@@ -298,7 +299,7 @@ def test_junk_config_only_raises_config_error(doc: dict[str, Any]) -> None:
             assert set(doc) <= set(Settings.model_fields)  # only real sections load (a random key may be one)
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(doc=st.fixed_dictionaries({"ledger": st.dictionaries(st.sampled_from(REAL_KEYS), toml_values, max_size=3)}))
 def test_junk_in_real_sections_only_raises_config_error(doc: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -307,7 +308,7 @@ def test_junk_in_real_sections_only_raises_config_error(doc: dict[str, Any]) -> 
         _load_only_config_errors(paths)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(raw=st.one_of(st.binary(max_size=60), st.text(max_size=60).map(str.encode)))
 def test_junk_bytes_only_raise_config_error(raw: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -331,7 +332,7 @@ env_names = st.one_of(
 env_values = st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=12)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(env=st.dictionaries(env_names, env_values, max_size=3))
 def test_junk_environment_only_raises_config_error(env: dict[str, str]) -> None:
     with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ, env):

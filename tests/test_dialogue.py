@@ -7,6 +7,7 @@ import math
 import random
 import re
 
+from helpers.props import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -130,7 +131,7 @@ _VOCAB = sorted(
 _SEPARATORS = [" ", "  ", "'", "\u2019", ", ", ". ", "?", "_", "-", "\n", "\t", "1", "x", "好的", "已经取消", ""]
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(
     st.lists(
         st.one_of(

@@ -27,6 +27,7 @@ import orjson
 import pytest
 from helpers.ctx_ledger import Script, sealed
 from helpers.ctx_views import budget_for, episode, history_turn, inp, make_view
+from helpers.props import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_episodes import assert_contiguous, assert_sound, payload
@@ -363,7 +364,7 @@ def _play(s: Script, clock: FakeClock, action: tuple[object, ...], n: int) -> No
             pass  # needs a running turn (or an active work item): skipped
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(st.lists(_ACTIONS, min_size=1, max_size=40))
 def test_random_histories_quote_only_taken_requests_and_label_by_thread(actions) -> None:
     with tempfile.TemporaryDirectory() as tmp:

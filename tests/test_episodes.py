@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from helpers.ctx_ledger import Script, content_events, sealed
+from helpers.props import examples
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -529,7 +530,7 @@ def histories(draw: st.DrawFn) -> list[list[tuple[str, tuple[object, ...]]]]:
     return [list(order[i:j]) for i, j in zip([0, *cuts], [*cuts, len(order)], strict=False) if order[i:j]]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(histories())
 def test_random_histories_in_random_batches_replay(batches) -> None:
     with tempfile.TemporaryDirectory() as tmp:

@@ -7,6 +7,7 @@ import itertools
 from pathlib import Path
 
 import orjson
+from helpers.props import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -96,7 +97,7 @@ def test_row_to_event_is_positional_in_event_fields_order() -> None:
     assert event.payload == payload
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(st.sampled_from(_TEXTS), min_size=1, max_size=4).map(" ".join)
     | st.text(max_size=80)
@@ -125,7 +126,7 @@ def test_cached_dialogue_functions_equal_the_plain_ones(text: str) -> None:
 _QUESTIONY = "ab ?\uff1f\u5417\u5462\u3002.\n\t\u3000\x1c\u4e00"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(st.sampled_from(_TEXTS), min_size=1, max_size=4).map(" ".join)
     | st.text(max_size=80)
@@ -170,7 +171,7 @@ def test_rows_replay_leaves_undecoded_would_change_nothing(tmp_path: Path) -> No
 # --- issue 18, append step 5: the append path's shortcuts build what the plain code builds ------
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(seq=st.integers(min_value=0, max_value=2**63 - 1), digest=st.binary(min_size=32, max_size=32))
 def test_anchor_slot_bytes_are_the_format(seq: int, digest: bytes) -> None:
     from holon.ledger import anchor
@@ -191,7 +192,7 @@ def test_new_event_equals_the_dataclass_init() -> None:
     assert [getattr(made, f) for f in EVENT_FIELDS] == [getattr(plain, f) for f in EVENT_FIELDS]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     turn_id=st.none() | st.text(max_size=8),
     changes=st.dictionaries(

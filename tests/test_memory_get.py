@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from helpers.ctx_ledger import Script
+from helpers.props import examples
 from helpers.runtime import assert_sound, make_host, payloads, running
 from helpers.turn_cli import holon
 from hypothesis import HealthCheck, given, settings
@@ -248,7 +249,7 @@ def test_a_read_over_the_cap_returns_sizes_and_calls_that_work(store: Store, ali
         assert got.content is not None and got.content in sections["Deploys"]
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cap=st.integers(200, 5_000), mode=st.sampled_from(["full", "headers", "tail", "lines"]))
 def test_content_is_whole_or_absent_never_cut(store: Store, cap: int, mode: str) -> None:
     agent = store.agents()[0] if store.agents() else create_agent(store, "capped")
@@ -336,7 +337,7 @@ hostile = st.one_of(
 )
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ref=hostile, mode=st.sampled_from([None, "full", "headers", "section", "tail", "lines"]))
 def test_any_string_gives_a_read_or_a_clear_holon_error(store: Store, ref: str, mode: str | None) -> None:
     agent = store.agents()[0] if store.agents() else create_agent(store, "fuzz")

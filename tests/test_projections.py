@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from helpers.engines import Intruder, sqlite_only
 from helpers.factories import agent_created, as_events, make_event
+from helpers.props import examples
 from helpers.strategies import payloads
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -185,7 +186,7 @@ def _json(states: MutableMapping[Key, State | None]) -> dict[Key, str]:
 # --- (a) fold is a pure function of the event list ------------------------------------------
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(history=histories(), data=st.data())
 def test_fold_splits_anywhere(history: list[NewEvent], data: st.DataObject) -> None:
     events = as_events(history)
@@ -265,7 +266,7 @@ def _check_derivations(ledger_events: list[Event], batches: list[list[NewEvent]]
 @sqlite_only(
     "opens a fresh home per hypothesis example (one worker database on PostgreSQL is reset per test, not per example); test_replay_across_engines is its PostgreSQL half"
 )
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(history=histories(), data=st.data())
 def test_live_projections_equal_replay_and_pure_fold(history: list[NewEvent], data: st.DataObject) -> None:
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(history) - 1)), max_size=8), label="cuts"))
@@ -765,7 +766,7 @@ _SEED = as_events(
 _SEEDED = fold({}, _SEED)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data())
 def test_reducers_are_total_and_ignore_events_they_do_not_read(data: st.DataObject) -> None:
     tag = data.draw(st.sampled_from(sorted(PAYLOAD_TYPES)), label="type")

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.props import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,7 +60,7 @@ def test_unsegmented_text_is_found_by_one_or_two_characters(engine: Engine) -> N
     assert _ids(engine, "猫", ["agent:b"]) == []
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(max_size=300) | st.sampled_from(['"', "NEAR(a b)", "body:x", "*", "\x00", "a" * 5000, "(((", "\\"]))
 def test_any_string_is_terms_never_syntax(engine: Engine, query: str) -> None:
     got = _ids(engine, query, ["agent:a"])

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.props import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -112,7 +113,7 @@ def segments_read(index: SearchIndex) -> Iterator[list[tuple[int, ...]]]:
         delattr(engine, "matches")
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=queries, limit=st.sampled_from([1, 3, 10]), candidates=st.integers(1, 60), sets=st.integers(1, 12))
 def test_a_certified_ranking_equals_the_exhaustive_one(
     index: SearchIndex, query: str, limit: int, candidates: int, sets: int
@@ -141,7 +142,7 @@ def test_some_certificates_read_the_other_turns_of_a_lifted_segment() -> None:
     assert any(widened) and not all(widened), widened
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=queries, kinds=st.lists(st.sampled_from(KINDS), max_size=2, unique=True), days=st.integers(0, 400))
 def test_filters_and_other_weights_keep_a_certificate_true(
     index: SearchIndex, query: str, kinds: list[str], days: int
@@ -175,7 +176,7 @@ def test_the_engine_scores_a_document_the_same_through_both_queries(index: Searc
     assert n == engine.matches(terms, owners=["agent:a"], limit=1)[1]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(kind=st.sampled_from([*KINDS, "brief", "work_item", "task", "unknown"]), words=st.integers(0, 400),
        question=st.booleans())  # fmt: skip
 def test_the_engine_keeps_what_a_prior_is_computed_from(kind: str, words: int, question: bool) -> None:
@@ -211,7 +212,7 @@ def versioned(store: Store) -> SearchIndex:
     return idx
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=queries, limit=st.sampled_from([1, 3, 10]), candidates=st.integers(1, 60), sets=st.integers(1, 12))
 def test_superseded_versions_are_never_hits_and_certificates_hold(
     versioned: SearchIndex, query: str, limit: int, candidates: int, sets: int

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 from helpers.engines import sqlite_only
 from helpers.memsearch import answer, fts_rows, index_rows, say
+from helpers.props import examples
 from helpers.turn_cli import cli_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -415,7 +416,7 @@ def test_sigkill_during_catch_up_loses_and_repeats_nothing(
 
 @pytest.mark.slow  # eight homes built, caught up in pieces and rebuilt (~15 s): out of the fast loop
 @sqlite_only("a fresh home per hypothesis example; the PostgreSQL half has one database per test")
-@settings(max_examples=8, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(8), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cuts=st.lists(st.integers(1, 40), min_size=1, max_size=10), batch=st.integers(1, 9))
 def test_any_split_of_catch_up_equals_one_pass(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, cuts: list[int], batch: int
@@ -451,7 +452,7 @@ def test_unsegmented_runs_fold_to_bigrams_and_irregular_forms_to_their_base() ->
 _QUOTED = re.compile(r'^("(?:[^"]|"")+"\*?)( OR "(?:[^"]|"")+"\*?)*$')  # a lone CJK character is a prefix
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(query=st.text(st.characters(blacklist_categories=()), max_size=300))
 def test_plan_query_turns_any_string_into_quoted_terms(query: str) -> None:
     plan = plan_query(query)

@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 import pytest
+from helpers.props import examples
 from helpers.runtime import (
     SleepRecorder,
     assert_sound,
@@ -182,7 +183,7 @@ def test_mixed_burst_on_an_8k_model_answers_every_input_once(store: Store, clock
     assert_sound(store)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     sizes=st.lists(st.integers(min_value=1, max_value=70_000), min_size=1, max_size=6),
     window=st.sampled_from([1_200, 2_048, 8_192]),

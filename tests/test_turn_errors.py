@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from helpers.props import examples
 from helpers.runtime import (
     SleepRecorder,
     assert_sound,
@@ -267,7 +268,7 @@ def registry_context(store: Store) -> tuple[ToolRegistry, str, Store]:
     return ToolRegistry([builtin_registry().tools[n] for n in SAFE_TOOLS]), agent.agent_id, store
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=tool_names, arguments=raw_arguments)
 def test_execute_never_raises_on_random_calls(
     registry_context: tuple[ToolRegistry, str, Store], name: str, arguments: str
