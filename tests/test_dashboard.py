@@ -22,12 +22,13 @@ from holon.api.dashboard.sessions import CODE_TTL_S, MAX_SESSIONS, SESSION_TTL_S
 from holon.ledger import NewEvent
 from holon.ledger import events as ev
 from holon.ledger.events import DurableEntry
+from holon.repl.client import tls_for
 from holon.runtime.agents import create_agent
 
 
 def _browser(server: ApiServer) -> httpx.Client:
     """A client like a browser: no bearer header, cookies kept, redirects not followed."""
-    return httpx.Client(base_url=server.url, timeout=10, follow_redirects=False)
+    return httpx.Client(base_url=server.url, timeout=10, follow_redirects=False, verify=tls_for(server.url))
 
 
 def _login(server: ApiServer, c: httpx.Client) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
@@ -14,7 +15,7 @@ from holon.errors import NotFoundError, UsageError
 from holon.projections.state import AgentState
 from holon.repl import render
 from holon.repl.app import TurnWatch
-from holon.repl.client import ApiClient, DaemonUnreachable, _sse
+from holon.repl.client import ApiClient, DaemonUnreachable, _sse, tls_for
 from holon.repl.commands import COMMANDS, Say, Slash, SlashCompleter, completions, parse_line
 
 # --- parsing and completion ----------------------------------------------------------------------
@@ -365,3 +366,16 @@ def test_client_unreachable() -> None:
         pytest.raises(DaemonUnreachable, match="does not answer"),
     ):
         client.health()
+
+
+def test_a_plain_http_client_loads_no_ca_bundle_and_could_verify_nothing() -> None:
+    """The daemon's client skips httpx's CA bundle on plain HTTP (``tls_for``): the context it gets
+    instead trusts no certificate, so it could never accept a TLS peer unverified; https verifies."""
+    ctx = tls_for("http://127.0.0.1:7878")
+    assert isinstance(ctx, ssl.SSLContext)
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    assert ctx.cert_store_stats()["x509_ca"] == 0
+    assert tls_for("HTTP://localhost:7878/") is ctx  # one context per process
+    assert tls_for("https://holon.example:7878") is True
+    with ApiClient("http://127.0.0.1:9") as client, pytest.raises(DaemonUnreachable):
+        client.agents()  # nothing listens there: the client still reports it as before

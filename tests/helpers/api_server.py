@@ -28,6 +28,7 @@ from holon.config import load_settings
 from holon.daemon import Daemon
 from holon.paths import resolve_home, write_private
 from holon.projections import Store
+from holon.repl.client import tls_for
 from holon.resources import default_config_text
 from holon.runtime.providers.base import ModelReply, ModelRequest, TextSink
 from holon.runtime.providers.scripted import ScriptedProvider, reply
@@ -125,6 +126,7 @@ class ApiServer:
     def client(self, **kwargs: Any) -> httpx.Client:
         """An httpx client for this server that sends the token (close it, or use it in ``with``)."""
         kwargs.setdefault("timeout", 10)
+        kwargs.setdefault("verify", tls_for(self.url))  # plain HTTP: no CA bundle loaded per client
         return httpx.Client(base_url=self.url, headers=self.headers, **kwargs)
 
     def stop(self) -> None:

@@ -23,6 +23,7 @@ from helpers.daemon import fake_home, state
 from helpers.turn_cli import spawn_holon, wait_for
 from holon.api.server import free_port
 from holon.api.token import read_token
+from holon.repl.client import tls_for
 from holon.testing.fake_llm import FakeLLM
 
 __all__ = ["Served", "echo_script", "serve_home"]
@@ -50,6 +51,7 @@ class Served:
 
     def client(self, **kwargs: Any) -> httpx.Client:
         kwargs.setdefault("timeout", 60)
+        kwargs.setdefault("verify", tls_for(self.url))  # plain HTTP: no CA bundle loaded per client
         return httpx.Client(base_url=self.url, headers=self.headers, **kwargs)
 
 
