@@ -19,8 +19,8 @@ from holon.ledger import events as ev
 from holon.ledger.envelope import EVENT_FIELDS, Event
 from holon.ledger.store import row_to_event
 from holon.memory import text as mtext
-from holon.projections import Store, dialogue, fold, fold_event
-from holon.projections.fold import Key, needs_decoding, state_json
+from holon.projections import Store, dialogue, fold_event
+from holon.projections.fold import Key, fold, needs_decoding, state_json
 from holon.projections.state import Draft, EpisodeDrafts, KeyPoint, State, ThreadVocabulary
 
 _TEXTS = [

@@ -22,10 +22,10 @@ from holon.errors import ConflictError
 from holon.ledger import Event, NewEvent
 from holon.ledger import events as ev
 from holon.ledger.events import PAYLOAD_TYPES
-from holon.projections import KINDS, Store, derive, fold, fold_event, working_memory_view
+from holon.projections import KINDS, Store, derive, fold_event, working_memory_view
 from holon.projections import projector as projector_module
 from holon.projections import store as store_module
-from holon.projections.fold import _READS, Key, RangeReader, row_columns, state_json
+from holon.projections.fold import _READS, Key, RangeReader, fold, row_columns, state_json
 from holon.projections.state import State, WorkingMemory, WorkItemState
 
 if TYPE_CHECKING:

@@ -1,13 +1,23 @@
 """The ledger: the append-only event store every holon state is derived from (SQLite by default).
 
 See ``rfcs/0001-ledger-and-projections.md``.
+
+The names below are imported when first used (``__getattr__``), so importing one submodule
+(``holon.ledger.events`` for the event models) does not import the store and its engines:
+the CLI's commands that only talk to the daemon start faster.
 """
 
-from holon.ledger.engine import Engine
-from holon.ledger.envelope import GENESIS_HASH, Event, NewEvent
-from holon.ledger.query import EventKey, EventQuery
-from holon.ledger.sqlite import Database
-from holon.ledger.store import BlobText, Ledger, LedgerStats, Transaction, TransactionHook, VerifyResult
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from holon.ledger.engine import Engine
+    from holon.ledger.envelope import GENESIS_HASH, Event, NewEvent
+    from holon.ledger.query import EventKey, EventQuery
+    from holon.ledger.sqlite import Database
+    from holon.ledger.store import BlobText, Ledger, LedgerStats, Transaction, TransactionHook, VerifyResult
 
 __all__ = [
     "EventKey",
@@ -24,3 +34,29 @@ __all__ = [
     "TransactionHook",
     "VerifyResult",
 ]
+
+#: Each public name -> the module that defines it (imported on first use: ``__getattr__``).
+_LAZY = {
+    "Engine": "holon.ledger.engine",
+    "GENESIS_HASH": "holon.ledger.envelope",
+    "Event": "holon.ledger.envelope",
+    "NewEvent": "holon.ledger.envelope",
+    "EventKey": "holon.ledger.query",
+    "EventQuery": "holon.ledger.query",
+    "Database": "holon.ledger.sqlite",
+    "BlobText": "holon.ledger.store",
+    "Ledger": "holon.ledger.store",
+    "LedgerStats": "holon.ledger.store",
+    "Transaction": "holon.ledger.store",
+    "TransactionHook": "holon.ledger.store",
+    "VerifyResult": "holon.ledger.store",
+}
+
+
+def __getattr__(name: str) -> Any:  # Any: whichever public object ``name`` is
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
