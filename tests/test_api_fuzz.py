@@ -69,20 +69,30 @@ def test_no_server_errors(live: ApiServer) -> None:
         strategies = [operation.as_strategy(mode) for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)]
         if "{agent}" in operation.path and operation.method != "delete":
             strategies.append(operation.as_strategy(path_parameters={"agent": "ada"}))  # an agent that exists
+        real = []  # requests for real ids (and "prop-fuzz", a prefix of several)
         for name, value in (("proposal_id", "prop-fuzz"), ("entry_id", "mem-fuzz")):  # unique prefixes of real ids
             if f"{{{name}}}" in operation.path:
-                strategies.append(operation.as_strategy(path_parameters={name: value}))
-                strategies.append(operation.as_strategy(path_parameters={name: f"{value}-1"}))
+                real.append(operation.as_strategy(path_parameters={name: value}))
+                real.append(operation.as_strategy(path_parameters={name: f"{value}-1"}))
+        strategies += real
         if "{token}" in operation.path:
             strategies.append(operation.as_strategy(path_parameters={"token": hook_token}))  # a real capability
 
-        @given(case=st.one_of(strategies))
-        @settings(max_examples=examples(20), deadline=None, suppress_health_check=list(HealthCheck), database=None)
-        def fuzz(case: schemathesis.Case) -> None:
+        def call(case: schemathesis.Case) -> None:
             response = case.call_and_validate(base_url=live.url, headers=AUTH, checks=[not_a_server_error])
             statuses.setdefault(case.operation.label, set()).add(response.status_code)
 
-        fuzz()
+        def run(strategy: st.SearchStrategy[schemathesis.Case], n: int) -> None:
+            once = settings(
+                max_examples=examples(n), deadline=None, suppress_health_check=list(HealthCheck), database=None
+            )
+            once(given(case=strategy)(call))()
+
+        run(st.one_of(strategies), 20)
+        # Each real id also gets examples of its own: drawn only from the ``one_of`` above, one can
+        # be missed (with --hypothesis-seed=8 the forget endpoint met no real id in 20 examples).
+        for strategy in real:
+            run(strategy, 4)
 
     # Real ids were reached, not only 404s (a 409 means an earlier accept or dismiss decided it).
     decided = statuses["POST /v1/proposals/{proposal_id}/accept"] | statuses["POST /v1/proposals/{proposal_id}/dismiss"]
