@@ -105,3 +105,18 @@ def test_serve_answers_health_before_the_heavy_imports(home: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["loaded"] == [], f"holon serve imported {report['loaded']} before its API answered"
+
+
+def test_a_state_model_imports_neither_the_store_nor_the_reducers() -> None:
+    """``holon.ledger`` and ``holon.projections`` export their names on first use (``holon.lazy``):
+    a client that reads state models (the CLI through the daemon) loads those modules alone."""
+    probe = (
+        "import json, sys, holon.projections.state, holon.ledger.events; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('holon.ledger', 'holon.projections')))))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert loaded == ["holon.ledger", "holon.ledger.events", "holon.projections", "holon.projections.state"], loaded

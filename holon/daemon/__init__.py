@@ -8,7 +8,9 @@ checks, in a fraction of a second, what can make it refuse to start
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from holon import lazy
 
 if TYPE_CHECKING:
     from holon.daemon.core import Daemon
@@ -16,9 +18,4 @@ if TYPE_CHECKING:
 __all__ = ["Daemon"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "Daemon":
-        from holon.daemon.core import Daemon
-
-        return Daemon
-    raise AttributeError(f"module 'holon.daemon' has no attribute {name!r}")
+__getattr__ = lazy.exports(__name__, {"Daemon": "holon.daemon.core"})

@@ -9,8 +9,9 @@ the CLI's commands that only talk to the daemon start faster.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from holon import lazy
 
 if TYPE_CHECKING:
     from holon.ledger.engine import Engine
@@ -35,28 +36,22 @@ __all__ = [
     "VerifyResult",
 ]
 
-#: Each public name -> the module that defines it (imported on first use: ``__getattr__``).
-_LAZY = {
-    "Engine": "holon.ledger.engine",
-    "GENESIS_HASH": "holon.ledger.envelope",
-    "Event": "holon.ledger.envelope",
-    "NewEvent": "holon.ledger.envelope",
-    "EventKey": "holon.ledger.query",
-    "EventQuery": "holon.ledger.query",
-    "Database": "holon.ledger.sqlite",
-    "BlobText": "holon.ledger.store",
-    "Ledger": "holon.ledger.store",
-    "LedgerStats": "holon.ledger.store",
-    "Transaction": "holon.ledger.store",
-    "TransactionHook": "holon.ledger.store",
-    "VerifyResult": "holon.ledger.store",
-}
-
-
-def __getattr__(name: str) -> Any:  # Any: whichever public object ``name`` is
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
+#: Each public name's module, imported when the name is first used (``holon.lazy``).
+__getattr__ = lazy.exports(
+    __name__,
+    {
+        "Engine": "holon.ledger.engine",
+        "GENESIS_HASH": "holon.ledger.envelope",
+        "Event": "holon.ledger.envelope",
+        "NewEvent": "holon.ledger.envelope",
+        "EventKey": "holon.ledger.query",
+        "EventQuery": "holon.ledger.query",
+        "Database": "holon.ledger.sqlite",
+        "BlobText": "holon.ledger.store",
+        "Ledger": "holon.ledger.store",
+        "LedgerStats": "holon.ledger.store",
+        "Transaction": "holon.ledger.store",
+        "TransactionHook": "holon.ledger.store",
+        "VerifyResult": "holon.ledger.store",
+    },
+)

@@ -11,8 +11,9 @@ names they would shadow here.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from holon import lazy
 
 if TYPE_CHECKING:
     from holon.projections.fold import KINDS, derive, fold_event, working_memory_view
@@ -31,23 +32,17 @@ __all__ = [
     "working_memory_view",
 ]
 
-#: Each public name -> the module that defines it (imported on first use: ``__getattr__``).
-_LAZY = {
-    "KINDS": "holon.projections.fold",
-    "derive": "holon.projections.fold",
-    "fold_event": "holon.projections.fold",
-    "working_memory_view": "holon.projections.fold",
-    "PROJECTOR_VERSION": "holon.projections.projector",
-    "Projector": "holon.projections.projector",
-    "ReplayResult": "holon.projections.replay",
-    "Store": "holon.projections.store",
-}
-
-
-def __getattr__(name: str) -> Any:  # Any: whichever public object ``name`` is
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
+#: Each public name's module, imported when the name is first used (``holon.lazy``).
+__getattr__ = lazy.exports(
+    __name__,
+    {
+        "KINDS": "holon.projections.fold",
+        "derive": "holon.projections.fold",
+        "fold_event": "holon.projections.fold",
+        "working_memory_view": "holon.projections.fold",
+        "PROJECTOR_VERSION": "holon.projections.projector",
+        "Projector": "holon.projections.projector",
+        "ReplayResult": "holon.projections.replay",
+        "Store": "holon.projections.store",
+    },
+)

@@ -26,8 +26,9 @@ same way every time is retried forever.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from holon import lazy
 
 if TYPE_CHECKING:
     from holon.runtime.turn.briefs import rejection_brief, waiting_brief
@@ -47,25 +48,19 @@ __all__ = [
     "waiting_brief",
 ]
 
-#: Each name's module, imported on first use (PEP 562): the daemon needs the turn's types and
+#: Each name's module, imported on first use (``holon.lazy``): the daemon needs the turn's types and
 #: briefs at start, the runner (context assembly, tools) only for its first turn (issue 18).
-_HOME = {
-    "INPUT_SHARE": "prompt",
-    "ProviderResolver": "state",
-    "TurnLimits": "state",
-    "TurnObserver": "state",
-    "TurnResult": "state",
-    "TurnRunner": "runner",
-    "TurnState": "state",
-    "rejection_brief": "briefs",
-    "waiting_brief": "briefs",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module 'holon.runtime.turn' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"holon.runtime.turn.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy.exports(
+    __name__,
+    {
+        "INPUT_SHARE": "holon.runtime.turn.prompt",
+        "ProviderResolver": "holon.runtime.turn.state",
+        "TurnLimits": "holon.runtime.turn.state",
+        "TurnObserver": "holon.runtime.turn.state",
+        "TurnResult": "holon.runtime.turn.state",
+        "TurnRunner": "holon.runtime.turn.runner",
+        "TurnState": "holon.runtime.turn.state",
+        "rejection_brief": "holon.runtime.turn.briefs",
+        "waiting_brief": "holon.runtime.turn.briefs",
+    },
+)
