@@ -5,9 +5,8 @@ stay under two minutes. Its property tests took 41 s of its 258 s of test time o
 (``--durations=0``), most of it in a few searches of 150-300 examples. In the inner loop each
 test tries a quarter of its examples (at least ``FLOOR``, never more than it asks for), and tests
 that name no count try ``INNER_DEFAULT`` instead of hypothesis' 100. The full suite, which CI and
-the README's test command run, tries every example; hypothesis' database remembers nothing
-between runs here (``-p no:cacheprovider`` leaves no ``.hypothesis`` on CI), so the two runs draw
-their examples alike.
+the README's test command run, tries every example (CI starts from a fresh clone, with no
+``.hypothesis`` database of earlier failures to replay first).
 
 ``configure`` runs in ``pytest_configure``, before any test module is imported, so the counts
 given to ``@settings`` at import time already know which run this is (each xdist worker
